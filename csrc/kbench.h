@@ -1,0 +1,193 @@
+/* kbench.h -- declarations shared by the files of the C core (kbench._core).
+ *
+ * One responsibility per file:
+ *   module.c        module glue: multi-phase init, module state, exception types
+ *   clock.c         host monotonic clock, its resolution and per-call overhead
+ *   stats.c         order statistics, summaries, confidence intervals of the median
+ *   criterion.c     stopping rules behind one small interface
+ *   measure.c       the backend-independent timing loop (warm-up, batches, stop)
+ *   measure_host.c  the host backend: calls a Python callable, host clock
+ *   coldcache.c     CPU cache sizes and the CPU flush buffer
+ *   compare.c       correctness comparison of outputs against references
+ *   kernels/cpu/    the CPU reference kernels (STREAM copy/triad, FMA loop)
+ *   loader_*.c      lazy dlopen of libcuda, libcupti, libnvidia-ml, libnvrtc  (CUDA build)
+ *   measure_cuda.c, cupti_trace.c, graph.c, coldcache_cuda.c, nvml_sampler.c  (CUDA build)
+ *
+ * Every function that can fail returns -1 (or NULL) with a Python exception set,
+ * and 0 (or a new reference) otherwise, unless its comment says differently.
+ */
+#ifndef KBENCH_H
+#define KBENCH_H
+
+#define PY_SSIZE_T_CLEAN
+#include <Python.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#define KB_EXPORT __attribute__((visibility("default")))
+
+/* ------------------------------------------------------------------ state */
+
+struct kb_gpu_libs; /* loader.h: the lazily loaded GPU library tables */
+
+typedef struct {
+    PyObject *KbenchError;      /* base class of every kbench exception (RuntimeError) */
+    PyObject *LibraryNotFound;  /* a GPU library could not be opened (KbenchError, OSError) */
+    PyObject *CudaError;        /* a CUDA driver API call failed */
+    PyObject *CaptureError;     /* stream capture failed, e.g. a sync inside capture (CudaError) */
+    PyObject *CuptiError;       /* a CUPTI call failed */
+    PyObject *CuptiBusy;        /* CUPTI is owned by another profiler (CuptiError) */
+    PyObject *NvmlError;        /* an NVML call failed */
+    PyObject *NvrtcError;       /* NVRTC failed to compile a kernel */
+    PyObject *GateTimeout;      /* warning category: the device gate was released by the watchdog */
+    struct kb_gpu_libs *gpu;    /* NULL until a GPU library is first asked for */
+} kb_state;
+
+/* The state of the module `m` (the `self` of every module-level function). */
+static inline kb_state *kb_get_state(PyObject *m) { return (kb_state *)PyModule_GetState(m); }
+
+/* Each file that adds Python-visible functions exports one of these; module.c's exec slot
+ * calls them in turn. */
+int kb_clock_module_init(PyObject *m);
+int kb_stats_module_init(PyObject *m);
+int kb_criterion_module_init(PyObject *m);
+int kb_measure_host_module_init(PyObject *m);
+int kb_coldcache_module_init(PyObject *m);
+int kb_compare_module_init(PyObject *m);
+int kb_cpu_kernels_module_init(PyObject *m);
+#ifdef KB_HAVE_CUDA
+int kb_gpu_module_init(PyObject *m);   /* loader_*.c, cuda_device.c: library status, device info */
+int kb_measure_cuda_module_init(PyObject *m);
+void kb_gpu_state_free(kb_state *st);  /* loader.c: frees st->gpu */
+#endif
+
+/* ------------------------------------------------------------------ clock.c */
+
+/* Monotonic host clock in nanoseconds (CLOCK_MONOTONIC, vDSO: ~20 ns a read). */
+uint64_t kb_now_ns(void);
+static inline double kb_now_s(void) { return (double)kb_now_ns() * 1e-9; }
+
+/* ------------------------------------------------------------------ stats.c */
+
+typedef struct {
+    Py_ssize_t n;
+    double min, max, mean, median;
+    double std;                 /* sample standard deviation (ddof = 1); 0 when n < 2 */
+    double q1, q3, iqr;         /* quartiles with numpy's default (linear) interpolation */
+    double mad;                 /* median absolute deviation from the median, unscaled */
+    double cv;                  /* std / mean; NaN when mean == 0 */
+    double ci_level;            /* confidence level of [ci_low, ci_high], e.g. 0.95 */
+    double ci_low, ci_high;     /* distribution-free CI of the median from order statistics */
+    double rel_ci_halfwidth;    /* (ci_high - ci_low) / 2 / |median|; inf when n too small */
+    Py_ssize_t outliers_low;    /* samples below q1 - 1.5 iqr */
+    Py_ssize_t outliers_high;   /* samples above q3 + 1.5 iqr */
+} kb_summary;
+
+/* numpy 'linear' quantile of an ascending-sorted array, 0 <= q <= 1; n >= 1. */
+double kb_quantile_sorted(const double *sorted, Py_ssize_t n, double q);
+/* Order-statistic CI of the median of an ascending-sorted array (binomial, exact ranks).
+ * Returns 0, or 1 when n is too small for the level (then lo = min, hi = max). */
+int kb_median_ci_sorted(const double *sorted, Py_ssize_t n, double level, double *lo, double *hi);
+/* Summarize x[0..n). Returns 0, or -1 on allocation failure WITHOUT a Python exception
+ * (callable with the GIL released). n >= 1. */
+int kb_summarize(const double *x, Py_ssize_t n, double ci_level, kb_summary *out);
+/* A dict of the summary's fields. New reference or NULL with an exception. */
+PyObject *kb_summary_to_dict(const kb_summary *s);
+
+/* ------------------------------------------------------------------ criterion.c */
+
+typedef enum {
+    KB_STOP_RUNNING = 0,
+    KB_STOP_PRECISION,   /* the criterion was satisfied (e.g. CI half-width under target) */
+    KB_STOP_TIME_CAP,    /* max_time_s reached */
+    KB_STOP_ITER_CAP,    /* max_samples reached */
+} kb_stop;
+
+const char *kb_stop_name(kb_stop s);
+
+/* A stopping rule (nvbench's stdrel/entropy criteria): it sees every sample so far and says
+ * whether the estimate is precise enough. The loop applies min_samples and the caps itself. */
+typedef struct kb_criterion kb_criterion;
+struct kb_criterion {
+    const char *name;           /* "ci" | "entropy" */
+    double target;              /* rule-specific target, e.g. 0.005 relative CI half-width */
+    double ci_level;            /* confidence level for CI-based rules */
+    double achieved;            /* the rule's last measured value (e.g. achieved rel. half-width) */
+    void *impl;                 /* rule-private state */
+    /* 1 when precise enough, 0 not yet, -1 allocation failure (no exception; GIL may be released) */
+    int (*is_finished)(kb_criterion *self, const double *samples, Py_ssize_t n);
+    void (*destroy)(kb_criterion *self);  /* frees impl; may be NULL */
+};
+
+/* Make the rule called `name`; ValueError naming the known rules when unknown. */
+int kb_criterion_init(kb_criterion *c, const char *name, double target, double ci_level);
+void kb_criterion_fini(kb_criterion *c);
+
+/* ------------------------------------------------------------------ measure.c */
+
+typedef struct {
+    double warmup_s;            /* busy warm-up before the first kept sample (default 1.0) */
+    Py_ssize_t warmup_min;      /* at least this many warm-up iterations (default 1) */
+    Py_ssize_t min_samples;     /* never stop before this many samples (default 10) */
+    Py_ssize_t max_samples;     /* iteration cap (default 100000) */
+    double max_time_s;          /* sampling time cap, wall clock (default 10.0) */
+    double target;              /* criterion target (default 0.005 = 0.5% rel. CI half-width) */
+    double ci_level;            /* default 0.95 */
+    char criterion[16];         /* default "ci" */
+    Py_ssize_t batch_max;       /* the backend never gets more than this per batch */
+} kb_loop_config;
+
+/* A backend times batches of iterations; the loop owns warm-up, stop rules and bookkeeping.
+ * A CUDA backend queues a batch behind a device gate; the host backend runs it directly. */
+typedef struct kb_backend kb_backend;
+struct kb_backend {
+    const char *name;           /* "host", "events", "cupti", "graph" */
+    void *ctx;                  /* backend-private */
+    /* Time n iterations, writing n durations in seconds to out. `warmup` is 1 during warm-up
+     * (the backend may skip bookkeeping). 0, or -1 with a Python exception set. */
+    int (*run_batch)(kb_backend *b, Py_ssize_t n, double *out, int warmup);
+};
+
+typedef struct {
+    double *samples;            /* seconds, malloc'd, n of cap used */
+    Py_ssize_t n, cap;
+    Py_ssize_t warmup_iters;
+    double warmup_s;            /* wall time spent warming up */
+    double sampling_s;          /* wall time spent sampling */
+    kb_stop stop;
+    double achieved;            /* the criterion's last value */
+} kb_loop_result;
+
+/* Fill cfg with defaults, then override from the keyword dict kw (may be NULL). Unknown keys
+ * are left alone (the caller consumes its own); bad values raise ValueError/TypeError naming
+ * the key. */
+int kb_loop_config_parse(PyObject *kw, kb_loop_config *cfg);
+int kb_loop_run(kb_backend *b, const kb_loop_config *cfg, kb_loop_result *res);
+void kb_loop_result_free(kb_loop_result *res);
+/* {"samples": float64 ndarray (copied), "stop": str, "warmup_iters", "warmup_s", "sampling_s",
+ *  "criterion", "target", "achieved"} -- new reference or NULL. */
+PyObject *kb_loop_result_to_dict(const kb_loop_result *res, const kb_loop_config *cfg);
+
+/* ------------------------------------------------------------------ coldcache.c */
+
+/* Size in bytes of the largest (last-level) CPU cache: $KBENCH_LLC_BYTES when set, else sysfs,
+ * else sysconf; 0 when unknown. */
+size_t kb_cpu_llc_bytes(void);
+
+typedef struct {
+    unsigned char *buf;         /* the buffer written before each sample */
+    size_t bytes;
+    unsigned char seed;         /* changes every flush so the writes cannot be elided */
+} kb_cpu_flusher;
+
+int kb_cpu_flusher_init(kb_cpu_flusher *f, size_t bytes);   /* MemoryError */
+void kb_cpu_flush(kb_cpu_flusher *f);                        /* GIL-free */
+void kb_cpu_flusher_fini(kb_cpu_flusher *f);
+
+/* ------------------------------------------------------------------ helpers */
+
+/* Read a float64 sequence (any object numpy can make a 1-D float64 array of) into a fresh
+ * C-contiguous ndarray. New reference or NULL. Declared here, defined in stats.c. */
+PyObject *kb_as_double_array(PyObject *obj, const char *what);
+
+#endif /* KBENCH_H */

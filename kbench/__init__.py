@@ -1,0 +1,2 @@
+"""kbench: trustworthy kernel microbenchmarks."""
+from . import _core
