@@ -1,3 +1,196 @@
-/* coldcache.c -- PLACEHOLDER until written */
+/* coldcache.c -- CPU cache sizes and the CPU flush buffer.
+ *
+ * The flush writes one byte into every cache line of a buffer of at least twice the
+ * last-level cache, with ordinary stores: glibc's memset switches to non-temporal stores on
+ * large sizes, and those bypass the cache, so they would not evict anything.
+ */
 #include "kbench.h"
-int kb_coldcache_module_init(PyObject *m) { (void)m; return 0; }
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#define KB_LINE 64
+
+/* Parse sysfs sizes like "48K", "2048K", "300M". 0 when unparseable. */
+static size_t parse_size(const char *s)
+{
+    char *end = NULL;
+    unsigned long long v = strtoull(s, &end, 10);
+    if (end == s)
+        return 0;
+    switch (*end) {
+    case 'K': case 'k': v <<= 10; break;
+    case 'M': case 'm': v <<= 20; break;
+    case 'G': case 'g': v <<= 30; break;
+    default: break;
+    }
+    return (size_t)v;
+}
+
+static int read_line(const char *path, char *buf, size_t n)
+{
+    FILE *f = fopen(path, "r");
+    if (f == NULL)
+        return -1;
+    char *ok = fgets(buf, (int)n, f);
+    fclose(f);
+    if (ok == NULL)
+        return -1;
+    buf[strcspn(buf, "\n")] = '\0';
+    return 0;
+}
+
+typedef struct {
+    int level;
+    char type[32];
+    size_t bytes;
+} cache_level;
+
+/* Caches of cpu0 from sysfs; returns how many were found (at most cap). */
+static int sysfs_caches(cache_level *out, int cap)
+{
+    int n = 0;
+    for (int i = 0; i < 16 && n < cap; i++) {
+        char path[128], buf[64];
+        snprintf(path, sizeof path, "/sys/devices/system/cpu/cpu0/cache/index%d/level", i);
+        if (read_line(path, buf, sizeof buf) < 0)
+            break;
+        out[n].level = atoi(buf);
+        snprintf(path, sizeof path, "/sys/devices/system/cpu/cpu0/cache/index%d/type", i);
+        if (read_line(path, out[n].type, sizeof out[n].type) < 0)
+            strcpy(out[n].type, "Unknown");
+        snprintf(path, sizeof path, "/sys/devices/system/cpu/cpu0/cache/index%d/size", i);
+        out[n].bytes = read_line(path, buf, sizeof buf) < 0 ? 0 : parse_size(buf);
+        n++;
+    }
+    return n;
+}
+
+size_t kb_cpu_llc_bytes(void)
+{
+    const char *env = getenv("KBENCH_LLC_BYTES");
+    if (env != NULL && *env) {
+        size_t v = parse_size(env);
+        if (v > 0)
+            return v;
+    }
+    cache_level lv[16];
+    int n = sysfs_caches(lv, 16), best_level = 0;
+    size_t best = 0;
+    for (int i = 0; i < n; i++) {
+        if (strcmp(lv[i].type, "Instruction") == 0)
+            continue;
+        if (lv[i].level > best_level || (lv[i].level == best_level && lv[i].bytes > best)) {
+            best_level = lv[i].level;
+            best = lv[i].bytes;
+        }
+    }
+    if (best > 0)
+        return best;
+#ifdef _SC_LEVEL3_CACHE_SIZE
+    long l3 = sysconf(_SC_LEVEL3_CACHE_SIZE);
+    if (l3 > 0)
+        return (size_t)l3;
+#endif
+#ifdef _SC_LEVEL2_CACHE_SIZE
+    long l2 = sysconf(_SC_LEVEL2_CACHE_SIZE);
+    if (l2 > 0)
+        return (size_t)l2;
+#endif
+    return 0;
+}
+
+int kb_cpu_flusher_init(kb_cpu_flusher *f, size_t bytes)
+{
+    f->buf = NULL;
+    f->bytes = 0;
+    f->seed = 1;
+    if (bytes == 0) {
+        PyErr_SetString(PyExc_ValueError, "flush buffer size must be positive "
+                                          "(the last-level cache size is unknown: set "
+                                          "KBENCH_LLC_BYTES or pass flush_bytes)");
+        return -1;
+    }
+    bytes = (bytes + KB_LINE - 1) / KB_LINE * KB_LINE;
+    void *p = NULL;
+    if (posix_memalign(&p, 4096, bytes) != 0 || p == NULL) {
+        PyErr_Format(PyExc_MemoryError, "cannot allocate the %zu-byte CPU cache flush buffer",
+                     bytes);
+        return -1;
+    }
+    f->buf = p;
+    f->bytes = bytes;
+    return 0;
+}
+
+void kb_cpu_flush(kb_cpu_flusher *f)
+{
+    unsigned char *b = f->buf;
+    unsigned char s = ++f->seed;
+    for (size_t i = 0; i < f->bytes; i += KB_LINE)
+        b[i] = s;
+    /* The buffer is never read; the barrier keeps the stores from being dropped. */
+    __asm__ __volatile__("" ::: "memory");
+}
+
+void kb_cpu_flusher_fini(kb_cpu_flusher *f)
+{
+    free(f->buf);
+    f->buf = NULL;
+    f->bytes = 0;
+}
+
+/* cpu_cache_info() -> {"levels": [{"level", "type", "bytes"}...], "llc_bytes", "source"} */
+static PyObject *cpu_cache_info(PyObject *self, PyObject *unused)
+{
+    cache_level lv[16];
+    int n = sysfs_caches(lv, 16);
+    PyObject *levels = PyList_New(0), *out = NULL;
+    if (levels == NULL)
+        return NULL;
+    for (int i = 0; i < n; i++) {
+        PyObject *d = Py_BuildValue("{s:i,s:s,s:n}", "level", lv[i].level, "type", lv[i].type,
+                                    "bytes", (Py_ssize_t)lv[i].bytes);
+        if (d == NULL || PyList_Append(levels, d) < 0) {
+            Py_XDECREF(d);
+            goto error;
+        }
+        Py_DECREF(d);
+    }
+    const char *env = getenv("KBENCH_LLC_BYTES");
+    out = Py_BuildValue("{s:O,s:n,s:s}", "levels", levels, "llc_bytes",
+                        (Py_ssize_t)kb_cpu_llc_bytes(), "source",
+                        (env && *env) ? "KBENCH_LLC_BYTES" : (n ? "sysfs" : "sysconf"));
+error:
+    Py_DECREF(levels);
+    return out;
+}
+
+/* cpu_flush(bytes) -> None: one flush pass, for tests and for callers that flush themselves. */
+static PyObject *cpu_flush(PyObject *self, PyObject *arg)
+{
+    Py_ssize_t bytes = PyLong_AsSsize_t(arg);
+    if (bytes == -1 && PyErr_Occurred())
+        return NULL;
+    if (bytes <= 0)
+        return PyErr_Format(PyExc_ValueError, "bytes must be positive, got %zd", bytes);
+    kb_cpu_flusher f;
+    if (kb_cpu_flusher_init(&f, (size_t)bytes) < 0)
+        return NULL;
+    Py_BEGIN_ALLOW_THREADS
+    kb_cpu_flush(&f);
+    Py_END_ALLOW_THREADS
+    kb_cpu_flusher_fini(&f);
+    Py_RETURN_NONE;
+}
+
+static PyMethodDef coldcache_methods[] = {
+    {"cpu_cache_info", cpu_cache_info, METH_NOARGS,
+     "cpu_cache_info() -> dict: CPU cache levels from sysfs and the last-level cache size."},
+    {"cpu_flush", cpu_flush, METH_O, "cpu_flush(bytes): write every cache line of a buffer."},
+    {NULL, NULL, 0, NULL},
+};
+
+int kb_coldcache_module_init(PyObject *m) { return PyModule_AddFunctions(m, coldcache_methods); }

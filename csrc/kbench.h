@@ -158,9 +158,10 @@ typedef struct {
     double achieved;            /* the criterion's last value */
 } kb_loop_result;
 
-/* Fill cfg with defaults, then override from the keyword dict kw (may be NULL). Unknown keys
- * are left alone (the caller consumes its own); bad values raise ValueError/TypeError naming
- * the key. */
+/* Fill cfg with defaults, then override from the dict kw (may be NULL), DELETING every key it
+ * consumes, so a caller can reject what is left as unexpected. Keys: warmup_s, warmup_min,
+ * min_samples, max_samples, max_time_s, target, ci_level, criterion, batch_max. Bad values raise
+ * ValueError/TypeError naming the key. */
 int kb_loop_config_parse(PyObject *kw, kb_loop_config *cfg);
 int kb_loop_run(kb_backend *b, const kb_loop_config *cfg, kb_loop_result *res);
 void kb_loop_result_free(kb_loop_result *res);
@@ -185,6 +186,10 @@ void kb_cpu_flush(kb_cpu_flusher *f);                        /* GIL-free */
 void kb_cpu_flusher_fini(kb_cpu_flusher *f);
 
 /* ------------------------------------------------------------------ helpers */
+
+/* Add a note (PEP 678) to the exception being raised; keeps the exception as it was if that
+ * fails. Defined in module.c. */
+void kb_add_exception_note(const char *fmt, ...);
 
 /* Read a float64 sequence (any object numpy can make a 1-D float64 array of) into a fresh
  * C-contiguous ndarray. New reference or NULL. Declared here, defined in stats.c. */

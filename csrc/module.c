@@ -6,9 +6,31 @@
 #define KB_NUMPY_IMPORT
 #include "kbench.h"
 #include "kb_numpy.h"
+
+#include <stdarg.h>
 #ifdef KB_HAVE_CUDA
 #include <cuda.h>
 #endif
+
+void kb_add_exception_note(const char *fmt, ...)
+{
+    PyObject *type, *value, *tb;
+    PyErr_Fetch(&type, &value, &tb);
+    PyErr_NormalizeException(&type, &value, &tb);
+    if (value != NULL) {
+        va_list ap;
+        va_start(ap, fmt);
+        PyObject *note = PyUnicode_FromFormatV(fmt, ap);
+        va_end(ap);
+        if (note != NULL && PyObject_HasAttrString(value, "add_note")) {
+            PyObject *r = PyObject_CallMethod(value, "add_note", "O", note);
+            Py_XDECREF(r);
+        }
+        Py_XDECREF(note);
+        PyErr_Clear();
+    }
+    PyErr_Restore(type, value, tb);
+}
 
 static PyObject *new_error(PyObject *m, const char *name, PyObject *bases, const char *doc)
 {

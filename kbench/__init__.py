@@ -1,2 +1,49 @@
-"""kbench: trustworthy kernel microbenchmarks."""
+"""kbench: trustworthy kernel microbenchmarks.
+
+    import kbench
+    r = kbench.bench(fn, *args, flops=..., bytes=...)   # correctness first, cold cache, stop rule
+    kbench.compare(out, ref)                            # max abs/rel error, rel L2, cosine, worst element
+
+Import is cheap and never touches a GPU: the CUDA backend, torch and CuPy adapters are loaded
+on first use.
+"""
+from __future__ import annotations
+
+from typing import Any
+
 from . import _core
+from ._core import (CaptureError, CudaError, CuptiBusy, CuptiError, KbenchError,
+                    LibraryNotFound, NvmlError, NvrtcError)
+from .bench import bench
+from .result import Result
+
+__version__ = "0.1.0"
+
+__all__ = ["bench", "compare", "assert_close", "Result", "Comparison", "ab", "sweep",
+           "KbenchError", "LibraryNotFound", "CudaError", "CaptureError", "CuptiError",
+           "CuptiBusy", "NvmlError", "NvrtcError", "__version__"]
+
+# Loaded on first attribute access, to keep `import kbench` light.
+_LAZY = {
+    "compare": ("kbench.compare", "compare"),
+    "assert_close": ("kbench.compare", "assert_close"),
+    "Comparison": ("kbench.compare", "Comparison"),
+    "ab": ("kbench.ab", "ab"),
+    "sweep": ("kbench.sweep", "sweep"),
+    "testing": ("kbench.testing", None),
+}
+
+
+def __getattr__(name: str) -> Any:
+    target = _LAZY.get(name)
+    if target is None:
+        raise AttributeError(f"module 'kbench' has no attribute {name!r}")
+    import importlib
+    mod = importlib.import_module(target[0])
+    value = mod if target[1] is None else getattr(mod, target[1])
+    globals()[name] = value
+    return value
+
+
+def __dir__() -> list:
+    return sorted(set(globals()) | set(_LAZY))

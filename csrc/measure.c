@@ -1,0 +1,249 @@
+/* measure.c -- the backend-independent timing loop.
+ *
+ * Warm up by time, then ask the backend for batches of samples, growing the batch while the
+ * stopping rule is not met, until the rule is satisfied or a cap is reached. Backends (host,
+ * CUDA events, CUPTI, graph replay) only time batches; everything about when to stop lives here,
+ * so every backend stops by the same rules and reports the same way.
+ */
+#include "kbench.h"
+#include "kb_numpy.h"
+
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+
+static int pop_double(PyObject *kw, const char *key, double *out, double lo, int lo_open)
+{
+    if (kw == NULL)
+        return 0;
+    PyObject *v = PyDict_GetItemString(kw, key); /* borrowed */
+    if (v == NULL)
+        return 0;
+    double d = PyFloat_AsDouble(v);
+    if (d == -1.0 && PyErr_Occurred()) {
+        PyErr_Format(PyExc_TypeError, "%s must be a number, got %.100s", key, Py_TYPE(v)->tp_name);
+        return -1;
+    }
+    if (isnan(d) || (lo_open ? d <= lo : d < lo)) {
+        PyErr_Format(PyExc_ValueError, "%s must be %s %g, got %R", key, lo_open ? ">" : ">=", lo,
+                     v);
+        return -1;
+    }
+    *out = d;
+    return PyDict_DelItemString(kw, key);
+}
+
+static int pop_count(PyObject *kw, const char *key, Py_ssize_t *out, Py_ssize_t lo)
+{
+    if (kw == NULL)
+        return 0;
+    PyObject *v = PyDict_GetItemString(kw, key);
+    if (v == NULL)
+        return 0;
+    if (!PyLong_Check(v)) {
+        PyErr_Format(PyExc_TypeError, "%s must be an int, got %.100s", key, Py_TYPE(v)->tp_name);
+        return -1;
+    }
+    Py_ssize_t n = PyLong_AsSsize_t(v);
+    if (n == -1 && PyErr_Occurred())
+        return -1;
+    if (n < lo) {
+        PyErr_Format(PyExc_ValueError, "%s must be >= %zd, got %zd", key, lo, n);
+        return -1;
+    }
+    *out = n;
+    return PyDict_DelItemString(kw, key);
+}
+
+int kb_loop_config_parse(PyObject *kw, kb_loop_config *cfg)
+{
+    cfg->warmup_s = 1.0;
+    cfg->warmup_min = 1;
+    cfg->min_samples = 10;
+    cfg->max_samples = 100000;
+    cfg->max_time_s = 10.0;
+    cfg->target = 0.005;
+    cfg->ci_level = 0.95;
+    strcpy(cfg->criterion, "ci");
+    cfg->batch_max = 1 << 20;
+
+    if (pop_double(kw, "warmup_s", &cfg->warmup_s, 0.0, 0) < 0 ||
+        pop_count(kw, "warmup_min", &cfg->warmup_min, 0) < 0 ||
+        pop_count(kw, "min_samples", &cfg->min_samples, 1) < 0 ||
+        pop_count(kw, "max_samples", &cfg->max_samples, 1) < 0 ||
+        pop_double(kw, "max_time_s", &cfg->max_time_s, 0.0, 1) < 0 ||
+        pop_double(kw, "target", &cfg->target, 0.0, 1) < 0 ||
+        pop_double(kw, "ci_level", &cfg->ci_level, 0.0, 1) < 0 ||
+        pop_count(kw, "batch_max", &cfg->batch_max, 1) < 0)
+        return -1;
+    if (cfg->ci_level >= 1.0) {
+        PyErr_Format(PyExc_ValueError, "ci_level must be in (0, 1), got %g", cfg->ci_level);
+        return -1;
+    }
+    if (cfg->min_samples > cfg->max_samples) {
+        PyErr_Format(PyExc_ValueError, "min_samples (%zd) must not exceed max_samples (%zd)",
+                     cfg->min_samples, cfg->max_samples);
+        return -1;
+    }
+    if (kw != NULL) {
+        PyObject *v = PyDict_GetItemString(kw, "criterion");
+        if (v != NULL) {
+            const char *s = PyUnicode_Check(v) ? PyUnicode_AsUTF8(v) : NULL;
+            if (s == NULL) {
+                if (!PyErr_Occurred())
+                    PyErr_Format(PyExc_TypeError, "criterion must be a str, got %.100s",
+                                 Py_TYPE(v)->tp_name);
+                return -1;
+            }
+            if (strlen(s) >= sizeof cfg->criterion) {
+                PyErr_Format(PyExc_ValueError, "unknown criterion %R", v);
+                return -1;
+            }
+            strcpy(cfg->criterion, s);
+            if (PyDict_DelItemString(kw, "criterion") < 0)
+                return -1;
+        }
+    }
+    /* Validate the rule's name now, before any work is done. */
+    kb_criterion probe;
+    if (kb_criterion_init(&probe, cfg->criterion, cfg->target, cfg->ci_level) < 0)
+        return -1;
+    kb_criterion_fini(&probe);
+    return 0;
+}
+
+static int reserve(kb_loop_result *res, Py_ssize_t need)
+{
+    if (need <= res->cap)
+        return 0;
+    Py_ssize_t cap = res->cap ? res->cap : 64;
+    while (cap < need)
+        cap *= 2;
+    double *p = realloc(res->samples, (size_t)cap * sizeof(double));
+    if (p == NULL) {
+        PyErr_NoMemory();
+        return -1;
+    }
+    res->samples = p;
+    res->cap = cap;
+    return 0;
+}
+
+int kb_loop_run(kb_backend *b, const kb_loop_config *cfg, kb_loop_result *res)
+{
+    kb_criterion crit;
+    double *scratch = NULL;
+    memset(res, 0, sizeof *res);
+    if (kb_criterion_init(&crit, cfg->criterion, cfg->target, cfg->ci_level) < 0)
+        return -1;
+
+    /* Warm-up: batches grow 1, 2, 4, ... so a slow callable is not overrun and a fast one does
+     * not pay a clock read per call; samples are discarded. */
+    Py_ssize_t batch = 1;
+    double t_start = kb_now_s();
+    Py_ssize_t scratch_cap = 0;
+    while (res->warmup_iters < cfg->warmup_min || kb_now_s() - t_start < cfg->warmup_s) {
+        if (batch > scratch_cap) {
+            double *p = realloc(scratch, (size_t)batch * sizeof(double));
+            if (p == NULL) {
+                PyErr_NoMemory();
+                goto error;
+            }
+            scratch = p;
+            scratch_cap = batch;
+        }
+        if (b->run_batch(b, batch, scratch, 1) < 0)
+            goto error;
+        res->warmup_iters += batch;
+        if (cfg->warmup_s <= 0 && res->warmup_iters >= cfg->warmup_min)
+            break;
+        if (batch < cfg->batch_max && batch < 4096)
+            batch *= 2;
+        if (batch > cfg->batch_max)
+            batch = cfg->batch_max;
+    }
+    res->warmup_s = kb_now_s() - t_start;
+
+    /* Sampling. The rule is checked when the count has grown by ~1/16 since the last check,
+     * so its O(n log n) cost stays a small fraction of the loop. */
+    batch = 1;
+    Py_ssize_t next_check = cfg->min_samples;
+    double t0 = kb_now_s();
+    res->stop = KB_STOP_RUNNING;
+    while (res->stop == KB_STOP_RUNNING) {
+        Py_ssize_t k = batch;
+        if (k > cfg->max_samples - res->n)
+            k = cfg->max_samples - res->n;
+        if (res->n < cfg->min_samples && k > cfg->min_samples - res->n && res->n > 0)
+            k = cfg->min_samples - res->n;
+        if (reserve(res, res->n + k) < 0)
+            goto error;
+        if (b->run_batch(b, k, res->samples + res->n, 0) < 0)
+            goto error;
+        res->n += k;
+        double elapsed = kb_now_s() - t0;
+
+        if (res->n >= cfg->min_samples && res->n >= next_check) {
+            int fin = crit.is_finished(&crit, res->samples, res->n);
+            if (fin < 0) {
+                PyErr_NoMemory();
+                goto error;
+            }
+            res->achieved = crit.achieved;
+            if (fin) {
+                res->stop = KB_STOP_PRECISION;
+                break;
+            }
+            next_check = res->n + (res->n / 16 > 0 ? res->n / 16 : 1);
+        }
+        if (res->n >= cfg->max_samples)
+            res->stop = KB_STOP_ITER_CAP;
+        else if (elapsed >= cfg->max_time_s && res->n >= cfg->min_samples)
+            res->stop = KB_STOP_TIME_CAP;
+        /* Grow the batch while a batch takes under ~1% of the time budget. */
+        if (batch < cfg->batch_max && elapsed < cfg->max_time_s * 0.01 * (double)res->n / batch)
+            batch *= 2;
+        if (batch > cfg->batch_max)
+            batch = cfg->batch_max;
+    }
+    if (res->stop != KB_STOP_PRECISION && res->n >= 1) {
+        /* Report the precision reached even when a cap stopped the loop. */
+        if (crit.is_finished(&crit, res->samples, res->n) >= 0)
+            res->achieved = crit.achieved;
+    }
+    res->sampling_s = kb_now_s() - t0;
+    free(scratch);
+    kb_criterion_fini(&crit);
+    return 0;
+
+error:
+    free(scratch);
+    kb_criterion_fini(&crit);
+    kb_loop_result_free(res);
+    return -1;
+}
+
+void kb_loop_result_free(kb_loop_result *res)
+{
+    free(res->samples);
+    res->samples = NULL;
+    res->n = res->cap = 0;
+}
+
+PyObject *kb_loop_result_to_dict(const kb_loop_result *res, const kb_loop_config *cfg)
+{
+    npy_intp dims[1] = {res->n};
+    PyObject *arr = PyArray_SimpleNew(1, dims, NPY_FLOAT64);
+    if (arr == NULL)
+        return NULL;
+    if (res->n)
+        memcpy(PyArray_DATA((PyArrayObject *)arr), res->samples, (size_t)res->n * sizeof(double));
+    PyObject *out = Py_BuildValue(
+        "{s:N,s:s,s:n,s:d,s:d,s:s,s:d,s:d,s:d,s:n,s:n,s:d}", "samples", arr, "stop",
+        kb_stop_name(res->stop), "warmup_iters", res->warmup_iters, "warmup_s", res->warmup_s,
+        "sampling_s", res->sampling_s, "criterion", cfg->criterion, "target", cfg->target,
+        "achieved", res->achieved, "ci_level", cfg->ci_level, "min_samples", cfg->min_samples,
+        "max_samples", cfg->max_samples, "max_time_s", cfg->max_time_s);
+    return out;
+}

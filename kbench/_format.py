@@ -1,0 +1,74 @@
+"""Units and small text/HTML table helpers shared by the reports."""
+from __future__ import annotations
+
+import html
+import math
+from typing import Optional, Sequence
+
+
+def fmt_time(seconds: Optional[float]) -> str:
+    """A duration with the unit that keeps 3-4 significant digits readable."""
+    if seconds is None or (isinstance(seconds, float) and math.isnan(seconds)):
+        return "-"
+    s = abs(seconds)
+    if s == 0:
+        return "0 s"
+    if s < 1e-6:
+        return f"{seconds * 1e9:.1f} ns"
+    if s < 1e-3:
+        return f"{seconds * 1e6:.3f} us"
+    if s < 1:
+        return f"{seconds * 1e3:.4f} ms"
+    return f"{seconds:.4f} s"
+
+
+def fmt_bytes(n: Optional[float]) -> str:
+    if n is None:
+        return "-"
+    for unit, scale in (("GB", 1e9), ("MB", 1e6), ("kB", 1e3)):
+        if abs(n) >= scale:
+            return f"{n / scale:.1f} {unit}"
+    return f"{n:.0f} B"
+
+
+def fmt_rate(value: Optional[float], unit: str) -> str:
+    """value in base units per second (FLOP/s or B/s) -> 'x.xx GFLOP/s' / 'TB/s'."""
+    if value is None or math.isnan(value):
+        return "-"
+    for prefix, scale in (("T", 1e12), ("G", 1e9), ("M", 1e6), ("k", 1e3)):
+        if abs(value) >= scale:
+            return f"{value / scale:.3g} {prefix}{unit}/s"
+    return f"{value:.3g} {unit}/s"
+
+
+def fmt_pct(x: Optional[float]) -> str:
+    return "-" if x is None or math.isnan(x) else f"{100 * x:.1f}%"
+
+
+def text_table(headers: Sequence[str], rows: Sequence[Sequence[object]]) -> str:
+    cells = [[str(h) for h in headers]] + [[str(c) for c in r] for r in rows]
+    widths = [max(len(r[i]) for r in cells) for i in range(len(headers))]
+    lines = []
+    for k, r in enumerate(cells):
+        lines.append("  ".join(c.rjust(w) if k and _numeric(c) else c.ljust(w)
+                               for c, w in zip(r, widths)).rstrip())
+        if k == 0:
+            lines.append("  ".join("-" * w for w in widths))
+    return "\n".join(lines)
+
+
+def _numeric(cell: str) -> bool:
+    return bool(cell) and (cell[0].isdigit() or cell[0] in "+-.")
+
+
+def html_table(headers: Sequence[str], rows: Sequence[Sequence[object]],
+               caption: Optional[str] = None) -> str:
+    out = ['<table class="kbench">']
+    if caption:
+        out.append(f"<caption>{html.escape(caption)}</caption>")
+    out.append("<thead><tr>" + "".join(f"<th>{html.escape(str(h))}</th>" for h in headers)
+               + "</tr></thead><tbody>")
+    for r in rows:
+        out.append("<tr>" + "".join(f"<td>{html.escape(str(c))}</td>" for c in r) + "</tr>")
+    out.append("</tbody></table>")
+    return "".join(out)

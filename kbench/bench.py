@@ -1,0 +1,252 @@
+"""kbench.bench: check correctness, then time a callable with the C core's loop."""
+from __future__ import annotations
+
+import math
+import sys
+from typing import Any, Callable, Dict, List, Optional, Sequence, Tuple
+
+import numpy as np
+
+from . import _core
+from .coldcache import footprint, make_rotation_sets, normalize_arg_sets
+from .result import Result
+
+_LOOP_KEYS = ("warmup_s", "min_samples", "max_samples", "max_time_s", "target", "ci_level",
+              "criterion")
+_host_timer_cache: Optional[Dict[str, Any]] = None
+
+
+def bench(fn: Callable[..., Any], *args: Any,
+          flops: Optional[float] = None,
+          bytes: Optional[float] = None,
+          cold_cache: Optional[str] = "flush",
+          device: str = "auto",
+          mode: Optional[str] = None,
+          kwargs: Optional[Dict[str, Any]] = None,
+          arg_sets: Any = None,
+          rotate_sets: int = 0,
+          flush_bytes: Optional[int] = None,
+          check: Any = None,
+          rtol: Optional[float] = None,
+          atol: Optional[float] = None,
+          name: Optional[str] = None,
+          warmup_s: float = 1.0,
+          min_samples: int = 10,
+          max_samples: int = 100_000,
+          max_time_s: float = 10.0,
+          target: float = 0.005,
+          ci_level: float = 0.95,
+          criterion: str = "ci",
+          **backend_options: Any) -> Result:
+    """Benchmark ``fn(*args, **kwargs)``; see the README for every option.
+
+    flops/bytes: the operation's theoretical FLOPs and bytes per call (each input read once,
+    each output written once), for GFLOP/s and GB/s. cold_cache: "flush" (write 2x the
+    last-level cache before each sample, outside the timed region), "rotate" (cycle through
+    argument sets whose footprint exceeds the cache) or None (hot). check: a reference output,
+    or a callable computing it from the same arguments; the output must match it (rtol/atol,
+    defaults per dtype) before anything is timed.
+    """
+    if not callable(fn):
+        raise TypeError(f"kbench.bench: fn must be callable, got {type(fn).__name__} "
+                        f"({fn!r:.60})")
+    if cold_cache not in ("flush", "rotate", None, "none"):
+        raise ValueError(f"kbench.bench: cold_cache must be 'flush', 'rotate' or None, "
+                         f"got {cold_cache!r}")
+    if cold_cache == "none":
+        cold_cache = None
+    for label, value in (("flops", flops), ("bytes", bytes)):
+        if value is not None and (not isinstance(value, (int, float)) or value < 0
+                                  or not math.isfinite(value)):
+            raise ValueError(f"kbench.bench: {label} must be a non-negative number of "
+                             f"{label} per call, got {value!r}")
+    kwargs = dict(kwargs or {})
+    sets = normalize_arg_sets(arg_sets, rotate_sets) if arg_sets is not None else [tuple(args)]
+    if arg_sets is not None and args:
+        raise TypeError("kbench.bench: pass either positional args or arg_sets=, not both")
+    name = name or _name_of(fn)
+    dev = _resolve_device(device, sets[0], kwargs)
+    loop = dict(warmup_s=warmup_s, min_samples=min_samples, max_samples=max_samples,
+                max_time_s=max_time_s, target=target, ci_level=ci_level, criterion=criterion)
+
+    correctness = None
+    if check is not None:
+        correctness = _check_before_timing(fn, sets[0], kwargs, check, rtol, atol, name)
+
+    if dev == "cpu":
+        if backend_options:
+            raise TypeError(f"kbench.bench: unexpected options for the CPU backend: "
+                            f"{sorted(backend_options)}")
+        if mode not in (None, "host"):
+            raise ValueError(f"kbench.bench: mode {mode!r} needs a CUDA device; the CPU "
+                             f"backend times with the host clock (mode='host')")
+        raw, cold, extra = _run_host(fn, sets, kwargs, cold_cache, flush_bytes, loop)
+        device_name, backend, peaks = "cpu", "host", _cpu_peaks()
+    else:
+        from . import cuda as _cuda          # imported only when a GPU is asked for
+        raw, cold, extra, device_name, peaks = _cuda.run(
+            fn, sets, kwargs, cold_cache=cold_cache, flush_bytes=flush_bytes, mode=mode,
+            device=dev, loop=loop, check=check, rtol=rtol, atol=atol, **backend_options)
+        backend = raw["backend"]
+
+    samples = np.asarray(raw["samples"], dtype=np.float64)
+    stats = _core.summarize(samples, ci_level)
+    stop = {k: raw[k] for k in ("stop", "criterion", "target", "achieved", "warmup_iters",
+                                "warmup_s", "sampling_s", "min_samples", "max_samples",
+                                "max_time_s") if k in raw}
+    result = Result(name=name, device=device_name, backend=backend, samples=samples,
+                    stats=stats, stop=stop, cold_cache=cold, flops=flops, bytes=bytes,
+                    correctness=correctness, extra=extra)
+    result.throughput = throughput(stats["median"], flops, bytes, peaks)
+    result.warnings.extend(_warnings(result))
+    result.warnings.extend(extra.pop("warnings", []))
+    result.metadata = _metadata(device_name, result, extra)
+    return result
+
+
+def _name_of(fn: Any) -> str:
+    mod = getattr(fn, "__module__", None) or ""
+    qual = getattr(fn, "__qualname__", None) or getattr(fn, "__name__", None)
+    if qual is None:
+        return type(fn).__name__
+    return f"{mod}.{qual}" if mod and mod not in ("__main__", "builtins") else qual
+
+
+def _is_gpu_object(x: Any) -> bool:
+    dev = getattr(x, "device", None)
+    if dev is not None and getattr(dev, "type", None) == "cuda":        # torch
+        return True
+    return type(x).__module__.startswith("cupy")
+
+
+def _resolve_device(device: str, args: Tuple[Any, ...], kwargs: Dict[str, Any]) -> str:
+    """'auto': CUDA when an argument lives on a GPU, else the CPU."""
+    if device in ("cpu", "host"):
+        return "cpu"
+    if isinstance(device, str) and (device == "cuda" or device.startswith("cuda:")):
+        return device
+    if device != "auto":
+        raise ValueError(f"kbench.bench: device must be 'auto', 'cpu' or 'cuda[:N]', "
+                         f"got {device!r}")
+    for a in list(args) + list(kwargs.values()):
+        if _is_gpu_object(a):
+            idx = getattr(getattr(a, "device", None), "index", None)
+            return f"cuda:{idx}" if isinstance(idx, int) else "cuda"
+    return "cpu"
+
+
+def _poison(kwargs: Dict[str, Any]) -> None:
+    """Fill a float `out=` array with NaN so an output the callable never wrote cannot pass."""
+    out = kwargs.get("out")
+    if isinstance(out, np.ndarray) and out.dtype.kind == "f" and out.flags.writeable:
+        out.fill(np.nan)
+
+
+def _check_before_timing(fn, args, kwargs, check, rtol, atol, name) -> Dict[str, Any]:
+    from .compare import compare
+    _poison(kwargs)
+    out = fn(*args, **kwargs)
+    if out is None and "out" in kwargs:
+        out = kwargs["out"]
+    ref = check(*args) if callable(check) else check
+    cmp = compare(out, ref, rtol=rtol, atol=atol)
+    if not cmp.ok:
+        raise AssertionError(f"kbench.bench({name}): output does not match the reference; "
+                             f"nothing was timed.\n{cmp.report()}")
+    return cmp.to_dict()
+
+
+def _run_host(fn, sets, kwargs, cold_cache, flush_bytes, loop):
+    llc = int(_core.cpu_cache_info()["llc_bytes"])
+    if cold_cache == "rotate" and len(sets) == 1:
+        sets = make_rotation_sets(sets[0], llc, margin=2.0)
+    raw = _core.measure_host(fn, tuple(sets), kwargs or None, cold=cold_cache,
+                             flush_bytes=int(flush_bytes or 0), **loop)
+    cold = dict(raw["cold"])
+    cold["cache_bytes"] = llc
+    cold["cache"] = "CPU last-level cache"
+    if cold_cache == "rotate":
+        cold["footprint_bytes"] = sum(footprint(s) for s in sets)
+        cold["set_bytes"] = footprint(sets[0])
+    return raw, cold, {}
+
+
+def _cpu_peaks() -> Optional[Dict[str, float]]:
+    try:
+        from .peaks import load_cached_peaks
+        return load_cached_peaks("cpu")
+    except Exception:          # no cache yet, or unreadable: throughput without % of peak
+        return None
+
+
+def throughput(median_s: float, flops: Optional[float], nbytes: Optional[float],
+               peaks: Optional[Dict[str, float]]) -> Dict[str, Any]:
+    """FLOP/s and B/s from the theoretical counts; % of measured peak; roofline bound."""
+    tp: Dict[str, Any] = {}
+    if median_s <= 0:
+        return tp
+    peak_bw = (peaks or {}).get("bytes_per_s")
+    peak_fl = (peaks or {}).get("flops_per_s")
+    if nbytes:
+        tp["bytes_per_s"] = nbytes / median_s
+        if peak_bw:
+            tp["peak_bytes_per_s"] = peak_bw
+            tp["bandwidth_pct_peak"] = tp["bytes_per_s"] / peak_bw
+    if flops:
+        tp["flops_per_s"] = flops / median_s
+        if peak_fl:
+            tp["peak_flops_per_s"] = peak_fl
+            tp["compute_pct_peak"] = tp["flops_per_s"] / peak_fl
+    if flops and nbytes and peak_bw and peak_fl:
+        intensity, ridge = flops / nbytes, peak_fl / peak_bw
+        tp["intensity_flop_per_byte"] = intensity
+        tp["ridge_flop_per_byte"] = ridge
+        tp["bound_by"] = "memory" if intensity < ridge else "compute"
+        tp["bound_reason"] = (f"intensity {intensity:.3g} FLOP/B "
+                              f"{'<' if intensity < ridge else '>='} ridge {ridge:.3g} FLOP/B")
+    elif nbytes and not flops:
+        tp["bound_by"] = "memory"
+        tp["bound_reason"] = "only bytes given"
+    elif flops and not nbytes:
+        tp["bound_by"] = "compute"
+        tp["bound_reason"] = "only flops given"
+    if peaks and peaks.get("source"):
+        tp["peaks_source"] = peaks["source"]
+    return tp
+
+
+def _warnings(r: Result) -> List[str]:
+    out = []
+    st = r.stop
+    if st.get("stop") != "precision":
+        ach = st.get("achieved")
+        ach_s = f"{100 * ach:.2f}%" if isinstance(ach, float) and math.isfinite(ach) else "n/a"
+        out.append(f"stopped by {st.get('stop')} before the {st.get('criterion')} target "
+                   f"{100 * st.get('target', 0):.2f}% was met (achieved {ach_s}): the median is "
+                   f"less certain than asked")
+    tp, mode = r.throughput, r.cold_cache.get("mode")
+    pct = tp.get("bandwidth_pct_peak")
+    if pct is not None and pct > 1.0:
+        if mode in ("flush", "rotate"):
+            out.append(f"DEFECT: cold-cache bandwidth {pct * 100:.0f}% of the measured memory "
+                       f"ceiling: check the byte count, skipped work, or the cold-cache setup")
+        else:
+            out.append(f"hot cache: {pct * 100:.0f}% of the measured memory ceiling -- the data "
+                       f"is served from cache, not memory")
+    return out
+
+
+def _metadata(device_name: str, r: Result, extra: Dict[str, Any]) -> Dict[str, Any]:
+    global _host_timer_cache
+    try:
+        from .metadata import collect_host_metadata
+        md = collect_host_metadata()
+    except Exception as e:          # metadata must never lose a measurement
+        md = {"error": f"{type(e).__name__}: {e}"}
+    if _host_timer_cache is None:
+        _host_timer_cache = _core.host_timer_info()
+    md["host_timer"] = _host_timer_cache
+    md["kbench_core_cuda"] = bool(_core.HAVE_CUDA)
+    if "device" in extra:
+        md["gpu"] = extra.pop("device")
+    return md

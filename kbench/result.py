@@ -1,0 +1,177 @@
+"""Result: the samples of one benchmark, their statistics, throughput and metadata."""
+from __future__ import annotations
+
+import json
+import math
+from dataclasses import dataclass, field
+from typing import Any, Dict, List, Optional
+
+import numpy as np
+
+from ._format import fmt_bytes, fmt_pct, fmt_rate, fmt_time, html_table
+
+SCHEMA = "kbench.result/1"
+
+
+@dataclass
+class Result:
+    """One benchmark: per-call times in seconds and everything needed to trust and reproduce them.
+
+    ``samples`` are seconds per call. ``stats`` holds the summary of the samples (seconds).
+    ``throughput`` is computed from the caller's theoretical ``flops``/``bytes`` per call and the
+    median time; ``*_pct_peak`` compare it with the measured peaks of this machine when known.
+    """
+
+    name: str
+    device: str                      # "cpu" or "cuda:N"
+    backend: str                     # "host", "events", "cupti", "graph"
+    samples: np.ndarray
+    stats: Dict[str, Any]
+    stop: Dict[str, Any]
+    cold_cache: Dict[str, Any]
+    flops: Optional[float] = None
+    bytes: Optional[float] = None
+    throughput: Dict[str, Any] = field(default_factory=dict)
+    correctness: Optional[Dict[str, Any]] = None
+    metadata: Dict[str, Any] = field(default_factory=dict)
+    warnings: List[str] = field(default_factory=list)
+    extra: Dict[str, Any] = field(default_factory=dict)   # backend specifics (kernels, clocks, floor)
+
+    # -- the numbers people ask for first
+    @property
+    def median(self) -> float:
+        return float(self.stats["median"])
+
+    @property
+    def mean(self) -> float:
+        return float(self.stats["mean"])
+
+    @property
+    def min(self) -> float:
+        return float(self.stats["min"])
+
+    @property
+    def n(self) -> int:
+        return int(self.stats["n"])
+
+    # -- serialisation
+    def to_dict(self) -> Dict[str, Any]:
+        return {
+            "schema": SCHEMA,
+            "name": self.name,
+            "device": self.device,
+            "backend": self.backend,
+            "samples_s": [float(x) for x in np.asarray(self.samples, dtype=np.float64)],
+            "stats": _jsonable(self.stats),
+            "stop": _jsonable(self.stop),
+            "cold_cache": _jsonable(self.cold_cache),
+            "flops": self.flops,
+            "bytes": self.bytes,
+            "throughput": _jsonable(self.throughput),
+            "correctness": _jsonable(self.correctness),
+            "metadata": _jsonable(self.metadata),
+            "warnings": list(self.warnings),
+            "extra": _jsonable(self.extra),
+        }
+
+    def to_json(self, path: Optional[str] = None, indent: int = 1) -> str:
+        text = json.dumps(self.to_dict(), indent=indent, allow_nan=True)
+        if path is not None:
+            with open(path, "w") as f:
+                f.write(text)
+        return text
+
+    @classmethod
+    def from_dict(cls, d: Dict[str, Any]) -> "Result":
+        if d.get("schema") != SCHEMA:
+            raise ValueError(f"not a kbench result (schema {d.get('schema')!r}, "
+                             f"expected {SCHEMA!r})")
+        return cls(name=d["name"], device=d["device"], backend=d["backend"],
+                   samples=np.asarray(d["samples_s"], dtype=np.float64), stats=d["stats"],
+                   stop=d["stop"], cold_cache=d["cold_cache"], flops=d.get("flops"),
+                   bytes=d.get("bytes"), throughput=d.get("throughput") or {},
+                   correctness=d.get("correctness"), metadata=d.get("metadata") or {},
+                   warnings=list(d.get("warnings") or []), extra=d.get("extra") or {})
+
+    @classmethod
+    def from_json(cls, text: str) -> "Result":
+        return cls.from_dict(json.loads(text))
+
+    @classmethod
+    def load(cls, path: str) -> "Result":
+        with open(path) as f:
+            return cls.from_json(f.read())
+
+    # -- presentation
+    def _rows(self) -> List[List[str]]:
+        s, st, tp = self.stats, self.stop, self.throughput
+        ci = f"CI{round(100 * s.get('ci_level', 0.95))}"
+        rows = [["Wall", f"{fmt_time(s['median'])} median (n={s['n']}, {ci} "
+                         f"{fmt_time(s['ci_low'])} .. {fmt_time(s['ci_high'])}, "
+                         f"+-{fmt_pct(s.get('rel_ci_halfwidth'))})"],
+                ["Spread", f"min {fmt_time(s['min'])}, mean {fmt_time(s['mean'])}, "
+                           f"max {fmt_time(s['max'])}, CV {fmt_pct(s.get('cv'))}, "
+                           f"outliers {s.get('outliers_low', 0) + s.get('outliers_high', 0)}"]]
+        parts = []
+        if tp.get("bytes_per_s") is not None:
+            p = f" ({fmt_pct(tp['bandwidth_pct_peak'])} of measured " \
+                f"{fmt_rate(tp['peak_bytes_per_s'], 'B')})" if tp.get("bandwidth_pct_peak") else ""
+            parts.append(fmt_rate(tp["bytes_per_s"], "B") + p)
+        if tp.get("flops_per_s") is not None:
+            p = f" ({fmt_pct(tp['compute_pct_peak'])} of measured " \
+                f"{fmt_rate(tp['peak_flops_per_s'], 'FLOP')})" if tp.get("compute_pct_peak") else ""
+            parts.append(fmt_rate(tp["flops_per_s"], "FLOP") + p)
+        if parts:
+            rows.append(["Throughput", "; ".join(parts)])
+        if tp.get("bound_by"):
+            rows.append(["Bound by", f"{tp['bound_by']} ({tp.get('bound_reason', '')})"])
+        clocks = self.extra.get("clocks")
+        if clocks and clocks.get("summary"):
+            rows.append(["Clocks live", clocks["summary"]])
+        cc = self.cold_cache
+        mode = cc.get("mode", "none")
+        detail = {"flush": f"flush {fmt_bytes(cc.get('flush_bytes'))} before each sample",
+                  "rotate": f"rotate {cc.get('arg_sets')} argument sets, "
+                            f"{fmt_bytes(cc.get('footprint_bytes'))} in all",
+                  }.get(mode, "hot: no flush, no rotation")
+        rows.append(["Cold cache", f"{mode}: {detail} (cache {fmt_bytes(cc.get('cache_bytes'))})"])
+        ach = st.get("achieved")
+        ach_s = fmt_pct(ach) if isinstance(ach, (int, float)) and math.isfinite(ach) else "-"
+        rows.append(["Stop rule", f"{st.get('stop')}: {st.get('criterion')} {ach_s} vs target "
+                                  f"{fmt_pct(st.get('target'))} after {s['n']} samples "
+                                  f"in {st.get('sampling_s', 0):.2f} s; warm-up "
+                                  f"{st.get('warmup_iters')} iters / {st.get('warmup_s', 0):.2f} s"])
+        if self.correctness is not None:
+            c = self.correctness
+            rows.append(["Correctness", f"{'ok' if c.get('ok') else 'FAILED'}: max abs "
+                                        f"{c.get('max_abs_err', float('nan')):.3g}, rel L2 "
+                                        f"{c.get('rel_l2', float('nan')):.3g} "
+                                        f"(rtol {c.get('rtol')}, atol {c.get('atol')})"])
+        for w in self.warnings:
+            rows.append(["Warning", w])
+        return rows
+
+    def __repr__(self) -> str:
+        head = f"kbench {self.name}  [{self.device}, {self.backend} timer]"
+        rows = self._rows()
+        w = max(len(k) for k, _ in rows) + 1
+        return "\n".join([head] + [f"  {(k + ':').ljust(w)} {v}" for k, v in rows])
+
+    def _repr_html_(self) -> str:
+        return html_table(["", ""], self._rows(),
+                          caption=f"kbench {self.name} [{self.device}, {self.backend} timer]")
+
+
+def _jsonable(x: Any) -> Any:
+    """Numpy scalars/arrays and tuples to plain JSON types (NaN/inf kept as floats)."""
+    if x is None or isinstance(x, (str, bool, int, float)):
+        return x
+    if isinstance(x, dict):
+        return {str(k): _jsonable(v) for k, v in x.items()}
+    if isinstance(x, (list, tuple)):
+        return [_jsonable(v) for v in x]
+    if isinstance(x, np.ndarray):
+        return x.tolist()
+    if isinstance(x, np.generic):
+        return x.item()
+    return repr(x)
