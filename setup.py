@@ -17,7 +17,7 @@ import numpy
 from setuptools import Extension, setup
 
 ROOT = Path(__file__).parent
-CUDA_ONLY = {"loader_cuda.c", "loader_cupti.c", "loader_nvml.c", "loader_nvrtc.c",
+CUDA_ONLY = {"loader_common.c", "loader_cuda.c", "loader_cupti.c", "loader_nvml.c", "loader_nvrtc.c",
              "cuda_device.c", "measure_cuda.c", "cupti_trace.c", "graph.c",
              "coldcache_cuda.c", "nvml_sampler.c", "cuda_kernels.c"}
 
