@@ -140,6 +140,13 @@ def mode_floor(mode: str, ordinal: int, stream: int, gate: bool,
     if key not in _floor_cache:
         inner = "cupti" if (mode == "cupti" or (mode == "graph" and cupti_ok)) else "events"
         if mode == "graph":
+            keep = None
+            if stream == 0:              # the legacy stream cannot be captured: use a side one
+                torch = sys.modules.get("torch")
+                if torch is None:
+                    raise _core.KbenchError("graph floor needs a non-default stream")
+                keep = torch.cuda.Stream(device=ordinal)
+                stream = int(keep.cuda_stream)
             g = _core.graph_capture(_core.launch_empty, ((stream, ordinal),), None,
                                     stream=stream, device=ordinal, unroll=10)
             raw = _core.measure_cuda(g, ((),), None, stream=stream, device=ordinal, mode=inner,

@@ -15,10 +15,10 @@ echo "== info"
 $PY -m kbench info 2>&1 | tee "$OUT/info.txt"
 nvidia-smi --query-gpu=name,driver_version,clocks.sm,clocks.mem,power.draw,temperature.gpu,memory.used --format=csv 2>&1 | tee -a "$OUT/info.txt"
 echo "== peaks"
-timeout 120 $PY -m kbench peaks --seconds 2 2>&1 | tee "$OUT/peaks.txt"
+[ "$mode" = tests ] || timeout 120 $PY -m kbench peaks --seconds 2 2>&1 | tee "$OUT/peaks.txt"
 echo "== tests"
-if [ "$mode" = quick ]; then
-  timeout 300 $PY -m pytest -x -q -ra tests/test_gpu_bench.py tests/test_gpu_loaders.py 2>&1 | tee "$OUT/pytest.log" | tail -40
+if [ "$mode" = quick ] || [ "$mode" = tests ]; then
+  timeout 420 $PY -m pytest -v -rfE --tb=short -p pytest_timeout --timeout=60 tests/test_gpu_bench.py tests/test_gpu_loaders.py 2>&1 | tee "$OUT/pytest.log" | grep -E "PASS|FAIL|ERROR|Error|error|Timeout|^E |File .*kbench|passed|failed" | head -120
 else
   timeout 420 $PY -m pytest -q -ra tests/ 2>&1 | tee "$OUT/pytest.log" | tail -40
 fi
