@@ -18,7 +18,7 @@ echo "== peaks"
 [ "$mode" = tests ] || timeout 120 $PY -m kbench peaks --seconds 2 2>&1 | tee "$OUT/peaks.txt"
 echo "== tests"
 if [ "$mode" = quick ] || [ "$mode" = tests ]; then
-  timeout 420 $PY -m pytest -v -rfE --tb=short -p pytest_timeout --timeout=60 tests/test_gpu_bench.py tests/test_gpu_loaders.py 2>&1 | tee "$OUT/pytest.log" | grep -E "PASS|FAIL|ERROR|Error|error|Timeout|^E |File .*kbench|passed|failed" | head -120
+  timeout 420 $PY -m pytest -v -rfE --tb=short --timeout=60 tests/test_gpu_bench.py tests/test_gpu_loaders.py 2>&1 | tee "$OUT/pytest.log" | grep -E "PASS|FAIL|ERROR|Error|error|Timeout|^E |File .*kbench|passed|failed" | head -120
 else
   timeout 420 $PY -m pytest -q -ra tests/ 2>&1 | tee "$OUT/pytest.log" | tail -40
 fi
