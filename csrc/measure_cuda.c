@@ -246,7 +246,7 @@ static int cuda_run_batch(kb_backend *b, Py_ssize_t n, double *out, int warmup)
                 continue;
             }
             c->gate_fired_kept++;
-            if (c->gate_fired_kept >= 3 && c->gate_fired_kept == c->gate_fired) {
+            if (c->gate_fired_kept >= 3) {
                 kb_state *st = kb_get_state(c->m);
                 PyErr_Format(st->KbenchError,
                              "the callable blocks on the host while the stream is gated: every "
@@ -267,8 +267,9 @@ static int cuda_run_batch(kb_backend *b, Py_ssize_t n, double *out, int warmup)
         PyErr_Format(st->KbenchError,
                      "CUPTI attributed no kernel, memcpy or memset to %zd timed iteration(s): the "
                      "callable launched no GPU work on device %d in this thread (work on "
-                     "another device or thread cannot be attributed); the last batch had %zu "
-                     "activity and %zu external-correlation records",
+                     "another device or thread cannot be attributed; for a CPU callable pass "
+                     "device='cpu'); the last batch had %zu activity and %zu "
+                     "external-correlation records",
                      c->empty_iterations, c->ordinal, acts, ext);
         return -1;
     }

@@ -134,6 +134,13 @@ def _resolve_device(device: str, args: Tuple[Any, ...], kwargs: Dict[str, Any]) 
         if _is_gpu_object(a):
             idx = getattr(getattr(a, "device", None), "index", None)
             return f"cuda:{idx}" if isinstance(idx, int) else "cuda"
+    if not any(isinstance(a, np.ndarray) for a in list(args) + list(kwargs.values())):
+        # A closure (do_bench style) in a process that has initialised CUDA: the GPU.
+        torch = sys.modules.get("torch")
+        if torch is not None and torch.cuda.is_initialized():
+            return "cuda"
+        if "cupy" in sys.modules:
+            return "cuda"
     return "cpu"
 
 
