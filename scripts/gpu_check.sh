@@ -26,9 +26,8 @@ if [ "$mode" != tests ]; then
   echo "== benchmarks"
   timeout 400 $PY benchmarks/gpu_agreement.py ${mode:+$( [ "$mode" = quick ] && echo --quick)} \
      --out "$OUT/h200_agreement.json" 2>&1 | tee "$OUT/agreement.log" | tail -25
-  for s in benchmarks/gpu_*.py; do
-    [ "$s" = benchmarks/gpu_agreement.py ] && continue
-    echo "== $s"; timeout 200 $PY "$s" --out "$OUT" 2>&1 | tail -15
-  done
+  echo "== drop-in: the same vLLM-style script with triton's and kbench's imports"
+  KBENCH_DROPIN=triton timeout 200 $PY benchmarks/gpu_dropin_vllm.py --out "$OUT" 2>&1 | tail -7
+  KBENCH_DROPIN=kbench timeout 200 $PY benchmarks/gpu_dropin_vllm.py --out "$OUT" 2>&1 | tail -7
 fi
 cp -r "$OUT/cache" "$OUT/cache_copy" 2>/dev/null; true
