@@ -118,7 +118,15 @@ def _is_gpu_object(x: Any) -> bool:
     dev = getattr(x, "device", None)
     if dev is not None and getattr(dev, "type", None) == "cuda":        # torch
         return True
-    return type(x).__module__.startswith("cupy")
+    if type(x).__module__.startswith("cupy"):
+        return True
+    dl = getattr(x, "__dlpack_device__", None)                         # any DLPack producer
+    if callable(dl) and not isinstance(x, np.ndarray):
+        try:
+            return int(dl()[0]) in (2, 3, 13)     # kDLCUDA, kDLCUDAHost, kDLCUDAManaged
+        except Exception:
+            return False
+    return False
 
 
 def _resolve_device(device: str, args: Tuple[Any, ...], kwargs: Dict[str, Any]) -> str:

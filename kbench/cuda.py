@@ -94,13 +94,17 @@ def device_info(ordinal: int) -> Dict[str, Any]:
     return _device_info_cache[ordinal]
 
 
-def _uses_torch(sets: List[Tuple[Any, ...]], kwargs: Dict[str, Any]) -> bool:
+def _uses_torch(sets: List[Tuple[Any, ...]], kwargs: Dict[str, Any], stream: Any) -> bool:
+    """Capture through torch.cuda.graph? For torch tensors, and for closures when torch has
+    initialised CUDA -- unless the arguments or the stream are CuPy's."""
     torch = sys.modules.get("torch")
     if torch is None:
         return False
-    for a in list(sets[0]) + list(kwargs.values()):
-        if isinstance(a, torch.Tensor):
-            return True
+    values = list(sets[0]) + list(kwargs.values())
+    if any(isinstance(a, torch.Tensor) for a in values):
+        return True
+    if any(type(a).__module__.startswith("cupy") for a in values + [stream]):
+        return False
     return torch.cuda.is_initialized()
 
 
@@ -242,7 +246,7 @@ def run(fn: Callable[..., Any], sets: List[Tuple[Any, ...]], kwargs: Dict[str, A
     info = device_info(ordinal)
     mode, cupti_ok = _resolve_mode(mode, warn)
     s = stream_handle(stream, ordinal)
-    torch_path = _uses_torch(sets, kwargs)
+    torch_path = _uses_torch(sets, kwargs, stream)
     l2 = int(info.get("l2_bytes") or 0)
 
     # Is somebody else on the GPU? (memory in use by other processes, utilisation)
@@ -448,7 +452,6 @@ def _run_graph(fn, sets, kwargs, s, ordinal, timer, cold_arg, unroll, loop, comm
         extra["_static_out"] = static_outs[-1] if static_outs[-1] is not None else \
             kwargs.get("out")
         extra["graph"] = {"captured_with": "torch.cuda.graph", "graphs": n_graphs}
-        extra["_keep"] = None
     else:
         graphs = [_core.graph_capture(fn, tuple(sets[gi * unroll:(gi + 1) * unroll]) or
                                       (sets[0],), kwargs or None, stream=s, device=ordinal,

@@ -181,3 +181,21 @@ def test_measuring_inside_someone_elses_capture_is_refused(x):
             g.capture_end()
     torch.cuda.synchronize()
     _still_works(x)
+
+
+def test_cupy_arrays_and_streams():
+    cp = pytest.importorskip("cupy")
+    a = cp.random.default_rng(0).standard_normal(1 << 22, dtype=cp.float32)
+    out = cp.empty_like(a)
+    s = cp.cuda.Stream(non_blocking=True)
+    with s:
+        r = kbench.bench(cp.multiply, a, 2.0, kwargs={"out": out}, bytes=2 * a.nbytes,
+                         stream=s, check=lambda x, k: x * k, **FAST)
+    assert r.device.startswith("cuda") and r.backend == "cupti"
+    assert r.extra["stream"] == s.ptr
+    assert r.extra["kernels_per_call"]["max"] == 1.0
+    # graph mode without PyTorch's allocator: kbench captures on the CuPy stream itself
+    with s:
+        g = kbench.bench(cp.multiply, a, 2.0, kwargs={"out": out}, stream=s, mode="graph",
+                         **FAST)
+    assert g.extra["graph"]["kernel_nodes"] >= 1
