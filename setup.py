@@ -17,9 +17,11 @@ import numpy
 from setuptools import Extension, setup
 
 ROOT = Path(__file__).parent
-CUDA_ONLY = {"loader_cuda.c", "loader_cupti.c", "loader_nvml.c", "loader_nvrtc.c",
-             "cuda_device.c", "measure_cuda.c", "cupti_trace.c", "graph.c",
-             "coldcache_cuda.c", "nvml_sampler.c", "cuda_kernels.c"}
+# Files of the CUDA backend: compiled only when the CUDA headers are found.
+CUDA_ONLY = {"loader_common.c", "loader_cuda.c", "loader_cupti.c", "loader_nvml.c",
+             "loader_nvrtc.c", "cuda_device.c", "nvml_sampler.c", "cuda_context.c",
+             "measure_cuda.c", "cupti_trace.c", "gate.c", "graph.c", "coldcache_cuda.c",
+             "cuda_kernels.c"}
 
 
 def find_cuda_include():

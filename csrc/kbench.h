@@ -41,6 +41,11 @@ typedef struct {
     PyObject *NvrtcError;       /* NVRTC failed to compile a kernel */
     PyObject *GateTimeout;      /* warning category: the device gate was released by the watchdog */
     struct kb_gpu_libs *gpu;    /* NULL until a GPU library is first asked for */
+    void *cuda_primary[64];     /* CUcontext: primary contexts kbench retained, kept while the
+                                   module lives (releasing the last reference would destroy
+                                   the context and every allocation in it) */
+    void *cuda_builtins[64];    /* kb_builtin_kernels* per device, for launch_empty */
+    double gpu_warm_until;      /* kb_now_s() time until which the GPU counts as warmed up */
 } kb_state;
 
 /* The state of the module `m` (the `self` of every module-level function). */

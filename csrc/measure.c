@@ -68,6 +68,7 @@ int kb_loop_config_parse(PyObject *kw, kb_loop_config *cfg)
     strcpy(cfg->criterion, "ci");
     cfg->batch_max = 1 << 20;
 
+    int target_given = kw != NULL && PyDict_GetItemString(kw, "target") != NULL;
     if (pop_double(kw, "warmup_s", &cfg->warmup_s, 0.0, 0) < 0 ||
         pop_count(kw, "warmup_min", &cfg->warmup_min, 0) < 0 ||
         pop_count(kw, "min_samples", &cfg->min_samples, 1) < 0 ||
@@ -105,6 +106,9 @@ int kb_loop_config_parse(PyObject *kw, kb_loop_config *cfg)
                 return -1;
         }
     }
+    /* nvbench's entropy rule stops when the entropy's slope is under ~0.048 degrees. */
+    if (!target_given && strcmp(cfg->criterion, "entropy") == 0)
+        cfg->target = 8.4e-4;
     /* Validate the rule's name now, before any work is done. */
     kb_criterion probe;
     if (kb_criterion_init(&probe, cfg->criterion, cfg->target, cfg->ci_level) < 0)

@@ -158,6 +158,9 @@ static int core_clear(PyObject *m)
 static void core_free(void *m)
 {
     core_clear((PyObject *)m);
+    kb_state *st = kb_get_state((PyObject *)m);
+    for (size_t i = 0; i < sizeof st->cuda_builtins / sizeof st->cuda_builtins[0]; i++)
+        PyMem_RawFree(st->cuda_builtins[i]);   /* the CUDA module goes with the process */
 #ifdef KB_HAVE_CUDA
     kb_gpu_state_free(kb_get_state((PyObject *)m));
 #endif

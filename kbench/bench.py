@@ -34,7 +34,7 @@ def bench(fn: Callable[..., Any], *args: Any,
           min_samples: int = 10,
           max_samples: int = 100_000,
           max_time_s: float = 10.0,
-          target: float = 0.005,
+          target: Optional[float] = None,
           ci_level: float = 0.95,
           criterion: str = "ci",
           **backend_options: Any) -> Result:
@@ -67,7 +67,9 @@ def bench(fn: Callable[..., Any], *args: Any,
     name = name or _name_of(fn)
     dev = _resolve_device(device, sets[0], kwargs)
     loop = dict(warmup_s=warmup_s, min_samples=min_samples, max_samples=max_samples,
-                max_time_s=max_time_s, target=target, ci_level=ci_level, criterion=criterion)
+                max_time_s=max_time_s, ci_level=ci_level, criterion=criterion)
+    if target is not None:     # else the rule's own default: 0.5% CI half-width, or entropy's
+        loop["target"] = target
 
     correctness = None
     if check is not None:
@@ -172,11 +174,18 @@ def _run_host(fn, sets, kwargs, cold_cache, flush_bytes, loop):
 
 
 def _cpu_peaks() -> Optional[Dict[str, float]]:
+    """The ceilings `kbench peaks` measured on this machine (cached), in base units."""
     try:
-        from .peaks import load_cached_peaks
-        return load_cached_peaks("cpu")
-    except Exception:          # no cache yet, or unreadable: throughput without % of peak
+        from .peaks import load_cached_peaks, peaks_cache_path
+        d = load_cached_peaks()
+    except Exception:          # unreadable cache: throughput without % of peak
         return None
+    if not d:
+        return None
+    bw = max(d.get("copy_GBps") or 0.0, d.get("triad_GBps") or 0.0) * 1e9
+    fl = (d.get("fma_GFLOPs") or 0.0) * 1e9
+    return {"bytes_per_s": bw or None, "flops_per_s": fl or None,
+            "source": f"kbench peaks (STREAM copy/triad best, FMA loop), {peaks_cache_path()}"}
 
 
 def throughput(median_s: float, flops: Optional[float], nbytes: Optional[float],

@@ -1,0 +1,203 @@
+"""Host metadata recorded next to every measurement: what ran, where, and how.
+
+``collect_host_metadata()`` never raises: a field it cannot find is ``"unknown"`` (or ``None``
+where the absence itself is meaningful, e.g. no git repository). subprocess and platform are
+imported inside the functions that use them so that ``import kbench`` stays cheap.
+"""
+from __future__ import annotations
+
+import os
+import sys
+
+UNKNOWN = "unknown"
+
+#: Environment variables recorded verbatim: those that change what a kernel or benchmark does.
+ENV_PREFIXES = ("KBENCH_", "CUDA_", "OMP_", "MKL_", "OPENBLAS_", "PYTORCH_", "TORCH_",
+                "TRITON_", "NVIDIA_")
+ENV_NAMES = ("CUBLAS_WORKSPACE_CONFIG", "LD_PRELOAD")
+
+_SYSFS_CACHE = "/sys/devices/system/cpu/cpu0/cache"
+
+
+def cpu_model(cpuinfo_path: str = "/proc/cpuinfo") -> str:
+    """The CPU's model name from /proc/cpuinfo ("model name" on x86, "Model"/"Hardware"/
+    "cpu model" elsewhere), else platform.processor(), else "unknown"."""
+    keys = ("model name", "cpu model", "model", "hardware", "processor")
+    found = {}
+    try:
+        with open(cpuinfo_path, encoding="utf-8", errors="replace") as f:
+            for line in f:
+                key, sep, value = line.partition(":")
+                key, value = key.strip().lower(), value.strip()
+                if sep and value and key in keys and key not in found:
+                    found[key] = value
+                if not line.strip() and "model name" in found:
+                    break           # the first CPU's block is enough
+    except OSError:
+        pass
+    for key in keys:
+        value = found.get(key)
+        # on x86 "model" is a number and "processor" the CPU index: not names
+        if value and not value.isdigit():
+            return value
+    try:
+        import platform
+        return platform.processor() or UNKNOWN
+    except Exception:
+        return UNKNOWN
+
+
+def _parse_size(text: str) -> int | None:
+    """sysfs cache sizes look like "48K", "2048K", "300M"; return bytes or None."""
+    text = text.strip().upper()
+    if text.endswith("B"):
+        text = text[:-1]
+    scale = {"K": 1 << 10, "M": 1 << 20, "G": 1 << 30}.get(text[-1:], 1)
+    digits = text.rstrip("KMG")
+    try:
+        return int(digits) * scale
+    except ValueError:
+        return None
+
+
+def cpu_caches(sysfs_dir: str = _SYSFS_CACHE) -> list[dict]:
+    """CPU0's caches from sysfs, one dict per cache: {"level", "type", "size_bytes"}, sorted by
+    level then type ("Data", "Instruction", "Unified"). Empty when sysfs does not say."""
+    caches = []
+    try:
+        names = sorted(n for n in os.listdir(sysfs_dir) if n.startswith("index"))
+    except OSError:
+        return caches
+    for name in names:
+        d = os.path.join(sysfs_dir, name)
+        try:
+            with open(os.path.join(d, "level")) as f:
+                level = int(f.read().strip())
+            with open(os.path.join(d, "type")) as f:
+                ctype = f.read().strip()
+            with open(os.path.join(d, "size")) as f:
+                size = _parse_size(f.read())
+        except (OSError, ValueError):
+            continue
+        if size is None:
+            continue
+        caches.append({"level": level, "type": ctype, "size_bytes": size})
+    caches.sort(key=lambda c: (c["level"], c["type"]))
+    return caches
+
+
+def cache_sizes_by_level(caches: list[dict]) -> dict:
+    """{"L1d": bytes, "L1i": bytes, "L2": bytes, "L3": bytes, ...} from ``cpu_caches()``."""
+    out = {}
+    for c in caches:
+        suffix = {"Data": "d", "Instruction": "i"}.get(c["type"], "")
+        out[f"L{c['level']}{suffix}"] = c["size_bytes"]
+    return out
+
+
+def logical_cores() -> dict:
+    """{"cpu_count": os.cpu_count(), "affinity": CPUs this process may run on}."""
+    try:
+        affinity = len(os.sched_getaffinity(0))
+    except (AttributeError, OSError):
+        affinity = None
+    return {"cpu_count": os.cpu_count(), "affinity": affinity}
+
+
+def package_version(name: str) -> str:
+    """The installed distribution's version, else the module's __version__, else "unknown"."""
+    try:
+        from importlib.metadata import PackageNotFoundError, version
+        try:
+            return version(name)
+        except PackageNotFoundError:
+            pass
+    except Exception:
+        pass
+    module = sys.modules.get(name)
+    return str(getattr(module, "__version__", UNKNOWN)) if module is not None else UNKNOWN
+
+
+def git_info(cwd: str | None = None, timeout: float = 2.0) -> dict | None:
+    """{"commit": sha, "dirty": bool} of the git work tree around ``cwd`` (default: the current
+    directory); None when it is not in one, git is missing, or git is too slow. Never raises."""
+    try:
+        import subprocess
+
+        def git(*args):
+            return subprocess.run(("git",) + args, cwd=cwd, capture_output=True, text=True,
+                                  timeout=timeout, check=False)
+
+        head = git("rev-parse", "HEAD")
+        if head.returncode != 0:
+            return None
+        status = git("status", "--porcelain", "--untracked-files=no")
+        dirty = bool(status.stdout.strip()) if status.returncode == 0 else None
+        return {"commit": head.stdout.strip(), "dirty": dirty}
+    except Exception:          # FileNotFoundError (no git), TimeoutExpired, OSError, ...
+        return None
+
+
+def relevant_env(environ=None) -> dict:
+    """The environment variables that change what kernels do (see ENV_PREFIXES, ENV_NAMES)."""
+    environ = os.environ if environ is None else environ
+    return {k: environ[k] for k in sorted(environ)
+            if k.startswith(ENV_PREFIXES) or k in ENV_NAMES}
+
+
+def _platform_info() -> dict:
+    try:
+        import platform
+        uname = platform.uname()
+        return {"system": uname.system, "release": uname.release, "machine": uname.machine,
+                "platform": platform.platform(),
+                "python_implementation": platform.python_implementation()}
+    except Exception:
+        return {"system": UNKNOWN, "release": UNKNOWN, "machine": UNKNOWN,
+                "platform": UNKNOWN, "python_implementation": UNKNOWN}
+
+
+def _hostname() -> str:
+    try:
+        import socket
+        return socket.gethostname() or UNKNOWN
+    except Exception:
+        return UNKNOWN
+
+
+def _utc_now_iso() -> str:
+    from datetime import datetime, timezone
+    return datetime.now(timezone.utc).isoformat(timespec="seconds")
+
+
+def collect_host_metadata() -> dict:
+    """Everything that identifies a measurement's host and run. Never raises.
+
+    Keys: timestamp_utc, hostname, cpu_model, cpu_count, cpu_affinity, caches (list from sysfs),
+    cache_sizes ({"L1d": bytes, ...}), system, release (kernel), machine, platform,
+    python_implementation, python_version, numpy_version, kbench_version, git (None or
+    {"commit", "dirty"}), argv, cwd, env.
+    """
+    caches = cpu_caches()
+    cores = logical_cores()
+    meta = {
+        "timestamp_utc": _utc_now_iso(),
+        "hostname": _hostname(),
+        "cpu_model": cpu_model(),
+        "cpu_count": cores["cpu_count"],
+        "cpu_affinity": cores["affinity"],
+        "caches": caches,
+        "cache_sizes": cache_sizes_by_level(caches),
+    }
+    meta.update(_platform_info())
+    meta["python_version"] = sys.version.split()[0]
+    meta["numpy_version"] = package_version("numpy")
+    meta["kbench_version"] = package_version("kbench")
+    meta["git"] = git_info()
+    meta["argv"] = list(sys.argv)
+    try:
+        meta["cwd"] = os.getcwd()
+    except OSError:
+        meta["cwd"] = UNKNOWN
+    meta["env"] = relevant_env()
+    return meta

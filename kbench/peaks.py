@@ -1,0 +1,303 @@
+"""This machine's CPU ceilings: STREAM copy/triad bandwidth and FMA throughput (`kbench peaks`).
+
+Bandwidth is measured as STREAM does: arrays well above the last-level cache, bytes counted as
+STREAM counts them (copy 16 B per element, triad 24 B: no write-allocate traffic), and the best of
+several repeats reported (the median is recorded next to it). The compute ceiling is a
+register-resident loop of independent vector FMAs (``_core.fma_loop``).
+
+Results are cached as JSON in ``$KBENCH_CACHE_DIR`` (default ``~/.cache/kbench``) under
+``peaks-<hostname>.json``; ``load_cached_peaks()`` reads them back.
+"""
+from __future__ import annotations
+
+import json
+import os
+import time
+
+from . import _core
+from .metadata import _hostname, collect_host_metadata, cpu_caches
+
+SCHEMA = 1
+
+#: Total bytes of the three STREAM arrays: at least this much, ...
+MIN_TOTAL_BYTES = 256 << 20
+#: ... and at least this many times the last-level cache, ...
+LLC_MULTIPLE = 4
+#: ... but never more than this fraction of MemAvailable.
+MAX_MEM_FRACTION = 0.25
+
+TRIAD_SCALAR = 3.0
+
+
+# ------------------------------------------------------------------ sizes
+
+def llc_bytes() -> tuple[int, str]:
+    """(size of the last-level cache in bytes, where it came from); (0, "unknown") if unknown.
+
+    $KBENCH_LLC_BYTES wins; then ``_core.cpu_cache_info()`` when the core has it; then sysfs.
+    """
+    env = os.environ.get("KBENCH_LLC_BYTES")
+    if env:
+        try:
+            return int(env), "KBENCH_LLC_BYTES"
+        except ValueError:
+            pass
+    info = getattr(_core, "cpu_cache_info", None)
+    if info is not None:
+        try:
+            size = _llc_from_core_info(info())
+            if size:
+                return size, "_core.cpu_cache_info"
+        except Exception:
+            pass
+    caches = cpu_caches()
+    if caches:
+        return max(c["size_bytes"] for c in caches if c["type"] != "Instruction"), "sysfs"
+    return 0, "unknown"
+
+
+def _llc_from_core_info(info) -> int:
+    """Accept the shapes a cache-info function plausibly returns: a dict with an LLC entry, a
+    dict of per-level sizes, or a list of per-cache dicts."""
+    if isinstance(info, dict):
+        for key in ("llc_bytes", "llc", "last_level_bytes"):
+            if isinstance(info.get(key), int):
+                return info[key]
+        sizes = [v for k, v in info.items() if isinstance(v, int) and str(k).upper().startswith("L")]
+        if sizes:
+            return max(sizes)
+        levels = info.get("levels") or info.get("caches")
+        if levels is not None:
+            return _llc_from_core_info(levels)
+    if isinstance(info, (list, tuple)):
+        sizes = []
+        for c in info:
+            if isinstance(c, dict) and c.get("type") != "Instruction":
+                size = c.get("size_bytes", c.get("size"))
+                if isinstance(size, int):
+                    sizes.append(size)
+        return max(sizes, default=0)
+    return 0
+
+
+def mem_available_bytes() -> int | None:
+    """MemAvailable from /proc/meminfo, None when unknown."""
+    try:
+        with open("/proc/meminfo") as f:
+            for line in f:
+                if line.startswith("MemAvailable:"):
+                    return int(line.split()[1]) * 1024
+    except (OSError, ValueError, IndexError):
+        pass
+    return None
+
+
+def default_array_bytes() -> int:
+    """Bytes per STREAM array: three arrays totalling max(4 x LLC, 256 MiB), capped at 25% of
+    MemAvailable."""
+    llc, _ = llc_bytes()
+    total = max(LLC_MULTIPLE * llc, MIN_TOTAL_BYTES)
+    avail = mem_available_bytes()
+    if avail is not None:
+        total = min(total, int(avail * MAX_MEM_FRACTION))
+    return max(total // 3, 4096)
+
+
+def default_threads() -> int:
+    try:
+        return len(os.sched_getaffinity(0))
+    except (AttributeError, OSError):
+        return os.cpu_count() or 1
+
+
+# ------------------------------------------------------------------ timing
+
+def _time_repeats(call, budget_s: float, min_repeats: int, max_repeats: int) -> list[int]:
+    """Warm with one call, then time `call` (ns each) until the budget is spent, at least
+    min_repeats and at most max_repeats times."""
+    call()
+    times = []
+    deadline = time.perf_counter_ns() + int(budget_s * 1e9)
+    while len(times) < max_repeats:
+        t0 = time.perf_counter_ns()
+        call()
+        times.append(max(time.perf_counter_ns() - t0, 1))
+        if len(times) >= min_repeats and time.perf_counter_ns() >= deadline:
+            break
+    return times
+
+
+def _rates(amount: float, times_ns: list[int]) -> dict:
+    """Best (fastest call) and median rate of `amount` units per second, in units of 1e9/s."""
+    import statistics           # lazily: it pulls in fractions (~4 ms)
+    best_ns = min(times_ns)
+    median_ns = statistics.median(times_ns)
+    return {"best": amount / best_ns, "median": amount / median_ns}
+
+
+def _stream(threads: int, array_bytes: int, budget_s: float, min_repeats: int,
+            max_repeats: int) -> dict:
+    import numpy as np
+
+    n = max(array_bytes // 8, 1)
+    # Touch every page before timing (np.full) so that page faults are not measured.
+    a = np.full(n, 1.0)
+    b = np.full(n, 2.0)
+    c = np.full(n, 0.5)
+    out = {"array_elems": n, "array_bytes": n * 8}
+    kernels = {
+        "copy": (16 * n, lambda: _core.stream_copy(c, a, threads=threads)),
+        "triad": (24 * n, lambda: _core.stream_triad(a, b, c, TRIAD_SCALAR, threads=threads)),
+    }
+    for name, (nbytes, call) in kernels.items():
+        times = _time_repeats(call, budget_s / len(kernels), min_repeats, max_repeats)
+        rates = _rates(nbytes, times)
+        out[name] = {
+            "bytes_per_call": nbytes,
+            "best_GBps": rates["best"],
+            "median_GBps": rates["median"],
+            "repeats": len(times),
+            "times_s": [t * 1e-9 for t in times],
+        }
+    return out
+
+
+def _fma(threads: int, budget_s: float, min_repeats: int, max_repeats: int) -> dict:
+    # Calibrate: double n_iter until one call takes a tenth of its share of the budget, which
+    # leaves room for about ten timed calls (as STREAM's NTIMES), then scale n_iter to the share.
+    per_call_s = max(budget_s / 10, 1e-4)
+    n_iter = 1024
+    while True:
+        t0 = time.perf_counter_ns()
+        _core.fma_loop(n_iter, threads=threads)
+        dt = (time.perf_counter_ns() - t0) * 1e-9
+        if dt >= per_call_s / 10 or n_iter >= 1 << 40:
+            break
+        n_iter *= 2
+    n_iter = max(int(n_iter * min(per_call_s / max(dt, 1e-9), 1e3)), 1)
+    flops = _core.fma_loop(n_iter, threads=threads)   # doubles as the warm-up call
+    times = _time_repeats(lambda: _core.fma_loop(n_iter, threads=threads),
+                          budget_s, min_repeats, max_repeats)
+    rates = _rates(flops, times)
+    return {
+        "isa": _core.fma_loop_isa(),
+        "n_iter": n_iter,
+        "flops_per_call": flops,
+        "best_GFLOPs": rates["best"],
+        "median_GFLOPs": rates["median"],
+        "repeats": len(times),
+        "times_s": [t * 1e-9 for t in times],
+    }
+
+
+# ------------------------------------------------------------------ public
+
+def measure_cpu_peaks(seconds: float = 5.0, threads: int | None = None, *,
+                      array_bytes: int | None = None, min_repeats: int = 3,
+                      max_repeats: int = 50, save: bool = True) -> dict:
+    """Measure STREAM copy/triad bandwidth and FMA throughput on `threads` threads (default: every
+    CPU this process may use). `seconds` is the timing budget (allocating and touching the arrays
+    comes on top); `array_bytes` overrides the size of each of the three STREAM arrays (default
+    ``default_array_bytes()``). With `save`, the result is also written to ``peaks_cache_path()``.
+
+    Returns {"copy_GBps", "triad_GBps", "fma_GFLOPs" (best of repeats), "stream": {...},
+    "fma": {...}, "threads", "llc_bytes", "llc_source", "seconds", "metadata", "schema"}.
+    GB are 1e9 bytes.
+    """
+    if seconds <= 0:
+        raise ValueError(f"seconds must be > 0, got {seconds}")
+    if min_repeats < 1 or max_repeats < min_repeats:
+        raise ValueError(f"need 1 <= min_repeats <= max_repeats, got {min_repeats}, {max_repeats}")
+    threads = default_threads() if threads is None else int(threads)
+    if threads < 1:
+        raise ValueError(f"threads must be >= 1, got {threads}")
+    llc, llc_source = llc_bytes()
+    if array_bytes is None:
+        array_bytes = default_array_bytes()
+    elif array_bytes < 8:
+        raise ValueError(f"array_bytes must be >= 8, got {array_bytes}")
+
+    started = time.perf_counter()
+    stream = _stream(threads, array_bytes, seconds * 0.6, min_repeats, max_repeats)
+    fma = _fma(threads, seconds * 0.4, min_repeats, max_repeats)
+    result = {
+        "schema": SCHEMA,
+        "copy_GBps": stream["copy"]["best_GBps"],
+        "triad_GBps": stream["triad"]["best_GBps"],
+        "fma_GFLOPs": fma["best_GFLOPs"],
+        "threads": threads,
+        "llc_bytes": llc,
+        "llc_source": llc_source,
+        "array_bytes": stream["array_bytes"],
+        "arrays_exceed_llc_x": (3 * stream["array_bytes"] / llc) if llc else None,
+        "seconds": seconds,
+        "wall_s": time.perf_counter() - started,
+        "stream": stream,
+        "fma": fma,
+        "metadata": collect_host_metadata(),
+    }
+    if save:
+        save_peaks(result)
+    return result
+
+
+def peaks_cache_path(hostname: str | None = None) -> str:
+    """$KBENCH_CACHE_DIR/peaks-<hostname>.json (default dir ~/.cache/kbench)."""
+    base = os.environ.get("KBENCH_CACHE_DIR") or os.path.join(
+        os.path.expanduser("~"), ".cache", "kbench")
+    host = hostname or _hostname()
+    safe = "".join(ch if ch.isalnum() or ch in "-_." else "_" for ch in host) or "unknown"
+    return os.path.join(base, f"peaks-{safe}.json")
+
+
+def save_peaks(result: dict, path: str | None = None) -> str:
+    """Write `result` as JSON atomically (temp file + rename); returns the path."""
+    path = path or peaks_cache_path()
+    os.makedirs(os.path.dirname(path), exist_ok=True)
+    tmp = f"{path}.{os.getpid()}.tmp"
+    with open(tmp, "w") as f:
+        json.dump(result, f, indent=1, sort_keys=True)
+    os.replace(tmp, path)
+    return path
+
+
+def load_cached_peaks(path: str | None = None) -> dict | None:
+    """The cached result of ``measure_cpu_peaks`` for this host, or None when there is none (or
+    it is unreadable or from another schema)."""
+    path = path or peaks_cache_path()
+    try:
+        with open(path) as f:
+            result = json.load(f)
+    except (OSError, ValueError):
+        return None
+    if not isinstance(result, dict) or result.get("schema") != SCHEMA:
+        return None
+    return result
+
+
+def peaks_table(d: dict) -> str:
+    """A small text table of a ``measure_cpu_peaks`` result."""
+    meta = d.get("metadata") or {}
+    stream, fma = d.get("stream", {}), d.get("fma", {})
+    lines = [
+        f"CPU peaks  {meta.get('cpu_model', 'unknown CPU')}  "
+        f"({d.get('threads')} threads, {meta.get('hostname', '?')}, "
+        f"{meta.get('timestamp_utc', '?')})",
+        f"{'kernel':<8} {'best':>12} {'median':>12} {'repeats':>8}",
+    ]
+    for name in ("copy", "triad"):
+        k = stream.get(name)
+        if k:
+            lines.append(f"{name:<8} {k['best_GBps']:>7.2f} GB/s {k['median_GBps']:>7.2f} GB/s "
+                         f"{k['repeats']:>8}")
+    if fma:
+        lines.append(f"{'fma':<8} {fma['best_GFLOPs']:>5.1f} GFLOP/s {fma['median_GFLOPs']:>5.1f} "
+                     f"GFLOP/s {fma['repeats']:>4}  ({fma.get('isa')})")
+    llc = d.get("llc_bytes") or 0
+    array_mb = d.get("array_bytes", 0) / 2**20
+    note = f"3 arrays x {array_mb:.0f} MiB"
+    if llc:
+        note += f", {d.get('arrays_exceed_llc_x', 0):.1f}x the {llc / 2**20:.0f} MiB LLC " \
+                f"({d.get('llc_source')})"
+    lines.append(note)
+    return "\n".join(lines)
