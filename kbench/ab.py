@@ -53,24 +53,19 @@ def _normalize_arms(arms: Arms) -> List[Tuple[str, Callable[..., Any]]]:
 
 
 def median_ci(x: np.ndarray, level: float) -> Tuple[float, float]:
-    """Order-statistic CI of the median (the C core's); a bootstrap where the core has none."""
+    """Order-statistic (distribution-free) CI of the median, from the C core."""
     from . import _core
-    x = np.ascontiguousarray(x, dtype=np.float64)
-    core_ci = getattr(_core, "median_ci", None)
-    if core_ci is None:
-        return _bootstrap_median_ci(x, level)
-    lo_hi = core_ci(x, level)
-    if isinstance(lo_hi, dict):
-        return float(lo_hi["ci_low"]), float(lo_hi["ci_high"])
-    lo, hi = lo_hi[0], lo_hi[1]
+    lo, hi = _core.median_ci(np.ascontiguousarray(x, dtype=np.float64), level)
     return float(lo), float(hi)
 
 
-def _bootstrap_median_ci(x: np.ndarray, level: float, resamples: int = 2000):
-    rng = np.random.default_rng(0x6B62)          # fixed: the same deltas give the same CI
-    meds = np.median(rng.choice(x, size=(resamples, len(x)), replace=True), axis=1)
-    a = (1.0 - level) / 2.0
-    return float(np.quantile(meds, a)), float(np.quantile(meds, 1.0 - a))
+def min_trials(level: float) -> int:
+    """Fewest pairs whose order-statistic CI of the median reaches `level`: the widest
+    interval, (min, max), covers the median with probability 1 - 2 * 2^-n."""
+    n = 1
+    while 1.0 - 2.0 * 0.5 ** n < level:
+        n += 1
+    return n
 
 
 @dataclass
@@ -176,8 +171,13 @@ def ab(arms: Arms, *args: Any, trials: int = 10, ci_level: float = 0.95,
     """
     from .bench import bench
     pairs = _normalize_arms(arms)
-    if not isinstance(trials, int) or trials < 2:
-        raise ValueError(f"kbench.ab: trials must be an integer >= 2, got {trials!r}")
+    if not (isinstance(ci_level, float) and 0.5 <= ci_level < 1.0):
+        raise ValueError(f"kbench.ab: ci_level must be a float in [0.5, 1), got {ci_level!r}")
+    need = min_trials(ci_level)
+    if not isinstance(trials, int) or isinstance(trials, bool) or trials < need:
+        raise ValueError(f"kbench.ab: trials must be an integer >= {need} for a "
+                         f"{100 * ci_level:g}% confidence interval of the median paired delta, "
+                         f"got {trials!r}")
     if "name" in bench_options:
         raise TypeError("kbench.ab: arms are named by their keys; do not pass name=")
     opts = dict(_TRIAL_DEFAULTS)

@@ -170,7 +170,8 @@ def do_bench_cudagraph(fn: Callable[[], Any], rep: float = 20,
     CPU with the host clock."""
     _check_return_mode(return_mode, quantiles)
     device = bench_options.pop("device", None) or _current_device()
-    return _run(fn, device, warmup_ms=None, rep_ms=rep, grad_to_none=grad_to_none,
+    # triton warms up with a handful of calls; do_bench's 25 ms default is the closest match
+    return _run(fn, device, warmup_ms=25, rep_ms=rep, grad_to_none=grad_to_none,
                 quantiles=quantiles, return_mode=return_mode, return_result=return_result,
                 mode="graph", defaults={"cold_cache": None}, options=bench_options)
 
