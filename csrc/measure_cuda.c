@@ -1,3 +1,606 @@
-/* placeholder */
-#include "kbench.h"
-int kb_measure_cuda_module_init(PyObject *m) { (void)m; return 0; }
+/* measure_cuda.c -- the CUDA backends of the timing loop: events and CUPTI.
+ *
+ * One batch, in stream order on the measured stream:
+ *
+ *   [gate: wait flag >= g]  ( [L2 flush]  [event a_i]  push(i) fn() pop  [event b_i] )*n
+ *
+ * The host queues the whole batch behind the gate, then opens it, so the device runs the batch
+ * back to back and host launch gaps are not timed. events: sample i = b_i - a_i. cupti: sample
+ * i = the summed duration of the kernels/memcpys/memsets CUPTI attributes to iteration i
+ * through its external correlation id; the flush has no id and is excluded; the events are
+ * recorded too, for comparison. A CudaGraph given as fn is launched directly from C, and
+ * `unroll` divides each sample by the number of calls captured in one launch.
+ */
+#include "cuda_backend.h"
+#include "kb_numpy.h"
+
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+typedef enum { MODE_EVENTS = 0, MODE_CUPTI = 1 } cuda_mode;
+typedef enum { COLD_NONE = 0, COLD_FLUSH, COLD_ROTATE } cold_mode;
+
+/* Per timed iteration, kept for the result. */
+typedef struct {
+    double *events_s;       /* event-pair time (both modes) */
+    double *span_s;         /* cupti: first start to last end */
+    uint32_t *kernels;      /* cupti: kernels attributed to the iteration */
+    uint32_t *copies;       /* cupti: memcpys + memsets attributed */
+    Py_ssize_t n, cap;
+} side_arrays;
+
+typedef struct {
+    PyObject *m;
+    const kb_cuda_api *cu;
+    CUstream stream;
+    CUdevice dev;
+    int ordinal;
+    cuda_mode mode;
+    cold_mode cold;
+    PyObject *fn;                   /* Python callable, or a CudaGraph (launched from C) */
+    int fn_is_graph;
+    PyObject *arg_sets;             /* tuple of tuples */
+    Py_ssize_t n_sets, next_set;
+    PyObject *kwargs;               /* dict or NULL */
+    double unroll;
+    int use_gate;
+    kb_gate gate;
+    int gate_ready;
+    Py_ssize_t gate_cap;            /* iterations per gated sub-batch */
+    Py_ssize_t gate_cap_initial;
+    Py_ssize_t gate_fired;          /* sub-batches the watchdog opened */
+    Py_ssize_t gate_fired_kept;     /* of those, kept because the cap was already 1 */
+    kb_l2_flusher flusher;
+    kb_cupti_trace *trace;
+    CUevent *ev;                    /* 2 * gate_cap events */
+    Py_ssize_t n_ev;
+    kb_iter_activity *acts;         /* gate_cap */
+    uint64_t next_id;               /* external correlation id of the next iteration */
+    side_arrays side;
+    kb_nvml_sampler *sampler;
+    int sample_clocks;
+    double clock_period_s;
+    Py_ssize_t iteration;
+    Py_ssize_t empty_iterations;    /* cupti: iterations with no attributed activity */
+} cuda_ctx;
+
+static int side_reserve(side_arrays *s, Py_ssize_t need)
+{
+    if (need <= s->cap)
+        return 0;
+    Py_ssize_t cap = s->cap ? s->cap : 256;
+    while (cap < need)
+        cap *= 2;
+    double *e = realloc(s->events_s, (size_t)cap * sizeof(double));
+    if (e)
+        s->events_s = e;
+    double *sp = realloc(s->span_s, (size_t)cap * sizeof(double));
+    if (sp)
+        s->span_s = sp;
+    uint32_t *k = realloc(s->kernels, (size_t)cap * sizeof(uint32_t));
+    if (k)
+        s->kernels = k;
+    uint32_t *c = realloc(s->copies, (size_t)cap * sizeof(uint32_t));
+    if (c)
+        s->copies = c;
+    if (!e || !sp || !k || !c) {
+        PyErr_NoMemory();
+        return -1;
+    }
+    s->cap = cap;
+    return 0;
+}
+
+static void side_free(side_arrays *s)
+{
+    free(s->events_s);
+    free(s->span_s);
+    free(s->kernels);
+    free(s->copies);
+    memset(s, 0, sizeof *s);
+}
+
+/* Launch one iteration's work (the callable, or the graph). */
+static int launch_once(cuda_ctx *c, int warmup)
+{
+    if (c->fn_is_graph)
+        return kb_graph_launch(c->m, c->cu, (kb_graph_object *)c->fn, c->stream);
+    PyObject *args = PyTuple_GET_ITEM(c->arg_sets, c->next_set);
+    if (++c->next_set == c->n_sets)
+        c->next_set = 0;
+    PyObject *r = PyObject_Call(c->fn, args, c->kwargs);
+    if (r == NULL) {
+        kb_add_exception_note("raised by the benchmarked callable in %s iteration %zd (kbench "
+                              "CUDA backend); the gate was opened and the stream drained",
+                              warmup ? "warm-up" : "timed", c->iteration);
+        return -1;
+    }
+    Py_DECREF(r);
+    return 0;
+}
+
+/* Queue and run one gated sub-batch of n <= gate_cap iterations; out[i] gets sample i.
+ * *fired is set when the watchdog had to open the gate. */
+static int run_sub_batch(cuda_ctx *c, Py_ssize_t n, double *out, int warmup, int *fired)
+{
+    const kb_cuda_api *cu = c->cu;
+    PyObject *m = c->m;
+    int failed = 0;
+    uint64_t first_id = c->next_id;
+    *fired = 0;
+
+    if (c->use_gate && kb_gate_close(m, cu, &c->gate, c->stream) < 0)
+        return -1;
+    for (Py_ssize_t i = 0; i < n && !failed; i++) {
+        if (c->cold == COLD_FLUSH && kb_l2_flush(m, cu, &c->flusher, c->stream) < 0) {
+            failed = 1;
+            break;
+        }
+        if (KB_CU(m, cu->cuEventRecord(c->ev[2 * i], c->stream)) < 0) {
+            failed = 1;
+            break;
+        }
+        if (c->trace && kb_cupti_push(m, c->trace, c->next_id) < 0) {
+            failed = 1;
+            break;
+        }
+        int rc = launch_once(c, warmup);
+        if (c->trace) {
+            if (rc < 0) {
+                /* pop without clobbering the callable's exception */
+                kb_cupti_pop_quiet(c->trace);
+            }
+            else if (kb_cupti_pop(m, c->trace) < 0)
+                rc = -1;
+        }
+        c->next_id++;
+        c->iteration++;
+        if (rc < 0 || KB_CU(m, cu->cuEventRecord(c->ev[2 * i + 1], c->stream)) < 0)
+            failed = 1;
+    }
+    /* Whatever happened, open the gate and drain the stream before returning, so the stream
+     * is left usable and nothing of ours is still queued. */
+    if (c->use_gate)
+        *fired = kb_gate_open(&c->gate);
+    kb_deferred d = KB_DEFERRED_INIT;
+    Py_BEGIN_ALLOW_THREADS
+    KB_DEFER(&d, cu->cuStreamSynchronize(c->stream));
+    Py_END_ALLOW_THREADS
+    if (failed) {
+        if (d.code != 0) {
+            /* The callable failed and the stream did too: keep the first, mention the second. */
+            const char *name = NULL;
+            cu->cuGetErrorName((CUresult)d.code, &name);
+            kb_add_exception_note("cuStreamSynchronize afterwards returned %s",
+                                  name ? name : "an error");
+        }
+        return -1;
+    }
+    if (KB_CU_RAISE(m, &d) < 0)
+        return -1;
+
+    for (Py_ssize_t i = 0; i < n; i++) {
+        float ms = 0.f;
+        if (KB_CU(m, cu->cuEventElapsedTime(&ms, c->ev[2 * i], c->ev[2 * i + 1])) < 0)
+            return -1;
+        out[i] = (double)ms * 1e-3 / c->unroll;
+    }
+    if (c->trace) {
+        if (kb_cupti_collect(m, c->trace, first_id, n, c->acts, !warmup && !*fired) < 0)
+            return -1;
+    }
+    if (warmup || (*fired && c->gate_cap > 1))
+        return 0;   /* not kept: no bookkeeping */
+
+    if (side_reserve(&c->side, c->side.n + n) < 0)
+        return -1;
+    for (Py_ssize_t i = 0; i < n; i++) {
+        Py_ssize_t k = c->side.n + i;
+        c->side.events_s[k] = out[i];
+        if (c->trace) {
+            const kb_iter_activity *a = &c->acts[i];
+            c->side.kernels[k] = a->kernels;
+            c->side.copies[k] = a->memcpys + a->memsets;
+            c->side.span_s[k] = a->last_end > a->first_start && a->first_start != UINT64_MAX
+                                    ? (double)(a->last_end - a->first_start) * 1e-9 / c->unroll
+                                    : 0.0;
+            out[i] = (double)a->sum_ns * 1e-9 / c->unroll;
+            if (a->kernels + a->memcpys + a->memsets == 0)
+                c->empty_iterations++;
+        }
+        else {
+            c->side.kernels[k] = 0;
+            c->side.copies[k] = 0;
+            c->side.span_s[k] = out[i];
+        }
+    }
+    c->side.n += n;
+    return 0;
+}
+
+static int cuda_run_batch(kb_backend *b, Py_ssize_t n, double *out, int warmup)
+{
+    cuda_ctx *c = b->ctx;
+    if (!warmup && c->sample_clocks && c->sampler == NULL) {
+        /* Clocks are sampled over the timed part only. */
+        c->sampler = kb_nvml_sampler_start(c->m, c->ordinal, c->clock_period_s);
+        if (c->sampler == NULL) {
+            /* NVML is optional: no clocks, but the measurement stands. */
+            PyErr_Clear();
+            c->sample_clocks = 0;
+        }
+    }
+    Py_ssize_t done = 0;
+    while (done < n) {
+        Py_ssize_t k = n - done < c->gate_cap ? n - done : c->gate_cap;
+        int fired = 0;
+        if (run_sub_batch(c, k, out + done, warmup, &fired) < 0)
+            return -1;
+        if (fired) {
+            c->gate_fired++;
+            if (c->gate_cap > 1) {
+                /* The host could not queue k iterations before the watchdog: the samples may
+                 * contain launch gaps. Drop them and queue less at a time. */
+                c->gate_cap = c->gate_cap / 2 > 0 ? c->gate_cap / 2 : 1;
+                continue;
+            }
+            c->gate_fired_kept++;
+            if (c->gate_fired_kept >= 3 && c->gate_fired_kept == c->gate_fired) {
+                kb_state *st = kb_get_state(c->m);
+                PyErr_Format(st->KbenchError,
+                             "the callable blocks on the host while the stream is gated: every "
+                             "single-iteration batch waited for the %.2f s watchdog. It "
+                             "synchronizes (.item(), torch.cuda.synchronize(), a device-to-host "
+                             "copy) or launches on another stream that waits on this one; kbench "
+                             "cannot time it behind a gate: pass gate=False",
+                             c->gate.timeout_s);
+                return -1;
+            }
+        }
+        done += k;
+    }
+    if (!warmup && c->trace && c->empty_iterations > 0) {
+        kb_state *st = kb_get_state(c->m);
+        PyErr_Format(st->KbenchError,
+                     "CUPTI attributed no kernel, memcpy or memset to %zd timed iteration(s): the "
+                     "callable launched no GPU work on device %d in this thread (work on "
+                     "another device or thread cannot be attributed)",
+                     c->empty_iterations, c->ordinal);
+        return -1;
+    }
+    return 0;
+}
+
+static PyObject *array_from(const void *data, Py_ssize_t n, int typenum, size_t elem)
+{
+    npy_intp dims[1] = {n};
+    PyObject *a = PyArray_SimpleNew(1, dims, typenum);
+    if (a != NULL && n > 0)
+        memcpy(PyArray_DATA((PyArrayObject *)a), data, (size_t)n * elem);
+    return a;
+}
+
+/* Pop `key` from opts, a copy of the caller's kwargs (which keeps the value alive). */
+static int pop_opt(PyObject *opts, const char *key, PyObject **out)
+{
+    *out = PyDict_GetItemString(opts, key);
+    return *out ? PyDict_DelItemString(opts, key) : 0;
+}
+
+/* measure_cuda(fn, arg_sets, kwargs=None, *, stream, device=0, mode='events', cold=None,
+ *              flush_bytes=0, unroll=1, gate=True, gate_batch=32, gate_timeout_s=1.0,
+ *              busy_warmup_s=None, cupti_allow_foreign=False, sample_clocks=True,
+ *              clock_period_s=0.005, <loop config>) -> dict */
+static PyObject *measure_cuda(PyObject *m, PyObject *args, PyObject *kw)
+{
+    PyObject *fn, *arg_sets, *kwargs = Py_None, *opts = NULL, *out = NULL, *v;
+    kb_state *st = kb_get_state(m);
+    cuda_ctx c;
+    kb_loop_config cfg;
+    kb_loop_result res;
+    int pushed = 0, foreign = 0;
+    size_t persisting_limit = 0;
+    double busy_s_done = 0.0;
+    kb_builtin_kernels builtins;
+    memset(&c, 0, sizeof c);
+    memset(&res, 0, sizeof res);
+    memset(&builtins, 0, sizeof builtins);
+
+    if (!PyArg_ParseTuple(args, "OO|O:measure_cuda", &fn, &arg_sets, &kwargs))
+        return NULL;
+    c.m = m;
+    c.fn = fn;
+    if (!PyTuple_Check(arg_sets) || PyTuple_GET_SIZE(arg_sets) == 0)
+        return PyErr_Format(PyExc_TypeError, "arg_sets must be a non-empty tuple of tuples");
+    for (Py_ssize_t i = 0; i < PyTuple_GET_SIZE(arg_sets); i++)
+        if (!PyTuple_Check(PyTuple_GET_ITEM(arg_sets, i)))
+            return PyErr_Format(PyExc_TypeError, "arg_sets[%zd] must be a tuple", i);
+    if (kwargs != Py_None && !PyDict_Check(kwargs))
+        return PyErr_Format(PyExc_TypeError, "kwargs must be a dict or None");
+    c.fn_is_graph = kb_graph_check(m, fn);
+    if (!c.fn_is_graph && !PyCallable_Check(fn))
+        return PyErr_Format(PyExc_TypeError, "fn must be callable, got %.100s",
+                            Py_TYPE(fn)->tp_name);
+    c.arg_sets = arg_sets;
+    c.n_sets = PyTuple_GET_SIZE(arg_sets);
+    c.kwargs = kwargs == Py_None ? NULL : kwargs;
+
+    /* ---- options */
+    opts = kw ? PyDict_Copy(kw) : PyDict_New();
+    if (opts == NULL)
+        return NULL;
+    unsigned long long stream_handle = 0;
+    Py_ssize_t flush_bytes = 0, gate_batch = 32;
+    double gate_timeout = 1.0, busy_warmup = -1.0, unroll = 1.0;
+    int use_gate = 1, allow_foreign = 0, sample_clocks = 1;
+    c.clock_period_s = 0.005;
+    c.ordinal = 0;
+    if (pop_opt(opts, "stream", &v) < 0)
+        goto error;
+    if (v == NULL) {
+        PyErr_SetString(PyExc_TypeError, "measure_cuda needs stream= (the stream handle the "
+                                         "callable launches on; 0 for the legacy default)");
+        goto error;
+    }
+    stream_handle = PyLong_AsUnsignedLongLong(v);
+    if (PyErr_Occurred())
+        goto error;
+    c.stream = (CUstream)(uintptr_t)stream_handle;
+#define INT_OPT(key, var)                                                                      \
+    if (pop_opt(opts, key, &v) < 0)                                                            \
+        goto error;                                                                            \
+    if (v != NULL) {                                                                           \
+        var = PyLong_AsSsize_t(v);                                                             \
+        if (PyErr_Occurred())                                                                  \
+            goto error;                                                                        \
+    }
+#define FLOAT_OPT(key, var)                                                                    \
+    if (pop_opt(opts, key, &v) < 0)                                                            \
+        goto error;                                                                            \
+    if (v != NULL && v != Py_None) {                                                           \
+        var = PyFloat_AsDouble(v);                                                             \
+        if (PyErr_Occurred())                                                                  \
+            goto error;                                                                        \
+    }
+#define BOOL_OPT(key, var)                                                                     \
+    if (pop_opt(opts, key, &v) < 0)                                                            \
+        goto error;                                                                            \
+    if (v != NULL) {                                                                           \
+        var = PyObject_IsTrue(v);                                                              \
+        if (var < 0)                                                                           \
+            goto error;                                                                        \
+    }
+    Py_ssize_t ordinal = 0;
+    INT_OPT("device", ordinal);
+    c.ordinal = (int)ordinal;
+    INT_OPT("flush_bytes", flush_bytes);
+    INT_OPT("gate_batch", gate_batch);
+    FLOAT_OPT("gate_timeout_s", gate_timeout);
+    FLOAT_OPT("busy_warmup_s", busy_warmup);
+    FLOAT_OPT("unroll", unroll);
+    FLOAT_OPT("clock_period_s", c.clock_period_s);
+    BOOL_OPT("gate", use_gate);
+    BOOL_OPT("cupti_allow_foreign", allow_foreign);
+    BOOL_OPT("sample_clocks", sample_clocks);
+#undef INT_OPT
+#undef FLOAT_OPT
+#undef BOOL_OPT
+    if (flush_bytes < 0 || gate_batch < 1 || gate_timeout <= 0 || unroll < 1 ||
+        c.clock_period_s <= 0) {
+        PyErr_Format(PyExc_ValueError, "invalid option: need flush_bytes >= 0 (%zd), "
+                                       "gate_batch >= 1 (%zd), gate_timeout_s > 0 (%g), "
+                                       "unroll >= 1 (%g), clock_period_s > 0 (%g)",
+                     flush_bytes, gate_batch, gate_timeout, unroll, c.clock_period_s);
+        goto error;
+    }
+    c.unroll = unroll;
+    c.use_gate = use_gate;
+    c.sample_clocks = sample_clocks;
+    c.mode = MODE_EVENTS;
+    if (pop_opt(opts, "mode", &v) < 0)
+        goto error;
+    if (v != NULL) {
+        if (PyUnicode_Check(v) && PyUnicode_CompareWithASCIIString(v, "cupti") == 0)
+            c.mode = MODE_CUPTI;
+        else if (!(PyUnicode_Check(v) && PyUnicode_CompareWithASCIIString(v, "events") == 0)) {
+            PyErr_Format(PyExc_ValueError, "mode must be 'events' or 'cupti', got %R", v);
+            goto error;
+        }
+    }
+    c.cold = COLD_NONE;
+    if (pop_opt(opts, "cold", &v) < 0)
+        goto error;
+    if (v != NULL && v != Py_None) {
+        if (PyUnicode_Check(v) && PyUnicode_CompareWithASCIIString(v, "flush") == 0)
+            c.cold = COLD_FLUSH;
+        else if (PyUnicode_Check(v) && PyUnicode_CompareWithASCIIString(v, "rotate") == 0)
+            c.cold = COLD_ROTATE;
+        else {
+            PyErr_Format(PyExc_ValueError, "cold must be None, 'flush' or 'rotate', got %R", v);
+            goto error;
+        }
+    }
+    if (c.cold == COLD_ROTATE && c.n_sets < 2 && !c.fn_is_graph) {
+        PyErr_SetString(PyExc_ValueError,
+                        "cold='rotate' needs at least 2 argument sets to rotate through");
+        goto error;
+    }
+    if (kb_loop_config_parse(opts, &cfg) < 0)
+        goto error;
+    if (PyDict_GET_SIZE(opts) != 0) {
+        PyObject *keys = PyDict_Keys(opts);
+        if (keys != NULL) {
+            PyErr_Format(PyExc_TypeError, "measure_cuda got unexpected keyword arguments %R",
+                         keys);
+            Py_DECREF(keys);
+        }
+        goto error;
+    }
+    if (busy_warmup < 0)
+        busy_warmup = cfg.warmup_s;
+    /* The busy kernel brings the clocks up; the callable's own warm-up then only needs to
+     * reach steady state for its caches, allocator and JIT. */
+    if (cfg.warmup_min < 3)
+        cfg.warmup_min = 3;
+    if (cfg.warmup_s > 0.1)
+        cfg.warmup_s = 0.1;
+
+    /* ---- CUDA set-up */
+    if ((c.cu = kb_cuda(m)) == NULL)
+        goto error;
+    if (kb_ctx_enter(m, c.cu, c.ordinal, &pushed) < 0)
+        goto error;
+    if (KB_CU(m, c.cu->cuDeviceGet(&c.dev, c.ordinal)) < 0)
+        goto error;
+    CUstreamCaptureStatus cap_status = CU_STREAM_CAPTURE_STATUS_NONE;
+    if (KB_CU(m, c.cu->cuStreamIsCapturing(c.stream, &cap_status)) < 0)
+        goto error;
+    if (cap_status != CU_STREAM_CAPTURE_STATUS_NONE) {
+        PyErr_SetString(st->CaptureError, "the stream is being captured into a CUDA graph: "
+                                          "kbench cannot measure inside a capture");
+        goto error;
+    }
+    if (kb_l2_persisting_reset(m, c.cu, &persisting_limit) < 0)
+        goto error;
+    c.gate_cap = c.gate_cap_initial = gate_batch < cfg.batch_max ? gate_batch : cfg.batch_max;
+    c.n_ev = 2 * c.gate_cap;
+    c.ev = calloc((size_t)c.n_ev, sizeof(CUevent));
+    c.acts = calloc((size_t)c.gate_cap, sizeof(kb_iter_activity));
+    if (c.ev == NULL || c.acts == NULL) {
+        PyErr_NoMemory();
+        goto error;
+    }
+    for (Py_ssize_t i = 0; i < c.n_ev; i++)
+        if (KB_CU(m, c.cu->cuEventCreate(&c.ev[i], CU_EVENT_DEFAULT)) < 0) {
+            c.ev[i] = NULL;
+            goto error;
+        }
+    if (c.use_gate && kb_gate_init(m, c.cu, &c.gate, gate_timeout) < 0)
+        goto error;
+    c.gate_ready = c.use_gate;
+    if (c.cold == COLD_FLUSH && kb_l2_flusher_init(m, c.cu, c.dev, &c.flusher,
+                                                   (size_t)flush_bytes) < 0)
+        goto error;
+    if (c.mode == MODE_CUPTI && kb_cupti_begin(m, allow_foreign, &c.trace, &foreign) < 0)
+        goto error;
+    c.next_id = 1;
+
+    /* Clock ramp-up: skipped when the GPU was busy with kbench a moment ago. */
+    if (busy_warmup > 0 && kb_now_s() > st->gpu_warm_until) {
+        kb_deferred d = KB_DEFERRED_INIT;
+        if (kb_builtin_load(m, c.cu, &builtins) < 0 ||
+            kb_builtin_busy(m, c.cu, &builtins, c.dev, c.stream, busy_warmup) < 0)
+            goto error;
+        Py_BEGIN_ALLOW_THREADS
+        KB_DEFER(&d, c.cu->cuStreamSynchronize(c.stream));
+        Py_END_ALLOW_THREADS
+        if (KB_CU_RAISE(m, &d) < 0)
+            goto error;
+        busy_s_done = busy_warmup;
+    }
+
+    kb_backend backend = {.name = c.mode == MODE_CUPTI ? "cupti" : "events", .ctx = &c,
+                          .run_batch = cuda_run_batch};
+    if (kb_loop_run(&backend, &cfg, &res) < 0)
+        goto error;
+    st->gpu_warm_until = kb_now_s() + 1.0;
+
+    /* ---- result */
+    out = kb_loop_result_to_dict(&res, &cfg);
+    if (out == NULL)
+        goto error;
+    PyObject *clocks = Py_None;
+    if (c.sampler != NULL) {
+        clocks = kb_nvml_sampler_stop(m, c.sampler);
+        c.sampler = NULL;
+        if (clocks == NULL) {
+            PyErr_Clear();
+            clocks = Py_None;
+        }
+    }
+    else
+        Py_INCREF(clocks);
+    PyObject *names = c.trace ? kb_cupti_names(c.trace) : Py_NewRef(Py_None);
+    PyObject *cuda = Py_BuildValue(
+        "{s:s,s:N,s:N,s:N,s:N,s:N,s:N,s:{s:O,s:n,s:n,s:n,s:n,s:d},s:n,s:n,s:d,s:K,s:O,s:d,s:i,"
+        "s:K}",
+        "backend", backend.name,
+        "events_s", array_from(c.side.events_s, c.side.n, NPY_FLOAT64, sizeof(double)),
+        "span_s", array_from(c.side.span_s, c.side.n, NPY_FLOAT64, sizeof(double)),
+        "kernels_per_iter", array_from(c.side.kernels, c.side.n, NPY_UINT32, sizeof(uint32_t)),
+        "copies_per_iter", array_from(c.side.copies, c.side.n, NPY_UINT32, sizeof(uint32_t)),
+        "names", names, "clocks", clocks,
+        "gate", "enabled", c.use_gate ? Py_True : Py_False, "batch", c.gate_cap_initial,
+        "batch_final", c.gate_cap, "watchdog_fired", c.gate_fired, "fired_kept",
+        c.gate_fired_kept, "timeout_s", gate_timeout,
+        "flush_bytes", (Py_ssize_t)c.flusher.bytes, "arg_sets", c.n_sets,
+        "unroll", c.unroll, "persisting_l2_limit_bytes", (unsigned long long)persisting_limit,
+        "cupti_foreign_subscriber", foreign ? Py_True : Py_False, "busy_warmup_s",
+        busy_s_done, "device", c.ordinal, "cupti_dropped",
+        (unsigned long long)(c.trace ? kb_cupti_dropped(c.trace) : 0));
+    if (cuda == NULL || PyDict_SetItemString(out, "cuda", cuda) < 0) {
+        Py_XDECREF(cuda);
+        Py_CLEAR(out);
+        goto error;
+    }
+    Py_DECREF(cuda);
+    PyObject *bname = PyUnicode_FromString(backend.name);
+    if (bname == NULL || PyDict_SetItemString(out, "backend", bname) < 0) {
+        Py_XDECREF(bname);
+        Py_CLEAR(out);
+        goto error;
+    }
+    Py_DECREF(bname);
+
+error:
+    /* One cleanup path for success and failure: CUPTI released, gate opened, buffers freed,
+     * the context popped; a pending exception is kept. */
+    {
+        PyObject *et, *ev, *etb;
+        PyErr_Fetch(&et, &ev, &etb);
+        if (c.sampler != NULL)
+            kb_nvml_sampler_abort(c.sampler);
+        if (c.trace != NULL)
+            kb_cupti_end(m, c.trace);
+        if (c.cu != NULL) {
+            if (c.gate_ready) {
+                kb_gate_open(&c.gate);
+                Py_BEGIN_ALLOW_THREADS
+                c.cu->cuStreamSynchronize(c.stream);
+                Py_END_ALLOW_THREADS
+                kb_gate_fini(c.cu, &c.gate);
+            }
+            kb_l2_flusher_fini(c.cu, &c.flusher);
+            kb_builtin_unload(c.cu, &builtins);
+            for (Py_ssize_t i = 0; c.ev && i < c.n_ev; i++)
+                if (c.ev[i])
+                    c.cu->cuEventDestroy(c.ev[i]);
+            kb_ctx_leave(c.cu, pushed);
+        }
+        PyErr_Restore(et, ev, etb);
+    }
+    free(c.ev);
+    free(c.acts);
+    side_free(&c.side);
+    kb_loop_result_free(&res);
+    Py_XDECREF(opts);
+    return out;
+}
+
+static PyMethodDef cuda_methods[] = {
+    {"measure_cuda", (PyCFunction)(void (*)(void))measure_cuda, METH_VARARGS | METH_KEYWORDS,
+     "measure_cuda(fn, arg_sets, kwargs=None, *, stream, device=0, mode='events'|'cupti', "
+     "cold=None|'flush'|'rotate', flush_bytes=0, unroll=1, gate=True, gate_batch=32, "
+     "gate_timeout_s=1.0, busy_warmup_s=None, cupti_allow_foreign=False, sample_clocks=True, "
+     "clock_period_s=0.005, <loop config>) -> dict\n\n"
+     "Time fn(*arg_sets[i % len]) (or launches of a CudaGraph fn) on a CUDA stream."},
+    {NULL, NULL, 0, NULL},
+};
+
+int kb_measure_cuda_module_init(PyObject *m)
+{
+    if (kb_cuda_kernels_module_init(m) < 0 || kb_graph_module_init(m) < 0)
+        return -1;
+    return PyModule_AddFunctions(m, cuda_methods);
+}

@@ -245,13 +245,25 @@ def _warnings(r: Result) -> List[str]:
     return out
 
 
+_host_md_cache: Dict[str, Dict[str, Any]] = {}
+
+
 def _metadata(device_name: str, r: Result, extra: Dict[str, Any]) -> Dict[str, Any]:
+    """Host metadata, collected once per process and working directory (it runs git), with a
+    fresh timestamp and command line for every result."""
     global _host_timer_cache
-    try:
-        from .metadata import collect_host_metadata
-        md = collect_host_metadata()
-    except Exception as e:          # metadata must never lose a measurement
-        md = {"error": f"{type(e).__name__}: {e}"}
+    import os
+    import time
+    cwd = os.getcwd()
+    if cwd not in _host_md_cache:
+        try:
+            from .metadata import collect_host_metadata
+            _host_md_cache[cwd] = collect_host_metadata()
+        except Exception as e:      # metadata must never lose a measurement
+            _host_md_cache[cwd] = {"error": f"{type(e).__name__}: {e}"}
+    md = dict(_host_md_cache[cwd])
+    md["timestamp_utc"] = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())
+    md["argv"] = list(sys.argv)
     if _host_timer_cache is None:
         _host_timer_cache = _core.host_timer_info()
     md["host_timer"] = _host_timer_cache

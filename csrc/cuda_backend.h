@@ -1,0 +1,142 @@
+/* cuda_backend.h -- pieces of the CUDA backend shared by its files (CUDA build only).
+ *
+ *   coldcache_cuda.c  L2 flush buffer, persisting-L2 reset
+ *   gate.c            device-side gate (cuStreamWaitValue32 on a host-mapped flag) + watchdog
+ *   cupti_trace.c     CUPTI activity tracing attributed to iterations by external correlation
+ *   graph.c           CUDA graph capture / replay for callables that are not PyTorch's
+ *   cuda_kernels.c    built-in PTX kernels (empty, busy), NVRTC-compiled kernels, device buffers
+ *   measure_cuda.c    the events / cupti backends of the timing loop, and measure_cuda()
+ */
+#ifndef KB_CUDA_BACKEND_H
+#define KB_CUDA_BACKEND_H
+
+#include "kbench.h"
+#include "loader.h"
+
+#include <pthread.h>
+
+/* ---------------------------------------------------------------- context */
+
+/* Make the primary context of `ordinal` current on this thread (the context PyTorch, CuPy and
+ * the runtime API use). *pushed is set when a context was pushed and must be popped. */
+int kb_ctx_enter(PyObject *m, const kb_cuda_api *cu, int ordinal, int *pushed);
+void kb_ctx_leave(const kb_cuda_api *cu, int pushed);
+
+/* ---------------------------------------------------------------- coldcache_cuda.c */
+
+typedef struct {
+    CUdeviceptr buf;            /* the buffer written before each sample */
+    size_t bytes;
+    unsigned int value;         /* changes every flush */
+} kb_l2_flusher;
+
+/* Allocate `bytes` (0: 2x the device's L2). MemoryError naming the size on out-of-memory. */
+int kb_l2_flusher_init(PyObject *m, const kb_cuda_api *cu, CUdevice dev, kb_l2_flusher *f,
+                       size_t bytes);
+int kb_l2_flush(PyObject *m, const kb_cuda_api *cu, kb_l2_flusher *f, CUstream s);
+void kb_l2_flusher_fini(const kb_cuda_api *cu, kb_l2_flusher *f);
+/* Read the persisting-L2 limit of the current context and reset persisting lines to normal.
+ * *limit gets the limit in bytes (0 when none is set). */
+int kb_l2_persisting_reset(PyObject *m, const kb_cuda_api *cu, size_t *limit);
+
+/* ---------------------------------------------------------------- gate.c */
+
+/* The gate holds a stream behind cuStreamWaitValue32 on a host-mapped flag while the host
+ * queues a batch, so host launch overhead stays out of the timed region (nvbench's blocking
+ * kernel). A watchdog thread opens it after timeout_s, so a full launch queue cannot deadlock
+ * the host behind its own gate. */
+typedef struct {
+    volatile uint32_t *host_flag;   /* pinned, device-mapped */
+    CUdeviceptr dev_flag;
+    uint32_t generation;            /* the value the current close waits for */
+    double timeout_s;
+    pthread_t thread;
+    pthread_mutex_t mu;
+    pthread_cond_t cv;
+    int thread_started;
+    int armed;                      /* a close is pending; the watchdog may open it */
+    double deadline;                /* kb_now_s() time after which the watchdog opens */
+    int quit;
+    int fired;                      /* the watchdog opened the gate of the current batch */
+    Py_ssize_t fired_total;         /* how many batches the watchdog opened */
+} kb_gate;
+
+int kb_gate_init(PyObject *m, const kb_cuda_api *cu, kb_gate *g, double timeout_s);
+/* Queue the wait on `s`; from now on launches on `s` queue up behind it. */
+int kb_gate_close(PyObject *m, const kb_cuda_api *cu, kb_gate *g, CUstream s);
+/* Release the stream. Returns 1 when the watchdog had already opened it (the batch may have
+ * timed host launch gaps), else 0. */
+int kb_gate_open(kb_gate *g);
+void kb_gate_fini(const kb_cuda_api *cu, kb_gate *g);
+
+/* ---------------------------------------------------------------- cupti_trace.c */
+
+/* Per-iteration activity, attributed by external correlation id = iteration id (>= 1). */
+typedef struct {
+    uint64_t sum_ns;        /* sum of kernel + memcpy + memset durations */
+    uint64_t first_start;   /* earliest start */
+    uint64_t last_end;      /* latest end */
+    uint32_t kernels, memcpys, memsets;
+} kb_iter_activity;
+
+typedef struct kb_cupti_trace kb_cupti_trace;
+
+/* Take CUPTI: CuptiBusy when another profiler owns it (nsys/ncu injection, another kbench
+ * trace, or another CUPTI subscriber unless allow_foreign_subscriber -- the Python layer passes
+ * 1 when it has checked that torch.profiler is not running, since Kineto keeps its subscription
+ * after a profile ends). Enables kernel/memcpy/memset/external-correlation activity.
+ * *foreign is set when another subscriber was present. */
+int kb_cupti_begin(PyObject *m, int allow_foreign_subscriber, kb_cupti_trace **out,
+                   int *foreign);
+/* Around the launches of iteration `id` (>= 1). */
+int kb_cupti_push(PyObject *m, kb_cupti_trace *t, uint64_t id);
+int kb_cupti_pop(PyObject *m, kb_cupti_trace *t);
+void kb_cupti_pop_quiet(kb_cupti_trace *t);     /* error paths: pop, ignore the result */
+/* Flush CUPTI's buffers (after the stream has been synchronized) and fill acts[i] for ids
+ * first_id .. first_id + n - 1. Activity without an id (the L2 flush) is ignored. */
+int kb_cupti_collect(PyObject *m, kb_cupti_trace *t, uint64_t first_id, Py_ssize_t n,
+                     kb_iter_activity *acts, int record_names);
+/* Per activity name, over the batches collected with record_names:
+ * {name: {"kind", "count", "total_ns", "min_ns", "max_ns"}}. New reference. */
+PyObject *kb_cupti_names(kb_cupti_trace *t);
+/* Records CUPTI dropped (buffers full). */
+uint64_t kb_cupti_dropped(kb_cupti_trace *t);
+/* Disable, flush, unsubscribe, free. Always safe; keeps a pending exception. */
+void kb_cupti_end(PyObject *m, kb_cupti_trace *t);
+
+/* ---------------------------------------------------------------- cuda_kernels.c */
+
+/* Built-in PTX kernels (no NVRTC needed): kb_empty() and kb_busy(ns, sink). Loaded once per
+ * context on first use. */
+typedef struct {
+    CUcontext ctx;
+    CUmodule module;
+    CUfunction empty;
+    CUfunction busy;
+    CUdeviceptr sink;
+} kb_builtin_kernels;
+
+int kb_builtin_load(PyObject *m, const kb_cuda_api *cu, kb_builtin_kernels *k);
+void kb_builtin_unload(const kb_cuda_api *cu, kb_builtin_kernels *k);
+/* Keep every SM busy for `seconds` (clock ramp-up before measuring). */
+int kb_builtin_busy(PyObject *m, const kb_cuda_api *cu, kb_builtin_kernels *k, CUdevice dev,
+                    CUstream s, double seconds);
+int kb_cuda_kernels_module_init(PyObject *m);
+
+/* ---------------------------------------------------------------- graph.c */
+
+/* A CUDA graph captured from a callable (Python type kbench._core.CudaGraph). */
+typedef struct {
+    PyObject_HEAD
+    CUgraph graph;
+    CUgraphExec exec;
+    Py_ssize_t unroll;          /* calls of the callable captured into the graph */
+    Py_ssize_t kernel_nodes, memcpy_nodes, memset_nodes, other_nodes;
+    PyObject *keepalive;        /* the arguments the graph's pointers refer to */
+} kb_graph_object;
+
+int kb_graph_module_init(PyObject *m);
+int kb_graph_check(PyObject *m, PyObject *obj);           /* 1 when obj is a CudaGraph */
+int kb_graph_launch(PyObject *m, const kb_cuda_api *cu, kb_graph_object *g, CUstream s);
+
+#endif

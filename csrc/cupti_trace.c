@@ -1,0 +1,434 @@
+/* cupti_trace.c -- CUPTI activity tracing, attributed to iterations by external correlation.
+ *
+ * Around the launches of iteration i the loop pushes external correlation id i. CUPTI then
+ * emits, for every driver call made in that range, an EXTERNAL_CORRELATION record mapping the
+ * call's correlation id to i; kernel, memcpy and memset records carry the correlation id of
+ * the call that launched them (for a graph launch: of cuGraphLaunch). So attribution is by
+ * correlation, never by kernel name, and the L2 flush, issued outside any range, is dropped.
+ *
+ * CUPTI's buffer callbacks carry no user pointer, so the one active trace of the process is
+ * reachable from a static; a second concurrent trace is refused as CuptiBusy.
+ */
+#include "cuda_backend.h"
+
+#include <stdlib.h>
+#include <string.h>
+
+#define KB_CUPTI_BUFFER (8u << 20)
+#define KB_EXT_KIND CUPTI_EXTERNAL_CORRELATION_KIND_CUSTOM0
+
+typedef struct {
+    uint32_t corr;
+    uint64_t ext;
+} ext_map;
+
+typedef struct {
+    uint32_t corr;
+    uint32_t name;              /* index into names */
+    uint8_t kind;               /* 0 kernel, 1 memcpy, 2 memset */
+    uint64_t start, end;
+} activity;
+
+typedef struct {
+    char *name;
+    uint8_t kind;
+    uint64_t count, total_ns, min_ns, max_ns;
+} name_stat;
+
+struct kb_cupti_trace {
+    const kb_cupti_api *api;
+    pthread_mutex_t mu;         /* the buffer-completed callback may run on CUPTI's thread */
+    CUpti_SubscriberHandle sub;
+    int subscribed;
+    int kinds_enabled;          /* how many of KINDS[] are enabled */
+    ext_map *ext;
+    size_t n_ext, cap_ext;
+    activity *acts;
+    size_t n_acts, cap_acts;
+    name_stat *names;
+    size_t n_names, cap_names;
+    uint64_t dropped;
+    int oom;                    /* a record was lost to a failed allocation */
+};
+
+static const CUpti_ActivityKind KINDS[] = {
+    CUPTI_ACTIVITY_KIND_EXTERNAL_CORRELATION,
+    CUPTI_ACTIVITY_KIND_CONCURRENT_KERNEL,
+    CUPTI_ACTIVITY_KIND_MEMCPY,
+    CUPTI_ACTIVITY_KIND_MEMSET,
+};
+#define N_KINDS (sizeof KINDS / sizeof KINDS[0])
+
+static pthread_mutex_t g_active_mu = PTHREAD_MUTEX_INITIALIZER;
+static kb_cupti_trace *g_active;    /* see the file comment */
+
+static int grow(void **p, size_t *cap, size_t need, size_t elem)
+{
+    if (need <= *cap)
+        return 0;
+    size_t c = *cap ? *cap * 2 : 1024;
+    while (c < need)
+        c *= 2;
+    void *q = realloc(*p, c * elem);
+    if (q == NULL)
+        return -1;
+    *p = q;
+    *cap = c;
+    return 0;
+}
+
+/* Index of `name` in the table, added if new; (uint32_t)-1 on allocation failure. */
+static uint32_t intern(kb_cupti_trace *t, const char *name, uint8_t kind)
+{
+    if (name == NULL)
+        name = "<unnamed>";
+    for (size_t i = t->n_names; i-- > 0;)
+        if (t->names[i].kind == kind && strcmp(t->names[i].name, name) == 0)
+            return (uint32_t)i;
+    if (grow((void **)&t->names, &t->cap_names, t->n_names + 1, sizeof(name_stat)) < 0)
+        return (uint32_t)-1;
+    char *copy = strdup(name);
+    if (copy == NULL)
+        return (uint32_t)-1;
+    name_stat *ns = &t->names[t->n_names];
+    memset(ns, 0, sizeof *ns);
+    ns->name = copy;
+    ns->kind = kind;
+    ns->min_ns = UINT64_MAX;
+    return (uint32_t)t->n_names++;
+}
+
+static void add_activity(kb_cupti_trace *t, uint32_t corr, uint8_t kind, const char *name,
+                         uint64_t start, uint64_t end)
+{
+    uint32_t id = intern(t, name, kind);
+    if (id == (uint32_t)-1 ||
+        grow((void **)&t->acts, &t->cap_acts, t->n_acts + 1, sizeof(activity)) < 0) {
+        t->oom = 1;
+        return;
+    }
+    t->acts[t->n_acts++] = (activity){.corr = corr, .name = id, .kind = kind,
+                                      .start = start, .end = end};
+}
+
+static void parse_buffer(kb_cupti_trace *t, uint8_t *buf, size_t valid)
+{
+    CUpti_Activity *rec = NULL;
+    while (t->api->cuptiActivityGetNextRecord(buf, valid, &rec) == CUPTI_SUCCESS) {
+        switch (rec->kind) {
+        case CUPTI_ACTIVITY_KIND_EXTERNAL_CORRELATION: {
+            CUpti_ActivityExternalCorrelation *e = (CUpti_ActivityExternalCorrelation *)rec;
+            if (e->externalKind != KB_EXT_KIND)
+                break;
+            if (grow((void **)&t->ext, &t->cap_ext, t->n_ext + 1, sizeof(ext_map)) < 0) {
+                t->oom = 1;
+                break;
+            }
+            t->ext[t->n_ext++] = (ext_map){.corr = e->correlationId, .ext = e->externalId};
+            break;
+        }
+        case CUPTI_ACTIVITY_KIND_KERNEL:
+        case CUPTI_ACTIVITY_KIND_CONCURRENT_KERNEL: {
+            CUpti_ActivityKernel10 *k = (CUpti_ActivityKernel10 *)rec;
+            add_activity(t, k->correlationId, 0, k->name, k->start, k->end);
+            break;
+        }
+        case CUPTI_ACTIVITY_KIND_MEMCPY: {
+            CUpti_ActivityMemcpy6 *c = (CUpti_ActivityMemcpy6 *)rec;
+            static const char *kinds[] = {"[memcpy ?]",    "[memcpy HtoD]", "[memcpy DtoH]",
+                                          "[memcpy HtoA]", "[memcpy AtoH]", "[memcpy AtoA]",
+                                          "[memcpy AtoD]", "[memcpy DtoA]", "[memcpy DtoD]",
+                                          "[memcpy HtoH]", "[memcpy PtoP]"};
+            unsigned ck = c->copyKind < sizeof kinds / sizeof kinds[0] ? c->copyKind : 0;
+            add_activity(t, c->correlationId, 1, kinds[ck], c->start, c->end);
+            break;
+        }
+        case CUPTI_ACTIVITY_KIND_MEMSET: {
+            CUpti_ActivityMemset4 *s = (CUpti_ActivityMemset4 *)rec;
+            add_activity(t, s->correlationId, 2, "[memset]", s->start, s->end);
+            break;
+        }
+        default:
+            break;
+        }
+    }
+}
+
+static void CUPTIAPI buffer_requested(uint8_t **buffer, size_t *size, size_t *max_records)
+{
+    void *p = NULL;
+    *buffer = NULL;
+    *size = 0;
+    *max_records = 0;
+    if (posix_memalign(&p, 8, KB_CUPTI_BUFFER) == 0) {
+        *buffer = p;
+        *size = KB_CUPTI_BUFFER;
+    }
+}
+
+static void CUPTIAPI buffer_completed(CUcontext ctx, uint32_t stream_id, uint8_t *buffer,
+                                      size_t size, size_t valid)
+{
+    pthread_mutex_lock(&g_active_mu);
+    kb_cupti_trace *t = g_active;
+    if (t != NULL) {
+        pthread_mutex_lock(&t->mu);
+        if (valid > 0)
+            parse_buffer(t, buffer, valid);
+        size_t dropped = 0;
+        if (t->api->cuptiActivityGetNumDroppedRecords(ctx, stream_id, &dropped) ==
+            CUPTI_SUCCESS)
+            t->dropped += dropped;
+        pthread_mutex_unlock(&t->mu);
+    }
+    pthread_mutex_unlock(&g_active_mu);
+    free(buffer);
+}
+
+static void CUPTIAPI ignore_callback(void *userdata, CUpti_CallbackDomain domain,
+                                     CUpti_CallbackId cbid, const void *data)
+{
+}
+
+static void trace_free(kb_cupti_trace *t)
+{
+    for (size_t i = 0; i < t->n_names; i++)
+        free(t->names[i].name);
+    free(t->names);
+    free(t->acts);
+    free(t->ext);
+    pthread_mutex_destroy(&t->mu);
+    free(t);
+}
+
+int kb_cupti_begin(PyObject *m, int allow_foreign_subscriber, kb_cupti_trace **out,
+                   int *foreign)
+{
+    kb_state *st = kb_get_state(m);
+    *out = NULL;
+    *foreign = 0;
+    const char *inject = getenv("CUDA_INJECTION64_PATH");
+    if (inject != NULL && *inject) {
+        PyErr_Format(st->CuptiBusy,
+                     "CUPTI is owned by a profiler injected into this process "
+                     "(CUDA_INJECTION64_PATH=%s: Nsight Systems/Compute); use mode='events' "
+                     "or run without the profiler", inject);
+        return -1;
+    }
+    const kb_cupti_api *api = kb_cupti(m);
+    if (api == NULL)
+        return -1;
+    uint32_t version = 0;
+    if (KB_CUPTI(m, api->cuptiGetVersion(&version)) < 0)
+        return -1;
+    if (version < CUPTI_API_VERSION) {
+        PyErr_Format(st->CuptiError,
+                     "the loaded CUPTI has API version %u, older than the %d kbench was built "
+                     "with: its activity records would be misread; point KBENCH_CUPTI_PATH at a "
+                     "newer libcupti", version, CUPTI_API_VERSION);
+        return -1;
+    }
+
+    kb_cupti_trace *t = calloc(1, sizeof *t);
+    if (t == NULL) {
+        PyErr_NoMemory();
+        return -1;
+    }
+    t->api = api;
+    pthread_mutex_init(&t->mu, NULL);
+
+    pthread_mutex_lock(&g_active_mu);
+    int busy = g_active != NULL;
+    if (!busy)
+        g_active = t;
+    pthread_mutex_unlock(&g_active_mu);
+    if (busy) {
+        trace_free(t);
+        PyErr_SetString(st->CuptiBusy, "kbench is already tracing with CUPTI in this process "
+                                       "(another thread is measuring)");
+        return -1;
+    }
+
+    CUptiResult r = api->cuptiSubscribe(&t->sub, ignore_callback, NULL);
+    if (r == CUPTI_SUCCESS)
+        t->subscribed = 1;
+    else if (r == CUPTI_ERROR_MULTIPLE_SUBSCRIBERS_NOT_SUPPORTED) {
+        *foreign = 1;
+        if (!allow_foreign_subscriber) {
+            PyErr_SetString(st->CuptiBusy,
+                            "another CUPTI subscriber is attached to this process "
+                            "(torch.profiler/Kineto, Nsight, or another tool); kbench will not "
+                            "take CUPTI from it: use mode='events', or finish the profile first");
+            goto error;
+        }
+    }
+    else if (KB_CUPTI(m, r) < 0)
+        goto error;
+
+    if (KB_CUPTI(m, api->cuptiActivityRegisterCallbacks(buffer_requested, buffer_completed)) < 0)
+        goto error;
+    for (size_t i = 0; i < N_KINDS; i++) {
+        if (KB_CUPTI(m, api->cuptiActivityEnable(KINDS[i])) < 0)
+            goto error;
+        t->kinds_enabled++;
+    }
+    *out = t;
+    return 0;
+
+error:
+    kb_cupti_end(m, t);
+    return -1;
+}
+
+int kb_cupti_push(PyObject *m, kb_cupti_trace *t, uint64_t id)
+{
+    return KB_CUPTI(m, t->api->cuptiActivityPushExternalCorrelationId(KB_EXT_KIND, id));
+}
+
+int kb_cupti_pop(PyObject *m, kb_cupti_trace *t)
+{
+    uint64_t id = 0;
+    return KB_CUPTI(m, t->api->cuptiActivityPopExternalCorrelationId(KB_EXT_KIND, &id));
+}
+
+void kb_cupti_pop_quiet(kb_cupti_trace *t)
+{
+    uint64_t id = 0;
+    t->api->cuptiActivityPopExternalCorrelationId(KB_EXT_KIND, &id);
+}
+
+static int cmp_ext(const void *a, const void *b)
+{
+    uint32_t x = ((const ext_map *)a)->corr, y = ((const ext_map *)b)->corr;
+    return (x > y) - (x < y);
+}
+
+static const ext_map *find_ext(const ext_map *v, size_t n, uint32_t corr)
+{
+    size_t lo = 0, hi = n;
+    while (lo < hi) {
+        size_t mid = lo + (hi - lo) / 2;
+        if (v[mid].corr < corr)
+            lo = mid + 1;
+        else
+            hi = mid;
+    }
+    return lo < n && v[lo].corr == corr ? &v[lo] : NULL;
+}
+
+int kb_cupti_collect(PyObject *m, kb_cupti_trace *t, uint64_t first_id, Py_ssize_t n,
+                     kb_iter_activity *acts, int record_names)
+{
+    CUptiResult r;
+    Py_BEGIN_ALLOW_THREADS
+    r = t->api->cuptiActivityFlushAll(CUPTI_ACTIVITY_FLAG_FLUSH_FORCED);
+    Py_END_ALLOW_THREADS
+    if (KB_CUPTI(m, r) < 0)
+        return -1;
+
+    memset(acts, 0, (size_t)n * sizeof *acts);
+    for (Py_ssize_t i = 0; i < n; i++)
+        acts[i].first_start = UINT64_MAX;
+
+    pthread_mutex_lock(&t->mu);
+    int oom = t->oom;
+    qsort(t->ext, t->n_ext, sizeof(ext_map), cmp_ext);
+    for (size_t i = 0; i < t->n_acts; i++) {
+        const activity *a = &t->acts[i];
+        const ext_map *e = find_ext(t->ext, t->n_ext, a->corr);
+        if (e == NULL || e->ext < first_id || e->ext >= first_id + (uint64_t)n)
+            continue;   /* the flush, or activity outside this batch */
+        kb_iter_activity *it = &acts[e->ext - first_id];
+        uint64_t d = a->end > a->start ? a->end - a->start : 0;
+        it->sum_ns += d;
+        if (a->start < it->first_start)
+            it->first_start = a->start;
+        if (a->end > it->last_end)
+            it->last_end = a->end;
+        if (a->kind == 0)
+            it->kernels++;
+        else if (a->kind == 1)
+            it->memcpys++;
+        else
+            it->memsets++;
+        if (record_names) {
+            name_stat *ns = &t->names[a->name];
+            ns->count++;
+            ns->total_ns += d;
+            if (d < ns->min_ns)
+                ns->min_ns = d;
+            if (d > ns->max_ns)
+                ns->max_ns = d;
+        }
+    }
+    /* Everything queued so far has completed and been read: start the next batch empty. */
+    t->n_acts = 0;
+    t->n_ext = 0;
+    t->oom = 0;
+    pthread_mutex_unlock(&t->mu);
+    if (oom) {
+        PyErr_NoMemory();
+        return -1;
+    }
+    return 0;
+}
+
+PyObject *kb_cupti_names(kb_cupti_trace *t)
+{
+    static const char *kind_names[] = {"kernel", "memcpy", "memset"};
+    PyObject *out = PyDict_New();
+    if (out == NULL)
+        return NULL;
+    pthread_mutex_lock(&t->mu);
+    for (size_t i = 0; i < t->n_names; i++) {
+        const name_stat *ns = &t->names[i];
+        if (ns->count == 0)
+            continue;
+        PyObject *d = Py_BuildValue("{s:s,s:K,s:K,s:K,s:K}", "kind", kind_names[ns->kind],
+                                    "count", (unsigned long long)ns->count, "total_ns",
+                                    (unsigned long long)ns->total_ns, "min_ns",
+                                    (unsigned long long)ns->min_ns, "max_ns",
+                                    (unsigned long long)ns->max_ns);
+        if (d == NULL || PyDict_SetItemString(out, ns->name, d) < 0) {
+            Py_XDECREF(d);
+            Py_CLEAR(out);
+            break;
+        }
+        Py_DECREF(d);
+    }
+    pthread_mutex_unlock(&t->mu);
+    return out;
+}
+
+uint64_t kb_cupti_dropped(kb_cupti_trace *t)
+{
+    pthread_mutex_lock(&t->mu);
+    uint64_t d = t->dropped;
+    pthread_mutex_unlock(&t->mu);
+    return d;
+}
+
+void kb_cupti_end(PyObject *m, kb_cupti_trace *t)
+{
+    if (t == NULL)
+        return;
+    /* Keep the exception that brought us here; cleanup errors are not the user's problem. */
+    PyObject *type, *value, *tb;
+    PyErr_Fetch(&type, &value, &tb);
+    const kb_cupti_api *api = t->api;
+    for (size_t i = t->kinds_enabled; i-- > 0;)
+        api->cuptiActivityDisable(KINDS[i]);
+    if (t->kinds_enabled) {
+        Py_BEGIN_ALLOW_THREADS
+        api->cuptiActivityFlushAll(CUPTI_ACTIVITY_FLAG_FLUSH_FORCED);
+        Py_END_ALLOW_THREADS
+    }
+    pthread_mutex_lock(&g_active_mu);
+    if (g_active == t)
+        g_active = NULL;
+    pthread_mutex_unlock(&g_active_mu);
+    if (t->subscribed)
+        api->cuptiUnsubscribe(t->sub);
+    trace_free(t);
+    PyErr_Restore(type, value, tb);
+}

@@ -1,0 +1,487 @@
+"""The CUDA side of kbench.bench: streams, modes, graphs, cold L2, floors, clocks.
+
+The C core does the measuring (kbench._core.measure_cuda); this module adapts PyTorch, CuPy
+and raw stream handles to it, captures graphs (through torch.cuda.graph for PyTorch so its
+caching allocator knows), and turns the raw record into the Result's fields. Imported only
+when a GPU is asked for.
+"""
+from __future__ import annotations
+
+import math
+import sys
+import warnings
+from typing import Any, Callable, Dict, List, Optional, Tuple
+
+import numpy as np
+
+from . import _core
+from .coldcache import footprint, make_rotation_sets
+
+MODES = ("cupti", "events", "graph")
+_floor_cache: Dict[Tuple[str, int, bool], Dict[str, Any]] = {}
+_device_info_cache: Dict[int, Dict[str, Any]] = {}
+
+# NVML clock-event reasons that mean the clocks were pulled down by the board, not by idling.
+_THROTTLE = {"sw_power_cap", "hw_slowdown", "sw_thermal_slowdown", "hw_thermal_slowdown",
+             "hw_power_brake_slowdown"}
+
+
+def available() -> bool:
+    """True when the C core has the CUDA backend and a CUDA device is visible."""
+    if not _core.HAVE_CUDA:
+        return False
+    try:
+        return _core.cuda_device_count() > 0
+    except _core.KbenchError:
+        return False
+
+
+def require_backend() -> None:
+    if not _core.HAVE_CUDA:
+        raise _core.LibraryNotFound(
+            "this kbench was built without the CUDA backend (no cuda.h/cupti.h under "
+            "$CUDA_HOME or /usr/local/cuda at build time); rebuild with the CUDA toolkit headers")
+
+
+def device_ordinal(device: str) -> int:
+    if device in ("cuda", "auto"):
+        torch = sys.modules.get("torch")
+        if torch is not None and torch.cuda.is_available():
+            return int(torch.cuda.current_device())
+        return 0
+    try:
+        return int(device.split(":", 1)[1])
+    except (IndexError, ValueError):
+        raise ValueError(f"device must be 'cuda' or 'cuda:N', got {device!r}") from None
+
+
+def stream_handle(stream: Any, ordinal: int) -> int:
+    """A CUstream handle (int) from a torch/CuPy stream, an int, or the framework's current one."""
+    if stream is None:
+        torch = sys.modules.get("torch")
+        if torch is not None and torch.cuda.is_initialized():
+            return int(torch.cuda.current_stream(ordinal).cuda_stream)
+        cupy = sys.modules.get("cupy")
+        if cupy is not None:
+            return int(cupy.cuda.get_current_stream().ptr)
+        return 0
+    if isinstance(stream, int):
+        return stream
+    for attr in ("cuda_stream", "ptr", "handle"):
+        h = getattr(stream, attr, None)
+        if isinstance(h, int):
+            return h
+    raise TypeError(f"stream must be an int handle, a torch.cuda.Stream or a cupy Stream, got "
+                    f"{type(stream).__name__}")
+
+
+def torch_profiler_active() -> bool:
+    torch = sys.modules.get("torch")
+    if torch is None:
+        return False
+    try:
+        return bool(torch.autograd.profiler._is_profiler_enabled)
+    except AttributeError:
+        try:
+            return bool(torch._C._autograd._profiler_enabled())
+        except Exception:
+            return False
+
+
+def device_info(ordinal: int) -> Dict[str, Any]:
+    if ordinal not in _device_info_cache:
+        _device_info_cache[ordinal] = dict(_core.cuda_device_info(ordinal))
+    return _device_info_cache[ordinal]
+
+
+def _uses_torch(sets: List[Tuple[Any, ...]], kwargs: Dict[str, Any]) -> bool:
+    torch = sys.modules.get("torch")
+    if torch is None:
+        return False
+    for a in list(sets[0]) + list(kwargs.values()):
+        if isinstance(a, torch.Tensor):
+            return True
+    return torch.cuda.is_initialized()
+
+
+def _sync(ordinal: int) -> None:
+    torch = sys.modules.get("torch")
+    if torch is not None and torch.cuda.is_initialized():
+        torch.cuda.synchronize(ordinal)
+    cupy = sys.modules.get("cupy")
+    if cupy is not None:
+        cupy.cuda.Device(ordinal).synchronize()
+
+
+def _poison(obj: Any) -> bool:
+    """Fill a floating output with NaN (integers with a pattern) so an unwritten output fails."""
+    torch = sys.modules.get("torch")
+    if torch is not None and isinstance(obj, torch.Tensor):
+        if obj.is_floating_point():
+            obj.fill_(float("nan"))
+        else:
+            obj.fill_(-7)
+        return True
+    if type(obj).__module__.startswith("cupy") and hasattr(obj, "fill"):
+        obj.fill(np.nan if obj.dtype.kind == "f" else -7)
+        return True
+    return False
+
+
+def _loop_for_probe(seconds: float) -> Dict[str, Any]:
+    return dict(warmup_s=0.0, min_samples=20, max_samples=2000, max_time_s=seconds,
+                target=0.01, ci_level=0.95, criterion="ci")
+
+
+def mode_floor(mode: str, ordinal: int, stream: int, gate: bool,
+               cupti_ok: bool) -> Dict[str, Any]:
+    """What a mode reads for kbench's empty kernel: the smallest time it can resolve."""
+    key = (mode, ordinal, gate)
+    if key not in _floor_cache:
+        inner = "cupti" if (mode == "cupti" or (mode == "graph" and cupti_ok)) else "events"
+        if mode == "graph":
+            g = _core.graph_capture(_core.launch_empty, ((stream, ordinal),), None,
+                                    stream=stream, device=ordinal, unroll=10)
+            raw = _core.measure_cuda(g, ((),), None, stream=stream, device=ordinal, mode=inner,
+                                     cold=None, unroll=10, gate=gate, busy_warmup_s=0.0,
+                                     sample_clocks=False, cupti_allow_foreign=True,
+                                     **_loop_for_probe(0.5))
+        else:
+            raw = _core.measure_cuda(_core.launch_empty, ((stream, ordinal),), None,
+                                     stream=stream, device=ordinal, mode=inner, cold=None,
+                                     gate=gate, busy_warmup_s=0.0, sample_clocks=False,
+                                     cupti_allow_foreign=True, **_loop_for_probe(0.5))
+        s = np.asarray(raw["samples"])
+        _floor_cache[key] = {"median_s": float(np.median(s)), "min_s": float(s.min()),
+                             "n": int(s.size), "timer": inner, "gated": gate,
+                             "probe": "kbench empty kernel" + (" x10 per graph" if
+                                                               mode == "graph" else "")}
+    return _floor_cache[key]
+
+
+def _clock_summary(clocks: Optional[Dict[str, Any]], info: Dict[str, Any]) -> Dict[str, Any]:
+    if not clocks or not clocks.get("n"):
+        return {"summary": "not sampled (NVML unavailable)", "steady": None}
+    sm = np.asarray(clocks["sm_mhz"], dtype=float)
+    mem = np.asarray(clocks["mem_mhz"], dtype=float)
+    pw = np.asarray(clocks["power_w"], dtype=float)
+    tc = np.asarray(clocks["temp_c"], dtype=float)
+    reasons = np.asarray(clocks["reasons"], dtype=np.uint64)
+    sm_ok = sm[np.isfinite(sm)]
+    if sm_ok.size == 0:
+        return {"summary": "NVML reads failed", "steady": None}
+    p95 = float(np.percentile(sm_ok, 95))
+    low = float(sm_ok.min())
+    seen = 0
+    for r in reasons:
+        seen |= int(r)
+    names = list(_core.nvml_clock_event_reason_names(seen))
+    throttled = sorted(set(names) & _THROTTLE)
+    steady = low >= 0.97 * p95 and not throttled
+    out = {
+        "sm_mhz_median": float(np.median(sm_ok)), "sm_mhz_min": low, "sm_mhz_p95": p95,
+        "mem_mhz_median": float(np.nanmedian(mem)) if np.isfinite(mem).any() else None,
+        "power_w_median": float(np.nanmedian(pw)) if np.isfinite(pw).any() else None,
+        "temp_c_max": float(np.nanmax(tc)) if np.isfinite(tc).any() else None,
+        "n": int(clocks["n"]), "period_s": clocks.get("period_s"),
+        "reasons_seen": names, "throttle_reasons": throttled, "steady": bool(steady),
+        "sm_mhz_max_spec": info.get("max_sm_clock_mhz"),
+    }
+    state = "steady" if steady else (
+        f"MOVED: SM fell to {low:.0f} MHz (p95 {p95:.0f})" +
+        (f", throttled by {', '.join(throttled)}" if throttled else ""))
+    pw_s = f" / {out['power_w_median']:.0f} W" if out["power_w_median"] is not None else ""
+    mem_s = f" / mem {out['mem_mhz_median']:.0f} MHz" if out["mem_mhz_median"] else ""
+    out["summary"] = f"SM {out['sm_mhz_median']:.0f} MHz{mem_s}{pw_s} ({state}, {out['n']} samples)"
+    return out
+
+
+def _resolve_mode(mode: Optional[str], warn: List[str]) -> Tuple[str, bool]:
+    """(mode, cupti_usable)."""
+    if mode is not None and mode not in MODES:
+        raise ValueError(f"mode must be one of {MODES} or None, got {mode!r}")
+    profiler = torch_profiler_active()
+    cupti_ok, why = True, ""
+    if profiler:
+        cupti_ok, why = False, "torch.profiler is running and owns CUPTI"
+    else:
+        try:
+            st = _core.gpu_library_status().get("cupti", {})
+            if not st.get("loaded"):
+                cupti_ok, why = False, st.get("error") or "libcupti not found"
+        except Exception as e:           # status must not stop a measurement
+            cupti_ok, why = False, str(e)
+    if mode == "cupti" and not cupti_ok:
+        raise _core.CuptiBusy(f"mode='cupti' is not usable: {why}") if profiler else \
+            _core.LibraryNotFound(f"mode='cupti' is not usable: {why}")
+    if mode is None:
+        if cupti_ok:
+            return "cupti", True
+        warn.append(f"CUPTI unavailable ({why}); timed with CUDA events instead")
+        return "events", False
+    return mode, cupti_ok
+
+
+def run(fn: Callable[..., Any], sets: List[Tuple[Any, ...]], kwargs: Dict[str, Any], *,
+        cold_cache: Optional[str], flush_bytes: Optional[int], mode: Optional[str],
+        device: str, loop: Dict[str, Any], check: Any = None, rtol=None, atol=None,
+        stream: Any = None, gate: bool = True, gate_batch: int = 32,
+        gate_timeout_s: float = 1.0, unroll: Optional[int] = None,
+        expected_launches: Optional[int] = None, floor: bool = True,
+        sample_clocks: bool = True, rotate_margin: float = 2.0, compute_peak: str = "fp32"):
+    require_backend()
+    warn: List[str] = []
+    ordinal = device_ordinal(device)
+    info = device_info(ordinal)
+    mode, cupti_ok = _resolve_mode(mode, warn)
+    s = stream_handle(stream, ordinal)
+    torch_path = _uses_torch(sets, kwargs)
+    l2 = int(info.get("l2_bytes") or 0)
+
+    # Is somebody else on the GPU? (memory in use by other processes, utilisation)
+    others = _gpu_neighbours(ordinal)
+    if others.get("other_processes"):
+        warn.append(f"{others['other_processes']} other process(es) use this GPU "
+                    f"({others.get('other_memory_bytes', 0) / 1e9:.1f} GB): timings may be "
+                    f"disturbed")
+
+    cold = {"mode": cold_cache or "none", "cache": "GPU L2", "cache_bytes": l2}
+    if cold_cache == "rotate" and len(sets) == 1:
+        sets = make_rotation_sets(sets[0], l2, margin=rotate_margin,
+                                  max_bytes=int(info.get("free_memory_bytes", 0) * 0.5) or 0)
+    if cold_cache == "rotate":
+        cold["footprint_bytes"] = sum(footprint(a) for a in sets)
+        cold["set_bytes"] = footprint(sets[0])
+        cold["arg_sets"] = len(sets)
+
+    timer = mode if mode != "graph" else ("cupti" if cupti_ok else "events")
+    common = dict(stream=s, device=ordinal, gate=gate, gate_batch=gate_batch,
+                  gate_timeout_s=gate_timeout_s, sample_clocks=sample_clocks,
+                  cupti_allow_foreign=True, flush_bytes=int(flush_bytes or 0))
+    cold_arg = cold_cache if cold_cache in ("flush", "rotate") else None
+
+    out_kw = kwargs.get("out")
+    extra: Dict[str, Any] = {"mode": mode, "timer": timer, "stream": s}
+    if mode == "graph":
+        raw, graph_extra = _run_graph(fn, sets, kwargs, s, ordinal, timer, cold_arg, unroll,
+                                      loop, common, torch_path, warn, cupti_ok)
+        extra.update(graph_extra)
+    else:
+        if out_kw is not None:
+            _poison(out_kw)
+        raw = _core.measure_cuda(fn, tuple(sets), kwargs or None, mode=timer, cold=cold_arg,
+                                 **common, **loop)
+    cuda = raw["cuda"]
+    cold["flush_bytes"] = cuda["flush_bytes"]
+    if cuda.get("persisting_l2_limit_bytes"):
+        warn.append(f"a {cuda['persisting_l2_limit_bytes'] / 1e6:.1f} MB persisting-L2 "
+                    f"carve-out was set on this context; its lines were reset to normal before "
+                    f"measuring")
+
+    # Re-check outputs after the timed run: a skipped kernel or stale output cannot pass.
+    if check is not None:
+        post = extra.pop("_static_out", None)
+        if post is None and out_kw is not None:
+            post = out_kw
+        if post is not None:
+            _sync(ordinal)
+            from .compare import compare
+            ref = check(*sets[0]) if callable(check) else check
+            cmp = compare(post, ref, rtol=rtol, atol=atol)
+            extra["post_check"] = {"ok": cmp.ok, "max_abs_err": cmp.max_abs_err}
+            if not cmp.ok:
+                raise AssertionError("kbench: the output after the timed run does not match "
+                                     "the reference (a captured kernel was skipped or the "
+                                     f"output is stale):\n{cmp.report()}")
+    extra.pop("_static_out", None)
+
+    # Attribution: what ran per iteration (a launch count is how a code path is proven).
+    kpi = np.asarray(cuda["kernels_per_iter"])
+    if timer == "cupti" and kpi.size:
+        u = max(1.0, float(cuda.get("unroll", 1.0)))
+        lo, hi = int(kpi.min()), int(kpi.max())
+        extra["kernels_per_call"] = {"min": lo / u, "max": hi / u}
+        extra["kernels"] = _names_per_call(cuda.get("names") or {}, raw, u)
+        if lo != hi:
+            warn.append(f"the number of kernels per iteration varied ({lo}..{hi}): the "
+                        f"callable does not launch the same work every call")
+        if expected_launches is not None and (lo / u != expected_launches or
+                                              hi / u != expected_launches):
+            warn.append(f"expected {expected_launches} kernel launch(es) per call, CUPTI saw "
+                        f"{lo / u:g}..{hi / u:g}")
+        span = np.asarray(cuda["span_s"])
+        ev = np.asarray(cuda["events_s"])
+        extra["span_median_s"] = float(np.median(span)) if span.size else None
+        extra["events_median_s"] = float(np.median(ev)) if ev.size else None
+    if cuda.get("cupti_dropped"):
+        warn.append(f"CUPTI dropped {cuda['cupti_dropped']} activity records")
+    g = cuda["gate"]
+    extra["gate"] = g
+    if g.get("watchdog_fired"):
+        warn.append(f"the host could not keep the gated queue ahead: the watchdog opened the "
+                    f"gate {g['watchdog_fired']} time(s); batches shrank from {g['batch']} to "
+                    f"{g['batch_final']} iterations and affected samples were re-measured"
+                    + (f" ({g['fired_kept']} kept at batch 1)" if g.get("fired_kept") else ""))
+    extra["clocks"] = _clock_summary(cuda.get("clocks"), info)
+    if extra["clocks"].get("steady") is False:
+        warn.append(f"clocks moved during the run: {extra['clocks']['summary']}")
+    extra["busy_warmup_s"] = cuda.get("busy_warmup_s")
+    if floor:
+        try:
+            extra["floor"] = mode_floor(mode, ordinal, s if s else 0, gate, cupti_ok)
+            med = float(np.median(np.asarray(raw["samples"])))
+            if med < 3 * extra["floor"]["median_s"]:
+                warn.append(f"the median {med * 1e6:.2f} us is within 3x of this mode's floor "
+                            f"{extra['floor']['median_s'] * 1e6:.2f} us (empty kernel): the "
+                            f"figure is dominated by what {mode} cannot resolve; use "
+                            f"mode='cupti' for kernel time")
+        except _core.KbenchError as e:
+            extra["floor"] = {"error": str(e)}
+    extra["device"] = dict(info)
+    extra["device"]["nvml_before"] = others.get("snapshot")
+    extra["warnings"] = warn
+    peaks = _gpu_peaks(info, compute_peak)
+    return raw, cold, extra, f"cuda:{ordinal}", peaks
+
+
+def _names_per_call(names: Dict[str, Any], raw: Dict[str, Any], unroll: float) -> List[Dict]:
+    n = max(1, len(raw["samples"]))
+    rows = []
+    for name, d in sorted(names.items(), key=lambda kv: -kv[1]["total_ns"]):
+        rows.append({"name": name, "kind": d["kind"], "per_call": d["count"] / n / unroll,
+                     "mean_us": d["total_ns"] / d["count"] / 1e3,
+                     "min_us": d["min_ns"] / 1e3, "max_us": d["max_ns"] / 1e3})
+    return rows
+
+
+def _gpu_neighbours(ordinal: int) -> Dict[str, Any]:
+    import os
+    try:
+        snap = dict(_core.nvml_snapshot(ordinal))
+    except _core.KbenchError as e:
+        return {"snapshot": {"error": str(e)}}
+    procs = snap.get("compute_processes") or []
+    mine = os.getpid()
+    others = [p for p in procs if p.get("pid") != mine]
+    return {"snapshot": snap, "other_processes": len(others),
+            "other_memory_bytes": sum(int(p.get("used_memory_bytes") or 0) for p in others)}
+
+
+def _gpu_peaks(info: Dict[str, Any], compute_peak: str) -> Optional[Dict[str, float]]:
+    """Cached `kbench peaks` ceilings; compute_peak picks the FLOP rate to compare with."""
+    if compute_peak not in ("fp32", "bf16"):
+        raise ValueError(f"compute_peak must be 'fp32' or 'bf16', got {compute_peak!r}")
+    try:
+        from .peaks_gpu import load_gpu_peaks
+        d = load_gpu_peaks(info)
+    except Exception:                    # no cache yet: throughput without % of peak
+        return None
+    if not d:
+        return None
+    return {"bytes_per_s": d.get("hbm_bytes_per_s"),
+            "flops_per_s": d.get(f"{compute_peak}_flops_per_s"),
+            "source": f"{d.get('source')}, compute peak {compute_peak}"}
+
+
+def _estimate_eager(fn, sets, kwargs, s, ordinal, timer) -> Tuple[float, Dict[str, Any]]:
+    raw = _core.measure_cuda(fn, tuple(sets), kwargs or None, stream=s, device=ordinal,
+                             mode=timer, cold=None, busy_warmup_s=0.0, sample_clocks=False,
+                             cupti_allow_foreign=True, **_loop_for_probe(0.3))
+    return float(np.median(np.asarray(raw["samples"]))), raw
+
+
+def _run_graph(fn, sets, kwargs, s, ordinal, timer, cold_arg, unroll, loop, common,
+               torch_path, warn, cupti_ok):
+    extra: Dict[str, Any] = {}
+    if s == 0 and not torch_path:
+        raise ValueError("mode='graph' needs a non-default stream for capture: pass stream= "
+                         "(a torch/CuPy stream or handle)")
+    eager_t, eager_raw = _estimate_eager(fn, sets, kwargs, s, ordinal, timer)
+    if unroll is None:
+        # Enough calls per replay that one launch's overhead is small against the work.
+        unroll = int(min(100, max(1, math.ceil(20e-6 / max(eager_t, 1e-9)))))
+    extra["unroll"] = unroll
+    extra["eager_estimate_s"] = eager_t
+    # Rotation must cover the calls inside one graph: every call of a replay gets its own set.
+    n_graphs = 1
+    if cold_arg == "rotate":
+        n_graphs = max(1, math.ceil(len(sets) / unroll))
+    if torch_path:
+        torch = sys.modules["torch"]
+        graphs, static_outs = [], []
+        side = torch.cuda.Stream(device=ordinal)
+        side.wait_stream(torch.cuda.current_stream(ordinal))
+        with torch.cuda.stream(side):          # warm-up on the capture stream, as torch asks
+            for i in range(3):
+                fn(*sets[i % len(sets)], **kwargs)
+        torch.cuda.current_stream(ordinal).wait_stream(side)
+        for gi in range(n_graphs):
+            g = torch.cuda.CUDAGraph()
+            try:
+                with torch.cuda.graph(g, stream=side):
+                    out = None
+                    for u in range(unroll):
+                        out = fn(*sets[(gi * unroll + u) % len(sets)], **kwargs)
+            except Exception as e:
+                torch.cuda.synchronize(ordinal)
+                raise _core.CaptureError(
+                    f"the callable could not be captured into a CUDA graph ({type(e).__name__}:"
+                    f" {e}); the capture was ended and the stream restored. Callables that "
+                    f"synchronize, allocate outside the graph pool or copy to pageable memory "
+                    f"cannot be captured: use mode='events' or 'cupti'") from e
+            graphs.append(g)
+            static_outs.append(out)
+        s = int(torch.cuda.current_stream(ordinal).cuda_stream)
+        common = dict(common, stream=s)
+        for o in static_outs:
+            _poison(o if o is not None else kwargs.get("out"))
+        raw = _core.measure_cuda(_replay, tuple((g,) for g in graphs), None, mode=timer,
+                                 cold=None if cold_arg == "rotate" else cold_arg,
+                                 unroll=unroll, **common, **loop)
+        extra["_static_out"] = static_outs[-1] if static_outs[-1] is not None else \
+            kwargs.get("out")
+        extra["graph"] = {"captured_with": "torch.cuda.graph", "graphs": n_graphs}
+        extra["_keep"] = None
+    else:
+        graphs = [_core.graph_capture(fn, tuple(sets[gi * unroll:(gi + 1) * unroll]) or
+                                      (sets[0],), kwargs or None, stream=s, device=ordinal,
+                                      unroll=unroll) for gi in range(n_graphs)]
+        out_kw = kwargs.get("out")
+        if out_kw is not None:
+            _poison(out_kw)
+        if n_graphs == 1:
+            raw = _core.measure_cuda(graphs[0], ((),), None, mode=timer, cold=cold_arg
+                                     if cold_arg != "rotate" else None, unroll=unroll,
+                                     **common, **loop)
+        else:
+            raw = _core.measure_cuda(_launch_graph, tuple((g, s) for g in graphs), None,
+                                     mode=timer, cold=None, unroll=unroll, **common, **loop)
+        g0 = graphs[0]
+        extra["graph"] = {"captured_with": "kbench (cuStreamBeginCapture)", "graphs": n_graphs,
+                          "kernel_nodes": g0.kernel_nodes, "memcpy_nodes": g0.memcpy_nodes,
+                          "memset_nodes": g0.memset_nodes, "other_nodes": g0.other_nodes}
+    # The captured work must be the eager work: a DtoD copy can become a copy-engine memcpy node.
+    if timer == "cupti":
+        eager = _kinds(eager_raw["cuda"].get("names") or {}, len(eager_raw["samples"]), 1)
+        replay = _kinds(raw["cuda"].get("names") or {}, len(raw["samples"]), unroll)
+        extra["graph"]["eager_activity_per_call"] = eager
+        extra["graph"]["replay_activity_per_call"] = replay
+        if eager != replay:
+            warn.append(f"the captured graph does not run the same activity as eager calls: "
+                        f"eager {eager} vs replayed {replay} per call (a device-to-device copy "
+                        f"becomes a copy-engine memcpy node in a graph, for example)")
+    return raw, extra
+
+
+def _kinds(names: Dict[str, Any], n: int, unroll: int) -> Dict[str, float]:
+    """Activity per call by name, rounded: what the comparison of eager and graph looks at."""
+    n = max(1, n) * max(1, unroll)
+    return {name: round(d["count"] / n, 2) for name, d in sorted(names.items())}
+
+
+def _replay(g: Any) -> None:
+    g.replay()
+
+
+def _launch_graph(g: Any, s: int) -> None:
+    g.launch(s)

@@ -1,0 +1,107 @@
+"""Measured GPU ceilings: HBM bandwidth (copy kernel), fp32 FMA rate, bf16 GEMM (PyTorch).
+
+The copy and FMA kernels come from kernels/cuda/ and are compiled with NVRTC, so this needs
+neither PyTorch nor CuPy; the bf16 GEMM is measured only when PyTorch is installed. Results are
+cached per GPU (by UUID) next to the CPU peaks.
+"""
+from __future__ import annotations
+
+import json
+import os
+import time
+from importlib import resources
+from typing import Any, Dict, Optional
+
+from . import _core
+
+
+def _cache_dir() -> str:
+    d = os.environ.get("KBENCH_CACHE_DIR") or os.path.join(os.path.expanduser("~"), ".cache",
+                                                           "kbench")
+    os.makedirs(d, exist_ok=True)
+    return d
+
+
+def gpu_peaks_path(info: Dict[str, Any]) -> str:
+    uuid = str(info.get("uuid") or info.get("name") or "gpu").replace("/", "_")
+    return os.path.join(_cache_dir(), f"gpu-peaks-{uuid}.json")
+
+
+def load_gpu_peaks(info: Dict[str, Any]) -> Optional[Dict[str, Any]]:
+    try:
+        with open(gpu_peaks_path(info)) as f:
+            d = json.load(f)
+    except (OSError, ValueError):
+        return None
+    return d if isinstance(d, dict) and d.get("schema") == "kbench.gpu_peaks/1" else None
+
+
+def _kernel_source(name: str) -> str:
+    return resources.files("kbench.kernels").joinpath("cuda", name).read_text()
+
+
+def measure_gpu_peaks(device: int = 0, copy_bytes: int = 2 << 30, save: bool = True,
+                      max_time_s: float = 3.0) -> Dict[str, Any]:
+    """Measure and cache this GPU's ceilings. Takes a few seconds."""
+    from . import bench, cuda
+    info = cuda.device_info(device)
+    stream = cuda.stream_handle(None, device)
+    opts = dict(device=f"cuda:{device}", cold_cache=None, stream=stream, max_time_s=max_time_s,
+                warmup_s=0.5, floor=False)
+    out: Dict[str, Any] = {"schema": "kbench.gpu_peaks/1", "device": info.get("name"),
+                           "uuid": info.get("uuid"), "measured_at": time.time()}
+
+    copy = _core.CudaKernel(_kernel_source("copy.cu"), "kb_copy16", device=device)
+    src = _core.DeviceBuffer(copy_bytes, device)
+    dst = _core.DeviceBuffer(copy_bytes, device)
+    src.memset(1, stream)
+    n16 = copy_bytes // 16
+    sms = int(info.get("sm_count") or 100)
+    grid, block = sms * 32, 256
+    r = bench.bench(lambda: copy.launch(grid, block, "PPn", (dst, src, n16), stream=stream),
+                    bytes=2 * copy_bytes, name="kb_copy16", **opts)
+    out["hbm_bytes_per_s"] = 2 * copy_bytes / r.median
+    out["hbm_copy"] = {"bytes": 2 * copy_bytes, "median_s": r.median, "backend": r.backend,
+                       "grid": grid, "block": block, "registers": copy.registers}
+
+    fma = _core.CudaKernel(_kernel_source("fma.cu"), "kb_fma", device=device)
+    sink = _core.DeviceBuffer(4 * sms * 8 * 256, device)
+    iters, fgrid = 8192, sms * 8
+    flops = fgrid * 256 * iters * 8 * 2
+    r = bench.bench(lambda: fma.launch(fgrid, 256, "Pi" "ff", (sink, iters, 0.999, 0.001),
+                                       stream=stream),
+                    flops=flops, name="kb_fma", **opts)
+    out["fp32_flops_per_s"] = flops / r.median
+    out["fp32_fma"] = {"flops": flops, "median_s": r.median, "backend": r.backend}
+
+    try:
+        import torch
+    except ImportError:
+        torch = None
+    if torch is not None and torch.cuda.is_available():
+        n = 8192
+        gen = torch.Generator(device=f"cuda:{device}").manual_seed(0)
+        a = torch.randn(n, n, device=f"cuda:{device}", dtype=torch.bfloat16, generator=gen)
+        b = torch.randn(n, n, device=f"cuda:{device}", dtype=torch.bfloat16, generator=gen)
+        c = torch.empty(n, n, device=f"cuda:{device}", dtype=torch.bfloat16)
+        gflops = 2 * n ** 3
+        r = bench.bench(lambda: torch.matmul(a, b, out=c), flops=gflops, name="bf16 gemm 8192^3",
+                        device=f"cuda:{device}", cold_cache=None, max_time_s=max_time_s,
+                        warmup_s=0.5, floor=False)
+        out["bf16_flops_per_s"] = gflops / r.median
+        out["bf16_gemm"] = {"flops": gflops, "median_s": r.median, "backend": r.backend,
+                            "shape": [n, n, n], "data": "randn, seed 0"}
+    out["source"] = f"kbench peaks on {info.get('name')} ({gpu_peaks_path(info)})"
+    if save:
+        with open(gpu_peaks_path(info), "w") as f:
+            json.dump(out, f, indent=1)
+    return out
+
+
+def gpu_peaks_table(d: Dict[str, Any]) -> str:
+    rows = [f"GPU {d.get('device')} ({d.get('uuid')})"]
+    rows.append(f"  HBM copy   {d['hbm_bytes_per_s'] / 1e12:8.3f} TB/s  (read + write)")
+    rows.append(f"  fp32 FMA   {d['fp32_flops_per_s'] / 1e12:8.2f} TFLOP/s")
+    if d.get("bf16_flops_per_s"):
+        rows.append(f"  bf16 GEMM  {d['bf16_flops_per_s'] / 1e12:8.1f} TFLOP/s  (8192^3, random)")
+    return "\n".join(rows)

@@ -1,0 +1,207 @@
+"""kbench.bench on the CPU: results, cold vs hot, bad inputs, serialisation."""
+import json
+import math
+
+import numpy as np
+import pytest
+
+import kbench
+from kbench import _core
+
+FAST = dict(warmup_s=0.02, max_time_s=0.3, cold_cache=None)
+
+
+def test_result_statistics_are_those_of_its_samples():
+    a = np.random.default_rng(1).standard_normal(10_000)
+    r = kbench.bench(np.sum, a, **FAST)
+    assert r.device == "cpu" and r.backend == "host"
+    assert r.samples.dtype == np.float64 and r.samples.size == r.n >= 10
+    assert r.median == pytest.approx(float(np.median(r.samples)), rel=1e-12)
+    assert r.min == r.samples.min() and r.stats["max"] == r.samples.max()
+    assert r.stats["ci_low"] <= r.median <= r.stats["ci_high"]
+    assert r.stop["stop"] in ("precision", "time_cap", "iter_cap")
+    assert np.all(r.samples > 0)
+
+
+def test_throughput_comes_from_the_callers_counts_and_the_median():
+    a = np.ones(1 << 16)
+    r = kbench.bench(np.sum, a, bytes=a.nbytes, flops=a.size, **FAST)
+    assert r.throughput["bytes_per_s"] == pytest.approx(a.nbytes / r.median)
+    assert r.throughput["flops_per_s"] == pytest.approx(a.size / r.median)
+
+
+def test_iteration_cap_and_min_samples_are_obeyed():
+    r = kbench.bench(lambda: None, max_samples=25, min_samples=25, warmup_s=0.0, max_time_s=5,
+                     cold_cache=None, target=1e-9)
+    assert r.n == 25 and r.stop["stop"] == "iter_cap"
+    assert any("iter_cap" in w for w in r.warnings)
+
+
+def test_time_cap_stops_a_noisy_callable():
+    rng = np.random.default_rng(0)
+    sizes = iter(rng.integers(1, 200_000, size=1_000_000))
+    buf = np.ones(200_000)
+
+    def noisy():
+        buf[: next(sizes)].sum()
+
+    r = kbench.bench(noisy, warmup_s=0.0, max_time_s=0.2, cold_cache=None, target=1e-6)
+    assert r.stop["stop"] == "time_cap"
+    assert r.stop["achieved"] > 1e-6
+
+
+@pytest.fixture(scope="module")
+def mid_working_set():
+    """float32 c = a + b, 3 x 8 MB: above L2, below the last-level cache."""
+    info = _core.cpu_cache_info()
+    l2 = max(c["bytes"] for c in info["levels"] if c["level"] == 2) if any(
+        c["level"] == 2 for c in info["levels"]) else 1 << 20
+    n = 2 << 20
+    if not (3 * n * 4 > 2 * l2 and 3 * n * 4 < info["llc_bytes"] // 2):
+        pytest.skip(f"cache sizes {info} leave no working set between L2 and the LLC")
+    rng = np.random.default_rng(0)
+    return rng.standard_normal(n, dtype=np.float32), rng.standard_normal(n, dtype=np.float32)
+
+
+@pytest.mark.parametrize("cold", ["flush", "rotate"])
+def test_cold_cache_is_slower_than_hot_for_a_working_set_inside_the_llc(mid_working_set, cold):
+    a, b = mid_working_set
+    hot = kbench.bench(np.add, a, b, bytes=3 * a.nbytes, warmup_s=0.1, max_time_s=1.0,
+                       cold_cache=None)
+    cold_r = kbench.bench(np.add, a, b, bytes=3 * a.nbytes, warmup_s=0.1, max_time_s=2.0,
+                          cold_cache=cold)
+    assert cold_r.cold_cache["mode"] == cold
+    if cold == "flush":
+        assert cold_r.cold_cache["flush_bytes"] >= 2 * _core.cpu_cache_info()["llc_bytes"]
+    else:
+        assert cold_r.cold_cache["footprint_bytes"] > 2 * _core.cpu_cache_info()["llc_bytes"]
+    # the direction, not a time: cold bandwidth is lower than hot
+    assert cold_r.throughput["bytes_per_s"] < hot.throughput["bytes_per_s"]
+
+
+def test_check_passes_for_a_right_answer_and_blocks_timing_for_a_wrong_one():
+    a = np.arange(1000, dtype=np.float64)
+    r = kbench.bench(np.cumsum, a, check=np.cumsum(a), **FAST)
+    assert r.correctness["ok"] is True
+    calls = []
+
+    def wrong(x):
+        calls.append(1)
+        return np.cumsum(x) + 1e-3
+
+    with pytest.raises(AssertionError, match="nothing was timed"):
+        kbench.bench(wrong, a, check=np.cumsum(a), **FAST)
+    assert len(calls) == 1
+
+
+def test_check_poisons_an_out_array_so_an_unwritten_output_fails():
+    a = np.ones(100)
+    out = np.zeros(100)           # already the right answer ...
+
+    def writes_nothing(x, out=None):
+        return None                # ... but never writes it
+
+    with pytest.raises(AssertionError):
+        kbench.bench(writes_nothing, a, kwargs={"out": out}, check=np.zeros(100), **FAST)
+
+
+def test_non_callable_is_a_type_error_naming_it():
+    with pytest.raises(TypeError, match="fn must be callable, got int"):
+        kbench.bench(42)
+
+
+@pytest.mark.parametrize("kw,match", [
+    (dict(max_samples=0), "max_samples must be >= 1"),
+    (dict(min_samples=-1), "min_samples must be >= 1"),
+    (dict(min_samples=10, max_samples=5), "must not exceed max_samples"),
+    (dict(max_time_s=0), "max_time_s must be >"),
+    (dict(warmup_s=-1), "warmup_s must be >="),
+    (dict(target=0), "target must be >"),
+    (dict(ci_level=1.5), "ci_level"),
+    (dict(criterion="magic"), "unknown stopping rule .magic."),
+    (dict(cold_cache="lukewarm"), "cold_cache must be"),
+    (dict(flops=-1), "flops must be"),
+    (dict(device="tpu"), "device must be"),
+    (dict(mode="cupti"), "needs a CUDA device"),
+])
+def test_bad_options_raise_value_errors_naming_the_option(kw, match):
+    with pytest.raises(ValueError, match=match):
+        kbench.bench(lambda: None, **{**FAST, **kw})
+    assert kbench.bench(lambda: None, **FAST).n > 0      # still usable
+
+
+def test_a_callable_that_raises_propagates_its_own_exception_and_leaves_kbench_usable():
+    state = {"n": 0}
+
+    def flaky():
+        state["n"] += 1
+        if state["n"] == 50:
+            raise KeyError("boom")
+
+    with pytest.raises(KeyError, match="boom") as ei:
+        kbench.bench(flaky, **FAST)
+    notes = getattr(ei.value, "__notes__", [])
+    assert any("benchmarked callable" in n for n in notes)
+    r = kbench.bench(np.sum, np.ones(10), **FAST)
+    assert r.n >= 10
+
+
+def test_rotate_without_arrays_says_what_is_missing():
+    with pytest.raises(ValueError, match="footprint"):
+        kbench.bench(lambda x: x, 3, cold_cache="rotate", warmup_s=0.0, max_time_s=0.1)
+
+
+def test_arg_sets_rotate_through_the_given_sets():
+    seen = []
+    sets = [(np.full(4, i),) for i in range(3)]
+    kbench.bench(lambda x: seen.append(int(x[0])), arg_sets=sets, cold_cache="rotate",
+                 warmup_s=0.0, min_samples=9, max_samples=9, max_time_s=5)
+    assert seen[-9:] == [seen[-9], (seen[-9] + 1) % 3, (seen[-9] + 2) % 3] * 3
+
+
+def test_result_round_trips_through_json(tmp_path):
+    r = kbench.bench(np.sum, np.ones(1000), bytes=8000, **FAST)
+    path = tmp_path / "r.json"
+    r.to_json(str(path))
+    back = kbench.Result.load(str(path))
+    assert np.array_equal(back.samples, r.samples)
+    assert back.stats == json.loads(r.to_json())["stats"]
+    assert back.throughput["bytes_per_s"] == pytest.approx(r.throughput["bytes_per_s"])
+    with pytest.raises(ValueError, match="not a kbench result"):
+        kbench.Result.from_dict({"schema": "something else"})
+
+
+def test_report_and_html_show_the_numbers():
+    r = kbench.bench(np.sum, np.ones(1000), bytes=8000, **FAST)
+    text = repr(r)
+    for key in ("Wall:", "Throughput:", "Cold cache:", "Stop rule:"):
+        assert key in text
+    html = r._repr_html_()
+    assert html.startswith("<table") and "Stop rule" in html
+
+
+def test_metadata_says_how_to_reproduce():
+    r = kbench.bench(np.sum, np.ones(10), **FAST)
+    md = r.metadata
+    for key in ("python_version", "numpy_version", "cpu_model", "argv", "timestamp_utc",
+                "host_timer"):
+        assert key in md, key
+    assert md["host_timer"]["resolution_ns"] > 0
+
+
+def test_host_timer_info_reports_resolution_and_overhead():
+    t = _core.host_timer_info(lambda: None, calls=2000)
+    assert 0 < t["resolution_ns"] < 1_000_000
+    assert 0 < t["call_overhead_min_ns"] <= t["call_overhead_mean_ns"]
+    with pytest.raises(TypeError):
+        _core.host_timer_info(5)
+    with pytest.raises(ValueError):
+        _core.host_timer_info(calls=0)
+
+
+def test_cpu_cache_info_and_llc_override(monkeypatch):
+    info = _core.cpu_cache_info()
+    assert info["llc_bytes"] >= max(c["bytes"] for c in info["levels"] if c["type"] != "Instruction")
+    monkeypatch.setenv("KBENCH_LLC_BYTES", "3M")
+    assert _core.cpu_cache_info()["llc_bytes"] == 3 << 20
+    assert _core.cpu_cache_info()["source"] == "KBENCH_LLC_BYTES"

@@ -1,0 +1,180 @@
+"""kbench.bench on a CUDA GPU: modes, attribution, cold L2, graphs, and every bad input.
+
+Skipped with the reason where no CUDA device is present (tests/conftest.py).
+"""
+import numpy as np
+import pytest
+
+import kbench
+from kbench import _core
+
+pytestmark = pytest.mark.gpu
+torch = pytest.importorskip("torch", reason="the GPU tests drive kernels through PyTorch")
+
+FAST = dict(warmup_s=0.2, max_time_s=1.0)
+
+
+@pytest.fixture(scope="module")
+def x():
+    g = torch.Generator(device="cuda").manual_seed(0)
+    return torch.randn(1 << 22, device="cuda", generator=g)
+
+
+def test_cupti_and_events_agree_for_a_long_kernel(x):
+    a = torch.randn(4096, 4096, device="cuda", dtype=torch.bfloat16)
+    rc = kbench.bench(torch.matmul, a, a, mode="cupti", cold_cache=None, **FAST)
+    re = kbench.bench(torch.matmul, a, a, mode="events", cold_cache=None, **FAST)
+    assert rc.backend == "cupti" and re.backend == "events"
+    assert rc.median == pytest.approx(re.median, rel=0.05)
+    # events time the kernel plus a little; never less than the kernel itself
+    assert re.median >= rc.median * 0.99
+
+
+def test_cupti_attributes_kernels_to_iterations_and_excludes_the_flush(x):
+    y = torch.empty_like(x)
+
+    def three_kernels():
+        torch.mul(x, 2.0, out=y)
+        y.add_(1.0)
+        y.sqrt_()
+
+    r = kbench.bench(three_kernels, mode="cupti", cold_cache="flush", expected_launches=3,
+                     **FAST)
+    assert r.extra["kernels_per_call"] == {"min": 3.0, "max": 3.0}
+    names = [k["name"] for k in r.extra["kernels"]]
+    assert len(names) == 3 and not any("memset" in n for n in names)
+    assert not any("expected 3" in w for w in r.warnings)
+    r2 = kbench.bench(three_kernels, mode="cupti", cold_cache=None, expected_launches=2, **FAST)
+    assert any("expected 2 kernel launch(es) per call" in w for w in r2.warnings)
+
+
+def test_graph_mode_times_replays_and_reports_the_unroll(x):
+    y = torch.empty_like(x)
+    r = kbench.bench(torch.mul, x, 3.0, kwargs={"out": y}, mode="graph", cold_cache=None,
+                     check=lambda a, s: a * s, **FAST)
+    assert r.extra["unroll"] >= 1 and r.extra["graph"]["captured_with"] == "torch.cuda.graph"
+    assert r.extra["post_check"]["ok"]
+    re = kbench.bench(torch.mul, x, 3.0, kwargs={"out": y}, mode="cupti", cold_cache=None,
+                      **FAST)
+    assert r.median == pytest.approx(re.median, rel=0.25)
+
+
+def test_floor_is_measured_and_reported(x):
+    r = kbench.bench(torch.add, x, 1.0, mode="events", cold_cache=None, **FAST)
+    fl = r.extra["floor"]
+    assert fl["median_s"] > 0 and fl["gated"] is True
+    rc = kbench.bench(_core.launch_empty, int(torch.cuda.current_stream().cuda_stream), 0,
+                      device="cuda", mode="cupti", cold_cache=None, **FAST)
+    # the empty kernel is far below what events can resolve
+    assert rc.median < fl["median_s"]
+
+
+def test_16mb_copy_is_under_hbm_cold_and_over_it_hot():
+    n = 4 << 20                       # 16 MB of float32: fits in the H200's 60 MB L2
+    src = torch.randn(n, device="cuda")
+    dst = torch.empty_like(src)
+    hot = kbench.bench(dst.copy_, src, bytes=2 * src.nbytes, cold_cache=None, **FAST)
+    cold = kbench.bench(dst.copy_, src, bytes=2 * src.nbytes, cold_cache="flush", **FAST)
+    assert cold.throughput["bytes_per_s"] < hot.throughput["bytes_per_s"]
+    assert cold.cold_cache["flush_bytes"] >= 2 * cold.cold_cache["cache_bytes"]
+    peak = hot.throughput.get("peak_bytes_per_s")
+    if peak:                          # after `kbench peaks`: the result says which side it is on
+        assert cold.throughput["bytes_per_s"] < peak
+        assert hot.throughput["bytes_per_s"] > peak
+        assert any("served from cache" in w for w in hot.warnings)
+        assert not any("DEFECT" in w for w in cold.warnings)
+
+
+def test_rotation_covers_more_than_the_l2(x):
+    a = torch.randn(1 << 20, device="cuda")
+    r = kbench.bench(torch.sum, a, cold_cache="rotate", mode="cupti", **FAST)
+    assert r.cold_cache["footprint_bytes"] > 2 * r.cold_cache["cache_bytes"]
+
+
+def test_gpu_tensors_compare_like_numpy_arrays(x):
+    c = kbench.compare(x * (1 + 1e-7), x)
+    c_np = kbench.compare((x * (1 + 1e-7)).cpu().numpy(), x.cpu().numpy())
+    assert c.ok and c_np.ok and c.max_abs_err == pytest.approx(c_np.max_abs_err)
+    bad = kbench.compare(x + 1, x)
+    assert not bad.ok and "worst" in bad.report().lower()
+
+
+# ---------------------------------------------------------------- bad inputs
+
+def _still_works(x):
+    r = kbench.bench(torch.add, x, 1.0, mode="cupti", cold_cache=None, **FAST)
+    assert r.n >= 10 and r.backend == "cupti"
+
+
+def test_non_callable_on_the_gpu(x):
+    with pytest.raises(TypeError, match="callable"):
+        kbench.bench(x, device="cuda")
+    _still_works(x)
+
+
+def test_a_callable_that_synchronizes_during_capture(x):
+    def syncs(t):
+        y = t * 2
+        torch.cuda.synchronize()
+        return y
+
+    with pytest.raises(_core.CaptureError, match="capture"):
+        kbench.bench(syncs, x, mode="graph", **FAST)
+    assert not torch.cuda.current_stream().is_capturing() if hasattr(
+        torch.cuda.current_stream(), "is_capturing") else True
+    _still_works(x)
+
+
+def test_a_callable_that_blocks_the_host_behind_the_gate(x):
+    def item(t):
+        return (t * 2).sum().item()
+
+    with pytest.raises(_core.KbenchError, match="blocks on the host"):
+        kbench.bench(item, x, mode="events", gate_timeout_s=0.2, **FAST)
+    r = kbench.bench(item, x, mode="events", gate=False, **FAST)
+    assert r.n >= 10
+    _still_works(x)
+
+
+def test_cupti_owned_by_torch_profiler(x):
+    with torch.profiler.profile(activities=[torch.profiler.ProfilerActivity.CUDA]):
+        with pytest.raises(_core.CuptiBusy, match="torch.profiler"):
+            kbench.bench(torch.add, x, 1.0, mode="cupti", **FAST)
+        r = kbench.bench(torch.add, x, 1.0, **FAST)         # auto: falls back to events
+        assert r.backend == "events"
+        assert any("CUPTI unavailable" in w for w in r.warnings)
+    _still_works(x)
+
+
+def test_out_of_memory_for_the_flush_buffer(x):
+    with pytest.raises(MemoryError, match="L2 flush buffer"):
+        kbench.bench(torch.add, x, 1.0, cold_cache="flush", flush_bytes=1 << 50, **FAST)
+    _still_works(x)
+
+
+def test_a_callable_that_raises_mid_run(x):
+    n = {"calls": 0}
+
+    def flaky(t):
+        n["calls"] += 1
+        if n["calls"] == 40:
+            raise RuntimeError("kernel config rejected")
+        return t + 1
+
+    with pytest.raises(RuntimeError, match="kernel config rejected"):
+        kbench.bench(flaky, x, mode="cupti", **FAST)
+    _still_works(x)
+
+
+def test_measuring_inside_someone_elses_capture_is_refused(x):
+    s = torch.cuda.Stream()
+    g = torch.cuda.CUDAGraph()
+    with torch.cuda.stream(s):
+        g.capture_begin()
+        try:
+            with pytest.raises(_core.CaptureError, match="being captured"):
+                kbench.bench(torch.add, x, 1.0, stream=s, **FAST)
+        finally:
+            g.capture_end()
+    torch.cuda.synchronize()
+    _still_works(x)
