@@ -42,7 +42,10 @@ def _current_device() -> str:
 
 
 def cuda_device_status() -> Tuple[bool, str]:
-    """(present, how we know). Never imports torch; asks it only if already imported."""
+    """(a CUDA device is present, how we know). Never imports torch: asks it only if the
+    process already imported it; else kbench's core (which loads the CUDA driver library and
+    nothing else -- not CUPTI, which torch may want to load its own copy of later); else, in a
+    kbench built without the CUDA backend, the driver library directly."""
     torch = sys.modules.get("torch")
     if torch is not None:
         try:
@@ -51,31 +54,16 @@ def cuda_device_status() -> Tuple[bool, str]:
             return False, f"torch.cuda raised {type(e).__name__}: {e}"
         return (True, f"{n} CUDA device(s) (torch)") if n else \
             (False, "torch.cuda.is_available() is False")
-    try:
-        from . import _core
-        status_fn = getattr(_core, "gpu_library_status", None)
-    except ImportError:
-        status_fn = None
-    if status_fn is not None:
-        verdict = _from_core_status(status_fn)
-        if verdict is not None:
-            return verdict
+    from . import _core
+    count_fn = getattr(_core, "cuda_device_count", None)
+    if _core.HAVE_CUDA and count_fn is not None:
+        try:
+            n = int(count_fn())
+        except _core.KbenchError as e:
+            return False, f"CUDA driver unusable: {e}"
+        return (True, f"{n} CUDA device(s) (driver)") if n else \
+            (False, "the CUDA driver reports no devices")
     return _probe_driver()
-
-
-def _from_core_status(status_fn) -> Optional[Tuple[bool, str]]:
-    """Read kbench._core.gpu_library_status(): (False, why) when the CUDA driver library
-    cannot be loaded; None when it can (the driver is then asked for devices)."""
-    try:
-        st = status_fn()
-    except Exception as e:
-        return False, f"kbench._core.gpu_library_status() raised {type(e).__name__}: {e}"
-    cuda = st.get("cuda") if isinstance(st, dict) else None
-    if isinstance(cuda, dict):
-        loaded = cuda.get("loaded", cuda.get("ok", cuda.get("available")))
-        if loaded is False:
-            return False, f"CUDA driver library not available: {cuda.get('error') or cuda}"
-    return None
 
 
 @functools.lru_cache(maxsize=1)
