@@ -1,0 +1,429 @@
+/* nvml_sampler.c -- a background thread that records one GPU's SM and memory clocks, power,
+ * temperature and clock event reasons every few milliseconds while a measurement runs, so a
+ * result can show whether the clocks held (or the GPU throttled) during it.
+ *
+ * The thread never touches Python: it appends to growable C arrays, records NaN (0 for reasons)
+ * for a read that failed and counts failures; stop joins it and turns the arrays into numpy.
+ * Ticks are on a fixed grid from the start (no drift); a tick missed because reads were slow
+ * is skipped rather than bunched up.
+ */
+#define _GNU_SOURCE
+#include "loader.h"
+#include "kb_numpy.h"
+
+#include <errno.h>
+#include <math.h>
+#include <pthread.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#define KB_SAMPLER_MIN_PERIOD_S 0.0005  /* NVML reads take tens of us; faster only burns a core */
+#define KB_SAMPLER_MAX_PERIOD_S 3600.0
+#define KB_SAMPLER_INITIAL_CAP 1024     /* 5 s at the default 5 ms */
+#define CAPSULE_NAME "kbench._core.nvml_sampler"
+
+struct kb_nvml_sampler {
+    const kb_nvml_api *nv;      /* owned by the module state */
+    nvmlDevice_t dev;
+    int ordinal;                /* CUDA ordinal, for the report */
+    double period_s;
+    uint64_t period_ns;
+    uint64_t start_ns;          /* CLOCK_MONOTONIC at start */
+    uint64_t stop_ns;           /* CLOCK_MONOTONIC once the thread has ended */
+
+    pthread_t thread;
+    int thread_started;
+    pthread_mutex_t lock;
+    pthread_cond_t wake;        /* signalled by stop, waited on between ticks (CLOCK_MONOTONIC) */
+    int sync_ready;             /* lock and wake were initialized */
+    int stop;                   /* guarded by lock */
+
+    /* Below: written only by the thread while it runs, read only after it is joined. */
+    size_t n, cap;
+    double *t_s, *sm_mhz, *mem_mhz, *power_w, *temp_c;
+    uint64_t *reasons;
+    size_t errors;              /* failed reads */
+    nvmlReturn_t first_error;   /* NVML_SUCCESS when none failed */
+    const char *first_error_call;
+    int truncated;              /* growing the arrays failed: sampling ended early */
+};
+
+static uint64_t mono_ns(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (uint64_t)ts.tv_sec * 1000000000u + (uint64_t)ts.tv_nsec;
+}
+
+/* Double the arrays. 0, or -1 (nothing lost: the old arrays stay valid at the old capacity). */
+static int sampler_grow(kb_nvml_sampler *s)
+{
+    size_t cap = s->cap ? s->cap * 2 : KB_SAMPLER_INITIAL_CAP;
+#define GROW_(field)                                                                           \
+    do {                                                                                       \
+        void *p_ = realloc(s->field, cap * sizeof *s->field);                                  \
+        if (p_ == NULL)                                                                        \
+            return -1;                                                                         \
+        s->field = p_;                                                                         \
+    } while (0)
+    GROW_(t_s);
+    GROW_(sm_mhz);
+    GROW_(mem_mhz);
+    GROW_(power_w);
+    GROW_(temp_c);
+    GROW_(reasons);
+#undef GROW_
+    s->cap = cap;
+    return 0;
+}
+
+static void note_failure(kb_nvml_sampler *s, nvmlReturn_t r, const char *call)
+{
+    s->errors++;
+    if (s->first_error == NVML_SUCCESS) {
+        s->first_error = r;
+        s->first_error_call = call;
+    }
+}
+
+static void take_sample(kb_nvml_sampler *s)
+{
+    const kb_nvml_api *nv = s->nv;
+    unsigned int v = 0;
+    unsigned long long reasons = 0;
+    nvmlReturn_t r;
+
+    if (s->n == s->cap && sampler_grow(s) < 0) {
+        s->truncated = 1;
+        return;
+    }
+    size_t i = s->n;
+    s->t_s[i] = (double)(mono_ns() - s->start_ns) * 1e-9;
+
+    r = nv->nvmlDeviceGetClockInfo(s->dev, NVML_CLOCK_SM, &v);
+    s->sm_mhz[i] = r == NVML_SUCCESS ? (double)v : NAN;
+    if (r != NVML_SUCCESS)
+        note_failure(s, r, "nvmlDeviceGetClockInfo(dev, NVML_CLOCK_SM, &mhz)");
+
+    r = nv->nvmlDeviceGetClockInfo(s->dev, NVML_CLOCK_MEM, &v);
+    s->mem_mhz[i] = r == NVML_SUCCESS ? (double)v : NAN;
+    if (r != NVML_SUCCESS)
+        note_failure(s, r, "nvmlDeviceGetClockInfo(dev, NVML_CLOCK_MEM, &mhz)");
+
+    r = nv->nvmlDeviceGetPowerUsage(s->dev, &v);
+    s->power_w[i] = r == NVML_SUCCESS ? (double)v / 1000.0 : NAN;
+    if (r != NVML_SUCCESS)
+        note_failure(s, r, "nvmlDeviceGetPowerUsage(dev, &milliwatts)");
+
+    r = nv->nvmlDeviceGetTemperature(s->dev, NVML_TEMPERATURE_GPU, &v);
+    s->temp_c[i] = r == NVML_SUCCESS ? (double)v : NAN;
+    if (r != NVML_SUCCESS)
+        note_failure(s, r, "nvmlDeviceGetTemperature(dev, NVML_TEMPERATURE_GPU, &celsius)");
+
+    r = nv->nvmlDeviceGetCurrentClocksEventReasons(s->dev, &reasons);
+    s->reasons[i] = r == NVML_SUCCESS ? (uint64_t)reasons : 0;
+    if (r != NVML_SUCCESS)
+        note_failure(s, r, "nvmlDeviceGetCurrentClocksEventReasons(dev, &reasons)");
+
+    s->n++;
+}
+
+static void *sampler_main(void *arg)
+{
+    kb_nvml_sampler *s = arg;
+    uint64_t next = s->start_ns;
+
+    pthread_mutex_lock(&s->lock);
+    while (!s->stop && !s->truncated) {
+        pthread_mutex_unlock(&s->lock);
+        take_sample(s);
+        uint64_t now = mono_ns();
+        next += s->period_ns;
+        if (next <= now)            /* reads overran the tick: go to the next grid point */
+            next += ((now - next) / s->period_ns + 1) * s->period_ns;
+        struct timespec deadline = {(time_t)(next / 1000000000u), (long)(next % 1000000000u)};
+        pthread_mutex_lock(&s->lock);
+        while (!s->stop) {
+            if (pthread_cond_timedwait(&s->wake, &s->lock, &deadline) != 0)
+                break;              /* ETIMEDOUT: next tick (any other error: do not spin) */
+        }
+    }
+    pthread_mutex_unlock(&s->lock);
+    return NULL;
+}
+
+/* Ask the thread to stop and wait for it. No Python; safe to call on a half-built sampler. */
+static void sampler_join(kb_nvml_sampler *s)
+{
+    if (!s->thread_started)
+        return;
+    pthread_mutex_lock(&s->lock);
+    s->stop = 1;
+    pthread_cond_signal(&s->wake);
+    pthread_mutex_unlock(&s->lock);
+    pthread_join(s->thread, NULL);
+    s->stop_ns = mono_ns();         /* after the last sample: every t_s <= duration_s */
+    s->thread_started = 0;
+}
+
+static void sampler_free(kb_nvml_sampler *s)
+{
+    if (s->sync_ready) {
+        pthread_cond_destroy(&s->wake);
+        pthread_mutex_destroy(&s->lock);
+    }
+    free(s->t_s);
+    free(s->sm_mhz);
+    free(s->mem_mhz);
+    free(s->power_w);
+    free(s->temp_c);
+    free(s->reasons);
+    free(s);
+}
+
+void kb_nvml_sampler_abort(kb_nvml_sampler *s)
+{
+    if (s == NULL)
+        return;
+    sampler_join(s);
+    sampler_free(s);
+}
+
+/* lock + a condition variable on CLOCK_MONOTONIC (wall-clock jumps must not stretch a tick).
+ * 0 or an errno value. */
+static int sampler_init_sync(kb_nvml_sampler *s)
+{
+    pthread_condattr_t attr;
+    int rc = pthread_mutex_init(&s->lock, NULL);
+    if (rc != 0)
+        return rc;
+    if ((rc = pthread_condattr_init(&attr)) != 0)
+        goto fail_mutex;
+    if ((rc = pthread_condattr_setclock(&attr, CLOCK_MONOTONIC)) == 0)
+        rc = pthread_cond_init(&s->wake, &attr);
+    pthread_condattr_destroy(&attr);
+    if (rc != 0)
+        goto fail_mutex;
+    s->sync_ready = 1;
+    return 0;
+
+fail_mutex:
+    pthread_mutex_destroy(&s->lock);
+    return rc;
+}
+
+kb_nvml_sampler *kb_nvml_sampler_start(PyObject *m, int cuda_ordinal, double period_s)
+{
+    kb_nvml_sampler *s = NULL;
+    nvmlDevice_t dev;
+    sigset_t all, old;
+    int rc;
+
+    if (!(period_s >= KB_SAMPLER_MIN_PERIOD_S && period_s <= KB_SAMPLER_MAX_PERIOD_S)) {
+        char msg[160];   /* PyErr_Format has no float conversions */
+        snprintf(msg, sizeof msg, "NVML sampler period_s must be between %g and %g seconds, got %g",
+                 KB_SAMPLER_MIN_PERIOD_S, KB_SAMPLER_MAX_PERIOD_S, period_s);
+        PyErr_SetString(PyExc_ValueError, msg);
+        return NULL;
+    }
+    if (kb_nvml_device_of_cuda(m, cuda_ordinal, &dev, NULL, 0) < 0)
+        return NULL;
+    if ((s = calloc(1, sizeof *s)) == NULL) {
+        PyErr_NoMemory();
+        return NULL;
+    }
+    s->nv = &kb_get_state(m)->gpu->nvml;
+    s->dev = dev;
+    s->ordinal = cuda_ordinal;
+    s->period_s = period_s;
+    s->period_ns = (uint64_t)(period_s * 1e9 + 0.5);
+    if (sampler_grow(s) < 0) {
+        PyErr_NoMemory();
+        goto error;
+    }
+    if ((rc = sampler_init_sync(s)) != 0) {
+        errno = rc;
+        PyErr_SetFromErrno(PyExc_OSError);
+        goto error;
+    }
+    /* The thread inherits a full signal mask, so signals (Ctrl-C) go to Python's threads. */
+    sigfillset(&all);
+    pthread_sigmask(SIG_SETMASK, &all, &old);
+    s->start_ns = mono_ns();
+    rc = pthread_create(&s->thread, NULL, sampler_main, s);
+    pthread_sigmask(SIG_SETMASK, &old, NULL);
+    if (rc != 0) {
+        errno = rc;
+        PyErr_SetFromErrno(PyExc_OSError);
+        goto error;
+    }
+    s->thread_started = 1;
+    return s;
+
+error:
+    kb_nvml_sampler_abort(s);
+    return NULL;
+}
+
+/* A new 1-D array of n elements of `type` copied from data. */
+static PyObject *array_copy(const void *data, size_t n, int type, size_t elsize)
+{
+    npy_intp dims[1] = {(npy_intp)n};
+    PyObject *a = PyArray_SimpleNew(1, dims, type);
+    if (a != NULL && n > 0)
+        memcpy(PyArray_DATA((PyArrayObject *)a), data, n * elsize);
+    return a;
+}
+
+static int set_steal(PyObject *d, const char *key, PyObject *value)
+{
+    if (value == NULL)
+        return -1;
+    int rc = PyDict_SetItemString(d, key, value);
+    Py_DECREF(value);
+    return rc;
+}
+
+PyObject *kb_nvml_sampler_stop(PyObject *m, kb_nvml_sampler *s)
+{
+    PyObject *out = NULL, *first = NULL;
+    (void)m;
+
+    Py_BEGIN_ALLOW_THREADS
+    sampler_join(s);
+    Py_END_ALLOW_THREADS
+
+    if (s->first_error == NVML_SUCCESS) {
+        Py_INCREF(Py_None);
+        first = Py_None;
+    } else {
+        const char *name = kb_nvml_error_name((int)s->first_error);
+        first = name ? PyUnicode_FromString(name)
+                     : PyUnicode_FromFormat("NVML error %d", (int)s->first_error);
+        if (first == NULL)
+            goto error;
+    }
+    if ((out = PyDict_New()) == NULL)
+        goto error;
+    if (set_steal(out, "t_s", array_copy(s->t_s, s->n, NPY_FLOAT64, sizeof(double))) < 0 ||
+        set_steal(out, "sm_mhz", array_copy(s->sm_mhz, s->n, NPY_FLOAT64, sizeof(double))) < 0 ||
+        set_steal(out, "mem_mhz", array_copy(s->mem_mhz, s->n, NPY_FLOAT64, sizeof(double))) < 0 ||
+        set_steal(out, "power_w", array_copy(s->power_w, s->n, NPY_FLOAT64, sizeof(double))) < 0 ||
+        set_steal(out, "temp_c", array_copy(s->temp_c, s->n, NPY_FLOAT64, sizeof(double))) < 0 ||
+        set_steal(out, "reasons", array_copy(s->reasons, s->n, NPY_UINT64, sizeof(uint64_t))) < 0 ||
+        set_steal(out, "n", PyLong_FromSize_t(s->n)) < 0 ||
+        set_steal(out, "ordinal", PyLong_FromLong(s->ordinal)) < 0 ||
+        set_steal(out, "period_s", PyFloat_FromDouble(s->period_s)) < 0 ||
+        set_steal(out, "start_s", PyFloat_FromDouble((double)s->start_ns * 1e-9)) < 0 ||
+        set_steal(out, "duration_s",
+                  PyFloat_FromDouble((double)(s->stop_ns - s->start_ns) * 1e-9)) < 0 ||
+        set_steal(out, "errors", PyLong_FromSize_t(s->errors)) < 0 ||
+        PyDict_SetItemString(out, "first_error", first) < 0 ||
+        set_steal(out, "first_error_code",
+                  s->first_error == NVML_SUCCESS ? (Py_INCREF(Py_None), Py_None)
+                                                 : PyLong_FromLong((long)s->first_error)) < 0 ||
+        set_steal(out, "first_error_call",
+                  s->first_error_call ? PyUnicode_FromString(s->first_error_call)
+                                      : (Py_INCREF(Py_None), Py_None)) < 0 ||
+        set_steal(out, "truncated", PyBool_FromLong(s->truncated)) < 0)
+        goto error;
+    Py_DECREF(first);
+    sampler_free(s);
+    return out;
+
+error:
+    Py_XDECREF(first);
+    Py_XDECREF(out);
+    sampler_free(s);
+    return NULL;
+}
+
+/* ------------------------------------------------------------------ Python: capsule pair */
+
+typedef struct {
+    kb_nvml_sampler *sampler;   /* NULL once stopped */
+    PyObject *module;           /* strong: the NVML table the thread uses lives in its state */
+} sampler_box;
+
+static void box_destructor(PyObject *capsule)
+{
+    sampler_box *box = PyCapsule_GetPointer(capsule, CAPSULE_NAME);
+    if (box == NULL) {
+        PyErr_Clear();
+        return;
+    }
+    kb_nvml_sampler_abort(box->sampler);    /* dropped without stop: join and discard */
+    Py_XDECREF(box->module);
+    free(box);
+}
+
+static PyObject *nvml_sampler_start(PyObject *m, PyObject *args, PyObject *kwargs)
+{
+    static char *kwlist[] = {"ordinal", "period_s", NULL};
+    int ordinal = 0;
+    double period_s = 0.005;
+    sampler_box *box = NULL;
+    PyObject *capsule;
+
+    if (!PyArg_ParseTupleAndKeywords(args, kwargs, "|id:nvml_sampler_start", kwlist, &ordinal,
+                                     &period_s))
+        return NULL;
+    if ((box = calloc(1, sizeof *box)) == NULL)
+        return PyErr_NoMemory();
+    if ((box->sampler = kb_nvml_sampler_start(m, ordinal, period_s)) == NULL) {
+        free(box);
+        return NULL;
+    }
+    Py_INCREF(m);
+    box->module = m;
+    capsule = PyCapsule_New(box, CAPSULE_NAME, box_destructor);
+    if (capsule == NULL) {
+        kb_nvml_sampler_abort(box->sampler);
+        Py_DECREF(m);
+        free(box);
+        return NULL;
+    }
+    return capsule;
+}
+
+static PyObject *nvml_sampler_stop(PyObject *m, PyObject *capsule)
+{
+    if (!PyCapsule_IsValid(capsule, CAPSULE_NAME)) {
+        PyErr_Format(PyExc_TypeError,
+                     "nvml_sampler_stop() expects the object nvml_sampler_start() returned, "
+                     "got %.100s", Py_TYPE(capsule)->tp_name);
+        return NULL;
+    }
+    sampler_box *box = PyCapsule_GetPointer(capsule, CAPSULE_NAME);
+    if (box == NULL)
+        return NULL;
+    if (box->sampler == NULL) {
+        PyErr_SetString(PyExc_ValueError, "this NVML sampler was already stopped");
+        return NULL;
+    }
+    kb_nvml_sampler *s = box->sampler;
+    box->sampler = NULL;                /* stop frees it, whatever happens */
+    return kb_nvml_sampler_stop(m, s);
+}
+
+static PyMethodDef sampler_methods[] = {
+    {"nvml_sampler_start", (PyCFunction)(void (*)(void))nvml_sampler_start,
+     METH_VARARGS | METH_KEYWORDS,
+     "nvml_sampler_start(ordinal=0, period_s=0.005) -> sampler\n\n"
+     "Start a background thread sampling CUDA device `ordinal`'s SM and memory clocks, power, "
+     "temperature and clock event reasons every period_s seconds. Pass the returned object to "
+     "nvml_sampler_stop(); dropping it stops and discards the samples."},
+    {"nvml_sampler_stop", nvml_sampler_stop, METH_O,
+     "nvml_sampler_stop(sampler) -> dict\n\n"
+     "Stop the sampler and return numpy arrays t_s (seconds since start), sm_mhz, mem_mhz, "
+     "power_w, temp_c (float64; NaN where a read failed) and reasons (uint64 NVML clock event "
+     "bitmask; decode with nvml_clock_event_reason_names), with n, period_s, start_s "
+     "(CLOCK_MONOTONIC), duration_s, errors, first_error, first_error_code, first_error_call "
+     "and truncated."},
+    {NULL, NULL, 0, NULL},
+};
+
+int kb_nvml_sampler_module_init(PyObject *m) { return PyModule_AddFunctions(m, sampler_methods); }

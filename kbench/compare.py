@@ -1,0 +1,317 @@
+"""Correctness checks: compare a kernel's output against a reference.
+
+>>> from kbench.compare import compare, assert_close
+>>> c = compare(out, ref)            # tolerances from the lower-precision dtype of the two
+>>> c.ok, c.max_abs_err, c.rel_l2, c.worst_index
+>>> print(c.report())
+>>> assert_close(out, ref, dtype="tf32")   # AssertionError carrying the report
+
+Inputs may be numpy arrays (including ml_dtypes bfloat16 / float8), torch tensors (any device),
+CuPy arrays, any object with ``__dlpack__``, or anything ``numpy.asarray`` accepts. torch and
+cupy are never imported here: an object is treated as a tensor only when its type comes from
+that package. The work is done by ``kbench._core.compare`` in one pass, in double precision;
+docs/tolerances.md explains the metrics and where each default tolerance comes from.
+"""
+from __future__ import annotations
+
+import dataclasses
+import html
+import math
+from typing import Any, Dict, Optional, Tuple
+
+import numpy as np
+
+from . import _core
+
+__all__ = ["DEFAULT_TOLERANCES", "Comparison", "compare", "assert_close", "tolerances_for"]
+
+#: (rtol, atol) per dtype; see docs/tolerances.md for the source of each pair.
+DEFAULT_TOLERANCES: Dict[str, Tuple[float, float]] = {
+    "fp64": (1e-7, 1e-7),
+    "fp32": (1.3e-6, 1e-5),
+    "tf32": (1e-3, 5e-3),
+    "fp16": (1e-3, 1e-5),
+    "bf16": (1.6e-2, 1e-5),
+    "fp8_e4m3": (0.125, 0.0675),
+    "fp8_e5m2": (0.25, 0.125),
+    "int": (0.0, 0.0),
+}
+
+_NUMPY_NAMES = {
+    "float64": "fp64", "float32": "fp32", "float16": "fp16", "bool": "bool",
+    "int8": "int8", "int16": "int16", "int32": "int32", "int64": "int64",
+    "uint8": "uint8", "uint16": "uint16", "uint32": "uint32", "uint64": "uint64",
+}
+
+# ml_dtypes / torch names for the formats the C core decodes from bit patterns:
+# name -> (kbench name, kind for _core.compare, numpy view dtype)
+_BIT_FORMATS = {
+    "bfloat16": ("bf16", "bf16", np.uint16),
+    "float8_e4m3fn": ("fp8_e4m3", "fp8_e4m3", np.uint8),
+    "float8_e5m2": ("fp8_e5m2", "fp8_e5m2", np.uint8),
+}
+
+# Aliases accepted by ``dtype=``.
+_ALIASES = {
+    "float64": "fp64", "double": "fp64", "f64": "fp64",
+    "float32": "fp32", "float": "fp32", "f32": "fp32",
+    "tensorfloat32": "tf32",
+    "float16": "fp16", "half": "fp16", "f16": "fp16",
+    "bfloat16": "bf16",
+    "float8_e4m3fn": "fp8_e4m3", "float8_e4m3": "fp8_e4m3", "e4m3": "fp8_e4m3",
+    "float8_e5m2": "fp8_e5m2", "e5m2": "fp8_e5m2",
+}
+
+
+def _tolerance_key(name: str) -> Optional[str]:
+    """The DEFAULT_TOLERANCES key for a kbench dtype name (None when there is none)."""
+    if name in DEFAULT_TOLERANCES:
+        return name
+    if name == "bool" or name.startswith(("int", "uint")):
+        return "int"
+    if name.startswith("float8_e4m3"):      # fnuz / b11 variants decoded through numpy
+        return "fp8_e4m3"
+    if name.startswith("float8_e5m2"):
+        return "fp8_e5m2"
+    return None
+
+
+def tolerances_for(dtype: Any) -> Tuple[float, float]:
+    """(rtol, atol) for a dtype given as a kbench name ("tf32", "bf16", ...), an alias
+    ("float32", "bfloat16"), a numpy/ml_dtypes dtype or a torch dtype."""
+    name = _dtype_name_of(dtype)
+    key = _tolerance_key(_ALIASES.get(name, name))
+    if key is None:
+        raise ValueError(f"no default tolerances for dtype {dtype!r}; known: "
+                         f"{', '.join(DEFAULT_TOLERANCES)} (and integer/bool dtypes)")
+    return DEFAULT_TOLERANCES[key]
+
+
+def _dtype_name_of(dtype: Any) -> str:
+    if isinstance(dtype, str):
+        return dtype.lower()
+    mod = type(dtype).__module__ or ""
+    if mod.startswith("torch"):             # torch.float32 -> "float32"
+        return str(dtype).rsplit(".", 1)[-1]
+    try:
+        name = np.dtype(dtype).name
+    except TypeError:
+        return str(dtype).lower()
+    return _NUMPY_NAMES.get(name, name)
+
+
+# ------------------------------------------------------------------ input conversion
+
+
+def _from_numpy(arr: np.ndarray) -> Tuple[np.ndarray, Optional[str], str]:
+    """(array for the C core, kind or None, kbench dtype name)."""
+    dt = arr.dtype
+    from_ml_dtypes = getattr(dt.type, "__module__", "") == "ml_dtypes"
+    if from_ml_dtypes and dt.name in _BIT_FORMATS:
+        name, kind, view = _BIT_FORMATS[dt.name]
+        return arr.view(view), kind, name
+    if dt.name in _NUMPY_NAMES and dt.isbuiltin:
+        return arr, None, _NUMPY_NAMES[dt.name]
+    if from_ml_dtypes:
+        # other ml_dtypes formats (float8 fnuz variants, int4, float4/6 ...): numpy can cast them
+        target = np.int8 if dt.name.startswith(("int", "uint")) else np.float64
+        return arr.astype(target), None, dt.name
+    return arr, None, dt.name               # unsupported dtypes are named by the C core
+
+
+def _from_torch(t: Any) -> Tuple[np.ndarray, Optional[str], str]:
+    import torch  # only reached for objects whose type comes from torch
+
+    t = t.detach()
+    if t.device.type != "cpu":
+        t = t.cpu()
+    t = t.resolve_conj().resolve_neg()
+    name = str(t.dtype).rsplit(".", 1)[-1]
+    if name in _BIT_FORMATS:
+        kb_name, kind, view = _BIT_FORMATS[name]
+        int_view = torch.int16 if view is np.uint16 else torch.uint8
+        return t.view(int_view).numpy().view(view), kind, kb_name
+    if t.dtype.is_floating_point and name not in ("float64", "float32", "float16"):
+        return t.to(torch.float64).numpy(), None, name     # float8 fnuz etc.
+    arr = t.numpy()
+    return arr, None, _NUMPY_NAMES.get(arr.dtype.name, arr.dtype.name)
+
+
+def _to_array(x: Any, what: str) -> Tuple[np.ndarray, Optional[str], str]:
+    if isinstance(x, np.ndarray):
+        return _from_numpy(x)
+    mod = type(x).__module__ or ""
+    if mod.startswith("torch") and hasattr(x, "detach"):
+        return _from_torch(x)
+    if mod.startswith("cupy") and hasattr(x, "get"):
+        return _from_numpy(x.get())
+    if hasattr(x, "__dlpack__") and not isinstance(x, (np.generic, memoryview, bytes)):
+        try:
+            arr = np.from_dlpack(x)
+        except (BufferError, RuntimeError, TypeError, ValueError) as e:
+            raise TypeError(f"compare: {what} ({type(x).__name__}) could not be read through "
+                            f"DLPack ({e}); copy it to host memory first") from e
+        return _from_numpy(arr)
+    return _from_numpy(np.asarray(x))
+
+
+# ------------------------------------------------------------------ the result
+
+
+def _fmt(v: Any) -> str:
+    if v is None:
+        return "-"
+    if isinstance(v, float):
+        return f"{v:.6g}" if math.isfinite(v) else str(v)
+    return str(v)
+
+
+@dataclasses.dataclass(frozen=True)
+class Comparison:
+    """The outcome of :func:`compare`. ``ok`` is True when no element is bad, where bad means
+    NOT ``|out - ref| <= atol + rtol * |ref|`` (numpy.isclose). Magnitude metrics cover the
+    pairs where both values are finite; see docs/tolerances.md for each field."""
+
+    ok: bool
+    n: int                          # elements compared (after broadcasting)
+    n_bad: int
+    frac_bad: float
+    max_abs_err: float              # max |out - ref| over finite pairs
+    max_rel_err: float              # max |out - ref| / |ref| over finite pairs with ref != 0
+    rel_skipped: int                # finite pairs with ref == 0 but out != 0 (not in max_rel_err)
+    rel_l2: float                   # ||out - ref|| / ||ref|| (0 if both 0, inf if only ref is 0)
+    cosine: float                   # <out, ref> / (||out|| ||ref||); 1 if both 0, 0 if one is
+    l2_err: float
+    l2_ref: float
+    l2_out: float
+    nan_mismatch: int               # bad elements with a NaN on either side
+    inf_mismatch: int               # bad elements with an infinity (and no NaN)
+    n_finite: int                   # pairs where both values are finite
+    worst_flat_index: Optional[int]  # C-order index of the worst element in the broadcast shape
+    worst_index: Optional[Tuple[int, ...]]
+    worst_out: Optional[float]
+    worst_ref: Optional[float]
+    worst_tol: Optional[float]      # atol + rtol * |ref| at the worst element
+    rtol: float
+    atol: float
+    equal_nan: bool
+    out_dtype: str
+    ref_dtype: str
+    tolerance_source: str           # dtype whose defaults were used, or "explicit"
+    shape: Tuple[int, ...]
+
+    def __repr__(self) -> str:
+        status = "ok" if self.ok else "FAILED"
+        return (f"Comparison({status}, n_bad={self.n_bad}/{self.n}, "
+                f"max_abs_err={_fmt(self.max_abs_err)}, max_rel_err={_fmt(self.max_rel_err)}, "
+                f"rel_l2={_fmt(self.rel_l2)}, worst_index={self.worst_index}, "
+                f"rtol={self.rtol:g}, atol={self.atol:g})")
+
+    def _rows(self):
+        pct = 100.0 * self.frac_bad
+        rows = [
+            ("bad elements", f"{self.n_bad} of {self.n} ({pct:.4g}%)"),
+            ("dtypes", f"out {self.out_dtype}, ref {self.ref_dtype}, shape {self.shape}"),
+            ("tolerance", f"rtol={self.rtol:g}, atol={self.atol:g} ({self.tolerance_source})"
+                          + (", equal_nan" if self.equal_nan else "")),
+            ("max abs err", _fmt(self.max_abs_err)),
+            ("max rel err", _fmt(self.max_rel_err)
+             + (f" ({self.rel_skipped} elements with ref == 0 skipped)"
+                if self.rel_skipped else "")),
+            ("rel L2 err", _fmt(self.rel_l2)),
+            ("cosine sim", f"{self.cosine:.10g}"),
+            ("NaN/Inf mismatch", f"{self.nan_mismatch} NaN, {self.inf_mismatch} Inf"),
+        ]
+        if self.n_finite != self.n:
+            rows.append(("finite pairs", f"{self.n_finite} of {self.n} (norms and max errors "
+                                         "use these)"))
+        if self.worst_index is not None:
+            diff = abs(self.worst_out - self.worst_ref) if (
+                math.isfinite(self.worst_out) and math.isfinite(self.worst_ref)) else math.nan
+            # any bad element outranks every close one, so the worst is bad exactly when not ok
+            verdict = "closest to the limit" if self.ok else "bad"
+            rows.append(("worst element",
+                         f"index {self.worst_index} (flat {self.worst_flat_index}), {verdict}: "
+                         f"out={_fmt(self.worst_out)} ref={_fmt(self.worst_ref)} "
+                         f"|out-ref|={_fmt(diff)} allowed={_fmt(self.worst_tol)}"))
+        return rows
+
+    def report(self) -> str:
+        """Multi-line readable summary: verdict, the metrics, and the worst element."""
+        head = ("Comparison OK: all elements within |out - ref| <= atol + rtol*|ref|"
+                if self.ok else
+                "Comparison FAILED: elements outside |out - ref| <= atol + rtol*|ref|")
+        rows = self._rows()
+        width = max(len(k) for k, _ in rows)
+        return "\n".join([head] + [f"  {k:<{width}}  {v}" for k, v in rows])
+
+    def _repr_html_(self) -> str:
+        color = "#1a7f37" if self.ok else "#cf222e"
+        verdict = "OK" if self.ok else "FAILED"
+        body = "".join(f"<tr><th style='text-align:left'>{html.escape(k)}</th>"
+                       f"<td style='text-align:left'>{html.escape(v)}</td></tr>"
+                       for k, v in self._rows())
+        return (f"<div><b style='color:{color}'>Comparison {verdict}</b>"
+                f"<table>{body}</table></div>")
+
+    def to_dict(self) -> Dict[str, Any]:
+        return dataclasses.asdict(self)
+
+
+# ------------------------------------------------------------------ entry points
+
+
+def compare(out: Any, ref: Any, rtol: Optional[float] = None, atol: Optional[float] = None, *,
+            equal_nan: bool = False, dtype: Any = None) -> Comparison:
+    """Compare ``out`` against ``ref`` (numpy broadcasting) and return a :class:`Comparison`.
+
+    Tolerances not given default to ``DEFAULT_TOLERANCES`` of the lower-precision dtype of
+    ``out`` and ``ref`` (elementwise max of their (rtol, atol), as torch.testing does), or of
+    ``dtype`` when given -- e.g. ``dtype="tf32"`` for an fp32 output computed with TF32.
+    """
+    a, a_kind, a_name = _to_array(out, "out")
+    b, b_kind, b_name = _to_array(ref, "ref")
+
+    if rtol is None or atol is None:
+        if dtype is not None:
+            source = _ALIASES.get(_dtype_name_of(dtype), _dtype_name_of(dtype))
+            d_rtol, d_atol = tolerances_for(dtype)
+        else:
+            keys = [_tolerance_key(a_name), _tolerance_key(b_name)]
+            if None in keys:
+                # let the C core name an unsupported dtype (cheaply, on empty arrays) ...
+                _core.compare(np.empty(0, a.dtype), np.empty(0, b.dtype), 0.0, 0.0,
+                              out_kind=a_kind, ref_kind=b_kind)
+                # ... and otherwise ask for tolerances
+                bad = a_name if keys[0] is None else b_name
+                raise ValueError(f"compare: no default tolerances for dtype {bad}; "
+                                 "pass rtol and atol (or dtype=)")
+            d_rtol = max(DEFAULT_TOLERANCES[k][0] for k in keys)
+            d_atol = max(DEFAULT_TOLERANCES[k][1] for k in keys)
+            # the looser of the two names the source
+            source = max(keys, key=lambda k: DEFAULT_TOLERANCES[k])
+        if rtol is None and atol is None:
+            source_text = source
+        else:
+            source_text = f"{source} defaults with explicit {'rtol' if rtol is not None else 'atol'}"
+        rtol = d_rtol if rtol is None else rtol
+        atol = d_atol if atol is None else atol
+    else:
+        source_text = "explicit"
+
+    r = _core.compare(a, b, float(rtol), float(atol), equal_nan=bool(equal_nan),
+                      out_kind=a_kind, ref_kind=b_kind)
+    return Comparison(rtol=float(rtol), atol=float(atol), equal_nan=bool(equal_nan),
+                      out_dtype=a_name, ref_dtype=b_name, tolerance_source=source_text, **r)
+
+
+def assert_close(out: Any, ref: Any, rtol: Optional[float] = None,
+                 atol: Optional[float] = None, *, equal_nan: bool = False, dtype: Any = None,
+                 msg: Optional[str] = None) -> Comparison:
+    """:func:`compare`, raising AssertionError with the report when any element is bad.
+    Returns the Comparison when all are close."""
+    c = compare(out, ref, rtol, atol, equal_nan=equal_nan, dtype=dtype)
+    if not c.ok:
+        text = c.report()
+        raise AssertionError(f"{msg}\n{text}" if msg else text)
+    return c

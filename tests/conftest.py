@@ -1,0 +1,40 @@
+"""Shared test configuration.
+
+Tests that need a CUDA GPU carry ``@pytest.mark.gpu`` (the marker is declared in
+pyproject.toml); here they are skipped, with the reason, when no CUDA device is visible.
+"""
+import functools
+
+import pytest
+
+
+@functools.lru_cache(maxsize=None)
+def cuda_unavailable_reason():
+    """None when a CUDA device is usable, else why not (shown as the skip reason)."""
+    try:
+        from kbench import _core
+    except ImportError as exc:  # pragma: no cover - the build is broken
+        return f"kbench._core does not import: {exc}"
+    if not getattr(_core, "HAVE_CUDA", 0):
+        return "kbench._core was built without the CUDA headers"
+    try:
+        count = _core.cuda_device_count()
+    except Exception as exc:  # LibraryNotFound, CudaError: say which
+        first_line = str(exc).splitlines()[0] if str(exc) else type(exc).__name__
+        first_line = first_line.removesuffix(" Tried:")
+        return f"no CUDA device: {type(exc).__name__}: {first_line}"
+    if count == 0:
+        return "no CUDA device visible (cuda_device_count() == 0)"
+    return None
+
+
+def pytest_collection_modifyitems(config, items):
+    gpu_items = [item for item in items if item.get_closest_marker("gpu") is not None]
+    if not gpu_items:
+        return
+    reason = cuda_unavailable_reason()
+    if reason is None:
+        return
+    skip = pytest.mark.skip(reason=f"needs a CUDA GPU: {reason}")
+    for item in gpu_items:
+        item.add_marker(skip)
