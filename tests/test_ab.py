@@ -5,7 +5,6 @@ import time
 import numpy as np
 import pytest
 
-import _kbench_shim  # noqa: F401  TEMP until kbench.compare lands
 import kbench
 from kbench import _core
 from kbench.ab import _verdict, ab, median_ci, min_trials

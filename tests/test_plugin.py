@@ -7,7 +7,6 @@ import sys
 
 import pytest
 
-import _kbench_shim  # noqa: F401  TEMP until kbench.compare lands
 import kbench
 from kbench.result import Result
 from kbench.testing import cuda_device_status
@@ -39,7 +38,7 @@ def test_kernel(kbench):
 def run(pytester, monkeypatch):
     """Run pytest on the test files written in pytester's directory: in this process by
     default (fast), in a fresh subprocess importing the same kbench with subprocess=True."""
-    paths = [KBENCH_ROOT, os.path.dirname(__file__), os.environ.get("PYTHONPATH", "")]  # TEMP shim
+    paths = [KBENCH_ROOT, os.environ.get("PYTHONPATH", "")]
     monkeypatch.setenv("PYTHONPATH", os.pathsep.join(p for p in paths if p))
     monkeypatch.delenv("KB_SLOW", raising=False)
 
@@ -51,30 +50,30 @@ def run(pytester, monkeypatch):
         # hypothesis' plugin costs a second of start-up and plays no part here
         args = ("-p", "no:cacheprovider", "-p", "no:hypothesispytest") + args
         if subprocess:
-            return pytester.runpytest_subprocess("-p", "_kbench_shim", *args)  # TEMP shim
+            return pytester.runpytest_subprocess(*args)
         return pytester.runpytest_inprocess(*args)
     return _run
 
 
 def test_save_writes_a_session_file_with_every_result(pytester, run):
-    pytester.makepyfile(test_bench=BENCH_TESTS)
+    pytester.makepyfile(kbp_bench_test=BENCH_TESTS)
     res = run("--kbench-save=out/base.json", "--kbench-max-time=0.2")
     res.assert_outcomes(passed=1)
     assert res.ret == 0
     doc = json.loads((pytester.path / "out" / "base.json").read_text())
     assert doc["schema"] == "kbench.session/1"
-    assert list(doc["results"]) == ["test_bench.py::test_kernel"]
-    r = Result.from_dict(doc["results"]["test_bench.py::test_kernel"])
+    assert list(doc["results"]) == ["kbp_bench_test.py::test_kernel"]
+    r = Result.from_dict(doc["results"]["kbp_bench_test.py::test_kernel"])
     assert r.median >= 0.0004
     assert r.stop["max_time_s"] == pytest.approx(0.2)     # --kbench-max-time overrides 0.15
     md = doc["metadata"]
     assert md["kbench_version"] == kbench.__version__ and md["created"]
-    res.stdout.fnmatch_lines(["*kbench: 1 benchmark(s)*", "*test_bench.py::test_kernel*",
+    res.stdout.fnmatch_lines(["*kbench: 1 benchmark(s)*", "*kbp_bench_test.py::test_kernel*",
                               "*saved 1 result(s) to out/base.json*"])
 
 
 def test_compare_fails_on_planted_regression_and_passes_unchanged(pytester, run):
-    pytester.makepyfile(test_bench=BENCH_TESTS)
+    pytester.makepyfile(kbp_bench_test=BENCH_TESTS)
     assert run("--kbench-save=base.json", subprocess=True).ret == 0
 
     same = run("--kbench-compare=base.json", "--kbench-fail=8%", subprocess=True)
@@ -88,7 +87,7 @@ def test_compare_fails_on_planted_regression_and_passes_unchanged(pytester, run)
     slow = run("--kbench-compare=base.json", "--kbench-fail=8%", slow=True, subprocess=True)
     slow.assert_outcomes(passed=1)          # every test passed; the session still fails
     assert slow.ret == 1, slow.stdout.str()
-    slow.stdout.fnmatch_lines(["*test_bench.py::test_kernel*+*%*SLOWER*",
+    slow.stdout.fnmatch_lines(["*kbp_bench_test.py::test_kernel*+*%*SLOWER*",
                                "FAILED: 1 of 1 benchmarks slower than baseline beyond 8%*"])
 
     report_only = run("--kbench-compare=base.json", "--kbench-fail=off", slow=True)
@@ -97,16 +96,16 @@ def test_compare_fails_on_planted_regression_and_passes_unchanged(pytester, run)
 
 
 def test_compare_lists_new_benchmarks_as_no_baseline(pytester, run):
-    pytester.makepyfile(test_bench=BENCH_TESTS)
+    pytester.makepyfile(kbp_bench_test=BENCH_TESTS)
     assert run("--kbench-save=base.json").ret == 0
-    pytester.makepyfile(test_more=BENCH_TESTS.replace("def test_kernel", "def test_new"))
+    pytester.makepyfile(kbp_more_test=BENCH_TESTS.replace("def test_kernel", "def test_new"))
     res = run("--kbench-compare=base.json")
     assert res.ret == 0
-    res.stdout.fnmatch_lines(["*test_more.py::test_new*no baseline*"])
+    res.stdout.fnmatch_lines(["*kbp_more_test.py::test_new*no baseline*"])
 
 
 def test_bad_options_are_usage_errors(pytester, run):
-    pytester.makepyfile(test_bench=BENCH_TESTS)
+    pytester.makepyfile(kbp_bench_test=BENCH_TESTS)
     res = run("--kbench-compare=missing.json")
     assert res.ret == pytest.ExitCode.USAGE_ERROR
     res.stderr.fnmatch_lines(["*--kbench-compare: no such baseline file: missing.json*"])
@@ -120,7 +119,7 @@ def test_bad_options_are_usage_errors(pytester, run):
 
 
 def test_disable_runs_each_body_once_and_still_checks(pytester, run):
-    pytester.makepyfile(test_check="""
+    pytester.makepyfile(kbp_check_test="""
         import numpy as np
         calls = []
 
@@ -147,13 +146,13 @@ def test_disable_runs_each_body_once_and_still_checks(pytester, run):
     res = run("--kbench-disable", "--kbench-save=never.json")
     res.assert_outcomes(passed=2, failed=1)
     res.stdout.fnmatch_lines(["*does not match the reference; nothing was timed*",
-                              "FAILED test_check.py::test_wrong*"])
+                              "FAILED kbp_check_test.py::test_wrong*"])
     assert not pytester.path.joinpath("never.json").exists()
     assert "benchmark(s)" not in res.stdout.str()
 
 
 def test_wrong_answer_fails_before_timing_when_enabled(pytester, run):
-    pytester.makepyfile(test_wrong="""
+    pytester.makepyfile(kbp_wrong_test="""
         import numpy as np
 
         def test_wrong(kbench):
@@ -167,7 +166,7 @@ def test_wrong_answer_fails_before_timing_when_enabled(pytester, run):
 
 
 def test_gpu_markers_skip_with_a_reason_without_cuda(pytester, run):
-    pytester.makepyfile(test_gpu="""
+    pytester.makepyfile(kbp_gpu_test="""
         import sys
         import pytest
 
@@ -193,7 +192,7 @@ def test_gpu_markers_skip_with_a_reason_without_cuda(pytester, run):
 
 
 def test_several_benchmarks_in_one_test_are_keyed_apart(pytester, run):
-    pytester.makepyfile(test_two="""
+    pytester.makepyfile(kbp_two_test="""
         def f():
             return sum(range(100))
 
@@ -206,13 +205,13 @@ def test_several_benchmarks_in_one_test_are_keyed_apart(pytester, run):
     """)
     assert run("--kbench-save=s.json").ret == 0
     keys = list(json.loads(pytester.path.joinpath("s.json").read_text())["results"])
-    assert keys == ["test_two.py::test_two", "test_two.py::test_two::again",
-                    "test_two.py::test_two#3"]
+    assert keys == ["kbp_two_test.py::test_two", "kbp_two_test.py::test_two::again",
+                    "kbp_two_test.py::test_two#3"]
 
 
 def test_coexists_with_pytest_benchmark(pytester, run):
     pytest.importorskip("pytest_benchmark")
-    pytester.makepyfile(test_both="""
+    pytester.makepyfile(kbp_both_test="""
         def f():
             return sum(range(50))
 

@@ -10,7 +10,6 @@ matplotlib.use("Agg")
 import numpy as np
 import pytest
 
-import _kbench_shim  # noqa: F401  TEMP until kbench.compare lands
 from kbench.result import Result
 from kbench.sweep import SweepResult, sweep
 
