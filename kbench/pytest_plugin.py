@@ -22,7 +22,7 @@ fixture; both plugins load side by side):
     ``{"schema": "kbench.session/1", "results": {nodeid: Result.to_dict()}, "metadata": {...}}``.
 ``--kbench-compare=PATH`` and ``--kbench-fail=8%``
     compare each benchmark's median with the one saved under the same node id in PATH (a
-    session file, or a single Result file) and print a table (benchmark, baseline, current,
+    session file written by ``--kbench-save``) and print a table (benchmark, baseline, current,
     delta, verdict) in the terminal summary. The session fails (exit status 1) when any
     benchmark is *slower*: its median grew by more than the threshold and the two medians'
     confidence intervals do not overlap (see :mod:`kbench.cli_compare` for the verdicts).
