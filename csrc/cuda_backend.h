@@ -99,6 +99,8 @@ int kb_cupti_collect(PyObject *m, kb_cupti_trace *t, uint64_t first_id, Py_ssize
 /* Per activity name, over the batches collected with record_names:
  * {name: {"kind", "count", "total_ns", "min_ns", "max_ns"}}. New reference. */
 PyObject *kb_cupti_names(kb_cupti_trace *t);
+/* Activity and external-correlation records seen in the last collected batch. */
+void kb_cupti_last_counts(kb_cupti_trace *t, size_t *activities, size_t *external);
 /* Records CUPTI dropped (buffers full). */
 uint64_t kb_cupti_dropped(kb_cupti_trace *t);
 /* Disable, flush, unsubscribe, free. Always safe; keeps a pending exception. */

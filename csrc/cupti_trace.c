@@ -49,9 +49,14 @@ struct kb_cupti_trace {
     size_t n_names, cap_names;
     uint64_t dropped;
     int oom;                    /* a record was lost to a failed allocation */
+    size_t last_acts, last_ext; /* records seen in the last collected batch (diagnostics) */
 };
 
+/* External correlation records are emitted for API activity records, so the driver and runtime
+ * API kinds must be on too (their records are read for nothing else). */
 static const CUpti_ActivityKind KINDS[] = {
+    CUPTI_ACTIVITY_KIND_DRIVER,
+    CUPTI_ACTIVITY_KIND_RUNTIME,
     CUPTI_ACTIVITY_KIND_EXTERNAL_CORRELATION,
     CUPTI_ACTIVITY_KIND_CONCURRENT_KERNEL,
     CUPTI_ACTIVITY_KIND_MEMCPY,
@@ -362,6 +367,8 @@ int kb_cupti_collect(PyObject *m, kb_cupti_trace *t, uint64_t first_id, Py_ssize
         }
     }
     /* Everything queued so far has completed and been read: start the next batch empty. */
+    t->last_acts = t->n_acts;
+    t->last_ext = t->n_ext;
     t->n_acts = 0;
     t->n_ext = 0;
     t->oom = 0;
@@ -398,6 +405,14 @@ PyObject *kb_cupti_names(kb_cupti_trace *t)
     }
     pthread_mutex_unlock(&t->mu);
     return out;
+}
+
+void kb_cupti_last_counts(kb_cupti_trace *t, size_t *activities, size_t *external)
+{
+    pthread_mutex_lock(&t->mu);
+    *activities = t->last_acts;
+    *external = t->last_ext;
+    pthread_mutex_unlock(&t->mu);
 }
 
 uint64_t kb_cupti_dropped(kb_cupti_trace *t)

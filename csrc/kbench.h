@@ -39,7 +39,6 @@ typedef struct {
     PyObject *CuptiBusy;        /* CUPTI is owned by another profiler (CuptiError) */
     PyObject *NvmlError;        /* an NVML call failed */
     PyObject *NvrtcError;       /* NVRTC failed to compile a kernel */
-    PyObject *GateTimeout;      /* warning category: the device gate was released by the watchdog */
     struct kb_gpu_libs *gpu;    /* NULL until a GPU library is first asked for */
     void *cuda_primary[64];     /* CUcontext: primary contexts kbench retained, kept while the
                                    module lives (releasing the last reference would destroy

@@ -182,7 +182,7 @@ int kb_nvrtc_check(PyObject *m, nvrtcResult r, const char *expr, const char *fil
     } else if (g != NULL && g->nvrtc.nvrtcGetErrorString != NULL) {
         name = g->nvrtc.nvrtcGetErrorString(r);   /* a code newer than this table */
     }
-    if (name == NULL) {
+    if (name == NULL || strstr(name, "unknown") != NULL) {   /* NVRTC says "NVRTC_ERROR unknown" */
         snprintf(fallback, sizeof fallback, "NVRTC error %d", (int)r);
         name = fallback;
     }

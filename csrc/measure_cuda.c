@@ -246,7 +246,7 @@ static int cuda_run_batch(kb_backend *b, Py_ssize_t n, double *out, int warmup)
                 continue;
             }
             c->gate_fired_kept++;
-            if (c->gate_fired_kept >= 3 && c->gate_fired_kept == c->gate_fired) {
+            if (c->gate_fired_kept >= 3) {
                 kb_state *st = kb_get_state(c->m);
                 PyErr_Format(st->KbenchError,
                              "the callable blocks on the host while the stream is gated: every "
@@ -262,11 +262,15 @@ static int cuda_run_batch(kb_backend *b, Py_ssize_t n, double *out, int warmup)
     }
     if (!warmup && c->trace && c->empty_iterations > 0) {
         kb_state *st = kb_get_state(c->m);
+        size_t acts = 0, ext = 0;
+        kb_cupti_last_counts(c->trace, &acts, &ext);
         PyErr_Format(st->KbenchError,
                      "CUPTI attributed no kernel, memcpy or memset to %zd timed iteration(s): the "
                      "callable launched no GPU work on device %d in this thread (work on "
-                     "another device or thread cannot be attributed)",
-                     c->empty_iterations, c->ordinal);
+                     "another device or thread cannot be attributed; for a CPU callable pass "
+                     "device='cpu'); the last batch had %zu activity and %zu "
+                     "external-correlation records",
+                     c->empty_iterations, c->ordinal, acts, ext);
         return -1;
     }
     return 0;

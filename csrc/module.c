@@ -94,11 +94,6 @@ static int core_exec(PyObject *m)
                                "NVRTC failed to compile a kernel; the message has its log.");
     if (st->NvrtcError == NULL)
         goto error;
-    st->GateTimeout = new_error(m, "GateTimeoutWarning", PyExc_RuntimeWarning,
-                                "The device-side gate was released by the watchdog: the host "
-                                "could not queue the batch in time.");
-    if (st->GateTimeout == NULL)
-        goto error;
 
     if (kb_clock_module_init(m) < 0 || kb_stats_module_init(m) < 0 ||
         kb_criterion_module_init(m) < 0 || kb_measure_host_module_init(m) < 0 ||
@@ -136,7 +131,6 @@ static int core_traverse(PyObject *m, visitproc visit, void *arg)
     Py_VISIT(st->CuptiBusy);
     Py_VISIT(st->NvmlError);
     Py_VISIT(st->NvrtcError);
-    Py_VISIT(st->GateTimeout);
     return 0;
 }
 
@@ -151,7 +145,6 @@ static int core_clear(PyObject *m)
     Py_CLEAR(st->CuptiBusy);
     Py_CLEAR(st->NvmlError);
     Py_CLEAR(st->NvrtcError);
-    Py_CLEAR(st->GateTimeout);
     return 0;
 }
 

@@ -136,20 +136,23 @@ static void *sampler_main(void *arg)
     kb_nvml_sampler *s = arg;
     uint64_t next = s->start_ns;
 
+    take_sample(s);     /* at least one sample, even when stopped at once */
     pthread_mutex_lock(&s->lock);
     while (!s->stop && !s->truncated) {
-        pthread_mutex_unlock(&s->lock);
-        take_sample(s);
         uint64_t now = mono_ns();
         next += s->period_ns;
         if (next <= now)            /* reads overran the tick: go to the next grid point */
             next += ((now - next) / s->period_ns + 1) * s->period_ns;
         struct timespec deadline = {(time_t)(next / 1000000000u), (long)(next % 1000000000u)};
-        pthread_mutex_lock(&s->lock);
         while (!s->stop) {
             if (pthread_cond_timedwait(&s->wake, &s->lock, &deadline) != 0)
                 break;              /* ETIMEDOUT: next tick (any other error: do not spin) */
         }
+        if (s->stop)
+            break;
+        pthread_mutex_unlock(&s->lock);
+        take_sample(s);
+        pthread_mutex_lock(&s->lock);
     }
     pthread_mutex_unlock(&s->lock);
     return NULL;

@@ -15,6 +15,7 @@ from . import _core
 from ._core import (CaptureError, CudaError, CuptiBusy, CuptiError, KbenchError,
                     LibraryNotFound, NvmlError, NvrtcError)
 from .bench import bench
+from .compare import Comparison, assert_close, compare
 from .result import Result
 
 __version__ = "0.1.0"
@@ -25,9 +26,6 @@ __all__ = ["bench", "compare", "assert_close", "Result", "Comparison", "ab", "sw
 
 # Loaded on first attribute access, to keep `import kbench` light.
 _LAZY = {
-    "compare": ("kbench.compare", "compare"),
-    "assert_close": ("kbench.compare", "assert_close"),
-    "Comparison": ("kbench.compare", "Comparison"),
     "ab": ("kbench.ab", "ab"),
     "sweep": ("kbench.sweep", "sweep"),
     "testing": ("kbench.testing", None),

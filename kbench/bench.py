@@ -118,7 +118,15 @@ def _is_gpu_object(x: Any) -> bool:
     dev = getattr(x, "device", None)
     if dev is not None and getattr(dev, "type", None) == "cuda":        # torch
         return True
-    return type(x).__module__.startswith("cupy")
+    if type(x).__module__.startswith("cupy"):
+        return True
+    dl = getattr(x, "__dlpack_device__", None)                         # any DLPack producer
+    if callable(dl) and not isinstance(x, np.ndarray):
+        try:
+            return int(dl()[0]) in (2, 3, 13)     # kDLCUDA, kDLCUDAHost, kDLCUDAManaged
+        except Exception:
+            return False
+    return False
 
 
 def _resolve_device(device: str, args: Tuple[Any, ...], kwargs: Dict[str, Any]) -> str:
@@ -134,6 +142,13 @@ def _resolve_device(device: str, args: Tuple[Any, ...], kwargs: Dict[str, Any]) 
         if _is_gpu_object(a):
             idx = getattr(getattr(a, "device", None), "index", None)
             return f"cuda:{idx}" if isinstance(idx, int) else "cuda"
+    if not any(isinstance(a, np.ndarray) for a in list(args) + list(kwargs.values())):
+        # A closure (do_bench style) in a process that has initialised CUDA: the GPU.
+        torch = sys.modules.get("torch")
+        if torch is not None and torch.cuda.is_initialized():
+            return "cuda"
+        if "cupy" in sys.modules:
+            return "cuda"
     return "cpu"
 
 

@@ -145,7 +145,7 @@ def cmd_info(args: argparse.Namespace) -> int:
         return 0
     print(f"kbench {md.get('kbench_version')}  python {md.get('python_version')}  "
           f"numpy {md.get('numpy_version')}")
-    print(f"CPU: {md.get('cpu_model')}, {md.get('logical_cores')} logical cores")
+    print(f"CPU: {md.get('cpu_model')}, {md.get('cpu_count')} logical cores")
     print("caches: " + ", ".join(f"L{c['level']} {c['type']} {fmt_bytes(c['bytes'])}"
                                  for c in caches["levels"])
           + f"; last level {fmt_bytes(caches['llc_bytes'])} ({caches['source']})")

@@ -94,13 +94,17 @@ def device_info(ordinal: int) -> Dict[str, Any]:
     return _device_info_cache[ordinal]
 
 
-def _uses_torch(sets: List[Tuple[Any, ...]], kwargs: Dict[str, Any]) -> bool:
+def _uses_torch(sets: List[Tuple[Any, ...]], kwargs: Dict[str, Any], stream: Any) -> bool:
+    """Capture through torch.cuda.graph? For torch tensors, and for closures when torch has
+    initialised CUDA -- unless the arguments or the stream are CuPy's."""
     torch = sys.modules.get("torch")
     if torch is None:
         return False
-    for a in list(sets[0]) + list(kwargs.values()):
-        if isinstance(a, torch.Tensor):
-            return True
+    values = list(sets[0]) + list(kwargs.values())
+    if any(isinstance(a, torch.Tensor) for a in values):
+        return True
+    if any(type(a).__module__.startswith("cupy") for a in values + [stream]):
+        return False
     return torch.cuda.is_initialized()
 
 
@@ -140,6 +144,13 @@ def mode_floor(mode: str, ordinal: int, stream: int, gate: bool,
     if key not in _floor_cache:
         inner = "cupti" if (mode == "cupti" or (mode == "graph" and cupti_ok)) else "events"
         if mode == "graph":
+            keep = None
+            if stream == 0:              # the legacy stream cannot be captured: use a side one
+                torch = sys.modules.get("torch")
+                if torch is None:
+                    raise _core.KbenchError("graph floor needs a non-default stream")
+                keep = torch.cuda.Stream(device=ordinal)
+                stream = int(keep.cuda_stream)
             g = _core.graph_capture(_core.launch_empty, ((stream, ordinal),), None,
                                     stream=stream, device=ordinal, unroll=10)
             raw = _core.measure_cuda(g, ((),), None, stream=stream, device=ordinal, mode=inner,
@@ -235,7 +246,7 @@ def run(fn: Callable[..., Any], sets: List[Tuple[Any, ...]], kwargs: Dict[str, A
     info = device_info(ordinal)
     mode, cupti_ok = _resolve_mode(mode, warn)
     s = stream_handle(stream, ordinal)
-    torch_path = _uses_torch(sets, kwargs)
+    torch_path = _uses_torch(sets, kwargs, stream)
     l2 = int(info.get("l2_bytes") or 0)
 
     # Is somebody else on the GPU? (memory in use by other processes, utilisation)
@@ -441,7 +452,6 @@ def _run_graph(fn, sets, kwargs, s, ordinal, timer, cold_arg, unroll, loop, comm
         extra["_static_out"] = static_outs[-1] if static_outs[-1] is not None else \
             kwargs.get("out")
         extra["graph"] = {"captured_with": "torch.cuda.graph", "graphs": n_graphs}
-        extra["_keep"] = None
     else:
         graphs = [_core.graph_capture(fn, tuple(sets[gi * unroll:(gi + 1) * unroll]) or
                                       (sets[0],), kwargs or None, stream=s, device=ordinal,

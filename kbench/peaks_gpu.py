@@ -37,13 +37,20 @@ def load_gpu_peaks(info: Dict[str, Any]) -> Optional[Dict[str, Any]]:
 
 
 def _kernel_source(name: str) -> str:
-    return resources.files("kbench.kernels").joinpath("cuda", name).read_text()
+    """kernels/cuda/<name>: package data in a wheel, the repository's folder in a checkout."""
+    try:
+        return resources.files("kbench.kernels").joinpath("cuda", name).read_text()
+    except (ModuleNotFoundError, FileNotFoundError):
+        here = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+        with open(os.path.join(here, "kernels", "cuda", name)) as f:
+            return f.read()
 
 
 def measure_gpu_peaks(device: int = 0, copy_bytes: int = 2 << 30, save: bool = True,
                       max_time_s: float = 3.0) -> Dict[str, Any]:
     """Measure and cache this GPU's ceilings. Takes a few seconds."""
-    from . import bench, cuda
+    from . import cuda
+    from .bench import bench as _bench
     info = cuda.device_info(device)
     stream = cuda.stream_handle(None, device)
     opts = dict(device=f"cuda:{device}", cold_cache=None, stream=stream, max_time_s=max_time_s,
@@ -58,7 +65,7 @@ def measure_gpu_peaks(device: int = 0, copy_bytes: int = 2 << 30, save: bool = T
     n16 = copy_bytes // 16
     sms = int(info.get("sm_count") or 100)
     grid, block = sms * 32, 256
-    r = bench.bench(lambda: copy.launch(grid, block, "PPn", (dst, src, n16), stream=stream),
+    r = _bench(lambda: copy.launch(grid, block, "PPn", (dst, src, n16), stream=stream),
                     bytes=2 * copy_bytes, name="kb_copy16", **opts)
     out["hbm_bytes_per_s"] = 2 * copy_bytes / r.median
     out["hbm_copy"] = {"bytes": 2 * copy_bytes, "median_s": r.median, "backend": r.backend,
@@ -68,7 +75,7 @@ def measure_gpu_peaks(device: int = 0, copy_bytes: int = 2 << 30, save: bool = T
     sink = _core.DeviceBuffer(4 * sms * 8 * 256, device)
     iters, fgrid = 8192, sms * 8
     flops = fgrid * 256 * iters * 8 * 2
-    r = bench.bench(lambda: fma.launch(fgrid, 256, "Pi" "ff", (sink, iters, 0.999, 0.001),
+    r = _bench(lambda: fma.launch(fgrid, 256, "Pi" "ff", (sink, iters, 0.999, 0.001),
                                        stream=stream),
                     flops=flops, name="kb_fma", **opts)
     out["fp32_flops_per_s"] = flops / r.median
@@ -85,7 +92,7 @@ def measure_gpu_peaks(device: int = 0, copy_bytes: int = 2 << 30, save: bool = T
         b = torch.randn(n, n, device=f"cuda:{device}", dtype=torch.bfloat16, generator=gen)
         c = torch.empty(n, n, device=f"cuda:{device}", dtype=torch.bfloat16)
         gflops = 2 * n ** 3
-        r = bench.bench(lambda: torch.matmul(a, b, out=c), flops=gflops, name="bf16 gemm 8192^3",
+        r = _bench(lambda: torch.matmul(a, b, out=c), flops=gflops, name="bf16 gemm 8192^3",
                         device=f"cuda:{device}", cold_cache=None, max_time_s=max_time_s,
                         warmup_s=0.5, floor=False)
         out["bf16_flops_per_s"] = gflops / r.median

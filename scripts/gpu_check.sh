@@ -15,10 +15,10 @@ echo "== info"
 $PY -m kbench info 2>&1 | tee "$OUT/info.txt"
 nvidia-smi --query-gpu=name,driver_version,clocks.sm,clocks.mem,power.draw,temperature.gpu,memory.used --format=csv 2>&1 | tee -a "$OUT/info.txt"
 echo "== peaks"
-timeout 120 $PY -m kbench peaks --seconds 2 2>&1 | tee "$OUT/peaks.txt"
+[ "$mode" = tests ] || timeout 120 $PY -m kbench peaks --seconds 2 2>&1 | tee "$OUT/peaks.txt"
 echo "== tests"
-if [ "$mode" = quick ]; then
-  timeout 300 $PY -m pytest -x -q -ra tests/test_gpu_bench.py tests/test_gpu_loaders.py 2>&1 | tee "$OUT/pytest.log" | tail -40
+if [ "$mode" = quick ] || [ "$mode" = tests ]; then
+  timeout 420 $PY -m pytest -v -rfE --tb=short --timeout=60 tests/test_gpu_bench.py tests/test_gpu_loaders.py 2>&1 | tee "$OUT/pytest.log" | grep -E "PASS|FAIL|ERROR|Error|error|Timeout|^E |File .*kbench|passed|failed" | head -120
 else
   timeout 420 $PY -m pytest -q -ra tests/ 2>&1 | tee "$OUT/pytest.log" | tail -40
 fi
@@ -26,9 +26,8 @@ if [ "$mode" != tests ]; then
   echo "== benchmarks"
   timeout 400 $PY benchmarks/gpu_agreement.py ${mode:+$( [ "$mode" = quick ] && echo --quick)} \
      --out "$OUT/h200_agreement.json" 2>&1 | tee "$OUT/agreement.log" | tail -25
-  for s in benchmarks/gpu_*.py; do
-    [ "$s" = benchmarks/gpu_agreement.py ] && continue
-    echo "== $s"; timeout 200 $PY "$s" --out "$OUT" 2>&1 | tail -15
-  done
+  echo "== drop-in: the same vLLM-style script with triton's and kbench's imports"
+  KBENCH_DROPIN=triton timeout 200 $PY benchmarks/gpu_dropin_vllm.py --out "$OUT" 2>&1 | tail -7
+  KBENCH_DROPIN=kbench timeout 200 $PY benchmarks/gpu_dropin_vllm.py --out "$OUT" 2>&1 | tail -7
 fi
 cp -r "$OUT/cache" "$OUT/cache_copy" 2>/dev/null; true
