@@ -1,1 +1,320 @@
-"""pytest plugin (placeholder)."""
+"""kbench's pytest plugin (registered through the ``pytest11`` entry point "kbench").
+
+The ``kbench`` fixture benchmarks a callable inside a test and records the Result under the
+test's node id::
+
+    def test_saxpy(kbench):
+        x, y = np.random.rand(2, 1 << 20)
+        r = kbench(saxpy, 2.0, x, y, bytes=3 * x.nbytes, flops=2 * x.size,
+                   check=lambda a, x, y: a * x + y)
+        assert r.throughput["bytes_per_s"] > 0
+
+``check=`` (a reference array, or a callable computing it from the same arguments) is verified
+before anything is timed; any other keyword goes to :func:`kbench.bench`. A test may call the
+fixture several times: the first result is recorded under the node id, later ones under
+``"<nodeid>::<name>"`` (``name=`` given) or ``"<nodeid>#<k>"``.
+
+Options (they do not clash with pytest-benchmark's ``--benchmark-*`` or its ``benchmark``
+fixture; both plugins load side by side):
+
+``--kbench-save=PATH``
+    write every result of the session to one JSON file:
+    ``{"schema": "kbench.session/1", "results": {nodeid: Result.to_dict()}, "metadata": {...}}``.
+``--kbench-compare=PATH`` and ``--kbench-fail=8%``
+    compare each benchmark's median with the one saved under the same node id in PATH (a
+    session file written by ``--kbench-save``) and print a table (benchmark, baseline, current,
+    delta, verdict) in the terminal summary. The session fails (exit status 1) when any
+    benchmark is *slower*: its median grew by more than the threshold and the two medians'
+    confidence intervals do not overlap (see :mod:`kbench.cli_compare` for the verdicts).
+    New benchmarks are listed as "no baseline". ``--kbench-fail=off`` only reports.
+``--kbench-disable``
+    run each benchmarked callable exactly once, untimed: the fixture checks ``check=`` if given
+    (a wrong answer still fails the test) and returns a :class:`DisabledRun` stub -- ``.output``
+    (what the callable returned), ``.correctness`` (the comparison as a dict, or None),
+    ``.disabled`` (True) -- instead of a Result, so the same tests serve as correctness tests on
+    CPU-only CI. Code that reads timing fields should check the fixture's ``kbench.disabled``
+    first (``assert r.disabled if kbench.disabled else r.median < 1e-3``).
+``--kbench-max-time=SECONDS``
+    override ``max_time_s`` of every benchmark (e.g. a short budget on CI).
+
+Markers: ``@pytest.mark.kbench_gpu`` (and the project's ``@pytest.mark.gpu``) skip the test with
+the reason when no CUDA device is present. Detection is lazy -- only when such a test runs --
+and never imports torch: it asks torch only if the process already imported it, else kbench's
+core, else the CUDA driver (libcuda) directly.
+
+Results are collected per process: under pytest-xdist each worker keeps its own, so use
+``--kbench-save``/``--kbench-compare`` without ``-n``.
+"""
+from __future__ import annotations
+
+import datetime
+import json
+import os
+import platform
+import sys
+from dataclasses import dataclass, field
+from typing import Any, Dict, List, Optional, Tuple
+
+import pytest
+
+SESSION_SCHEMA = "kbench.session/1"
+
+
+@dataclass
+class DisabledRun:
+    """What the fixture returns under --kbench-disable: one untimed call, no measurement."""
+
+    name: str
+    output: Any
+    correctness: Optional[Dict[str, Any]] = None
+    disabled: bool = True
+
+
+@dataclass
+class _State:
+    save: Optional[str] = None
+    compare: Optional[str] = None
+    threshold: Optional[float] = 0.08        # None: report only
+    disabled: bool = False
+    max_time_s: Optional[float] = None
+    results: Dict[str, Any] = field(default_factory=dict)   # key -> Result
+    comparison: Any = None
+    compare_error: Optional[str] = None
+    saved: Optional[str] = None
+    gpu_status: Optional[Tuple[bool, str]] = None
+
+
+_STATE_KEY = pytest.StashKey[_State]()
+
+
+def pytest_addoption(parser: pytest.Parser) -> None:
+    group = parser.getgroup("kbench", "kbench kernel benchmarks")
+    group.addoption("--kbench-save", metavar="PATH", default=None,
+                    help="write every kbench result of the session (with metadata) to PATH as "
+                         "JSON (schema kbench.session/1)")
+    group.addoption("--kbench-compare", metavar="PATH", default=None,
+                    help="compare each benchmark's median with the one saved in PATH (by test "
+                         "node id) and print a table of deltas")
+    group.addoption("--kbench-fail", metavar="THRESHOLD", default="8%",
+                    help="with --kbench-compare: fail the session when a benchmark is slower "
+                         "than its baseline beyond THRESHOLD (e.g. 8%% or 0.08; 'off' only "
+                         "reports). Default: 8%%")
+    group.addoption("--kbench-disable", action="store_true", default=False,
+                    help="run each benchmarked callable once without timing (correctness "
+                         "checks still run); the fixture returns a DisabledRun stub")
+    group.addoption("--kbench-max-time", metavar="SECONDS", type=float, default=None,
+                    help="override max_time_s (the sampling time cap) of every benchmark")
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    config.addinivalue_line("markers", "kbench_gpu: needs a CUDA GPU (kbench skips the test "
+                                       "with the reason where none is present)")
+    config.addinivalue_line("markers", "gpu: needs a CUDA GPU (skipped with a reason where "
+                                       "none is present)")
+    from .cli_compare import parse_threshold
+    fail = config.getoption("kbench_fail")
+    try:
+        threshold = None if str(fail).strip().lower() in ("off", "none", "") \
+            else parse_threshold(fail)
+    except ValueError as e:
+        raise pytest.UsageError(f"--kbench-fail: {e}") from None
+    max_time = config.getoption("kbench_max_time")
+    if max_time is not None and not max_time > 0:
+        raise pytest.UsageError(f"--kbench-max-time must be a positive number of seconds, "
+                                f"got {max_time}")
+    compare = config.getoption("kbench_compare")
+    if compare is not None and not os.path.isfile(compare):
+        raise pytest.UsageError(f"--kbench-compare: no such baseline file: {compare}")
+    config.stash[_STATE_KEY] = _State(save=config.getoption("kbench_save"), compare=compare,
+                                      threshold=threshold,
+                                      disabled=config.getoption("kbench_disable"),
+                                      max_time_s=max_time)
+
+
+# ------------------------------------------------------------------ GPU markers
+
+def pytest_runtest_setup(item: pytest.Item) -> None:
+    marker = item.get_closest_marker("kbench_gpu") or item.get_closest_marker("gpu")
+    if marker is None:
+        return
+    state = item.config.stash[_STATE_KEY]
+    if state.gpu_status is None:
+        from .testing import cuda_device_status
+        state.gpu_status = cuda_device_status()
+    present, why = state.gpu_status
+    if not present:
+        pytest.skip(f"needs a CUDA GPU (@pytest.mark.{marker.name}): {why}")
+
+
+# ------------------------------------------------------------------ the fixture
+
+class KbenchFixture:
+    """The callable behind the ``kbench`` fixture; ``.results`` lists this test's results."""
+
+    def __init__(self, nodeid: str, state: _State, node: pytest.Item):
+        self.nodeid = nodeid
+        self._state = state
+        self._node = node
+        self.results: List[Any] = []
+
+    @property
+    def disabled(self) -> bool:
+        return self._state.disabled
+
+    def _key(self, name: Optional[str]) -> str:
+        if not self.results:
+            return self.nodeid
+        key = f"{self.nodeid}::{name}" if name else f"{self.nodeid}#{len(self.results) + 1}"
+        if key in self._state.results:
+            raise ValueError(f"kbench fixture: a result is already recorded as {key!r}; give "
+                             f"each benchmark in a test a distinct name=")
+        return key
+
+    def __call__(self, fn, *args: Any, flops: Optional[float] = None,
+                 bytes: Optional[float] = None, check: Any = None, **options: Any):
+        from .bench import bench
+        if self._state.disabled:
+            return self._run_once(fn, args, check, options)
+        if self._state.max_time_s is not None:
+            options["max_time_s"] = self._state.max_time_s
+        key = self._key(options.get("name"))
+        result = bench(fn, *args, flops=flops, bytes=bytes, check=check, **options)
+        self._state.results[key] = result
+        self.results.append(result)
+        self._node.user_properties.append((f"kbench_median_s[{key}]", result.median))
+        return result
+
+    def _run_once(self, fn, args, check, options) -> DisabledRun:
+        from .bench import _check_before_timing, _name_of
+        if not callable(fn):
+            raise TypeError(f"kbench fixture: fn must be callable, got {type(fn).__name__}")
+        kwargs = dict(options.get("kwargs") or {})
+        arg_sets = options.get("arg_sets")
+        if arg_sets is not None:
+            from .coldcache import normalize_arg_sets
+            args = normalize_arg_sets(arg_sets, options.get("rotate_sets", 0))[0]
+        name = options.get("name") or _name_of(fn)
+        if check is not None:
+            # the same check bench() runs before timing: poisons out=, calls fn once, compares
+            correctness = _check_before_timing(fn, tuple(args), kwargs, check,
+                                               options.get("rtol"), options.get("atol"), name)
+            run = DisabledRun(name=name, output=None, correctness=correctness)
+        else:
+            run = DisabledRun(name=name, output=fn(*args, **kwargs))
+        self.results.append(run)
+        return run
+
+
+@pytest.fixture
+def kbench(request: pytest.FixtureRequest) -> KbenchFixture:
+    """Benchmark a callable: ``kbench(fn, *args, flops=, bytes=, check=, **bench_options)``
+    returns a kbench.Result (a DisabledRun under --kbench-disable)."""
+    return KbenchFixture(request.node.nodeid, request.config.stash[_STATE_KEY], request.node)
+
+
+# ------------------------------------------------------------------ save / compare / report
+
+def _session_metadata(config: pytest.Config) -> Dict[str, Any]:
+    from . import __version__
+    md: Dict[str, Any] = {
+        "created": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
+        "kbench_version": __version__,
+        "pytest_version": pytest.__version__,
+        "python": sys.version.split()[0],
+        "platform": platform.platform(),
+        "hostname": platform.node(),
+        "argv": list(sys.argv),
+        "rootdir": str(config.rootpath),
+    }
+    commit = _git_commit(str(config.rootpath))
+    if commit:
+        md["git_commit"] = commit
+    return md
+
+
+def _git_commit(cwd: str) -> Optional[str]:
+    import subprocess
+    try:
+        out = subprocess.run(["git", "rev-parse", "HEAD"], cwd=cwd, capture_output=True,
+                             text=True, timeout=5)
+    except (OSError, subprocess.SubprocessError):
+        return None
+    return out.stdout.strip() if out.returncode == 0 else None
+
+
+def _write_session(path: str, config: pytest.Config, results: Dict[str, Any]) -> None:
+    doc = {"schema": SESSION_SCHEMA,
+           "results": {k: r.to_dict() for k, r in results.items()},
+           "metadata": _session_metadata(config)}
+    directory = os.path.dirname(os.path.abspath(path))
+    os.makedirs(directory, exist_ok=True)
+    tmp = path + ".tmp"
+    with open(tmp, "w") as f:
+        json.dump(doc, f, indent=1, allow_nan=True)
+    os.replace(tmp, path)        # a crashed run never leaves half a baseline
+
+
+@pytest.hookimpl(tryfirst=True)
+def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
+    state = session.config.stash.get(_STATE_KEY, None)
+    if state is None or state.disabled or not state.results:
+        return
+    if state.save:
+        _write_session(state.save, session.config, state.results)
+        state.saved = state.save
+    if state.compare:
+        from .cli_compare import compare_sets, load_results
+        try:
+            baseline = load_results(state.compare)
+        except (OSError, ValueError) as e:
+            state.compare_error = str(e)
+            session.exitstatus = pytest.ExitCode.USAGE_ERROR
+            return
+        current = {k: r.to_dict() for k, r in state.results.items()}
+        cmp = compare_sets(baseline, current, state.threshold or 0.0)
+        # "not run" rows are noise when only some tests were selected: keep them out
+        cmp.deltas = [d for d in cmp.deltas if d.verdict != "not run"]
+        state.comparison = cmp
+        if state.threshold is not None and cmp.regressions and \
+                session.exitstatus == pytest.ExitCode.OK:
+            session.exitstatus = pytest.ExitCode.TESTS_FAILED
+
+
+def pytest_terminal_summary(terminalreporter, exitstatus: int, config: pytest.Config) -> None:
+    state = config.stash.get(_STATE_KEY, None)
+    if state is None:
+        return
+    tr = terminalreporter
+    if state.disabled:
+        if state.save or state.compare:
+            tr.write_sep("-", "kbench")
+            tr.write_line("kbench: --kbench-disable ran each benchmark once without timing; "
+                          "nothing was saved or compared")
+        return
+    if not state.results:
+        return
+    from ._format import fmt_pct, fmt_rate, fmt_time, text_table
+    tr.write_sep("-", f"kbench: {len(state.results)} benchmark(s)")
+    if state.comparison is None:
+        rows = []
+        for key, r in state.results.items():
+            s, tp = r.stats, r.throughput
+            rate = "; ".join(fmt_rate(tp[k], u) for k, u in (("bytes_per_s", "B"),
+                                                             ("flops_per_s", "FLOP"))
+                             if tp.get(k) is not None) or "-"
+            rows.append([key, fmt_time(s["median"]),
+                         f"+-{fmt_pct(s.get('rel_ci_halfwidth'))}", str(s["n"]), rate,
+                         str(r.stop.get("stop"))])
+        tr.write_line(text_table(["benchmark", "median", "CI", "n", "throughput", "stop"],
+                                 rows))
+    if state.compare_error:
+        tr.write_line(f"kbench: cannot compare: {state.compare_error}", red=True)
+    if state.comparison is not None:
+        cmp = state.comparison
+        tr.write_line(f"compared with {state.compare}:")
+        tr.write_line(cmp.table())
+        failing = state.threshold is not None and cmp.regressions
+        tr.write_line(("FAILED: " if failing else "") + cmp.summary(),
+                      red=bool(failing), green=not failing)
+    if state.saved:
+        tr.write_line(f"kbench: saved {len(state.results)} result(s) to {state.saved}")

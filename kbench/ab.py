@@ -1,0 +1,218 @@
+"""kbench.ab: paired, interleaved A/B comparison of two or more implementations.
+
+    r = kbench.ab({"baseline": old_kernel, "candidate": new_kernel}, x, y, trials=10)
+    r.verdict        # "candidate faster by 12.3% ..." or "no difference resolved"
+
+Each trial runs a short kbench.bench of every arm, back to back, the order alternating from one
+trial to the next (A B, B A, A B, ...), so slow drifts of clock, temperature or background load
+hit both arms alike. Each trial gives one paired delta per arm against the first arm:
+``median(arm) / median(first) - 1``. The estimate is the median of those paired deltas, with an
+order-statistic (distribution-free) confidence interval of that median. A verdict is given only
+when every pair agrees in sign AND the interval excludes zero; otherwise "no difference
+resolved" -- ten identical functions almost never agree in sign ten times (chance 2 x 2^-10).
+"""
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+from typing import Any, Callable, Dict, List, Optional, Sequence, Tuple, Union
+
+import numpy as np
+
+from ._format import fmt_pct, fmt_time, html_table, text_table
+from .result import Result
+
+Arms = Union[Dict[str, Callable[..., Any]], Sequence[Tuple[str, Callable[..., Any]]]]
+
+# A trial is a short measurement: defaults unless the caller says otherwise.
+_TRIAL_DEFAULTS = dict(warmup_s=0.1, max_time_s=1.0)
+
+
+def _normalize_arms(arms: Arms) -> List[Tuple[str, Callable[..., Any]]]:
+    if isinstance(arms, dict):
+        pairs = list(arms.items())
+    else:
+        try:
+            pairs = [tuple(p) for p in arms]
+        except TypeError:
+            raise TypeError("kbench.ab: arms must be a dict {name: fn} or a list of "
+                            "(name, fn) pairs") from None
+        for p in pairs:
+            if len(p) != 2:
+                raise TypeError(f"kbench.ab: each arm must be a (name, fn) pair, got {p!r:.80}")
+    if len(pairs) < 2:
+        raise ValueError(f"kbench.ab: needs at least two arms (a baseline and a candidate), "
+                         f"got {len(pairs)}")
+    names = [str(n) for n, _ in pairs]
+    if len(set(names)) != len(names):
+        raise ValueError(f"kbench.ab: arm names must be distinct, got {names}")
+    for n, f in pairs:
+        if not callable(f):
+            raise TypeError(f"kbench.ab: arm {n!r} is not callable ({type(f).__name__})")
+    return [(str(n), f) for n, f in pairs]
+
+
+def median_ci(x: np.ndarray, level: float) -> Tuple[float, float]:
+    """Order-statistic (distribution-free) CI of the median, from the C core."""
+    from . import _core
+    lo, hi = _core.median_ci(np.ascontiguousarray(x, dtype=np.float64), level)
+    return float(lo), float(hi)
+
+
+def min_trials(level: float) -> int:
+    """Fewest pairs whose order-statistic CI of the median reaches `level`: the widest
+    interval, (min, max), covers the median with probability 1 - 2 * 2^-n."""
+    n = 1
+    while 1.0 - 2.0 * 0.5 ** n < level:
+        n += 1
+    return n
+
+
+@dataclass
+class ArmComparison:
+    """One arm against the first arm, over all trials."""
+
+    arm: str
+    baseline: str
+    deltas: List[float]               # per trial: median(arm) / median(baseline) - 1
+    median_delta: float
+    ci_low: float
+    ci_high: float
+    ci_level: float
+    same_sign: bool
+    verdict: str
+
+    def to_dict(self) -> Dict[str, Any]:
+        return dict(arm=self.arm, baseline=self.baseline, deltas=list(self.deltas),
+                    median_delta=self.median_delta, ci_low=self.ci_low, ci_high=self.ci_high,
+                    ci_level=self.ci_level, same_sign=self.same_sign, verdict=self.verdict)
+
+
+@dataclass
+class ABResult:
+    """The trials of an A/B run and each arm's comparison with the first arm."""
+
+    arms: List[str]
+    trials: List[Dict[str, Result]]          # per trial: arm -> Result
+    orders: List[List[str]]                  # per trial: the order the arms ran in
+    comparisons: List[ArmComparison]
+    options: Dict[str, Any] = field(default_factory=dict)
+
+    @property
+    def verdict(self) -> str:
+        """The verdict for the second arm (the candidate); see .comparisons for others."""
+        return self.comparisons[0].verdict
+
+    def medians(self, arm: str) -> np.ndarray:
+        """The per-trial medians (seconds) of one arm."""
+        return np.array([t[arm].median for t in self.trials])
+
+    def _cells(self) -> List[List[str]]:
+        first = self.arms[0]
+        m0 = float(np.median(self.medians(first)))
+        rows = [[first, fmt_time(m0), "(baseline)", "", "", ""]]
+        for c in self.comparisons:
+            agree = sum(1 for d in c.deltas if (d > 0) == (c.median_delta > 0) and d != 0)
+            rows.append([c.arm, fmt_time(float(np.median(self.medians(c.arm)))),
+                         f"{100 * c.median_delta:+.2f}%",
+                         f"{100 * c.ci_low:+.2f}% .. {100 * c.ci_high:+.2f}%",
+                         f"{agree}/{len(c.deltas)}", c.verdict])
+        return rows
+
+    def _headers(self) -> List[str]:
+        level = round(100 * self.comparisons[0].ci_level)
+        return ["arm", "median of trial medians", "paired delta", f"CI{level}",
+                "pairs agreeing", "verdict"]
+
+    def __repr__(self) -> str:
+        head = (f"kbench A/B: {len(self.trials)} interleaved trials "
+                f"(order alternating), deltas vs {self.arms[0]!r}")
+        return head + "\n" + text_table(self._headers(), self._cells())
+
+    def _repr_html_(self) -> str:
+        return html_table(self._headers(), self._cells(),
+                          caption=f"kbench A/B: {len(self.trials)} interleaved trials, "
+                                  f"deltas vs {self.arms[0]}")
+
+    def to_dict(self) -> Dict[str, Any]:
+        return {
+            "schema": "kbench.ab/1",
+            "arms": list(self.arms),
+            "orders": [list(o) for o in self.orders],
+            "comparisons": [c.to_dict() for c in self.comparisons],
+            "trial_medians_s": {a: self.medians(a).tolist() for a in self.arms},
+            "trials": [{a: r.to_dict() for a, r in t.items()} for t in self.trials],
+            "options": {k: (v if isinstance(v, (int, float, str, bool, type(None))) else repr(v))
+                        for k, v in self.options.items()},
+        }
+
+
+def _verdict(arm: str, deltas: np.ndarray, med: float, lo: float, hi: float) -> Tuple[bool, str]:
+    same_sign = bool(np.all(deltas > 0) or np.all(deltas < 0))
+    excludes_zero = lo > 0 or hi < 0
+    if not (same_sign and excludes_zero):
+        return same_sign, "no difference resolved"
+    ratio = 1.0 + med
+    if med > 0:
+        return True, f"{arm} slower by {100 * med:.1f}% ({ratio:.3g}x the baseline's time)"
+    return True, (f"{arm} faster by {100 * -med:.1f}% ({ratio:.3g}x the baseline's time, "
+                  f"{1 / ratio:.3g}x speed-up)")
+
+
+def ab(arms: Arms, *args: Any, trials: int = 10, ci_level: float = 0.95,
+       **bench_options: Any) -> ABResult:
+    """Compare implementations with interleaved, order-alternating trials.
+
+    arms: {"baseline": fa, "candidate": fb} or [(name, fn), ...]; two or more; every arm is
+    compared with the first. args and bench_options go to kbench.bench for every arm (each
+    trial is a short benchmark: warmup_s=0.1, max_time_s=1.0 unless given). check= is verified
+    once per arm, in the first trial. ci_level: of both each trial's statistics and the CI of
+    the median paired delta.
+    """
+    from .bench import bench
+    pairs = _normalize_arms(arms)
+    if not (isinstance(ci_level, float) and 0.5 <= ci_level < 1.0):
+        raise ValueError(f"kbench.ab: ci_level must be a float in [0.5, 1), got {ci_level!r}")
+    need = min_trials(ci_level)
+    if not isinstance(trials, int) or isinstance(trials, bool) or trials < need:
+        raise ValueError(f"kbench.ab: trials must be an integer >= {need} for a "
+                         f"{100 * ci_level:g}% confidence interval of the median paired delta, "
+                         f"got {trials!r}")
+    if "name" in bench_options:
+        raise TypeError("kbench.ab: arms are named by their keys; do not pass name=")
+    opts = dict(_TRIAL_DEFAULTS)
+    opts.update(bench_options)
+    opts["ci_level"] = ci_level
+    check = opts.pop("check", None)
+    checked = set()
+
+    trial_results: List[Dict[str, Result]] = []
+    orders: List[List[str]] = []
+    for t in range(trials):
+        order = pairs if t % 2 == 0 else pairs[::-1]
+        res: Dict[str, Result] = {}
+        for name, fn in order:
+            kw = dict(opts)
+            if check is not None and name not in checked:
+                kw["check"] = check
+                checked.add(name)
+            res[name] = bench(fn, *args, name=name, **kw)
+        trial_results.append(res)
+        orders.append([n for n, _ in order])
+
+    base = pairs[0][0]
+    base_med = np.array([r[base].median for r in trial_results])
+    if np.any(base_med <= 0):
+        raise ValueError(f"kbench.ab: arm {base!r} has a zero median time in some trial; "
+                         f"paired ratios are undefined")
+    comparisons = []
+    for name, _ in pairs[1:]:
+        deltas = np.array([r[name].median for r in trial_results]) / base_med - 1.0
+        med = float(np.median(deltas))
+        lo, hi = median_ci(deltas, ci_level)
+        same, verdict = _verdict(name, deltas, med, lo, hi)
+        comparisons.append(ArmComparison(arm=name, baseline=base, deltas=deltas.tolist(),
+                                         median_delta=med, ci_low=lo, ci_high=hi,
+                                         ci_level=ci_level, same_sign=same, verdict=verdict))
+    return ABResult(arms=[n for n, _ in pairs], trials=trial_results, orders=orders,
+                    comparisons=comparisons, options=dict(opts, trials=trials))

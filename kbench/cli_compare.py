@@ -1,0 +1,224 @@
+"""Compare saved benchmark results: deltas of medians with verdicts.
+
+Used by `kbench compare OLD NEW` and by the pytest plugin's --kbench-compare. Either file may be
+a single Result JSON (schema kbench.result/1) or a session file written by --kbench-save
+(schema kbench.session/1: {"results": {nodeid: result dict}}).
+
+Verdict rules, per benchmark present in both files, with delta = new median / old median - 1:
+  "slower"          delta > +threshold and the medians' confidence intervals do not overlap
+  "faster"          delta < -threshold and the intervals do not overlap
+  "within noise"    the intervals overlap: no difference is resolved, whatever the delta
+  "unchanged"       the intervals do not overlap but |delta| <= threshold
+  "no baseline"     only in the new file;  "not run": only in the old file
+Only "slower" counts as a regression (the plugin fails the session on it).
+"""
+from __future__ import annotations
+
+import json
+import math
+from dataclasses import dataclass, field
+from typing import Any, Dict, List, Optional, Union
+
+from ._format import fmt_time, html_table, text_table
+
+SESSION_SCHEMA = "kbench.session/1"
+RESULT_SCHEMA = "kbench.result/1"
+
+ResultSet = Dict[str, Dict[str, Any]]
+
+
+def load_results(path_or_doc: Union[str, Dict[str, Any]]) -> ResultSet:
+    """{key: result dict} from a session file, a single Result file, or an already-parsed doc.
+    A single Result is keyed by its name."""
+    if isinstance(path_or_doc, dict):
+        doc, where = path_or_doc, "document"
+    else:
+        where = str(path_or_doc)
+        try:
+            with open(path_or_doc) as f:
+                doc = json.load(f)
+        except FileNotFoundError:
+            raise FileNotFoundError(f"kbench compare: no such results file: {where}") from None
+        except json.JSONDecodeError as e:
+            raise ValueError(f"kbench compare: {where} is not JSON ({e})") from None
+    if not isinstance(doc, dict):
+        raise ValueError(f"kbench compare: {where} holds a {type(doc).__name__}, not a kbench "
+                         f"result or session object")
+    schema = doc.get("schema")
+    if schema == SESSION_SCHEMA:
+        results = doc.get("results")
+        if not isinstance(results, dict):
+            raise ValueError(f"kbench compare: session file {where} has no 'results' object")
+        return {str(k): v for k, v in results.items()}
+    if schema == RESULT_SCHEMA:
+        return {str(doc.get("name", "result")): doc}
+    raise ValueError(f"kbench compare: {where} is not a kbench result or session file "
+                     f"(schema {schema!r}; expected {RESULT_SCHEMA!r} or {SESSION_SCHEMA!r})")
+
+
+def parse_threshold(text: Union[str, float, int, None]) -> float:
+    """'8%' -> 0.08; '0.08' -> 0.08. A bare number above 1 is refused as ambiguous."""
+    if text is None:
+        return 0.0
+    if isinstance(text, (int, float)):
+        value = float(text)
+    else:
+        s = str(text).strip()
+        try:
+            value = float(s[:-1]) / 100.0 if s.endswith("%") else float(s)
+        except ValueError:
+            raise ValueError(f"threshold must look like '8%' or '0.08', got {text!r}") from None
+        if not s.endswith("%") and value > 1.0:
+            raise ValueError(f"threshold {text!r} is ambiguous: write '{s}%' for percent or a "
+                             f"fraction such as '0.08'")
+    if not math.isfinite(value) or value < 0:
+        raise ValueError(f"threshold must be a non-negative fraction, got {text!r}")
+    return value
+
+
+@dataclass
+class Delta:
+    """One benchmark across two runs (times in seconds)."""
+
+    key: str
+    old_median: Optional[float]
+    new_median: Optional[float]
+    delta: Optional[float]           # new / old - 1
+    verdict: str
+    note: str = ""
+    old_ci: Optional[List[float]] = None
+    new_ci: Optional[List[float]] = None
+
+    @property
+    def regression(self) -> bool:
+        return self.verdict == "slower"
+
+    def to_dict(self) -> Dict[str, Any]:
+        return dict(key=self.key, old_median_s=self.old_median, new_median_s=self.new_median,
+                    delta=self.delta, verdict=self.verdict, note=self.note,
+                    old_ci_s=self.old_ci, new_ci_s=self.new_ci)
+
+
+@dataclass
+class Comparison:
+    """All deltas between two result sets, in the new set's order then the dropped ones."""
+
+    deltas: List[Delta]
+    threshold: float
+    old_label: str = "baseline"
+    new_label: str = "current"
+    extra: Dict[str, Any] = field(default_factory=dict)
+
+    @property
+    def regressions(self) -> List[Delta]:
+        return [d for d in self.deltas if d.regression]
+
+    @property
+    def ok(self) -> bool:
+        return not self.regressions
+
+    def _cells(self) -> List[List[str]]:
+        rows = []
+        for d in self.deltas:
+            delta = "-" if d.delta is None else f"{100 * d.delta:+.1f}%"
+            verdict = d.verdict.upper() if d.regression else d.verdict
+            rows.append([d.key, fmt_time(d.old_median), fmt_time(d.new_median), delta,
+                         verdict + (f" ({d.note})" if d.note else "")])
+        return rows
+
+    def headers(self) -> List[str]:
+        return ["benchmark", self.old_label, self.new_label, "delta", "verdict"]
+
+    def table(self) -> str:
+        return text_table(self.headers(), self._cells())
+
+    def summary(self) -> str:
+        n = len([d for d in self.deltas if d.delta is not None])
+        reg = self.regressions
+        thr = f"{100 * self.threshold:g}%"
+        if reg:
+            return (f"{len(reg)} of {n} benchmarks slower than {self.old_label} beyond {thr}: "
+                    + ", ".join(d.key for d in reg))
+        return f"no benchmark slower than {self.old_label} beyond {thr} ({n} compared)"
+
+    def __str__(self) -> str:
+        return self.table() + "\n" + self.summary()
+
+    __repr__ = __str__
+
+    def _repr_html_(self) -> str:
+        return html_table(self.headers(), self._cells(), caption=self.summary())
+
+    def to_dict(self) -> Dict[str, Any]:
+        return dict(threshold=self.threshold, ok=self.ok,
+                    deltas=[d.to_dict() for d in self.deltas])
+
+
+def _median_and_ci(d: Dict[str, Any]):
+    st = d.get("stats") or {}
+    med = st.get("median")
+    if med is None and d.get("samples_s"):
+        s = sorted(d["samples_s"])
+        n = len(s)
+        med = s[n // 2] if n % 2 else 0.5 * (s[n // 2 - 1] + s[n // 2])
+    lo, hi = st.get("ci_low"), st.get("ci_high")
+    ci = [float(lo), float(hi)] if lo is not None and hi is not None else None
+    return (None if med is None else float(med)), ci
+
+
+def _where(d: Dict[str, Any]) -> str:
+    return f"{d.get('device')}/{d.get('backend')}"
+
+
+def compare_sets(old: ResultSet, new: ResultSet, threshold: float = 0.0,
+                 old_label: str = "baseline", new_label: str = "current") -> Comparison:
+    threshold = parse_threshold(threshold)
+    deltas: List[Delta] = []
+    for key, nd in new.items():
+        new_med, new_ci = _median_and_ci(nd)
+        od = old.get(key)
+        if od is None:
+            deltas.append(Delta(key, None, new_med, None, "no baseline", new_ci=new_ci))
+            continue
+        old_med, old_ci = _median_and_ci(od)
+        if not old_med or new_med is None:
+            deltas.append(Delta(key, old_med, new_med, None, "no baseline",
+                                note="baseline has no median", old_ci=old_ci, new_ci=new_ci))
+            continue
+        delta = new_med / old_med - 1.0
+        overlap = (old_ci is None or new_ci is None
+                   or (new_ci[0] <= old_ci[1] and old_ci[0] <= new_ci[1]))
+        if overlap:
+            verdict = "within noise"
+        elif delta > threshold:
+            verdict = "slower"
+        elif delta < -threshold:
+            verdict = "faster"
+        else:
+            verdict = "unchanged"
+        notes = []
+        if overlap and abs(delta) > threshold:
+            notes.append("CIs overlap")
+        if _where(od) != _where(nd):
+            notes.append(f"{_where(od)} -> {_where(nd)}")
+        deltas.append(Delta(key, old_med, new_med, delta, verdict, "; ".join(notes),
+                            old_ci, new_ci))
+    for key, od in old.items():
+        if key not in new:
+            old_med, old_ci = _median_and_ci(od)
+            deltas.append(Delta(key, old_med, None, None, "not run", old_ci=old_ci))
+    return Comparison(deltas, threshold, old_label, new_label)
+
+
+def compare_files(old_path: str, new_path: str, threshold: float = 0.0) -> str:
+    """The deltas table with verdicts for two saved JSON files (Result or session files).
+
+    threshold: a fraction (0.08) or text ('8%'): differences within it are "unchanged".
+    """
+    old, new = load_results(old_path), load_results(new_path)
+    if len(old) == 1 and len(new) == 1 and set(old) != set(new):
+        # two single results: compare them even when the benchmark was renamed
+        (old_key, od), = old.items()
+        old = {next(iter(new)): od}
+    cmp = compare_sets(old, new, threshold, old_label="old", new_label="new")
+    return str(cmp)

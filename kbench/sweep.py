@@ -1,0 +1,334 @@
+"""kbench.sweep: benchmark a family of cases over the cartesian product of axes.
+
+    def copy_case(n, dtype):
+        x = np.ones(n, dtype); out = np.empty_like(x)
+        return {"fn": np.copyto, "args": (out, x), "bytes": 2 * x.nbytes}
+
+    s = kbench.sweep(copy_case, axes={"n": [1 << 16, 1 << 20, 1 << 24],
+                                      "dtype": ["float32", "float64"]})
+    s.rows            # one dict per case: axis values, median, CI, throughput, stop rule
+    s.to_markdown(); s.to_csv("copy.csv"); s.plot(x="n", y="bytes_per_s")
+
+factory(**case) returns ``(fn, args)`` or a dict with ``fn`` and optionally ``args``, ``kwargs``,
+``flops``, ``bytes``, ``check``, ``name`` and any other kbench.bench option for that case (they
+override the sweep-wide options).
+
+``isolate=True`` runs every case in a fresh Python process (multiprocessing "spawn"), for sweeps
+whose figures drift when cases run back to back (allocator state, clocks, caches of the
+previous case). The factory, the axis values and the options then travel by pickle: the
+factory must be a module-level function importable by the child (not a lambda, a closure or a
+function defined in a notebook or a ``__main__`` script without an ``if __name__ ==
+"__main__"`` guard), and options such as ``check=`` must be picklable too. Each case then pays
+the child's start-up (imports; CUDA context creation on a GPU).
+"""
+from __future__ import annotations
+
+import csv
+import io
+import itertools
+import json
+import math
+from dataclasses import dataclass, field
+from typing import Any, Callable, Dict, List, Optional, Sequence, Tuple
+
+import numpy as np
+
+from ._format import fmt_pct, fmt_rate, fmt_time, html_table, text_table
+from .result import Result
+
+_ROW_KEYS = ("name", "median_s", "ci_low_s", "ci_high_s", "rel_ci", "samples", "bytes_per_s",
+             "flops_per_s", "bandwidth_pct_peak", "compute_pct_peak", "stop")
+_CASE_KEYS = ("fn", "args")
+
+
+def _label(v: Any) -> Any:
+    """A value fit for a table cell / JSON: scalars stay, dtypes and classes get names."""
+    if v is None or isinstance(v, (bool, int, float, str)):
+        return v
+    if isinstance(v, np.generic):
+        return v.item()
+    if isinstance(v, type):
+        return v.__name__
+    return str(v)
+
+
+def _case_spec(out: Any, case: Dict[str, Any]) -> Tuple[Callable, Tuple, Dict[str, Any]]:
+    """(fn, args, per-case bench options) from what the factory returned."""
+    if isinstance(out, dict):
+        if "fn" not in out:
+            raise ValueError(f"kbench.sweep: the factory's dict for case {case} has no 'fn' "
+                             f"(keys: {sorted(out)})")
+        fn, args = out["fn"], out.get("args", ())
+        opts = {k: v for k, v in out.items() if k not in _CASE_KEYS}
+    elif isinstance(out, (tuple, list)) and len(out) == 2:
+        (fn, args), opts = out, {}
+    else:
+        raise TypeError(f"kbench.sweep: the factory must return (fn, args) or a dict with "
+                        f"'fn'; for case {case} it returned {type(out).__name__}")
+    if not callable(fn):
+        raise TypeError(f"kbench.sweep: case {case}: fn is not callable ({type(fn).__name__})")
+    if isinstance(args, list):
+        args = tuple(args)
+    elif not isinstance(args, tuple):
+        args = (args,)
+    return fn, args, opts
+
+
+def _case_name(fn: Any, case: Dict[str, Any]) -> str:
+    from .bench import _name_of
+    return f"{_name_of(fn)}[" + ", ".join(f"{k}={_label(v)}" for k, v in case.items()) + "]"
+
+
+def _run_case(factory: Callable, case: Dict[str, Any], options: Dict[str, Any]) -> Result:
+    from .bench import bench
+    fn, args, case_opts = _case_spec(factory(**case), case)
+    opts = dict(options)
+    opts.update(case_opts)
+    opts.setdefault("name", _case_name(fn, case))
+    return bench(fn, *args, **opts)
+
+
+def _case_worker(factory: Callable, case: Dict[str, Any], options: Dict[str, Any]):
+    """Runs in the spawned child: the Result crosses back as its JSON-able dict."""
+    return _run_case(factory, case, options).to_dict()
+
+
+def _run_case_isolated(factory: Callable, case: Dict[str, Any],
+                       options: Dict[str, Any]) -> Result:
+    import concurrent.futures
+    import multiprocessing
+    import pickle
+    try:
+        pickle.dumps((factory, case, options))
+    except Exception as e:
+        raise TypeError(f"kbench.sweep(isolate=True): the factory, case values and options "
+                        f"must be picklable to reach a fresh process (a module-level "
+                        f"function, not a lambda or closure): {type(e).__name__}: {e}") from None
+    ctx = multiprocessing.get_context("spawn")
+    with concurrent.futures.ProcessPoolExecutor(max_workers=1, mp_context=ctx) as pool:
+        return Result.from_dict(pool.submit(_case_worker, factory, case, options).result())
+
+
+@dataclass
+class SweepResult:
+    """The cases of a sweep: ``rows`` (plain dicts) and ``results`` (kbench Results)."""
+
+    axes: Dict[str, List[Any]]
+    cases: List[Dict[str, Any]]
+    results: List[Result]
+    isolate: bool = False
+    options: Dict[str, Any] = field(default_factory=dict)
+
+    @property
+    def rows(self) -> List[Dict[str, Any]]:
+        out = []
+        for case, r in zip(self.cases, self.results):
+            s, tp = r.stats, r.throughput
+            row = {k: _label(v) for k, v in case.items()}
+            row.update(name=r.name, median_s=float(s["median"]), ci_low_s=float(s["ci_low"]),
+                       ci_high_s=float(s["ci_high"]),
+                       rel_ci=_float(s.get("rel_ci_halfwidth")), samples=int(s["n"]),
+                       bytes_per_s=tp.get("bytes_per_s"), flops_per_s=tp.get("flops_per_s"),
+                       bandwidth_pct_peak=tp.get("bandwidth_pct_peak"),
+                       compute_pct_peak=tp.get("compute_pct_peak"),
+                       stop=r.stop.get("stop"))
+            out.append(row)
+        return out
+
+    # -- tables
+    def _display(self) -> Tuple[List[str], List[List[str]]]:
+        rows = self.rows
+        level = round(100 * float(self.results[0].stats.get("ci_level", 0.95))) \
+            if self.results else 95
+        headers = list(self.axes) + ["median", f"CI{level}"]
+        cols = [("bytes_per_s", "GB/s", lambda v: f"{v / 1e9:.3g}"),
+                ("flops_per_s", "GFLOP/s", lambda v: f"{v / 1e9:.3g}"),
+                ("bandwidth_pct_peak", "% peak BW", fmt_pct),
+                ("compute_pct_peak", "% peak FLOP", fmt_pct)]
+        cols = [c for c in cols if any(r[c[0]] is not None for r in rows)]
+        headers += [c[1] for c in cols] + ["stop"]
+        cells = []
+        for r in rows:
+            line = [str(r[a]) for a in self.axes]
+            line += [fmt_time(r["median_s"]),
+                     f"{fmt_time(r['ci_low_s'])} .. {fmt_time(r['ci_high_s'])}"]
+            line += ["-" if r[k] is None else f(r[k]) for k, _, f in cols]
+            line.append(str(r["stop"]))
+            cells.append(line)
+        return headers, cells
+
+    def __repr__(self) -> str:
+        headers, cells = self._display()
+        return (f"kbench sweep: {len(self.results)} cases over {', '.join(self.axes)}"
+                + (" (isolated)" if self.isolate else "") + "\n" + text_table(headers, cells))
+
+    def _repr_html_(self) -> str:
+        headers, cells = self._display()
+        return html_table(headers, cells, caption=f"kbench sweep: {len(self.results)} cases")
+
+    def to_markdown(self) -> str:
+        headers, cells = self._display()
+        esc = lambda c: str(c).replace("|", "\\|")
+        lines = ["| " + " | ".join(esc(h) for h in headers) + " |",
+                 "|" + "|".join("---" for _ in headers) + "|"]
+        lines += ["| " + " | ".join(esc(c) for c in line) + " |" for line in cells]
+        return "\n".join(lines) + "\n"
+
+    def to_csv(self, path: Optional[str] = None) -> str:
+        """Rows as CSV (seconds, B/s, FLOP/s: full precision); written to path if given."""
+        buf = io.StringIO()
+        fields = list(self.axes) + list(_ROW_KEYS)
+        w = csv.DictWriter(buf, fieldnames=fields, lineterminator="\n")
+        w.writeheader()
+        for r in self.rows:
+            w.writerow({k: ("" if r.get(k) is None else r.get(k)) for k in fields})
+        text = buf.getvalue()
+        if path is not None:
+            with open(path, "w", newline="") as f:
+                f.write(text)
+        return text
+
+    def to_dict(self) -> Dict[str, Any]:
+        return {"schema": "kbench.sweep/1",
+                "axes": {k: [_label(v) for v in vs] for k, vs in self.axes.items()},
+                "isolate": self.isolate, "rows": self.rows,
+                "results": [r.to_dict() for r in self.results]}
+
+    def to_json(self, path: Optional[str] = None, indent: int = 1) -> str:
+        text = json.dumps(self.to_dict(), indent=indent, allow_nan=True)
+        if path is not None:
+            with open(path, "w") as f:
+                f.write(text)
+        return text
+
+    def to_pandas(self):
+        """The rows as a pandas DataFrame (needs pandas)."""
+        try:
+            import pandas as pd
+        except ImportError:
+            raise ImportError("SweepResult.to_pandas() needs pandas: pip install pandas") from None
+        return pd.DataFrame(self.rows, columns=list(self.axes) + list(_ROW_KEYS))
+
+    # -- plot
+    def plot(self, x: str = "n", y: str = "bytes_per_s", ax: Any = None, peak: bool = True):
+        """Throughput (or any numeric row field) against one axis, one line per combination of
+        the other axes; log x for positive numeric x; CI error bars; the measured peak as a
+        horizontal line when known. Returns the matplotlib Axes (``ax.figure`` is the Figure)."""
+        if x not in self.axes:
+            raise ValueError(f"SweepResult.plot: x={x!r} is not an axis of this sweep "
+                             f"(axes: {list(self.axes)})")
+        rows = self.rows
+        if not rows or y not in rows[0]:
+            raise ValueError(f"SweepResult.plot: y={y!r} is not a row field "
+                             f"(fields: {list(rows[0]) if rows else []})")
+        if all(r[y] is None for r in rows):
+            hint = {"bytes_per_s": "bytes=", "flops_per_s": "flops="}.get(y)
+            raise ValueError(f"SweepResult.plot: no case has {y!r}"
+                             + (f": have the factory give {hint}" if hint else ""))
+        try:
+            import matplotlib.pyplot as plt
+        except ImportError:
+            raise ImportError("SweepResult.plot() needs matplotlib: pip install matplotlib") \
+                from None
+        scale, unit = _Y_UNITS.get(y, (1.0, y))
+        if ax is None:
+            _, ax = plt.subplots(figsize=(6.4, 4.0))
+        others = [a for a in self.axes if a != x]
+        groups: Dict[Tuple, List[Tuple[Dict[str, Any], Result]]] = {}
+        for row, r in zip(rows, self.results):
+            groups.setdefault(tuple(row[a] for a in others), []).append((row, r))
+        numeric_x = all(isinstance(row[x], (int, float)) and not isinstance(row[x], bool)
+                        for row in rows)
+        for key, members in groups.items():
+            pts = [(row[x], row[y], _y_err(row, r, y)) for row, r in members
+                   if row[y] is not None]
+            if numeric_x:
+                pts.sort(key=lambda p: p[0])
+            if not pts:
+                continue
+            xs = [p[0] if numeric_x else str(p[0]) for p in pts]
+            ys = np.array([p[1] * scale for p in pts])
+            errs = [p[2] for p in pts]
+            label = ", ".join(f"{a}={v}" for a, v in zip(others, key)) or None
+            if all(e is not None for e in errs):
+                lo = np.array([e[0] * scale for e in errs])
+                hi = np.array([e[1] * scale for e in errs])
+                yerr = np.vstack([np.clip(ys - np.minimum(lo, hi), 0, None),
+                                  np.clip(np.maximum(lo, hi) - ys, 0, None)])
+                ax.errorbar(xs, ys, yerr=yerr, marker="o", capsize=3, label=label)
+            else:
+                ax.plot(xs, ys, marker="o", label=label)
+        if numeric_x and all(row[x] > 0 for row in rows):
+            ax.set_xscale("log")
+        if peak:
+            pkey = _PEAK_KEYS.get(y)
+            peaks = sorted({r.throughput.get(pkey) for r in self.results
+                            if pkey and r.throughput.get(pkey)})
+            for p in peaks:
+                ax.axhline(p * scale, color="0.3", linestyle="--", linewidth=1,
+                           label=f"measured peak {fmt_rate(p, _RATE_UNIT[y])}")
+        ax.set_xlabel(x)
+        ax.set_ylabel(unit)
+        ax.set_title(self.results[0].name.split("[")[0] if self.results else "kbench sweep")
+        ax.grid(True, which="both", alpha=0.3)
+        if ax.get_legend_handles_labels()[0]:
+            ax.legend()
+        return ax
+
+
+_Y_UNITS = {"bytes_per_s": (1e-9, "GB/s"), "flops_per_s": (1e-9, "GFLOP/s"),
+            "median_s": (1e6, "median time (us)"), "ci_low_s": (1e6, "us"),
+            "ci_high_s": (1e6, "us"), "bandwidth_pct_peak": (100.0, "% of peak bandwidth"),
+            "compute_pct_peak": (100.0, "% of peak FLOP/s")}
+_PEAK_KEYS = {"bytes_per_s": "peak_bytes_per_s", "flops_per_s": "peak_flops_per_s"}
+_RATE_UNIT = {"bytes_per_s": "B", "flops_per_s": "FLOP"}
+
+
+def _float(v: Any) -> Optional[float]:
+    return None if v is None else float(v)
+
+
+def _y_err(row: Dict[str, Any], r: Result, y: str) -> Optional[Tuple[float, float]]:
+    """The CI of the median carried into y's units (a rate's CI inverts the time's)."""
+    lo, hi = row["ci_low_s"], row["ci_high_s"]
+    if y == "median_s":
+        return lo, hi
+    count = {"bytes_per_s": r.bytes, "flops_per_s": r.flops}.get(y)
+    if count and lo > 0 and hi > 0:
+        return count / hi, count / lo
+    return None
+
+
+def sweep(factory: Callable[..., Any], axes: Dict[str, Sequence[Any]], *,
+          isolate: bool = False, **bench_options: Any) -> SweepResult:
+    """Run factory(**case) for every case of the cartesian product of axes, benchmark each.
+
+    axes: {"n": [...], "dtype": [...]}: the product runs in the given order, the last axis
+    varying fastest. bench_options go to kbench.bench for every case; the factory's dict can
+    override them per case. isolate=True: one fresh spawned process per case (see the module
+    docstring for what that asks of the factory).
+    """
+    if not callable(factory):
+        raise TypeError(f"kbench.sweep: factory must be callable, got {type(factory).__name__}")
+    if not isinstance(axes, dict) or not axes:
+        raise ValueError("kbench.sweep: axes must be a non-empty dict {name: [values]}")
+    axes = {str(k): list(v) if not isinstance(v, (str, bytes)) else [v]
+            for k, v in axes.items()}
+    for k, vs in axes.items():
+        if not vs:
+            raise ValueError(f"kbench.sweep: axis {k!r} has no values")
+        if k in _ROW_KEYS:
+            raise ValueError(f"kbench.sweep: axis name {k!r} collides with a row field; "
+                             f"rename it")
+    cases = [dict(zip(axes, combo)) for combo in itertools.product(*axes.values())]
+    results = []
+    for case in cases:
+        try:
+            r = (_run_case_isolated if isolate else _run_case)(factory, case, bench_options)
+        except Exception as e:
+            if hasattr(e, "add_note"):
+                e.add_note(f"in kbench.sweep case {case}")
+            raise
+        results.append(r)
+    return SweepResult(axes=axes, cases=cases, results=results, isolate=isolate,
+                       options=dict(bench_options))

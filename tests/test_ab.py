@@ -1,0 +1,119 @@
+"""kbench.ab: interleaved A/B trials, paired deltas, verdicts."""
+import json
+import time
+
+import numpy as np
+import pytest
+
+import kbench
+from kbench import _core
+from kbench.ab import _verdict, ab, median_ci, min_trials
+
+FAST = dict(cold_cache=None, warmup_s=0.01, max_time_s=0.08)
+
+
+def spin(seconds):
+    end = time.perf_counter() + seconds
+    while time.perf_counter() < end:
+        pass
+
+
+def base():
+    spin(2e-4)
+
+
+def same():
+    spin(2e-4)
+
+
+def twice():
+    spin(4e-4)
+
+
+def half():
+    spin(1e-4)
+
+
+def test_identical_functions_resolve_no_difference():
+    r = ab({"baseline": base, "candidate": same}, trials=10, **FAST)
+    assert r.verdict == "no difference resolved"
+    c = r.comparisons[0]
+    assert len(c.deltas) == 10
+    assert abs(c.median_delta) < 0.05
+    assert c.ci_low <= c.median_delta <= c.ci_high
+
+
+def test_two_times_slower_candidate_is_resolved_slower():
+    r = ab({"baseline": base, "candidate": twice}, trials=10, **FAST)
+    c = r.comparisons[0]
+    assert c.same_sign and c.ci_low > 0
+    assert 0.7 < c.median_delta < 1.3                 # about +100%
+    assert r.verdict.startswith("candidate slower by ")
+    # the paired deltas are the per-trial median ratios
+    ratio = r.medians("candidate") / r.medians("baseline") - 1
+    np.testing.assert_allclose(c.deltas, ratio)
+    assert c.median_delta == pytest.approx(float(np.median(ratio)))
+    text = repr(r)
+    assert "candidate slower by" in text and "10/10" in text
+    assert "<table" in r._repr_html_()
+    d = json.loads(json.dumps(r.to_dict()))
+    assert d["arms"] == ["baseline", "candidate"] and len(d["trials"]) == 10
+
+
+def test_more_arms_compare_each_with_the_first_in_alternating_order():
+    r = ab([("ref", base), ("fast", half), ("slow", twice)], trials=6, **FAST)
+    assert [c.arm for c in r.comparisons] == ["fast", "slow"]
+    assert all(c.baseline == "ref" for c in r.comparisons)
+    assert r.orders[0] == ["ref", "fast", "slow"] and r.orders[1] == ["slow", "fast", "ref"]
+    assert r.orders[2] == r.orders[0]
+    assert r.comparisons[0].verdict.startswith("fast faster by ")
+    assert r.comparisons[1].verdict.startswith("slow slower by ")
+
+
+def test_check_runs_once_per_arm():
+    seen = []
+
+    def ref(x):
+        seen.append(1)
+        return x * 2
+
+    x = np.arange(4.0)
+    r = ab({"a": lambda x: x * 2, "b": lambda x: x + x}, x, trials=6, check=ref, **FAST)
+    assert len(seen) == 2
+    assert r.trials[0]["a"].correctness["ok"] and r.trials[1]["a"].correctness is None
+    with pytest.raises(AssertionError, match="does not match"):
+        ab({"a": lambda x: x * 2, "b": lambda x: x}, x, trials=6, check=ref, **FAST)
+
+
+def test_verdict_needs_sign_agreement_and_a_ci_excluding_zero():
+    d = np.full(10, 0.1)
+    assert _verdict("cand", d, 0.1, 0.1, 0.1) == (True, "cand slower by 10.0% (1.1x the "
+                                                        "baseline's time)")
+    same_sign, text = _verdict("cand", -d, -0.1, -0.1, -0.1)
+    assert same_sign and text.startswith("cand faster by 10.0%")
+    mixed = np.array([0.2] * 9 + [-0.01])
+    assert _verdict("cand", mixed, 0.2, 0.1, 0.3)[1] == "no difference resolved"
+    assert _verdict("cand", d, 0.1, -0.01, 0.3)[1] == "no difference resolved"
+
+
+def test_median_ci_is_the_order_statistic_interval():
+    x = np.array([0.3, -0.1, 0.2, 0.0, 0.5, 0.1, 0.4, -0.2, 0.6, 0.7])
+    lo, hi = median_ci(x, 0.95)
+    s = np.sort(x)
+    assert (lo, hi) == (s[1], s[8])          # n=10, 95%: ranks 2 and 9 (coverage 97.9%)
+    assert min_trials(0.95) == 6 and min_trials(0.5) == 2
+
+
+def test_bad_arms_and_trials_are_refused():
+    with pytest.raises(ValueError, match="at least two arms"):
+        ab({"only": base})
+    with pytest.raises(TypeError, match="not callable"):
+        ab({"a": base, "b": 3})
+    with pytest.raises(ValueError, match="distinct"):
+        ab([("a", base), ("a", same)])
+    with pytest.raises(TypeError, match=r"\(name, fn\) pair"):
+        ab([("a", base), ("b",)])
+    with pytest.raises(ValueError, match="trials must be an integer >= 6"):
+        ab({"a": base, "b": same}, trials=3)
+    with pytest.raises(TypeError, match="name="):
+        ab({"a": base, "b": same}, name="x")

@@ -1,0 +1,97 @@
+"""cli_compare: deltas and verdicts between saved results (synthetic samples, no timing)."""
+import json
+
+import numpy as np
+import pytest
+
+from kbench import _core
+from kbench.cli_compare import compare_files, compare_sets, load_results, parse_threshold
+from kbench.result import Result
+
+
+def make_result(name, median, spread=0.01, n=200, seed=0):
+    rng = np.random.default_rng(seed)
+    samples = median * (1.0 + spread * rng.standard_normal(n))
+    return Result(name=name, device="cpu", backend="host", samples=samples,
+                  stats=_core.summarize(samples, 0.95), stop={"stop": "precision"},
+                  cold_cache={"mode": "none"})
+
+
+def session(tmp_path, fname, results):
+    doc = {"schema": "kbench.session/1", "results": {k: r.to_dict() for k, r in results.items()},
+           "metadata": {}}
+    p = tmp_path / fname
+    p.write_text(json.dumps(doc))
+    return str(p)
+
+
+def test_verdicts_follow_delta_threshold_and_ci_overlap():
+    old = {k: make_result(k, 1e-3, seed=i).to_dict() for i, k in enumerate("abcde")}
+    new = {"a": make_result("a", 2e-3, seed=10).to_dict(),      # 2x slower, resolved
+           "b": make_result("b", 0.5e-3, seed=11).to_dict(),    # 2x faster
+           "c": make_result("c", 1.02e-3, spread=0.001, seed=12).to_dict(),  # +2%, resolved
+           "d": make_result("d", 1e-3, seed=13).to_dict(),      # same distribution
+           "f": make_result("f", 1e-3, seed=14).to_dict()}      # new
+    cmp = compare_sets(old, new, threshold="8%")
+    by = {d.key: d for d in cmp.deltas}
+    assert by["a"].verdict == "slower" and by["a"].regression
+    assert by["a"].delta == pytest.approx(new["a"]["stats"]["median"]
+                                          / old["a"]["stats"]["median"] - 1)
+    assert by["b"].verdict == "faster" and not by["b"].regression
+    assert by["c"].verdict == "unchanged"            # resolved, but within 8%
+    assert by["d"].verdict == "within noise"
+    assert by["f"].verdict == "no baseline" and by["f"].delta is None
+    assert by["e"].verdict == "not run"
+    assert [d.key for d in cmp.regressions] == ["a"] and not cmp.ok
+    # with no threshold the resolved +2% counts as slower
+    assert {d.key for d in compare_sets(old, new, 0.0).regressions} == {"a", "c"}
+
+
+def test_compare_files_on_session_and_single_result_files(tmp_path):
+    base = session(tmp_path, "base.json", {"t::x": make_result("x", 1e-3),
+                                           "t::y": make_result("y", 1e-3, seed=1)})
+    cur = session(tmp_path, "cur.json", {"t::x": make_result("x", 3e-3, seed=2),
+                                         "t::y": make_result("y", 1e-3, seed=3)})
+    text = compare_files(base, cur, threshold=0.08)
+    lines = text.splitlines()
+    assert lines[0].split() == ["benchmark", "old", "new", "delta", "verdict"]
+    row_x = next(l for l in lines if l.startswith("t::x"))
+    assert "SLOWER" in row_x and "+" in row_x
+    assert "within noise" in next(l for l in lines if l.startswith("t::y"))
+    assert "1 of 2 benchmarks slower than old beyond 8%: t::x" in text
+
+    # two single Result files pair up even when the names differ
+    a, b = tmp_path / "a.json", tmp_path / "b.json"
+    make_result("old_name", 2e-3).to_json(str(a))
+    make_result("new_name", 1e-3, seed=5).to_json(str(b))
+    text = compare_files(str(a), str(b))
+    assert "new_name" in text and "faster" in text and "-50" in text
+
+
+def test_load_errors_name_the_problem(tmp_path):
+    with pytest.raises(FileNotFoundError, match="no such results file"):
+        load_results(str(tmp_path / "nope.json"))
+    bad = tmp_path / "bad.json"
+    bad.write_text("{not json")
+    with pytest.raises(ValueError, match="is not JSON"):
+        load_results(str(bad))
+    other = tmp_path / "other.json"
+    other.write_text('{"schema": "something/1"}')
+    with pytest.raises(ValueError, match="not a kbench result or session file"):
+        load_results(str(other))
+    lst = tmp_path / "list.json"
+    lst.write_text("[1, 2]")
+    with pytest.raises(ValueError, match="holds a list"):
+        load_results(str(lst))
+
+
+@pytest.mark.parametrize("text,value", [("8%", 0.08), ("0.08", 0.08), ("100%", 1.0),
+                                        (0.05, 0.05), ("0", 0.0), (None, 0.0)])
+def test_parse_threshold(text, value):
+    assert parse_threshold(text) == pytest.approx(value)
+
+
+@pytest.mark.parametrize("text", ["8", "-1%", "abc", "nan", "5 percent"])
+def test_parse_threshold_rejects(text):
+    with pytest.raises(ValueError, match="threshold"):
+        parse_threshold(text)

@@ -1,0 +1,231 @@
+"""The pytest plugin, run in subprocesses through pytester: save, compare (a planted 2x
+regression fails the session, an unchanged run passes), disable, GPU markers, max-time, and
+coexistence with pytest-benchmark."""
+import json
+import os
+import sys
+
+import pytest
+
+import kbench
+from kbench.result import Result
+from kbench.testing import cuda_device_status
+
+pytest_plugins = ["pytester"]
+
+KBENCH_ROOT = os.path.dirname(os.path.dirname(os.path.abspath(kbench.__file__)))
+
+# A kernel whose duration is set by a busy-wait on the wall clock: stable from run to run on
+# a busy 2-core machine, and exactly twice as long when KB_SLOW is set.
+BENCH_TESTS = """
+import os, time
+
+def spin(seconds):
+    end = time.perf_counter() + seconds
+    while time.perf_counter() < end:
+        pass
+
+def kernel():
+    spin(0.0004 * (2 if os.environ.get("KB_SLOW") else 1))
+
+def test_kernel(kbench):
+    r = kbench(kernel, cold_cache=None, warmup_s=0.02, max_time_s=0.15)
+    assert r.median >= 0.0004
+"""
+
+
+@pytest.fixture
+def run(pytester, monkeypatch):
+    """Run pytest on the test files written in pytester's directory: in this process by
+    default (fast), in a fresh subprocess importing the same kbench with subprocess=True."""
+    paths = [KBENCH_ROOT, os.environ.get("PYTHONPATH", "")]
+    monkeypatch.setenv("PYTHONPATH", os.pathsep.join(p for p in paths if p))
+    monkeypatch.delenv("KB_SLOW", raising=False)
+
+    def _run(*args, slow=False, subprocess=False):
+        if slow:
+            monkeypatch.setenv("KB_SLOW", "1")
+        else:
+            monkeypatch.delenv("KB_SLOW", raising=False)
+        # hypothesis' plugin costs a second of start-up and plays no part here
+        args = ("-p", "no:cacheprovider", "-p", "no:hypothesispytest") + args
+        if subprocess:
+            return pytester.runpytest_subprocess(*args)
+        return pytester.runpytest_inprocess(*args)
+    return _run
+
+
+def test_save_writes_a_session_file_with_every_result(pytester, run):
+    pytester.makepyfile(kbp_bench_test=BENCH_TESTS)
+    res = run("--kbench-save=out/base.json", "--kbench-max-time=0.2")
+    res.assert_outcomes(passed=1)
+    assert res.ret == 0
+    doc = json.loads((pytester.path / "out" / "base.json").read_text())
+    assert doc["schema"] == "kbench.session/1"
+    assert list(doc["results"]) == ["kbp_bench_test.py::test_kernel"]
+    r = Result.from_dict(doc["results"]["kbp_bench_test.py::test_kernel"])
+    assert r.median >= 0.0004
+    assert r.stop["max_time_s"] == pytest.approx(0.2)     # --kbench-max-time overrides 0.15
+    md = doc["metadata"]
+    assert md["kbench_version"] == kbench.__version__ and md["created"]
+    res.stdout.fnmatch_lines(["*kbench: 1 benchmark(s)*", "*kbp_bench_test.py::test_kernel*",
+                              "*saved 1 result(s) to out/base.json*"])
+
+
+def test_compare_fails_on_planted_regression_and_passes_unchanged(pytester, run):
+    pytester.makepyfile(kbp_bench_test=BENCH_TESTS)
+    assert run("--kbench-save=base.json", subprocess=True).ret == 0
+
+    same = run("--kbench-compare=base.json", "--kbench-fail=8%", subprocess=True)
+    same.assert_outcomes(passed=1)
+    assert same.ret == 0, same.stdout.str()
+    assert "SLOWER" not in same.stdout.str()
+    same.stdout.fnmatch_lines(["*compared with base.json*",
+                               "*benchmark*baseline*current*delta*verdict*",
+                               "*no benchmark slower than baseline beyond 8%*"])
+
+    slow = run("--kbench-compare=base.json", "--kbench-fail=8%", slow=True, subprocess=True)
+    slow.assert_outcomes(passed=1)          # every test passed; the session still fails
+    assert slow.ret == 1, slow.stdout.str()
+    slow.stdout.fnmatch_lines(["*kbp_bench_test.py::test_kernel*+*%*SLOWER*",
+                               "FAILED: 1 of 1 benchmarks slower than baseline beyond 8%*"])
+
+    report_only = run("--kbench-compare=base.json", "--kbench-fail=off", slow=True)
+    assert report_only.ret == 0
+    assert "SLOWER" in report_only.stdout.str()
+
+
+def test_compare_lists_new_benchmarks_as_no_baseline(pytester, run):
+    pytester.makepyfile(kbp_bench_test=BENCH_TESTS)
+    assert run("--kbench-save=base.json").ret == 0
+    pytester.makepyfile(kbp_more_test=BENCH_TESTS.replace("def test_kernel", "def test_new"))
+    res = run("--kbench-compare=base.json")
+    assert res.ret == 0
+    res.stdout.fnmatch_lines(["*kbp_more_test.py::test_new*no baseline*"])
+
+
+def test_bad_options_are_usage_errors(pytester, run):
+    pytester.makepyfile(kbp_bench_test=BENCH_TESTS)
+    res = run("--kbench-compare=missing.json")
+    assert res.ret == pytest.ExitCode.USAGE_ERROR
+    res.stderr.fnmatch_lines(["*--kbench-compare: no such baseline file: missing.json*"])
+    res = run("--kbench-fail=8", "--co")
+    assert res.ret == pytest.ExitCode.USAGE_ERROR
+    res.stderr.fnmatch_lines(["*--kbench-fail*ambiguous*8%*"])
+    pytester.path.joinpath("notkbench.json").write_text('{"schema": "other"}')
+    res = run("--kbench-compare=notkbench.json")
+    assert res.ret == pytest.ExitCode.USAGE_ERROR
+    res.stdout.fnmatch_lines(["*cannot compare*not a kbench result or session file*"])
+
+
+def test_disable_runs_each_body_once_and_still_checks(pytester, run):
+    pytester.makepyfile(kbp_check_test="""
+        import numpy as np
+        calls = []
+
+        def add_one(x):
+            calls.append(1)
+            return x + 1
+
+        def test_right(kbench):
+            x = np.arange(8.0)
+            r = kbench(add_one, x, check=lambda x: x + 1, cold_cache=None)
+            assert r.disabled and r.correctness["ok"]
+            assert len(calls) == 1
+
+        def test_wrong(kbench):
+            x = np.arange(8.0)
+            kbench(add_one, x, check=x * 2, cold_cache=None)
+
+        def test_no_check_returns_output(kbench):
+            calls.clear()
+            r = kbench(add_one, np.zeros(3))
+            assert len(calls) == 1 and r.disabled
+            assert r.output.tolist() == [1.0, 1.0, 1.0]
+    """)
+    res = run("--kbench-disable", "--kbench-save=never.json")
+    res.assert_outcomes(passed=2, failed=1)
+    res.stdout.fnmatch_lines(["*does not match the reference; nothing was timed*",
+                              "FAILED kbp_check_test.py::test_wrong*"])
+    assert not pytester.path.joinpath("never.json").exists()
+    assert "benchmark(s)" not in res.stdout.str()
+
+
+def test_wrong_answer_fails_before_timing_when_enabled(pytester, run):
+    pytester.makepyfile(kbp_wrong_test="""
+        import numpy as np
+
+        def test_wrong(kbench):
+            x = np.arange(4.0)
+            kbench(lambda x: x, x, check=x + 1, cold_cache=None, warmup_s=0.01, max_time_s=0.1)
+    """)
+    res = run("--kbench-save=s.json")
+    res.assert_outcomes(failed=1)
+    res.stdout.fnmatch_lines(["*nothing was timed*"])
+    assert not pytester.path.joinpath("s.json").exists()      # no result, nothing saved
+
+
+def test_gpu_markers_skip_with_a_reason_without_cuda(pytester, run):
+    pytester.makepyfile(kbp_gpu_test="""
+        import sys
+        import pytest
+
+        @pytest.mark.kbench_gpu
+        def test_a():
+            pass
+
+        @pytest.mark.gpu
+        def test_b():
+            pass
+
+        def test_c():
+            assert "torch" not in sys.modules      # the plugin never imports torch
+    """)
+    res = run("-rs")
+    present, why = cuda_device_status()
+    if present:
+        res.assert_outcomes(passed=3)
+    else:
+        res.assert_outcomes(passed=1, skipped=2)
+        res.stdout.fnmatch_lines(["*SKIPPED*needs a CUDA GPU (@pytest.mark.kbench_gpu)*",
+                                  "*SKIPPED*needs a CUDA GPU (@pytest.mark.gpu)*"])
+
+
+def test_several_benchmarks_in_one_test_are_keyed_apart(pytester, run):
+    pytester.makepyfile(kbp_two_test="""
+        def f():
+            return sum(range(100))
+
+        def test_two(kbench):
+            opts = dict(cold_cache=None, warmup_s=0.01, max_time_s=0.05)
+            kbench(f, **opts)
+            kbench(f, name="again", **opts)
+            kbench(f, **opts)
+            assert len(kbench.results) == 3
+    """)
+    assert run("--kbench-save=s.json").ret == 0
+    keys = list(json.loads(pytester.path.joinpath("s.json").read_text())["results"])
+    assert keys == ["kbp_two_test.py::test_two", "kbp_two_test.py::test_two::again",
+                    "kbp_two_test.py::test_two#3"]
+
+
+def test_coexists_with_pytest_benchmark(pytester, run):
+    pytest.importorskip("pytest_benchmark")
+    pytester.makepyfile(kbp_both_test="""
+        def f():
+            return sum(range(50))
+
+        def test_both(kbench, benchmark):
+            assert benchmark(f) == sum(range(50))
+            r = kbench(f, cold_cache=None, warmup_s=0.01, max_time_s=0.05)
+            assert r.disabled if kbench.disabled else r.median > 0
+    """)
+    res = run("--benchmark-min-rounds=3", "--benchmark-max-time=0.01", subprocess=True)
+    res.assert_outcomes(passed=1)
+    assert "kbench: 1 benchmark(s)" in res.stdout.str()
+    res = run("--benchmark-disable", "--kbench-disable")
+    res.assert_outcomes(passed=1)
+    helptext = run("--help", subprocess=True).stdout.str()
+    for opt in ("--kbench-save", "--kbench-compare", "--kbench-fail", "--kbench-disable",
+                "--kbench-max-time", "--benchmark-save", "--benchmark-compare"):
+        assert opt in helptext

@@ -1,0 +1,147 @@
+"""kbench.sweep: the cartesian product, rows, tables, CSV/JSON/pandas, the plot, isolate=True."""
+import csv
+import io
+import json
+import os
+
+import matplotlib
+matplotlib.use("Agg")
+
+import numpy as np
+import pytest
+
+from kbench.result import Result
+from kbench.sweep import SweepResult, sweep
+
+FAST = dict(cold_cache=None, warmup_s=0.005, max_time_s=0.03)
+
+
+def copy_case(n, dtype):
+    x = np.ones(n, dtype=dtype)
+    out = np.empty_like(x)
+    return {"fn": np.copyto, "args": (out, x), "bytes": 2 * x.nbytes}
+
+
+def pid_case(k):
+    """For isolate=True: names the case after the process that built it."""
+    return {"fn": abs, "args": (k,), "name": f"pid{os.getpid()}-k{k}"}
+
+
+@pytest.fixture(scope="module")
+def copies():
+    return sweep(copy_case, axes={"n": [256, 4096, 65536], "dtype": ["float32", "float64"]},
+                 **FAST)
+
+
+def test_rows_cover_the_product_in_order(copies):
+    rows = copies.rows
+    assert [(r["n"], r["dtype"]) for r in rows] == [
+        (256, "float32"), (256, "float64"), (4096, "float32"), (4096, "float64"),
+        (65536, "float32"), (65536, "float64")]
+    for row, res in zip(rows, copies.results):
+        itemsize = np.dtype(row["dtype"]).itemsize
+        assert res.bytes == 2 * row["n"] * itemsize
+        assert row["median_s"] == res.stats["median"]
+        assert row["ci_low_s"] <= row["median_s"] <= row["ci_high_s"]
+        assert row["bytes_per_s"] == pytest.approx(res.bytes / row["median_s"])
+        assert row["flops_per_s"] is None
+        assert row["stop"] in ("precision", "time_cap", "iter_cap")
+        assert row["samples"] == res.n >= 10
+        assert row["name"] == f"numpy.copyto[n={row['n']}, dtype={row['dtype']}]"
+
+
+def test_markdown_csv_json_pandas_html(copies, tmp_path):
+    md = copies.to_markdown().splitlines()
+    assert md[0].startswith("| n | dtype | median | CI95 | GB/s")
+    assert set(md[1]) <= set("|-") and len(md) == 2 + 6
+    assert md[2].startswith("| 256 | float32 | ")
+
+    text = copies.to_csv()
+    parsed = list(csv.DictReader(io.StringIO(text)))
+    assert len(parsed) == 6
+    assert float(parsed[3]["median_s"]) == copies.rows[3]["median_s"]
+    assert parsed[3]["dtype"] == "float64" and parsed[3]["flops_per_s"] == ""
+    path = tmp_path / "s.csv"
+    assert copies.to_csv(str(path)) == text and path.read_text() == text
+
+    doc = json.loads(copies.to_json())
+    assert doc["schema"] == "kbench.sweep/1" and doc["axes"]["n"] == [256, 4096, 65536]
+    back = Result.from_dict(doc["results"][5])
+    assert back.median == copies.results[5].median
+
+    pd = pytest.importorskip("pandas")
+    df = copies.to_pandas()
+    assert df.shape[0] == 6 and list(df.columns[:2]) == ["n", "dtype"]
+    assert df["median_s"].tolist() == [r["median_s"] for r in copies.rows]
+
+    html = copies._repr_html_()
+    assert "<table" in html and html.count("<tr>") == 7
+    assert "6 cases over n, dtype" in repr(copies)
+
+
+def test_plot_draws_one_line_per_group_with_log_x_and_the_peak(copies):
+    for r in copies.results:                      # a known ceiling, as `kbench peaks` gives
+        r.throughput["peak_bytes_per_s"] = 80e9
+    try:
+        ax = copies.plot(x="n", y="bytes_per_s")
+    finally:
+        for r in copies.results:
+            r.throughput.pop("peak_bytes_per_s")
+    assert ax.get_xscale() == "log" and ax.get_ylabel() == "GB/s"
+    labels = ax.get_legend_handles_labels()[1]
+    assert "dtype=float32" in labels and "dtype=float64" in labels
+    assert any(l.startswith("measured peak 80 GB/s") for l in labels)
+    peak_lines = [l for l in ax.get_lines() if list(l.get_ydata()) == [80.0, 80.0]]
+    assert len(peak_lines) == 1
+    # the float64 line holds the measured GB/s at each n
+    f64 = [c for c in ax.containers if c.get_label() == "dtype=float64"][0]
+    xs, ys = f64.lines[0].get_data()
+    want = [r["bytes_per_s"] / 1e9 for r in copies.rows if r["dtype"] == "float64"]
+    assert list(xs) == [256, 4096, 65536]
+    np.testing.assert_allclose(ys, want)
+    ax2 = copies.plot(x="dtype", y="median_s")
+    assert ax2.get_xscale() == "linear" and ax2 is not ax
+
+
+def test_plot_and_sweep_errors_name_the_problem(copies):
+    with pytest.raises(ValueError, match="x='m' is not an axis"):
+        copies.plot(x="m")
+    with pytest.raises(ValueError, match="no case has 'flops_per_s'.*flops="):
+        copies.plot(y="flops_per_s")
+    with pytest.raises(ValueError, match="y='nope' is not a row field"):
+        copies.plot(y="nope")
+    with pytest.raises(ValueError, match="collides with a row field"):
+        sweep(copy_case, axes={"stop": [1]})
+    with pytest.raises(ValueError, match="axis 'n' has no values"):
+        sweep(copy_case, axes={"n": []})
+    with pytest.raises(TypeError, match=r"return \(fn, args\) or a dict.*'n': 3"):
+        sweep(lambda n: 42, axes={"n": [3]})
+    with pytest.raises(ValueError, match="has no 'fn'"):
+        sweep(lambda n: {"args": ()}, axes={"n": [3]})
+
+
+def test_tuple_factory_and_per_case_options():
+    calls = []
+
+    def factory(k, scale):
+        calls.append((k, scale))
+        if k == 1:
+            return (lambda a: a * scale, (np.ones(4),))
+        return {"fn": lambda a: a * scale, "args": np.ones(4), "flops": 4.0,
+                "check": np.full(4, float(scale)), "name": f"custom{k}"}
+
+    s = sweep(factory, {"k": [1, 2], "scale": [2]}, **FAST)
+    assert calls == [(1, 2), (2, 2)]
+    r1, r2 = s.results
+    assert r1.flops is None and r1.correctness is None
+    assert r2.flops == 4.0 and r2.correctness["ok"] and r2.name == "custom2"
+    assert s.rows[1]["flops_per_s"] == pytest.approx(4.0 / r2.median)
+
+
+def test_isolate_runs_each_case_in_a_fresh_process():
+    s = sweep(pid_case, {"k": [1, 2]}, isolate=True, **FAST)
+    pids = [r.name.split("-")[0] for r in s.results]
+    assert f"pid{os.getpid()}" not in pids and pids[0] != pids[1]
+    assert [r.median > 0 for r in s.results] == [True, True]
+    with pytest.raises(TypeError, match="picklable"):
+        sweep(lambda k: (abs, (k,)), {"k": [1]}, isolate=True, **FAST)
