@@ -9,6 +9,7 @@
 #include "kb_numpy.h"
 
 #include <math.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -26,8 +27,10 @@ static int pop_double(PyObject *kw, const char *key, double *out, double lo, int
         return -1;
     }
     if (isnan(d) || (lo_open ? d <= lo : d < lo)) {
-        PyErr_Format(PyExc_ValueError, "%s must be %s %g, got %R", key, lo_open ? ">" : ">=", lo,
-                     v);
+        char bound[32];   /* PyErr_Format has no %g */
+        snprintf(bound, sizeof bound, "%g", lo);
+        PyErr_Format(PyExc_ValueError, "%s must be %s %s, got %R", key, lo_open ? ">" : ">=",
+                     bound, v);
         return -1;
     }
     *out = d;
@@ -79,7 +82,9 @@ int kb_loop_config_parse(PyObject *kw, kb_loop_config *cfg)
         pop_count(kw, "batch_max", &cfg->batch_max, 1) < 0)
         return -1;
     if (cfg->ci_level >= 1.0) {
-        PyErr_Format(PyExc_ValueError, "ci_level must be in (0, 1), got %g", cfg->ci_level);
+        char got[32];
+        snprintf(got, sizeof got, "%g", cfg->ci_level);
+        PyErr_Format(PyExc_ValueError, "ci_level must be in (0, 1), got %s", got);
         return -1;
     }
     if (cfg->min_samples > cfg->max_samples) {

@@ -15,6 +15,7 @@
 #include "kb_numpy.h"
 
 #include <math.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -390,12 +391,13 @@ static PyObject *measure_cuda(PyObject *m, PyObject *args, PyObject *kw)
 #undef INT_OPT
 #undef FLOAT_OPT
 #undef BOOL_OPT
-    if (flush_bytes < 0 || gate_batch < 1 || gate_timeout <= 0 || unroll < 1 ||
-        c.clock_period_s <= 0) {
+    if (flush_bytes < 0 || gate_batch < 1 || !(gate_timeout > 0) || !(unroll >= 1) ||
+        !(c.clock_period_s > 0)) {
+        char buf[160];   /* PyErr_Format has no %g */
+        snprintf(buf, sizeof buf, "gate_timeout_s > 0 (%g), unroll >= 1 (%g), clock_period_s > 0 (%g)",
+                 gate_timeout, unroll, c.clock_period_s);
         PyErr_Format(PyExc_ValueError, "invalid option: need flush_bytes >= 0 (%zd), "
-                                       "gate_batch >= 1 (%zd), gate_timeout_s > 0 (%g), "
-                                       "unroll >= 1 (%g), clock_period_s > 0 (%g)",
-                     flush_bytes, gate_batch, gate_timeout, unroll, c.clock_period_s);
+                                       "gate_batch >= 1 (%zd), %s", flush_bytes, gate_batch, buf);
         goto error;
     }
     c.unroll = unroll;

@@ -15,8 +15,10 @@ from . import _core
 from ._core import (CaptureError, CudaError, CuptiBusy, CuptiError, KbenchError,
                     LibraryNotFound, NvmlError, NvrtcError)
 from .bench import bench
+from .ab import ab
 from .compare import Comparison, assert_close, compare
 from .result import Result
+from .sweep import sweep
 
 __version__ = "0.1.0"
 
@@ -26,8 +28,6 @@ __all__ = ["bench", "compare", "assert_close", "Result", "Comparison", "ab", "sw
 
 # Loaded on first attribute access, to keep `import kbench` light.
 _LAZY = {
-    "ab": ("kbench.ab", "ab"),
-    "sweep": ("kbench.sweep", "sweep"),
     "testing": ("kbench.testing", None),
 }
 
