@@ -249,13 +249,14 @@ static int cuda_run_batch(kb_backend *b, Py_ssize_t n, double *out, int warmup)
             c->gate_fired_kept++;
             if (c->gate_fired_kept >= 3) {
                 kb_state *st = kb_get_state(c->m);
+                char timeout[32];   /* PyErr_Format has no %f */
+                snprintf(timeout, sizeof timeout, "%.2f", c->gate.timeout_s);
                 PyErr_Format(st->KbenchError,
                              "the callable blocks on the host while the stream is gated: every "
-                             "single-iteration batch waited for the %.2f s watchdog. It "
+                             "single-iteration batch waited for the %s s watchdog. It "
                              "synchronizes (.item(), torch.cuda.synchronize(), a device-to-host "
                              "copy) or launches on another stream that waits on this one; kbench "
-                             "cannot time it behind a gate: pass gate=False",
-                             c->gate.timeout_s);
+                             "cannot time it behind a gate: pass gate=False", timeout);
                 return -1;
             }
         }

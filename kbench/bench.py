@@ -76,6 +76,12 @@ def bench(fn: Callable[..., Any], *args: Any,
         correctness = _check_before_timing(fn, sets[0], kwargs, check, rtol, atol, name)
 
     if dev == "cpu":
+        if device == "auto" and _gpu_initialized():
+            host_note = ("timed on the CPU with the host clock, although this process uses a "
+                         "GPU: a callable that launches GPU work returns before it finishes, so "
+                         "pass device='cuda' (or GPU tensors as arguments) to time it there")
+        else:
+            host_note = None
         if backend_options:
             raise TypeError(f"kbench.bench: unexpected options for the CPU backend: "
                             f"{sorted(backend_options)}")
@@ -84,6 +90,8 @@ def bench(fn: Callable[..., Any], *args: Any,
                              f"backend times with the host clock (mode='host')")
         raw, cold, extra = _run_host(fn, sets, kwargs, cold_cache, flush_bytes, loop)
         device_name, backend, peaks = "cpu", "host", _cpu_peaks()
+        if host_note:
+            extra["warnings"] = [host_note]
     else:
         from . import cuda as _cuda          # imported only when a GPU is asked for
         raw, cold, extra, device_name, peaks = _cuda.run(
@@ -142,14 +150,12 @@ def _resolve_device(device: str, args: Tuple[Any, ...], kwargs: Dict[str, Any]) 
         if _is_gpu_object(a):
             idx = getattr(getattr(a, "device", None), "index", None)
             return f"cuda:{idx}" if isinstance(idx, int) else "cuda"
-    if not any(isinstance(a, np.ndarray) for a in list(args) + list(kwargs.values())):
-        # A closure (do_bench style) in a process that has initialised CUDA: the GPU.
-        torch = sys.modules.get("torch")
-        if torch is not None and torch.cuda.is_initialized():
-            return "cuda"
-        if "cupy" in sys.modules:
-            return "cuda"
     return "cpu"
+
+
+def _gpu_initialized() -> bool:
+    torch = sys.modules.get("torch")
+    return bool(torch is not None and torch.cuda.is_initialized())
 
 
 def _poison(kwargs: Dict[str, Any]) -> None:

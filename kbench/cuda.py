@@ -395,9 +395,11 @@ def _gpu_peaks(info: Dict[str, Any], compute_peak: str) -> Optional[Dict[str, fl
 
 
 def _estimate_eager(fn, sets, kwargs, s, ordinal, timer) -> Tuple[float, Dict[str, Any]]:
+    # No gate: a callable that cannot be captured (it synchronizes) must reach the capture and
+    # fail there with CaptureError; the unroll estimate does not need launch-gap-free timing.
     raw = _core.measure_cuda(fn, tuple(sets), kwargs or None, stream=s, device=ordinal,
                              mode=timer, cold=None, busy_warmup_s=0.0, sample_clocks=False,
-                             cupti_allow_foreign=True, **_loop_for_probe(0.3))
+                             cupti_allow_foreign=True, gate=False, **_loop_for_probe(0.3))
     return float(np.median(np.asarray(raw["samples"]))), raw
 
 

@@ -19,7 +19,7 @@ if [ "$mode" = tests ] || [ "$mode" = all ]; then
   echo "== info"; $PY -m kbench info 2>&1 | tee "$OUT/info.txt" | tail -8
   echo "== peaks"; timeout 150 $PY -m kbench peaks --seconds 2 2>&1 | tee "$OUT/peaks.txt"
   echo "== tests"
-  timeout 300 $PY -m pytest -q -rfEs --tb=short --timeout=90 tests/ 2>&1 | tee "$OUT/pytest.log" \
+  timeout 200 $PY -m pytest -q -rfEs --tb=short --timeout=90 tests/ 2>&1 | tee "$OUT/pytest.log" \
     | grep -E "^(FAILED|ERROR|SKIPPED)|^E |passed|failed" | head -60
 fi
 if [ "$mode" = bench ] || [ "$mode" = all ]; then
@@ -30,5 +30,5 @@ if [ "$mode" = bench ] || [ "$mode" = all ]; then
   echo "== GPU notebook"
   timeout 120 $PY notebooks/run_notebook_as_script.py notebooks/gpu_kernels.ipynb "$OUT/gpu_notebook.png" > "$OUT/gpu_notebook.log" 2>&1; echo "notebook rc=$?"; tail -3 "$OUT/gpu_notebook.log"
   echo "== agreement"
-  timeout 330 $PY benchmarks/gpu_agreement.py --out "$OUT/h200_agreement.json" 2>&1 | tee "$OUT/agreement.log" | tail -14
+  timeout 250 $PY benchmarks/gpu_agreement.py --out "$OUT/h200_agreement.json" 2>&1 | tee "$OUT/agreement.log" | tail -14
 fi

@@ -181,7 +181,7 @@ def test_gpu_markers_skip_with_a_reason_without_cuda(pytester, run):
         def test_c():
             assert "torch" not in sys.modules      # the plugin never imports torch
     """)
-    res = run("-rs")
+    res = run("-rs", subprocess=True)       # a fresh process: no torch imported by other tests
     present, why = cuda_device_status()
     if present:
         res.assert_outcomes(passed=3)
