@@ -207,15 +207,46 @@ def _clock_summary(clocks: Optional[Dict[str, Any]], info: Dict[str, Any]) -> Di
     return out
 
 
+def cupti_copies_mapped() -> List[str]:
+    """Distinct libcupti files mapped into this process (Linux)."""
+    try:
+        with open("/proc/self/maps") as f:
+            paths = {line.split()[-1] for line in f if "libcupti" in line and "/" in line}
+    except OSError:
+        return []
+    return sorted(paths)
+
+
+def prefer_framework_cupti() -> None:
+    """Point kbench at the CUPTI PyTorch ships (pip's nvidia-cuda-cupti) before kbench first
+    loads one, so torch.profiler and kbench share one copy: two copies in one process corrupt
+    each other's kernel timestamps (seen on the H200: kernel durations 2.1x too long)."""
+    import glob
+    import os
+    if os.environ.get("KBENCH_CUPTI_PATH") or "torch" not in sys.modules:
+        return
+    for sp in sys.path:
+        hits = sorted(glob.glob(os.path.join(sp, "nvidia", "*", "lib", "libcupti.so*")) +
+                      glob.glob(os.path.join(sp, "nvidia", "cuda_cupti", "lib", "libcupti.so*")))
+        if hits:
+            os.environ["KBENCH_CUPTI_PATH"] = hits[0]
+            return
+
+
 def _resolve_mode(mode: Optional[str], warn: List[str]) -> Tuple[str, bool]:
     """(mode, cupti_usable)."""
     if mode is not None and mode not in MODES:
         raise ValueError(f"mode must be one of {MODES} or None, got {mode!r}")
     profiler = torch_profiler_active()
     cupti_ok, why = True, ""
+    copies = cupti_copies_mapped()
     if profiler:
         cupti_ok, why = False, "torch.profiler is running and owns CUPTI"
+    elif len(copies) > 1:
+        cupti_ok, why = False, (f"{len(copies)} different libcupti copies are loaded "
+                                f"({', '.join(copies)}); they corrupt each other's timestamps")
     else:
+        prefer_framework_cupti()
         try:
             st = _core.gpu_library_status().get("cupti", {})
             if not st.get("loaded"):
@@ -223,8 +254,9 @@ def _resolve_mode(mode: Optional[str], warn: List[str]) -> Tuple[str, bool]:
         except Exception as e:           # status must not stop a measurement
             cupti_ok, why = False, str(e)
     if mode == "cupti" and not cupti_ok:
-        raise _core.CuptiBusy(f"mode='cupti' is not usable: {why}") if profiler else \
-            _core.LibraryNotFound(f"mode='cupti' is not usable: {why}")
+        if profiler or len(copies) > 1:
+            raise _core.CuptiBusy(f"mode='cupti' is not usable: {why}")
+        raise _core.LibraryNotFound(f"mode='cupti' is not usable: {why}")
     if mode is None:
         if cupti_ok:
             return "cupti", True
