@@ -101,6 +101,9 @@ int kb_cupti_collect(PyObject *m, kb_cupti_trace *t, uint64_t first_id, Py_ssize
 PyObject *kb_cupti_names(kb_cupti_trace *t);
 /* Activity and external-correlation records seen in the last collected batch. */
 void kb_cupti_last_counts(kb_cupti_trace *t, size_t *activities, size_t *external);
+/* CUPTI timestamp units per nanosecond, measured at kb_cupti_begin (1.0 unless another tool
+ * registered a timestamp callback). Durations from kb_cupti_collect are already in ns. */
+double kb_cupti_ticks_per_ns(kb_cupti_trace *t);
 /* Records CUPTI dropped (buffers full). */
 uint64_t kb_cupti_dropped(kb_cupti_trace *t);
 /* Disable, flush, unsubscribe, free. Always safe; keeps a pending exception. */

@@ -50,6 +50,7 @@ struct kb_cupti_trace {
     uint64_t dropped;
     int oom;                    /* a record was lost to a failed allocation */
     size_t last_acts, last_ext; /* records seen in the last collected batch (diagnostics) */
+    double ticks_per_ns;        /* CUPTI timestamp units per nanosecond (see calibrate) */
 };
 
 /* External correlation records are emitted for API activity records, so the driver and runtime
@@ -277,6 +278,8 @@ int kb_cupti_begin(PyObject *m, int allow_foreign_subscriber, kb_cupti_trace **o
             goto error;
         t->kinds_enabled++;
     }
+    if (calibrate(m, t) < 0)
+        goto error;
     *out = t;
     return 0;
 
@@ -284,6 +287,30 @@ error:
     kb_cupti_end(m, t);
     return -1;
 }
+
+/* CUPTI timestamps are nanoseconds -- unless a profiler registered its own timestamp callback
+ * (cuptiActivityRegisterTimestampCallback): Kineto's counts TSC ticks, and after a torch.profiler
+ * session every record of the process is in ticks (2.1 per ns on the H200 host). Measure the
+ * unit against the monotonic clock rather than assume it. */
+static int calibrate(PyObject *m, kb_cupti_trace *t)
+{
+    uint64_t c0 = 0, c1 = 0;
+    uint64_t n0 = kb_now_ns();
+    if (KB_CUPTI(m, t->api->cuptiGetTimestamp(&c0)) < 0)
+        return -1;
+    uint64_t n1;
+    do
+        n1 = kb_now_ns();
+    while (n1 - n0 < 2000000);   /* 2 ms: clock-read jitter is ~0.003% of it */
+    if (KB_CUPTI(m, t->api->cuptiGetTimestamp(&c1)) < 0)
+        return -1;
+    n1 = kb_now_ns();
+    double r = c1 > c0 ? (double)(c1 - c0) / (double)(n1 - n0) : 1.0;
+    t->ticks_per_ns = (r > 0.995 && r < 1.005) ? 1.0 : r;
+    return 0;
+}
+
+double kb_cupti_ticks_per_ns(kb_cupti_trace *t) { return t->ticks_per_ns; }
 
 int kb_cupti_push(PyObject *m, kb_cupti_trace *t, uint64_t id)
 {
@@ -345,6 +372,8 @@ int kb_cupti_collect(PyObject *m, kb_cupti_trace *t, uint64_t first_id, Py_ssize
             continue;   /* the flush, or activity outside this batch */
         kb_iter_activity *it = &acts[e->ext - first_id];
         uint64_t d = a->end > a->start ? a->end - a->start : 0;
+        if (t->ticks_per_ns != 1.0)
+            d = (uint64_t)((double)d / t->ticks_per_ns + 0.5);
         it->sum_ns += d;
         if (a->start < it->first_start)
             it->first_start = a->start;

@@ -204,7 +204,8 @@ static int run_sub_batch(cuda_ctx *c, Py_ssize_t n, double *out, int warmup, int
             c->side.kernels[k] = a->kernels;
             c->side.copies[k] = a->memcpys + a->memsets;
             c->side.span_s[k] = a->last_end > a->first_start && a->first_start != UINT64_MAX
-                                    ? (double)(a->last_end - a->first_start) * 1e-9 / c->unroll
+                                    ? (double)(a->last_end - a->first_start) * 1e-9 /
+                                          kb_cupti_ticks_per_ns(c->trace) / c->unroll
                                     : 0.0;
             out[i] = (double)a->sum_ns * 1e-9 / c->unroll;
             if (a->kernels + a->memcpys + a->memsets == 0)
@@ -543,7 +544,8 @@ static PyObject *measure_cuda(PyObject *m, PyObject *args, PyObject *kw)
         c.gate_fired_kept, "timeout_s", gate_timeout,
         "flush_bytes", (Py_ssize_t)c.flusher.bytes, "arg_sets", c.n_sets,
         "unroll", c.unroll, "persisting_l2_limit_bytes", (unsigned long long)persisting_limit,
-        "cupti_foreign_subscriber", foreign ? Py_True : Py_False, "busy_warmup_s",
+        "cupti_foreign_subscriber", foreign ? Py_True : Py_False, "cupti_ticks_per_ns",
+        c.trace ? kb_cupti_ticks_per_ns(c.trace) : 1.0, "busy_warmup_s",
         busy_s_done, "device", c.ordinal, "cupti_dropped",
         (unsigned long long)(c.trace ? kb_cupti_dropped(c.trace) : 0));
     if (cuda == NULL || PyDict_SetItemString(out, "cuda", cuda) < 0) {

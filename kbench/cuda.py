@@ -356,6 +356,19 @@ def run(fn: Callable[..., Any], sets: List[Tuple[Any, ...]], kwargs: Dict[str, A
         ev = np.asarray(cuda["events_s"])
         extra["span_median_s"] = float(np.median(span)) if span.size else None
         extra["events_median_s"] = float(np.median(ev)) if ev.size else None
+        extra["cupti_ticks_per_ns"] = cuda.get("cupti_ticks_per_ns")
+        med = float(np.median(np.asarray(raw["samples"])))
+        # The kernels run inside the event bracket of their iteration: CUPTI time above the
+        # event time of the same iterations means its timestamps cannot be trusted.
+        if ev.size and med > 1.02 * extra["events_median_s"] + 0.5e-6:
+            warn.append(f"CUPTI's kernel time {med * 1e6:.2f} us exceeds the CUDA-event time "
+                        f"{extra['events_median_s'] * 1e6:.2f} us of the same iterations: "
+                        f"CUPTI timestamps are unreliable in this process (another tool "
+                        f"configured CUPTI?); compare with mode='events'")
+        if cuda.get("cupti_ticks_per_ns", 1.0) != 1.0:
+            warn.append(f"CUPTI timestamps were in units of {1 / cuda['cupti_ticks_per_ns']:.4f} "
+                        f"ns (a profiler registered its own timestamp callback, e.g. "
+                        f"torch.profiler's TSC clock); kbench measured the unit and converted")
     if cuda.get("cupti_dropped"):
         warn.append(f"CUPTI dropped {cuda['cupti_dropped']} activity records")
     g = cuda["gate"]
