@@ -196,6 +196,8 @@ static void CUPTIAPI ignore_callback(void *userdata, CUpti_CallbackDomain domain
 {
 }
 
+static int calibrate(PyObject *m, kb_cupti_trace *t);
+
 static void trace_free(kb_cupti_trace *t)
 {
     for (size_t i = 0; i < t->n_names; i++)
