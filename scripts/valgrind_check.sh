@@ -350,8 +350,16 @@ run_asan() {
   local libasan
   libasan=$(gcc -print-file-name=libasan.so)
   [ -e "$libasan" ] || { echo "libasan.so not found (gcc -print-file-name)"; return 1; }
-  local tmp
+  local tmp rc
   tmp=$(mktemp -d /tmp/kbench_asan.XXXXXX)
+  asan_in "$tmp" "$san" "$libasan"
+  rc=$?
+  rm -rf "$tmp"
+  return $rc
+}
+
+asan_in() {   # asan_in TMPDIR SANITIZE LIBASAN: copy, build and test there
+  local tmp=$1 san=$2 libasan=$3
   echo "== ASan: KBENCH_SANITIZE=$san build in $tmp"
   # the tree as git sees it, plus files not yet committed (not the build outputs)
   if git rev-parse --is-inside-work-tree >/dev/null 2>&1; then
@@ -361,7 +369,7 @@ run_asan() {
   fi
   ( cd "$tmp" && KBENCH_SANITIZE=$san "$PY" setup.py -q build_ext --inplace \
       > "$OUT/asan_build.log" 2>&1 ) || { echo "ASan build failed:"; tail -20 "$OUT/asan_build.log"; return 1; }
-  if ! nm -D "$tmp"/kbench/_core*.so | grep -q __asan_report; then
+  if ! nm -D "$tmp"/kbench/_core*.so | grep __asan_report >/dev/null; then  # no -q: pipefail+SIGPIPE
     echo "the build in $tmp is not instrumented (no __asan_report symbols)"; return 1
   fi
   echo "== ASan: pytest (LD_PRELOAD=$libasan, PYTHONMALLOC=malloc so PyMem buffers are checked too)"
@@ -378,7 +386,6 @@ run_asan() {
             grep -c "ERROR: AddressSanitizer\|runtime error:")
   echo "   pytest exit $rc, AddressSanitizer/UBSan reports: $reports, $((SECONDS - t0)) s (log $OUT/asan_pytest.log)"
   cat "$OUT"/asan_report.* 2>/dev/null | grep -A25 "ERROR: AddressSanitizer" | head -60
-  rm -rf "$tmp"
   if [ "$rc" -ne 0 ] || [ "$reports" -ne 0 ]; then
     echo "FAIL: ASan run"
     return 1
