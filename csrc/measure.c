@@ -162,8 +162,10 @@ int kb_loop_run(kb_backend *b, const kb_loop_config *cfg, kb_loop_result *res)
             scratch = p;
             scratch_cap = batch;
         }
+        double tb = kb_now_s();
         if (b->run_batch(b, batch, scratch, 1) < 0)
             goto error;
+        double per_call = (kb_now_s() - tb) / (double)batch;
         res->warmup_iters += batch;
         if (cfg->warmup_s <= 0 && res->warmup_iters >= cfg->warmup_min)
             break;
@@ -171,6 +173,12 @@ int kb_loop_run(kb_backend *b, const kb_loop_config *cfg, kb_loop_result *res)
             batch *= 2;
         if (batch > cfg->batch_max)
             batch = cfg->batch_max;
+        /* Never plan past the warm-up budget: a slow callable would overrun it by a batch. */
+        double left = cfg->warmup_s - (kb_now_s() - t_start);
+        if (per_call > 0 && left > 0 && (double)batch * per_call > left) {
+            Py_ssize_t fit = (Py_ssize_t)(left / per_call) + 1;
+            batch = fit < batch ? fit : batch;
+        }
     }
     res->warmup_s = kb_now_s() - t_start;
 

@@ -200,6 +200,7 @@ def test_host_timer_info_reports_resolution_and_overhead():
 
 
 def test_cpu_cache_info_and_llc_override(monkeypatch):
+    monkeypatch.delenv("KBENCH_LLC_BYTES", raising=False)
     info = _core.cpu_cache_info()
     assert info["llc_bytes"] >= max(c["bytes"] for c in info["levels"] if c["type"] != "Instruction")
     monkeypatch.setenv("KBENCH_LLC_BYTES", "3M")
