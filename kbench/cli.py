@@ -13,7 +13,9 @@ from ._format import fmt_bytes, fmt_pct, fmt_rate, fmt_time, text_table
 
 def _row(case: str, r: Any) -> List[str]:
     tp = r.throughput
-    if "bytes_per_s" in tp:
+    if tp.get("bound_by") == "compute" and "flops_per_s" in tp:
+        rate, pct = fmt_rate(tp["flops_per_s"], "FLOP"), fmt_pct(tp.get("compute_pct_peak"))
+    elif "bytes_per_s" in tp:
         rate, pct = fmt_rate(tp["bytes_per_s"], "B"), fmt_pct(tp.get("bandwidth_pct_peak"))
     elif "flops_per_s" in tp:
         rate, pct = fmt_rate(tp["flops_per_s"], "FLOP"), fmt_pct(tp.get("compute_pct_peak"))
