@@ -206,3 +206,19 @@ def test_cpu_cache_info_and_llc_override(monkeypatch):
     monkeypatch.setenv("KBENCH_LLC_BYTES", "3M")
     assert _core.cpu_cache_info()["llc_bytes"] == 3 << 20
     assert _core.cpu_cache_info()["source"] == "KBENCH_LLC_BYTES"
+
+
+def test_figures_above_the_measured_ceilings_are_flagged(monkeypatch):
+    import kbench.bench as kb
+    # pretend this machine's measured ceilings are absurdly low
+    monkeypatch.setattr(kb, "_cpu_peaks", lambda: {"bytes_per_s": 1.0, "flops_per_s": 1.0,
+                                                   "source": "test"})
+    a = np.ones(1000)
+    cold = kbench.bench(np.sum, a, bytes=a.nbytes, warmup_s=0.0, max_time_s=0.2,
+                        cold_cache="flush", flush_bytes=1 << 20)
+    assert cold.throughput["bandwidth_pct_peak"] > 1
+    assert any(w.startswith("DEFECT: cold-cache bandwidth") for w in cold.warnings)
+    hot = kbench.bench(np.sum, a, bytes=a.nbytes, flops=a.size, **FAST)
+    assert any("served from cache" in w for w in hot.warnings)
+    assert any("measured compute ceiling" in w for w in hot.warnings)
+    assert hot.throughput["bound_by"] in ("memory", "compute")
