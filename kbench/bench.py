@@ -263,6 +263,10 @@ def _warnings(r: Result) -> List[str]:
         else:
             out.append(f"hot cache: {pct * 100:.0f}% of the measured memory ceiling -- the data "
                        f"is served from cache, not memory")
+    cpct = tp.get("compute_pct_peak")
+    if cpct is not None and cpct > 1.0:
+        out.append(f"{cpct * 100:.0f}% of the measured compute ceiling: the FLOP count is too "
+                   f"high, or the ceiling was measured on a busy machine (re-run kbench peaks)")
     return out
 
 
