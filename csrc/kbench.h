@@ -173,6 +173,15 @@ void kb_loop_result_free(kb_loop_result *res);
  *  "criterion", "target", "achieved"} -- new reference or NULL. */
 PyObject *kb_loop_result_to_dict(const kb_loop_result *res, const kb_loop_config *cfg);
 
+/* Shared argument handling of measure_host / measure_cuda (measure.c). */
+typedef enum { KB_COLD_NONE = 0, KB_COLD_FLUSH, KB_COLD_ROTATE } kb_cold_mode;
+/* arg_sets must be a non-empty tuple of tuples, kwargs a dict or None: TypeError otherwise. */
+int kb_check_arg_sets(PyObject *arg_sets, PyObject *kwargs);
+/* Pop "cold" (None|'flush'|'rotate') from opts; ValueError on anything else. */
+int kb_pop_cold_mode(PyObject *opts, kb_cold_mode *cold);
+/* Parse the loop configuration from opts, then reject any key left: TypeError naming `func`. */
+int kb_finish_options(PyObject *opts, const char *func, kb_loop_config *cfg);
+
 /* ------------------------------------------------------------------ coldcache.c */
 
 /* Size in bytes of the largest (last-level) CPU cache: $KBENCH_LLC_BYTES when set, else sysfs,

@@ -122,6 +122,57 @@ int kb_loop_config_parse(PyObject *kw, kb_loop_config *cfg)
     return 0;
 }
 
+int kb_check_arg_sets(PyObject *arg_sets, PyObject *kwargs)
+{
+    if (!PyTuple_Check(arg_sets) || PyTuple_GET_SIZE(arg_sets) == 0) {
+        PyErr_SetString(PyExc_TypeError, "arg_sets must be a non-empty tuple of tuples");
+        return -1;
+    }
+    for (Py_ssize_t i = 0; i < PyTuple_GET_SIZE(arg_sets); i++)
+        if (!PyTuple_Check(PyTuple_GET_ITEM(arg_sets, i))) {
+            PyErr_Format(PyExc_TypeError, "arg_sets[%zd] must be a tuple, got %.100s", i,
+                         Py_TYPE(PyTuple_GET_ITEM(arg_sets, i))->tp_name);
+            return -1;
+        }
+    if (kwargs != Py_None && kwargs != NULL && !PyDict_Check(kwargs)) {
+        PyErr_Format(PyExc_TypeError, "kwargs must be a dict or None, got %.100s",
+                     Py_TYPE(kwargs)->tp_name);
+        return -1;
+    }
+    return 0;
+}
+
+int kb_pop_cold_mode(PyObject *opts, kb_cold_mode *cold)
+{
+    *cold = KB_COLD_NONE;
+    PyObject *v = PyDict_GetItemString(opts, "cold");   /* borrowed; opts is the caller's copy */
+    if (v == NULL || v == Py_None)
+        return v == NULL ? 0 : PyDict_DelItemString(opts, "cold");
+    if (PyUnicode_Check(v) && PyUnicode_CompareWithASCIIString(v, "flush") == 0)
+        *cold = KB_COLD_FLUSH;
+    else if (PyUnicode_Check(v) && PyUnicode_CompareWithASCIIString(v, "rotate") == 0)
+        *cold = KB_COLD_ROTATE;
+    else {
+        PyErr_Format(PyExc_ValueError, "cold must be None, 'flush' or 'rotate', got %R", v);
+        return -1;
+    }
+    return PyDict_DelItemString(opts, "cold");
+}
+
+int kb_finish_options(PyObject *opts, const char *func, kb_loop_config *cfg)
+{
+    if (kb_loop_config_parse(opts, cfg) < 0)
+        return -1;
+    if (PyDict_GET_SIZE(opts) == 0)
+        return 0;
+    PyObject *keys = PyDict_Keys(opts);
+    if (keys != NULL) {
+        PyErr_Format(PyExc_TypeError, "%s got unexpected keyword arguments %R", func, keys);
+        Py_DECREF(keys);
+    }
+    return -1;
+}
+
 static int reserve(kb_loop_result *res, Py_ssize_t need)
 {
     if (need <= res->cap)

@@ -20,7 +20,6 @@
 #include <string.h>
 
 typedef enum { MODE_EVENTS = 0, MODE_CUPTI = 1 } cuda_mode;
-typedef enum { COLD_NONE = 0, COLD_FLUSH, COLD_ROTATE } cold_mode;
 
 /* Per timed iteration, kept for the result. */
 typedef struct {
@@ -38,7 +37,7 @@ typedef struct {
     CUdevice dev;
     int ordinal;
     cuda_mode mode;
-    cold_mode cold;
+    kb_cold_mode cold;
     PyObject *fn;                   /* Python callable, or a CudaGraph (launched from C) */
     int fn_is_graph;
     PyObject *arg_sets;             /* tuple of tuples */
@@ -134,7 +133,7 @@ static int run_sub_batch(cuda_ctx *c, Py_ssize_t n, double *out, int warmup, int
     if (c->use_gate && kb_gate_close(m, cu, &c->gate, c->stream) < 0)
         return -1;
     for (Py_ssize_t i = 0; i < n && !failed; i++) {
-        if (c->cold == COLD_FLUSH && kb_l2_flush(m, cu, &c->flusher, c->stream) < 0) {
+        if (c->cold == KB_COLD_FLUSH && kb_l2_flush(m, cu, &c->flusher, c->stream) < 0) {
             failed = 1;
             break;
         }
@@ -318,13 +317,8 @@ static PyObject *measure_cuda(PyObject *m, PyObject *args, PyObject *kw)
         return NULL;
     c.m = m;
     c.fn = fn;
-    if (!PyTuple_Check(arg_sets) || PyTuple_GET_SIZE(arg_sets) == 0)
-        return PyErr_Format(PyExc_TypeError, "arg_sets must be a non-empty tuple of tuples");
-    for (Py_ssize_t i = 0; i < PyTuple_GET_SIZE(arg_sets); i++)
-        if (!PyTuple_Check(PyTuple_GET_ITEM(arg_sets, i)))
-            return PyErr_Format(PyExc_TypeError, "arg_sets[%zd] must be a tuple", i);
-    if (kwargs != Py_None && !PyDict_Check(kwargs))
-        return PyErr_Format(PyExc_TypeError, "kwargs must be a dict or None");
+    if (kb_check_arg_sets(arg_sets, kwargs) < 0)
+        return NULL;
     c.fn_is_graph = kb_graph_check(m, fn);
     if (!c.fn_is_graph && !PyCallable_Check(fn))
         return PyErr_Format(PyExc_TypeError, "fn must be callable, got %.100s",
@@ -416,35 +410,15 @@ static PyObject *measure_cuda(PyObject *m, PyObject *args, PyObject *kw)
             goto error;
         }
     }
-    c.cold = COLD_NONE;
-    if (pop_opt(opts, "cold", &v) < 0)
+    if (kb_pop_cold_mode(opts, &c.cold) < 0)
         goto error;
-    if (v != NULL && v != Py_None) {
-        if (PyUnicode_Check(v) && PyUnicode_CompareWithASCIIString(v, "flush") == 0)
-            c.cold = COLD_FLUSH;
-        else if (PyUnicode_Check(v) && PyUnicode_CompareWithASCIIString(v, "rotate") == 0)
-            c.cold = COLD_ROTATE;
-        else {
-            PyErr_Format(PyExc_ValueError, "cold must be None, 'flush' or 'rotate', got %R", v);
-            goto error;
-        }
-    }
-    if (c.cold == COLD_ROTATE && c.n_sets < 2 && !c.fn_is_graph) {
+    if (c.cold == KB_COLD_ROTATE && c.n_sets < 2 && !c.fn_is_graph) {
         PyErr_SetString(PyExc_ValueError,
                         "cold='rotate' needs at least 2 argument sets to rotate through");
         goto error;
     }
-    if (kb_loop_config_parse(opts, &cfg) < 0)
+    if (kb_finish_options(opts, "measure_cuda", &cfg) < 0)
         goto error;
-    if (PyDict_GET_SIZE(opts) != 0) {
-        PyObject *keys = PyDict_Keys(opts);
-        if (keys != NULL) {
-            PyErr_Format(PyExc_TypeError, "measure_cuda got unexpected keyword arguments %R",
-                         keys);
-            Py_DECREF(keys);
-        }
-        goto error;
-    }
     if (busy_warmup < 0)
         busy_warmup = cfg.warmup_s;
     /* The busy kernel brings the clocks up; the callable's own warm-up then only needs to
@@ -487,7 +461,7 @@ static PyObject *measure_cuda(PyObject *m, PyObject *args, PyObject *kw)
     if (c.use_gate && kb_gate_init(m, c.cu, &c.gate, gate_timeout) < 0)
         goto error;
     c.gate_ready = c.use_gate;
-    if (c.cold == COLD_FLUSH && kb_l2_flusher_init(m, c.cu, c.dev, &c.flusher,
+    if (c.cold == KB_COLD_FLUSH && kb_l2_flusher_init(m, c.cu, c.dev, &c.flusher,
                                                    (size_t)flush_bytes) < 0)
         goto error;
     if (c.mode == MODE_CUPTI && kb_cupti_begin(m, allow_foreign, &c.trace, &foreign) < 0)

@@ -8,15 +8,13 @@
 
 #include <string.h>
 
-typedef enum { COLD_NONE = 0, COLD_FLUSH, COLD_ROTATE } cold_mode;
-
 typedef struct {
     PyObject *fn;           /* the callable (borrowed) */
     PyObject *arg_sets;     /* tuple of tuples (borrowed) */
     PyObject *kwargs;       /* dict or NULL (borrowed) */
     Py_ssize_t n_sets;
     Py_ssize_t next_set;    /* rotation cursor */
-    cold_mode cold;
+    kb_cold_mode cold;
     kb_cpu_flusher flusher;
     Py_ssize_t iteration;   /* iterations run so far, warm-up included (for error messages) */
 } host_ctx;
@@ -25,7 +23,7 @@ static int host_run_batch(kb_backend *b, Py_ssize_t n, double *out, int warmup)
 {
     host_ctx *c = b->ctx;
     for (Py_ssize_t i = 0; i < n; i++) {
-        if (c->cold == COLD_FLUSH) {
+        if (c->cold == KB_COLD_FLUSH) {
             Py_BEGIN_ALLOW_THREADS
             kb_cpu_flush(&c->flusher);
             Py_END_ALLOW_THREADS
@@ -67,15 +65,8 @@ static PyObject *measure_host(PyObject *self, PyObject *args, PyObject *kw)
     if (!PyCallable_Check(fn))
         return PyErr_Format(PyExc_TypeError, "fn must be callable, got %.100s",
                             Py_TYPE(fn)->tp_name);
-    if (!PyTuple_Check(arg_sets) || PyTuple_GET_SIZE(arg_sets) == 0)
-        return PyErr_Format(PyExc_TypeError, "arg_sets must be a non-empty tuple of tuples");
-    for (Py_ssize_t i = 0; i < PyTuple_GET_SIZE(arg_sets); i++)
-        if (!PyTuple_Check(PyTuple_GET_ITEM(arg_sets, i)))
-            return PyErr_Format(PyExc_TypeError, "arg_sets[%zd] must be a tuple, got %.100s", i,
-                                Py_TYPE(PyTuple_GET_ITEM(arg_sets, i))->tp_name);
-    if (kwargs != Py_None && !PyDict_Check(kwargs))
-        return PyErr_Format(PyExc_TypeError, "kwargs must be a dict or None, got %.100s",
-                            Py_TYPE(kwargs)->tp_name);
+    if (kb_check_arg_sets(arg_sets, kwargs) < 0)
+        return NULL;
 
     opts = kw ? PyDict_Copy(kw) : PyDict_New();
     if (opts == NULL)
@@ -93,39 +84,14 @@ static PyObject *measure_host(PyObject *self, PyObject *args, PyObject *kw)
         if (PyDict_DelItemString(opts, "flush_bytes") < 0)
             goto error;
     }
-    ctx.cold = COLD_NONE;
-    v = PyDict_GetItemString(opts, "cold");
-    if (v != NULL) {
-        if (v == Py_None)
-            ctx.cold = COLD_NONE;
-        else if (PyUnicode_Check(v) && PyUnicode_CompareWithASCIIString(v, "flush") == 0)
-            ctx.cold = COLD_FLUSH;
-        else if (PyUnicode_Check(v) && PyUnicode_CompareWithASCIIString(v, "rotate") == 0)
-            ctx.cold = COLD_ROTATE;
-        else {
-            PyErr_Format(PyExc_ValueError, "cold must be None, 'flush' or 'rotate', got %R", v);
-            goto error;
-        }
-        if (PyDict_DelItemString(opts, "cold") < 0)
-            goto error;
-    }
-    if (kb_loop_config_parse(opts, &cfg) < 0)
+    if (kb_pop_cold_mode(opts, &ctx.cold) < 0 || kb_finish_options(opts, "measure_host", &cfg) < 0)
         goto error;
-    if (PyDict_GET_SIZE(opts) != 0) {
-        PyObject *keys = PyDict_Keys(opts);
-        if (keys != NULL) {
-            PyErr_Format(PyExc_TypeError, "measure_host got unexpected keyword arguments %R",
-                         keys);
-            Py_DECREF(keys);
-        }
-        goto error;
-    }
-    if (ctx.cold == COLD_ROTATE && PyTuple_GET_SIZE(arg_sets) < 2) {
+    if (ctx.cold == KB_COLD_ROTATE && PyTuple_GET_SIZE(arg_sets) < 2) {
         PyErr_SetString(PyExc_ValueError,
                         "cold='rotate' needs at least 2 argument sets to rotate through");
         goto error;
     }
-    if (ctx.cold == COLD_FLUSH) {
+    if (ctx.cold == KB_COLD_FLUSH) {
         size_t bytes = flush_bytes ? (size_t)flush_bytes : 2 * kb_cpu_llc_bytes();
         if (kb_cpu_flusher_init(&ctx.flusher, bytes) < 0)
             goto error;
@@ -142,8 +108,8 @@ static PyObject *measure_host(PyObject *self, PyObject *args, PyObject *kw)
     out = kb_loop_result_to_dict(&res, &cfg);
     if (out != NULL) {
         PyObject *cold = Py_BuildValue("{s:s,s:n,s:n}", "mode",
-                                       ctx.cold == COLD_FLUSH    ? "flush"
-                                       : ctx.cold == COLD_ROTATE ? "rotate"
+                                       ctx.cold == KB_COLD_FLUSH    ? "flush"
+                                       : ctx.cold == KB_COLD_ROTATE ? "rotate"
                                                                  : "none",
                                        "flush_bytes", (Py_ssize_t)ctx.flusher.bytes, "arg_sets",
                                        ctx.n_sets);
