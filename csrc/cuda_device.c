@@ -13,15 +13,6 @@
 
 /* ------------------------------------------------------------------ small helpers */
 
-/* d[key] = value, stealing value; value NULL means an exception is already set. */
-static int set_steal(PyObject *d, const char *key, PyObject *value)
-{
-    if (value == NULL)
-        return -1;
-    int rc = PyDict_SetItemString(d, key, value);
-    Py_DECREF(value);
-    return rc;
-}
 
 static PyObject *none_ref(void) { Py_RETURN_NONE; }
 
@@ -188,19 +179,19 @@ static PyObject *library_entry(PyObject *m, lib_id which)
 
     if ((entry = PyDict_New()) == NULL)
         goto error;
-    if (set_steal(entry, "loaded", PyBool_FromLong(loaded)) < 0 ||
-        set_steal(entry, "path",
+    if (kb_dict_set_steal(entry, "loaded", PyBool_FromLong(loaded)) < 0 ||
+        kb_dict_set_steal(entry, "path",
                   lib->path ? PyUnicode_DecodeFSDefault(lib->path) : none_ref()) < 0 ||
-        set_steal(entry, "error", error ? new_ref(error) : none_ref()) < 0 ||
-        set_steal(entry, "version", new_ref(version)) < 0 ||
-        set_steal(entry, "from_process", PyBool_FromLong(loaded && lib->from_process)) < 0)
+        kb_dict_set_steal(entry, "error", error ? new_ref(error) : none_ref()) < 0 ||
+        kb_dict_set_steal(entry, "version", new_ref(version)) < 0 ||
+        kb_dict_set_steal(entry, "from_process", PyBool_FromLong(loaded && lib->from_process)) < 0)
         goto error;
     if (which == LIB_CUDA &&
-        (set_steal(entry, "initialized", PyBool_FromLong(g->cuda_initialized)) < 0 ||
-         set_steal(entry, "headers_version", PyLong_FromLong(CUDA_VERSION)) < 0))
+        (kb_dict_set_steal(entry, "initialized", PyBool_FromLong(g->cuda_initialized)) < 0 ||
+         kb_dict_set_steal(entry, "headers_version", PyLong_FromLong(CUDA_VERSION)) < 0))
         goto error;
     if (which == LIB_CUPTI &&
-        set_steal(entry, "headers_version", PyLong_FromLong(CUPTI_API_VERSION)) < 0)
+        kb_dict_set_steal(entry, "headers_version", PyLong_FromLong(CUPTI_API_VERSION)) < 0)
         goto error;
     Py_XDECREF(error);
     Py_DECREF(version);
@@ -220,7 +211,7 @@ static PyObject *gpu_library_status(PyObject *m, PyObject *Py_UNUSED(ignored))
     if (out == NULL)
         return NULL;
     for (int i = 0; i < 4; i++) {
-        if (set_steal(out, keys[i], library_entry(m, (lib_id)i)) < 0) {
+        if (kb_dict_set_steal(out, keys[i], library_entry(m, (lib_id)i)) < 0) {
             Py_DECREF(out);
             return NULL;
         }
@@ -346,9 +337,9 @@ static int add_nvml_clocks(PyObject *m, int ordinal, PyObject *d)
         if ((err = take_error_message()) == NULL)
             return -1;
         for (int i = 0; i < N; i++)
-            if (set_steal(d, keys[i], none_ref()) < 0)
+            if (kb_dict_set_steal(d, keys[i], none_ref()) < 0)
                 goto error_err;
-        if (set_steal(d, "nvml_error", err) < 0)
+        if (kb_dict_set_steal(d, "nvml_error", err) < 0)
             return -1;
         return 0;
     }
@@ -369,10 +360,10 @@ static int add_nvml_clocks(PyObject *m, int ordinal, PyObject *d)
             val = PyFloat_FromDouble(v[i] / 1000.0);    /* milliwatts */
         else
             val = PyLong_FromUnsignedLong(v[i]);
-        if (set_steal(d, keys[i], val) < 0)
+        if (kb_dict_set_steal(d, keys[i], val) < 0)
             return -1;
     }
-    return set_steal(d, "nvml_error", none_ref());
+    return kb_dict_set_steal(d, "nvml_error", none_ref());
 
 error_err:
     Py_DECREF(err);
@@ -410,24 +401,24 @@ static PyObject *cuda_device_info(PyObject *m, PyObject *args, PyObject *kwargs)
 
     if ((out = PyDict_New()) == NULL)
         goto error;
-    if (set_steal(out, "ordinal", PyLong_FromLong(ordinal)) < 0 ||
-        set_steal(out, "name", PyUnicode_FromString(I->name)) < 0 ||
-        set_steal(out, "uuid", PyUnicode_FromString(uuid)) < 0 ||
-        set_steal(out, "pci_bus_id", PyUnicode_FromString(I->pci_bus_id)) < 0 ||
-        set_steal(out, "compute_capability", Py_BuildValue("(ii)", I->cc_major, I->cc_minor)) < 0 ||
-        set_steal(out, "total_memory_bytes", PyLong_FromSize_t(I->total_bytes)) < 0 ||
-        set_steal(out, "free_memory_bytes", PyLong_FromSize_t(I->free_bytes)) < 0 ||
-        set_steal(out, "persisting_l2_limit_bytes",
+    if (kb_dict_set_steal(out, "ordinal", PyLong_FromLong(ordinal)) < 0 ||
+        kb_dict_set_steal(out, "name", PyUnicode_FromString(I->name)) < 0 ||
+        kb_dict_set_steal(out, "uuid", PyUnicode_FromString(uuid)) < 0 ||
+        kb_dict_set_steal(out, "pci_bus_id", PyUnicode_FromString(I->pci_bus_id)) < 0 ||
+        kb_dict_set_steal(out, "compute_capability", Py_BuildValue("(ii)", I->cc_major, I->cc_minor)) < 0 ||
+        kb_dict_set_steal(out, "total_memory_bytes", PyLong_FromSize_t(I->total_bytes)) < 0 ||
+        kb_dict_set_steal(out, "free_memory_bytes", PyLong_FromSize_t(I->free_bytes)) < 0 ||
+        kb_dict_set_steal(out, "persisting_l2_limit_bytes",
                   I->have_persisting_l2_limit ? PyLong_FromSize_t(I->persisting_l2_limit)
                                               : none_ref()) < 0 ||
-        set_steal(out, "driver_version", PyLong_FromLong(I->driver_version)) < 0)
+        kb_dict_set_steal(out, "driver_version", PyLong_FromLong(I->driver_version)) < 0)
         goto error;
     for (size_t i = 0; i < N_INFO_ATTRS; i++) {
         PyObject *v = !I->have_attr[i]                  ? none_ref()
                       : info_attrs[i].attr == CU_DEVICE_ATTRIBUTE_ECC_ENABLED
                           ? PyBool_FromLong(I->attr[i])
                           : PyLong_FromLong(I->attr[i]);
-        if (set_steal(out, info_attrs[i].key, v) < 0)
+        if (kb_dict_set_steal(out, info_attrs[i].key, v) < 0)
             goto error;
     }
     if (add_nvml_clocks(m, ordinal, out) < 0)
@@ -585,29 +576,29 @@ static PyObject *nvml_snapshot(PyObject *m, PyObject *args, PyObject *kwargs)
 #define WATTS_OR_NONE(q, mw) (ok[q] ? PyFloat_FromDouble((mw) / 1000.0) : none_ref())
     if ((out = PyDict_New()) == NULL)
         goto error;
-    if (set_steal(out, "ordinal", PyLong_FromLong(ordinal)) < 0 ||
-        set_steal(out, "pci_bus_id", PyUnicode_FromString(pci)) < 0 ||
-        set_steal(out, "name", ok[Q_NAME] ? PyUnicode_FromString(s->name) : none_ref()) < 0 ||
-        set_steal(out, "sm_clock_mhz", UINT_OR_NONE(Q_SM, s->sm)) < 0 ||
-        set_steal(out, "memory_clock_mhz", UINT_OR_NONE(Q_MEM, s->mem)) < 0 ||
-        set_steal(out, "max_sm_clock_mhz", UINT_OR_NONE(Q_MAX_SM, s->max_sm)) < 0 ||
-        set_steal(out, "max_memory_clock_mhz", UINT_OR_NONE(Q_MAX_MEM, s->max_mem)) < 0 ||
-        set_steal(out, "power_w", WATTS_OR_NONE(Q_POWER, s->power_mw)) < 0 ||
-        set_steal(out, "power_limit_w", WATTS_OR_NONE(Q_LIMIT, s->limit_mw)) < 0 ||
-        set_steal(out, "temperature_c", UINT_OR_NONE(Q_TEMP, s->temp)) < 0 ||
-        set_steal(out, "clock_event_reasons",
+    if (kb_dict_set_steal(out, "ordinal", PyLong_FromLong(ordinal)) < 0 ||
+        kb_dict_set_steal(out, "pci_bus_id", PyUnicode_FromString(pci)) < 0 ||
+        kb_dict_set_steal(out, "name", ok[Q_NAME] ? PyUnicode_FromString(s->name) : none_ref()) < 0 ||
+        kb_dict_set_steal(out, "sm_clock_mhz", UINT_OR_NONE(Q_SM, s->sm)) < 0 ||
+        kb_dict_set_steal(out, "memory_clock_mhz", UINT_OR_NONE(Q_MEM, s->mem)) < 0 ||
+        kb_dict_set_steal(out, "max_sm_clock_mhz", UINT_OR_NONE(Q_MAX_SM, s->max_sm)) < 0 ||
+        kb_dict_set_steal(out, "max_memory_clock_mhz", UINT_OR_NONE(Q_MAX_MEM, s->max_mem)) < 0 ||
+        kb_dict_set_steal(out, "power_w", WATTS_OR_NONE(Q_POWER, s->power_mw)) < 0 ||
+        kb_dict_set_steal(out, "power_limit_w", WATTS_OR_NONE(Q_LIMIT, s->limit_mw)) < 0 ||
+        kb_dict_set_steal(out, "temperature_c", UINT_OR_NONE(Q_TEMP, s->temp)) < 0 ||
+        kb_dict_set_steal(out, "clock_event_reasons",
                   ok[Q_REASONS] ? PyLong_FromUnsignedLongLong(s->reasons) : none_ref()) < 0 ||
-        set_steal(out, "clock_event_reason_names",
+        kb_dict_set_steal(out, "clock_event_reason_names",
                   ok[Q_REASONS] ? kb_clock_event_reason_names(s->reasons) : none_ref()) < 0 ||
-        set_steal(out, "gpu_utilization_pct", UINT_OR_NONE(Q_UTIL, s->util.gpu)) < 0 ||
-        set_steal(out, "memory_utilization_pct", UINT_OR_NONE(Q_UTIL, s->util.memory)) < 0 ||
-        set_steal(out, "memory_used_bytes",
+        kb_dict_set_steal(out, "gpu_utilization_pct", UINT_OR_NONE(Q_UTIL, s->util.gpu)) < 0 ||
+        kb_dict_set_steal(out, "memory_utilization_pct", UINT_OR_NONE(Q_UTIL, s->util.memory)) < 0 ||
+        kb_dict_set_steal(out, "memory_used_bytes",
                   ok[Q_MEMINFO] ? PyLong_FromUnsignedLongLong(s->meminfo.used) : none_ref()) < 0 ||
-        set_steal(out, "memory_total_bytes",
+        kb_dict_set_steal(out, "memory_total_bytes",
                   ok[Q_MEMINFO] ? PyLong_FromUnsignedLongLong(s->meminfo.total) : none_ref()) < 0 ||
-        set_steal(out, "compute_process_count",
+        kb_dict_set_steal(out, "compute_process_count",
                   ok[Q_PROCS] ? PyLong_FromUnsignedLong(s->nprocs) : none_ref()) < 0 ||
-        set_steal(out, "compute_processes", ok[Q_PROCS] ? process_list(s) : none_ref()) < 0)
+        kb_dict_set_steal(out, "compute_processes", ok[Q_PROCS] ? process_list(s) : none_ref()) < 0)
         goto error;
 #undef UINT_OR_NONE
 #undef WATTS_OR_NONE

@@ -200,6 +200,11 @@ void kb_cpu_flusher_fini(kb_cpu_flusher *f);
 
 /* ------------------------------------------------------------------ helpers */
 
+/* d[key] = value, stealing value; a NULL value means an exception is already set (module.c). */
+int kb_dict_set_steal(PyObject *d, const char *key, PyObject *value);
+/* A new 1-D ndarray of n elements of numpy type `typenum` copied from data (module.c). */
+PyObject *kb_array_copy(const void *data, Py_ssize_t n, int typenum, size_t elsize);
+
 /* Add a note (PEP 678) to the exception being raised; keeps the exception as it was if that
  * fails. Defined in module.c. */
 void kb_add_exception_note(const char *fmt, ...);

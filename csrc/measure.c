@@ -301,12 +301,9 @@ void kb_loop_result_free(kb_loop_result *res)
 
 PyObject *kb_loop_result_to_dict(const kb_loop_result *res, const kb_loop_config *cfg)
 {
-    npy_intp dims[1] = {res->n};
-    PyObject *arr = PyArray_SimpleNew(1, dims, NPY_FLOAT64);
+    PyObject *arr = kb_array_copy(res->samples, res->n, NPY_FLOAT64, sizeof(double));
     if (arr == NULL)
         return NULL;
-    if (res->n)
-        memcpy(PyArray_DATA((PyArrayObject *)arr), res->samples, (size_t)res->n * sizeof(double));
     PyObject *out = Py_BuildValue(
         "{s:N,s:s,s:n,s:d,s:d,s:s,s:d,s:d,s:d,s:n,s:n,s:d}", "samples", arr, "stop",
         kb_stop_name(res->stop), "warmup_iters", res->warmup_iters, "warmup_s", res->warmup_s,

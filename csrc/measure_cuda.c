@@ -278,14 +278,6 @@ static int cuda_run_batch(kb_backend *b, Py_ssize_t n, double *out, int warmup)
     return 0;
 }
 
-static PyObject *array_from(const void *data, Py_ssize_t n, int typenum, size_t elem)
-{
-    npy_intp dims[1] = {n};
-    PyObject *a = PyArray_SimpleNew(1, dims, typenum);
-    if (a != NULL && n > 0)
-        memcpy(PyArray_DATA((PyArrayObject *)a), data, (size_t)n * elem);
-    return a;
-}
 
 /* Pop `key` from opts, a copy of the caller's kwargs (which keeps the value alive). */
 static int pop_opt(PyObject *opts, const char *key, PyObject **out)
@@ -508,10 +500,10 @@ static PyObject *measure_cuda(PyObject *m, PyObject *args, PyObject *kw)
         "{s:s,s:N,s:N,s:N,s:N,s:N,s:N,s:{s:O,s:n,s:n,s:n,s:n,s:d},s:n,s:n,s:d,s:K,s:O,s:d,s:i,"
         "s:K}",
         "backend", backend.name,
-        "events_s", array_from(c.side.events_s, c.side.n, NPY_FLOAT64, sizeof(double)),
-        "span_s", array_from(c.side.span_s, c.side.n, NPY_FLOAT64, sizeof(double)),
-        "kernels_per_iter", array_from(c.side.kernels, c.side.n, NPY_UINT32, sizeof(uint32_t)),
-        "copies_per_iter", array_from(c.side.copies, c.side.n, NPY_UINT32, sizeof(uint32_t)),
+        "events_s", kb_array_copy(c.side.events_s, c.side.n, NPY_FLOAT64, sizeof(double)),
+        "span_s", kb_array_copy(c.side.span_s, c.side.n, NPY_FLOAT64, sizeof(double)),
+        "kernels_per_iter", kb_array_copy(c.side.kernels, c.side.n, NPY_UINT32, sizeof(uint32_t)),
+        "copies_per_iter", kb_array_copy(c.side.copies, c.side.n, NPY_UINT32, sizeof(uint32_t)),
         "names", names, "clocks", clocks,
         "gate", "enabled", c.use_gate ? Py_True : Py_False, "batch", c.gate_cap_initial,
         "batch_final", c.gate_cap, "watchdog_fired", c.gate_fired, "fired_kept",
@@ -522,19 +514,11 @@ static PyObject *measure_cuda(PyObject *m, PyObject *args, PyObject *kw)
         c.trace ? kb_cupti_ticks_per_ns(c.trace) : 1.0, "busy_warmup_s",
         busy_s_done, "device", c.ordinal, "cupti_dropped",
         (unsigned long long)(c.trace ? kb_cupti_dropped(c.trace) : 0));
-    if (cuda == NULL || PyDict_SetItemString(out, "cuda", cuda) < 0) {
-        Py_XDECREF(cuda);
+    if (kb_dict_set_steal(out, "cuda", cuda) < 0 ||
+        kb_dict_set_steal(out, "backend", PyUnicode_FromString(backend.name)) < 0) {
         Py_CLEAR(out);
         goto error;
     }
-    Py_DECREF(cuda);
-    PyObject *bname = PyUnicode_FromString(backend.name);
-    if (bname == NULL || PyDict_SetItemString(out, "backend", bname) < 0) {
-        Py_XDECREF(bname);
-        Py_CLEAR(out);
-        goto error;
-    }
-    Py_DECREF(bname);
 
 error:
     /* One cleanup path for success and failure: CUPTI released, gate opened, buffers freed,

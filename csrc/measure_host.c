@@ -113,16 +113,9 @@ static PyObject *measure_host(PyObject *self, PyObject *args, PyObject *kw)
                                                                  : "none",
                                        "flush_bytes", (Py_ssize_t)ctx.flusher.bytes, "arg_sets",
                                        ctx.n_sets);
-        PyObject *name = PyUnicode_FromString(backend.name);
-        int bad = cold == NULL || name == NULL || PyDict_SetItemString(out, "cold", cold) < 0 ||
-                  PyDict_SetItemString(out, "backend", name) < 0;
-        Py_XDECREF(name);
-        if (bad) {
-            Py_XDECREF(cold);
+        if (kb_dict_set_steal(out, "cold", cold) < 0 ||
+            kb_dict_set_steal(out, "backend", PyUnicode_FromString(backend.name)) < 0)
             Py_CLEAR(out);
-        }
-        else
-            Py_DECREF(cold);
     }
 
 error:

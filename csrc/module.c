@@ -12,6 +12,24 @@
 #include <cuda.h>
 #endif
 
+int kb_dict_set_steal(PyObject *d, const char *key, PyObject *value)
+{
+    if (value == NULL)
+        return -1;
+    int rc = PyDict_SetItemString(d, key, value);
+    Py_DECREF(value);
+    return rc;
+}
+
+PyObject *kb_array_copy(const void *data, Py_ssize_t n, int typenum, size_t elsize)
+{
+    npy_intp dims[1] = {(npy_intp)n};
+    PyObject *a = PyArray_SimpleNew(1, dims, typenum);
+    if (a != NULL && n > 0)
+        memcpy(PyArray_DATA((PyArrayObject *)a), data, (size_t)n * elsize);
+    return a;
+}
+
 void kb_add_exception_note(const char *fmt, ...)
 {
     PyObject *type, *value, *tb;

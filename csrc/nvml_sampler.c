@@ -271,24 +271,7 @@ error:
     return NULL;
 }
 
-/* A new 1-D array of n elements of `type` copied from data. */
-static PyObject *array_copy(const void *data, size_t n, int type, size_t elsize)
-{
-    npy_intp dims[1] = {(npy_intp)n};
-    PyObject *a = PyArray_SimpleNew(1, dims, type);
-    if (a != NULL && n > 0)
-        memcpy(PyArray_DATA((PyArrayObject *)a), data, n * elsize);
-    return a;
-}
 
-static int set_steal(PyObject *d, const char *key, PyObject *value)
-{
-    if (value == NULL)
-        return -1;
-    int rc = PyDict_SetItemString(d, key, value);
-    Py_DECREF(value);
-    return rc;
-}
 
 PyObject *kb_nvml_sampler_stop(PyObject *m, kb_nvml_sampler *s)
 {
@@ -311,27 +294,27 @@ PyObject *kb_nvml_sampler_stop(PyObject *m, kb_nvml_sampler *s)
     }
     if ((out = PyDict_New()) == NULL)
         goto error;
-    if (set_steal(out, "t_s", array_copy(s->t_s, s->n, NPY_FLOAT64, sizeof(double))) < 0 ||
-        set_steal(out, "sm_mhz", array_copy(s->sm_mhz, s->n, NPY_FLOAT64, sizeof(double))) < 0 ||
-        set_steal(out, "mem_mhz", array_copy(s->mem_mhz, s->n, NPY_FLOAT64, sizeof(double))) < 0 ||
-        set_steal(out, "power_w", array_copy(s->power_w, s->n, NPY_FLOAT64, sizeof(double))) < 0 ||
-        set_steal(out, "temp_c", array_copy(s->temp_c, s->n, NPY_FLOAT64, sizeof(double))) < 0 ||
-        set_steal(out, "reasons", array_copy(s->reasons, s->n, NPY_UINT64, sizeof(uint64_t))) < 0 ||
-        set_steal(out, "n", PyLong_FromSize_t(s->n)) < 0 ||
-        set_steal(out, "ordinal", PyLong_FromLong(s->ordinal)) < 0 ||
-        set_steal(out, "period_s", PyFloat_FromDouble(s->period_s)) < 0 ||
-        set_steal(out, "start_s", PyFloat_FromDouble((double)s->start_ns * 1e-9)) < 0 ||
-        set_steal(out, "duration_s",
+    if (kb_dict_set_steal(out, "t_s", kb_array_copy(s->t_s, (Py_ssize_t)s->n, NPY_FLOAT64, sizeof(double))) < 0 ||
+        kb_dict_set_steal(out, "sm_mhz", kb_array_copy(s->sm_mhz, (Py_ssize_t)s->n, NPY_FLOAT64, sizeof(double))) < 0 ||
+        kb_dict_set_steal(out, "mem_mhz", kb_array_copy(s->mem_mhz, (Py_ssize_t)s->n, NPY_FLOAT64, sizeof(double))) < 0 ||
+        kb_dict_set_steal(out, "power_w", kb_array_copy(s->power_w, (Py_ssize_t)s->n, NPY_FLOAT64, sizeof(double))) < 0 ||
+        kb_dict_set_steal(out, "temp_c", kb_array_copy(s->temp_c, (Py_ssize_t)s->n, NPY_FLOAT64, sizeof(double))) < 0 ||
+        kb_dict_set_steal(out, "reasons", kb_array_copy(s->reasons, (Py_ssize_t)s->n, NPY_UINT64, sizeof(uint64_t))) < 0 ||
+        kb_dict_set_steal(out, "n", PyLong_FromSize_t(s->n)) < 0 ||
+        kb_dict_set_steal(out, "ordinal", PyLong_FromLong(s->ordinal)) < 0 ||
+        kb_dict_set_steal(out, "period_s", PyFloat_FromDouble(s->period_s)) < 0 ||
+        kb_dict_set_steal(out, "start_s", PyFloat_FromDouble((double)s->start_ns * 1e-9)) < 0 ||
+        kb_dict_set_steal(out, "duration_s",
                   PyFloat_FromDouble((double)(s->stop_ns - s->start_ns) * 1e-9)) < 0 ||
-        set_steal(out, "errors", PyLong_FromSize_t(s->errors)) < 0 ||
+        kb_dict_set_steal(out, "errors", PyLong_FromSize_t(s->errors)) < 0 ||
         PyDict_SetItemString(out, "first_error", first) < 0 ||
-        set_steal(out, "first_error_code",
+        kb_dict_set_steal(out, "first_error_code",
                   s->first_error == NVML_SUCCESS ? (Py_INCREF(Py_None), Py_None)
                                                  : PyLong_FromLong((long)s->first_error)) < 0 ||
-        set_steal(out, "first_error_call",
+        kb_dict_set_steal(out, "first_error_call",
                   s->first_error_call ? PyUnicode_FromString(s->first_error_call)
                                       : (Py_INCREF(Py_None), Py_None)) < 0 ||
-        set_steal(out, "truncated", PyBool_FromLong(s->truncated)) < 0)
+        kb_dict_set_steal(out, "truncated", PyBool_FromLong(s->truncated)) < 0)
         goto error;
     Py_DECREF(first);
     sampler_free(s);

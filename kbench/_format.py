@@ -72,3 +72,13 @@ def html_table(headers: Sequence[str], rows: Sequence[Sequence[object]],
         out.append("<tr>" + "".join(f"<td>{html.escape(str(c))}</td>" for c in r) + "</tr>")
     out.append("</tbody></table>")
     return "".join(out)
+
+
+def dump_json(doc, path=None, indent: int = 1) -> str:
+    """JSON text of doc (NaN/inf kept), also written to path when given."""
+    import json
+    text = json.dumps(doc, indent=indent, allow_nan=True)
+    if path is not None:
+        with open(path, "w") as f:
+            f.write(text)
+    return text

@@ -8,7 +8,7 @@ from typing import Any, Dict, List, Optional
 
 import numpy as np
 
-from ._format import fmt_bytes, fmt_pct, fmt_rate, fmt_time, html_table
+from ._format import dump_json, fmt_bytes, fmt_pct, fmt_rate, fmt_time, html_table
 
 SCHEMA = "kbench.result/1"
 
@@ -75,11 +75,7 @@ class Result:
         }
 
     def to_json(self, path: Optional[str] = None, indent: int = 1) -> str:
-        text = json.dumps(self.to_dict(), indent=indent, allow_nan=True)
-        if path is not None:
-            with open(path, "w") as f:
-                f.write(text)
-        return text
+        return dump_json(self.to_dict(), path, indent)
 
     @classmethod
     def from_dict(cls, d: Dict[str, Any]) -> "Result":

@@ -26,14 +26,13 @@ from __future__ import annotations
 import csv
 import io
 import itertools
-import json
 import math
 from dataclasses import dataclass, field
 from typing import Any, Callable, Dict, List, Optional, Sequence, Tuple
 
 import numpy as np
 
-from ._format import fmt_pct, fmt_rate, fmt_time, html_table, text_table
+from ._format import dump_json, fmt_pct, fmt_rate, fmt_time, html_table, text_table
 from .result import Result
 
 _ROW_KEYS = ("name", "median_s", "ci_low_s", "ci_high_s", "rel_ci", "samples", "bytes_per_s",
@@ -195,11 +194,7 @@ class SweepResult:
                 "results": [r.to_dict() for r in self.results]}
 
     def to_json(self, path: Optional[str] = None, indent: int = 1) -> str:
-        text = json.dumps(self.to_dict(), indent=indent, allow_nan=True)
-        if path is not None:
-            with open(path, "w") as f:
-                f.write(text)
-        return text
+        return dump_json(self.to_dict(), path, indent)
 
     def to_pandas(self):
         """The rows as a pandas DataFrame (needs pandas)."""
