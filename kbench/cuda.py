@@ -217,20 +217,34 @@ def cupti_copies_mapped() -> List[str]:
     return sorted(paths)
 
 
-def prefer_framework_cupti() -> None:
-    """Point kbench at the CUPTI PyTorch ships (pip's nvidia-cuda-cupti) before kbench first
-    loads one, so torch.profiler and kbench share one copy: two copies in one process corrupt
-    each other's kernel timestamps (seen on the H200: kernel durations 2.1x too long)."""
+def framework_cupti() -> Optional[str]:
+    """The libcupti PyTorch ships (pip's nvidia-cuda-cupti), when torch is imported: kbench
+    opens that file so torch.profiler and kbench share one CUPTI instead of two copies in one
+    process (two copies fight over the activity state)."""
     import glob
     import os
-    if os.environ.get("KBENCH_CUPTI_PATH") or "torch" not in sys.modules:
-        return
+    if "torch" not in sys.modules:
+        return None
     for sp in sys.path:
         hits = sorted(glob.glob(os.path.join(sp, "nvidia", "*", "lib", "libcupti.so*")) +
                       glob.glob(os.path.join(sp, "nvidia", "cuda_cupti", "lib", "libcupti.so*")))
         if hits:
-            os.environ["KBENCH_CUPTI_PATH"] = hits[0]
-            return
+            return hits[0]
+    return None
+
+
+def _cupti_status() -> Dict[str, Any]:
+    """Load CUPTI (once per process), preferring PyTorch's copy; the user's KBENCH_CUPTI_PATH
+    wins, and the environment is left as it was."""
+    import os
+    preferred = None if os.environ.get("KBENCH_CUPTI_PATH") else framework_cupti()
+    if preferred is None:
+        return _core.gpu_library_status().get("cupti", {})
+    os.environ["KBENCH_CUPTI_PATH"] = preferred
+    try:
+        return _core.gpu_library_status().get("cupti", {})
+    finally:
+        del os.environ["KBENCH_CUPTI_PATH"]
 
 
 def _resolve_mode(mode: Optional[str], warn: List[str]) -> Tuple[str, bool]:
@@ -246,9 +260,8 @@ def _resolve_mode(mode: Optional[str], warn: List[str]) -> Tuple[str, bool]:
         cupti_ok, why = False, (f"{len(copies)} different libcupti copies are loaded "
                                 f"({', '.join(copies)}); they corrupt each other's timestamps")
     else:
-        prefer_framework_cupti()
         try:
-            st = _core.gpu_library_status().get("cupti", {})
+            st = _cupti_status()
             if not st.get("loaded"):
                 cupti_ok, why = False, st.get("error") or "libcupti not found"
         except Exception as e:           # status must not stop a measurement
