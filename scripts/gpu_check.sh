@@ -30,5 +30,6 @@ if [ "$mode" = bench ] || [ "$mode" = all ]; then
   echo "== GPU notebook"
   timeout 120 $PY notebooks/run_notebook_as_script.py notebooks/gpu_kernels.ipynb "$OUT/gpu_notebook.png" > "$OUT/gpu_notebook.log" 2>&1; echo "notebook rc=$?"; tail -3 "$OUT/gpu_notebook.log"
   echo "== agreement"
-  timeout 250 $PY benchmarks/gpu_agreement.py --out "$OUT/h200_agreement.json" 2>&1 | tee "$OUT/agreement.log" | tail -14
+  timeout 380 $PY benchmarks/gpu_agreement.py --out "$OUT/h200_agreement.json" --md "$OUT/h200_agreement.md" \
+    2>&1 | tee "$OUT/agreement.log" | tail -14
 fi
