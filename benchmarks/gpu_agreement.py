@@ -6,15 +6,19 @@ For each case, from an empty kernel to a ~10 ms GEMM, hot L2 so every tool sees 
   precision) vs do_bench (defaults).
 Then a 16 MB copy hot and cold against the measured HBM ceiling.
 
-Each case runs in its own process, in this order: 1 s of back-to-back calls (the state kbench's
-own warm-up leaves the GPU in), torch.profiler, then kbench. Two reasons:
+Each case runs in its own process, in this order: 3 s of back-to-back calls (past kbench's own
+1 s warm-up: a power-capped GEMM is still settling after 1 s), torch.profiler, then kbench. Two
+reasons:
   * the same clock state for both: a power-capped GEMM reads 9% slower after seconds of load
     than in a profile taken from an idle GPU (first run of this script, at 958dd46);
   * kbench's CUPTI mode registers its own buffer callbacks on the shared libcupti, and Kineto
     does not register its own again, so a profile after kbench in one process records nothing.
-The profile has two launch regimes, because a tiny kernel's duration depends on whether the GPU
-idled before it: `host` (each call launched from Python as it comes, the GPU idle in between)
-and `queued` (the calls queued behind torch.cuda._sleep, back to back, as behind kbench's gate).
+The profile has two launch regimes, because a kernel's duration can depend on whether the GPU
+idled before it: `host` (each call launched from Python as it comes: a tiny kernel finds the
+GPU idle, as with kbench's gate=False) and `queued` (the calls queued behind torch.cuda._sleep,
+back to back, as behind kbench's gate).
+The host-side launch cost of the callable is timed before the profile, after it and after
+kbench: kbench must leave no CUPTI state behind that slows a later launch.
 kbench mode=cupti is compared with the regime it runs in: gated -> queued, gate=False -> host.
 
     python benchmarks/gpu_agreement.py --out benchmarks/results/h200_agreement.json \
@@ -90,6 +94,17 @@ def steady(fn, seconds: float) -> None:
         torch.cuda.synchronize()
 
 
+def launch_cost_s(fn, calls: int = 100) -> float:
+    """Host seconds per call to launch fn (queue not drained in the timed loop)."""
+    torch.cuda.synchronize()
+    t0 = time.perf_counter()
+    for _ in range(calls):
+        fn()
+    t = (time.perf_counter() - t0) / calls
+    torch.cuda.synchronize()
+    return t
+
+
 def _per_call(evs, calls: int):
     """Median over calls of the summed durations, and the median start-to-start gap."""
     k = max(1, round(len(evs) / calls))
@@ -109,7 +124,7 @@ def kineto_two_regimes(fn, calls: int):
     with profile(activities=[ProfilerActivity.CUDA]) as prof:
         for _ in range(calls):
             fn()
-            torch.cuda.synchronize()       # isolated: the GPU idles before every call
+        torch.cuda.synchronize()
         # ~5 ms of spin holds the stream while Python queues every call behind it
         torch.cuda._sleep(10_000_000)
         for _ in range(calls):
@@ -143,7 +158,8 @@ def run_case(name: str, quick: bool) -> dict:
     mt = 1.0 if quick else 2.0
     rec = {"case": name}
 
-    steady(fn, 1.0)
+    steady(fn, 3.0)
+    launch = {"before_profile_s": launch_cost_s(fn)}
     sampler = _core.nvml_sampler_start(0, 0.005)
     try:
         prof = kineto_two_regimes(fn, 10 if quick else 30)
@@ -154,6 +170,9 @@ def run_case(name: str, quick: bool) -> dict:
     rec["profiler_host_s"] = prof["host"]["median_s"]
     rec["profiler_queued_s"] = prof["queued"]["median_s"]
     rec["profiler"] = prof
+    launch["after_profile_s"] = launch_cost_s(fn)
+    if triton is not None:
+        rec["do_bench_before_kbench_s"] = do_bench(fn) * 1e-3
 
     rc = kbench.bench(fn, device="cuda", mode="cupti", cold_cache=None, max_time_s=mt)
     rec["kbench_cupti_s"] = rc.median
@@ -167,6 +186,7 @@ def run_case(name: str, quick: bool) -> dict:
     ru = kbench.bench(fn, device="cuda", mode="cupti", cold_cache=None, max_time_s=mt,
                       gate=False)
     rec["kbench_cupti_ungated_s"] = ru.median
+    rec["clocks_ungated"] = ru.extra.get("clocks", {}).get("summary")
     re_ = kbench.bench(fn, device="cuda", mode="events", cold_cache=None, max_time_s=mt)
     rec["kbench_events_s"] = re_.median
     rec["events_floor_s"] = re_.extra["floor"].get("median_s")
@@ -175,6 +195,8 @@ def run_case(name: str, quick: bool) -> dict:
     rec["graph_unroll"] = rg.extra.get("unroll")
     rec["graph_floor_s"] = rg.extra["floor"].get("median_s")
     rec["graph_warnings"] = rg.warnings
+    launch["after_kbench_s"] = launch_cost_s(fn)
+    rec["launch_cost"] = launch
     if triton is not None:
         rec["do_bench_s"] = do_bench(fn) * 1e-3
         rec["do_bench_cudagraph_s"] = do_bench_cudagraph(fn) * 1e-3
@@ -251,6 +273,17 @@ def markdown(out: dict) -> str:
             f"| {us(r.get('do_bench_s'))} | {us(r.get('do_bench_cudagraph_s'))} "
             f"| {r['kbench_time_to_result_s']:.2f} | {r.get('do_bench_time_to_result_s', 0):.2f} "
             f"| {r['profiler_clocks']} / {r['clocks']} |")
+    lines += ["", "| case | host launch us: before profile / after profile / after kbench "
+              "| do_bench us: before kbench / after | clocks: kbench cupti gate=False |",
+              "|---|---|---|---|"]
+    for r in out["cases"]:
+        if "error" in r:
+            continue
+        lc = r["launch_cost"]
+        lines.append(f"| {r['case']} | {us(lc['before_profile_s'])} / "
+                     f"{us(lc['after_profile_s'])} / {us(lc['after_kbench_s'])} "
+                     f"| {us(r.get('do_bench_before_kbench_s'))} / {us(r.get('do_bench_s'))} "
+                     f"| {r.get('clocks_ungated')} |")
     c = out["copy16MB"]
     lines += ["", f"16 MB copy: HBM ceiling {c['hbm_peak_bytes_per_s'] / 1e12:.2f} TB/s; hot "
               f"{c['hot_bytes_per_s'] / 1e12:.2f} TB/s ({us(c['hot_median_s'])} us), warnings "

@@ -120,7 +120,14 @@ def package_version(name: str) -> str:
 
 def git_info(cwd: str | None = None, timeout: float = 2.0) -> dict | None:
     """{"commit": sha, "dirty": bool} of the git work tree around ``cwd`` (default: the current
-    directory); None when it is not in one, git is missing, or git is too slow. Never raises."""
+    directory); None when it is not in one, git is missing, or git is too slow. Never raises.
+
+    KBENCH_GIT_COMMIT, when set, is taken as the commit instead ({"commit", "dirty": None,
+    "source": "KBENCH_GIT_COMMIT"}): for a copy of a checkout whose .git lags or is absent
+    (a tree shipped to a GPU machine, a CI artifact)."""
+    given = os.environ.get("KBENCH_GIT_COMMIT", "").strip()
+    if given:
+        return {"commit": given, "dirty": None, "source": "KBENCH_GIT_COMMIT"}
     try:
         import subprocess
 

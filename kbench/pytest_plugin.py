@@ -226,20 +226,11 @@ def _session_metadata(config: pytest.Config) -> Dict[str, Any]:
         "argv": list(sys.argv),
         "rootdir": str(config.rootpath),
     }
-    commit = _git_commit(str(config.rootpath))
-    if commit:
-        md["git_commit"] = commit
+    from .metadata import git_info
+    git = git_info(str(config.rootpath))
+    if git:
+        md["git_commit"] = git["commit"]
     return md
-
-
-def _git_commit(cwd: str) -> Optional[str]:
-    import subprocess
-    try:
-        out = subprocess.run(["git", "rev-parse", "HEAD"], cwd=cwd, capture_output=True,
-                             text=True, timeout=5)
-    except (OSError, subprocess.SubprocessError):
-        return None
-    return out.stdout.strip() if out.returncode == 0 else None
 
 
 def _write_session(path: str, config: pytest.Config, results: Dict[str, Any]) -> None:

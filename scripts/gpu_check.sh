@@ -2,34 +2,38 @@
 # Device runs, batched: bash scripts/gpu_check.sh tests|bench|all
 #   tests: build, kbench info, kbench peaks, the whole pytest suite (GPU tests included)
 #   bench: build, benchmarks/gpu_agreement.py, the vLLM-style drop-in script twice, the GPU notebook
-# Prints a short table last. Results land in $OUT (the device tool brings them back).
+# Prints a short table last. Results land in $OUT (the device tool brings back at most 8 files,
+# so logs that only matter on failure stay in $LOGS and are tailed here instead).
+# KBENCH_GIT_COMMIT: the commit being tested, from the sender (a copied tree's .git can lag).
 set -uo pipefail
 cd "$(dirname "$0")/.."
 OUT=${OUT:-/tmp/kbench_out}; mkdir -p "$OUT"
-export PYTHONUNBUFFERED=1 KBENCH_CACHE_DIR="${KBENCH_CACHE_DIR:-$OUT/cache}" MPLBACKEND=Agg
+LOGS=${LOGS:-/tmp/kbench_logs}; mkdir -p "$LOGS"
+export PYTHONUNBUFFERED=1 KBENCH_CACHE_DIR="${KBENCH_CACHE_DIR:-$LOGS/cache}" MPLBACKEND=Agg
 PY=${PY:-python3}
 mode=${1:-all}
 echo "== build"
-$PY -m pip install -q --no-build-isolation --no-deps -e . > "$OUT/build.log" 2>&1 \
-  || { echo "pip -e failed, building in place"; tail -5 "$OUT/build.log"; $PY setup.py -q build_ext --inplace 2>&1 | tail -20; export PYTHONPATH=$PWD; }
+$PY -m pip install -q --no-build-isolation --no-deps -e . > "$LOGS/build.log" 2>&1 \
+  || { echo "pip -e failed, building in place"; tail -5 "$LOGS/build.log"; $PY setup.py -q build_ext --inplace 2>&1 | tail -20; export PYTHONPATH=$PWD; }
 $PY -c "import kbench._core as c; print('HAVE_CUDA', c.HAVE_CUDA)" || exit 1
-git rev-parse HEAD 2>/dev/null | tee "$OUT/commit.txt"
-nvidia-smi --query-gpu=name,driver_version,clocks.sm,clocks.mem,power.draw,temperature.gpu,memory.used --format=csv 2>&1 | tee "$OUT/nvidia-smi.txt"
+{ echo "commit ${KBENCH_GIT_COMMIT:-$(git rev-parse HEAD 2>/dev/null)} (checkout's own HEAD: $(git rev-parse --short HEAD 2>/dev/null))"
+  nvidia-smi --query-gpu=name,uuid,driver_version,clocks.sm,clocks.mem,power.draw,power.limit,temperature.gpu,memory.used --format=csv 2>&1
+} | tee "$OUT/env.txt"
 if [ "$mode" = tests ] || [ "$mode" = all ]; then
   echo "== info"; $PY -m kbench info 2>&1 | tee "$OUT/info.txt" | tail -8
   echo "== peaks"; timeout 150 $PY -m kbench peaks --seconds 2 2>&1 | tee "$OUT/peaks.txt"
   echo "== tests"
-  timeout 200 $PY -m pytest -q -rfEs --tb=short --timeout=90 tests/ 2>&1 | tee "$OUT/pytest.log" \
+  timeout 240 $PY -m pytest -q -rfEs --tb=short --timeout=90 tests/ 2>&1 | tee "$OUT/pytest.log" \
     | grep -E "^(FAILED|ERROR|SKIPPED)|^E |passed|failed" | head -60
 fi
 if [ "$mode" = bench ] || [ "$mode" = all ]; then
-  [ -d "$KBENCH_CACHE_DIR" ] || timeout 150 $PY -m kbench peaks --seconds 2 > "$OUT/peaks.txt" 2>&1
+  [ -d "$KBENCH_CACHE_DIR" ] || timeout 150 $PY -m kbench peaks --seconds 2 > "$LOGS/peaks.txt" 2>&1
   echo "== drop-in: the same vLLM-style script with triton's and kbench's imports"
   KBENCH_DROPIN=triton timeout 90 $PY benchmarks/gpu_dropin_vllm.py --out "$OUT" 2>&1 | tail -6
   KBENCH_DROPIN=kbench timeout 120 $PY benchmarks/gpu_dropin_vllm.py --out "$OUT" 2>&1 | tail -6
   echo "== GPU notebook"
-  timeout 120 $PY notebooks/run_notebook_as_script.py notebooks/gpu_kernels.ipynb "$OUT/gpu_notebook.png" > "$OUT/gpu_notebook.log" 2>&1; echo "notebook rc=$?"; tail -3 "$OUT/gpu_notebook.log"
+  timeout 120 $PY notebooks/run_notebook_as_script.py notebooks/gpu_kernels.ipynb "$OUT/gpu_notebook.png" > "$LOGS/gpu_notebook.log" 2>&1; echo "notebook rc=$?"; tail -3 "$LOGS/gpu_notebook.log"
   echo "== agreement"
   timeout 380 $PY benchmarks/gpu_agreement.py --out "$OUT/h200_agreement.json" --md "$OUT/h200_agreement.md" \
-    2>&1 | tee "$OUT/agreement.log" | tail -14
+    2>&1 | tee "$LOGS/agreement.log" | tail -22
 fi

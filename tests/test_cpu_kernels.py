@@ -347,6 +347,7 @@ def test_metadata_env_filter(monkeypatch):
 
 
 def test_metadata_outside_git_never_raises(tmp_path, monkeypatch):
+    monkeypatch.delenv("KBENCH_GIT_COMMIT", raising=False)
     monkeypatch.chdir(tmp_path)
     monkeypatch.setenv("GIT_CEILING_DIRECTORIES", str(tmp_path.parent))
     m = metadata.collect_host_metadata()
@@ -355,12 +356,15 @@ def test_metadata_outside_git_never_raises(tmp_path, monkeypatch):
 
 
 def test_metadata_without_git_binary(monkeypatch):
+    monkeypatch.delenv("KBENCH_GIT_COMMIT", raising=False)
     monkeypatch.setenv("PATH", "")
     assert metadata.git_info() is None
     assert META_KEYS <= set(metadata.collect_host_metadata())
 
 
-def test_metadata_in_a_git_repo(tmp_path):
+def test_metadata_in_a_git_repo(tmp_path, monkeypatch):
+    monkeypatch.delenv("KBENCH_GIT_COMMIT", raising=False)
+
     def git(*a):
         subprocess.run(["git", *a], cwd=tmp_path, check=True, capture_output=True)
     try:
@@ -376,6 +380,14 @@ def test_metadata_in_a_git_repo(tmp_path):
     assert info == {"commit": head, "dirty": False}
     (tmp_path / "f.txt").write_text("two\n")
     assert metadata.git_info(str(tmp_path)) == {"commit": head, "dirty": True}
+
+
+def test_metadata_commit_given_by_the_environment(tmp_path, monkeypatch):
+    # a copied tree whose .git lags (or has none) records the commit its sender names
+    monkeypatch.setenv("KBENCH_GIT_COMMIT", "abc123")
+    assert metadata.git_info(str(tmp_path)) == {"commit": "abc123", "dirty": None,
+                                                 "source": "KBENCH_GIT_COMMIT"}
+    assert metadata.collect_host_metadata()["git"]["commit"] == "abc123"
 
 
 def test_cpu_caches_from_a_fake_sysfs(tmp_path):

@@ -70,6 +70,12 @@ def test_floor_is_measured_and_reported(x):
                       device="cuda", mode="cupti", cold_cache=None, **FAST)
     # the empty kernel is far below what events can resolve
     assert rc.median < fl["median_s"]
+    # near the floor: events say their figure is mostly the floor; cupti measures the kernel
+    # itself, so the same empty kernel draws no such warning there
+    re = kbench.bench(_core.launch_empty, int(torch.cuda.current_stream().cuda_stream), 0,
+                      device="cuda", mode="events", cold_cache=None, **FAST)
+    assert any("within 3x of this mode's floor" in w for w in re.warnings)
+    assert not any("floor" in w for w in rc.warnings)
 
 
 def test_16mb_copy_is_under_hbm_cold_and_over_it_hot():
