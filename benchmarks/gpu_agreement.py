@@ -319,6 +319,16 @@ def yes(b) -> str:
     return "yes" if b else "**NO**"
 
 
+def clock_note(r: dict) -> str:
+    """The SM clocks of the two windows when they differ by more than 2%: then the two tools
+    timed the kernel at different speeds, and the verdict is about the GPU, not the timer."""
+    a = r["profiler"]["queued"].get("sm_mhz_median")
+    b = r.get("sm_mhz_cupti")
+    if a and b and abs(a - b) > 0.02 * b:
+        return f" (SM {a:.0f} vs {b:.0f} MHz)"
+    return ""
+
+
 def markdown(out: dict) -> str:
     lines = [
         "| case | kbench cupti (gated) | prof queued | ok | kbench cupti gate=False | prof host "
@@ -331,7 +341,7 @@ def markdown(out: dict) -> str:
             continue
         lines.append(
             f"| {r['case']} | {us(r['kbench_cupti_s'])} | {us(r['profiler_queued_s'])} "
-            f"| {yes(r['cupti_agrees'])} | {us(r['kbench_cupti_ungated_s'])} "
+            f"| {yes(r['cupti_agrees'])}{clock_note(r)} | {us(r['kbench_cupti_ungated_s'])} "
             f"| {us(r['profiler_host_s'])} | {yes(r['cupti_ungated_agrees'])} "
             f"| {us(r['kbench_events_s'])} ({us(r['events_floor_s'])}) | {yes(r['events_ok'])} "
             f"| {us(r['kbench_graph_s'])} ({r['graph_unroll']}) | {yes(r['graph_ok'])} "
