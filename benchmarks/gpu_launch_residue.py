@@ -3,8 +3,9 @@
 The host cost of one launch, the least of 9 loops of 500, for kbench's C empty-kernel launch
 and for torch.add on 1K elements: at start, after each of 4 kbench cupti runs, after 2 graph
 runs, after a run whose callable raised, after a torch.profiler session. A step after the
-first CUPTI session that stays flat is CUPTI's one-time instrumentation of the driver (any
-CUPTI client pays it); growth with every run would be a leak of kbench's.
+CUPTI session that stays is CUPTI left attached (disabling activity kinds and unsubscribing
+do not detach it); kbench detaches it (cuptiFinalize) when it was CUPTI's only client, so the
+cost should return to the start level. KBENCH_CUPTI_DETACH=0 shows the attached state.
 
     python benchmarks/gpu_launch_residue.py [--out residue.json]
 """
@@ -51,7 +52,10 @@ def main():
     probe("start")
     probe("start (again)")
     for i in range(4):
-        kbench.bench(add, mode="cupti", **fast)
+        t0 = time.perf_counter()
+        r = kbench.bench(add, mode="cupti", **fast)
+        print(f"  cupti run {i + 1}: {time.perf_counter() - t0:.2f} s, CUPTI "
+              f"{r.extra.get('cupti_detach')}", flush=True)
         probe(f"after cupti run {i + 1}")
     for i in range(2):
         kbench.bench(add, mode="graph", **fast)

@@ -8,6 +8,13 @@
  *
  * CUPTI's buffer callbacks carry no user pointer, so the one active trace of the process is
  * reachable from a static; a second concurrent trace is refused as CuptiBusy.
+ *
+ * At the end CUPTI is detached (cuptiFinalize, from the exit callsite of a driver call, as
+ * CUPTI documents) when kbench was its only client: disabling the activity kinds and
+ * unsubscribing leave CUPTI attached, and every later launch in the process then cost up to
+ * 1.7x its host time on the H200 (benchmarks/gpu_launch_residue.py). Not when another tool
+ * configured CUPTI (a foreign subscriber, or torch.profiler's timestamp callback): finalizing
+ * would tear down its state. KBENCH_CUPTI_DETACH=0 keeps CUPTI attached.
  */
 #include "cuda_backend.h"
 
@@ -51,6 +58,9 @@ struct kb_cupti_trace {
     int oom;                    /* a record was lost to a failed allocation */
     size_t last_acts, last_ext; /* records seen in the last collected batch (diagnostics) */
     double ticks_per_ns;        /* CUPTI timestamp units per nanosecond (see calibrate) */
+    volatile int detach_pending;    /* the next driver-API exit callback calls cuptiFinalize */
+    volatile int detach_ran;
+    CUptiResult detach_rc;
 };
 
 /* External correlation records are emitted for API activity records, so the driver and runtime
@@ -191,9 +201,20 @@ static void CUPTIAPI buffer_completed(CUcontext ctx, uint32_t stream_id, uint8_t
     free(buffer);
 }
 
-static void CUPTIAPI ignore_callback(void *userdata, CUpti_CallbackDomain domain,
-                                     CUpti_CallbackId cbid, const void *data)
+/* The subscriber's callback. No callback is enabled during a trace; at its end kb_cupti_end
+ * enables one driver API and calls it, and this detaches CUPTI at that call's exit. */
+static void CUPTIAPI trace_callback(void *userdata, CUpti_CallbackDomain domain,
+                                   CUpti_CallbackId cbid, const void *data)
 {
+    kb_cupti_trace *t = userdata;
+    const CUpti_CallbackData *cb = data;
+    (void)cbid;
+    if (t == NULL || !t->detach_pending || domain != CUPTI_CB_DOMAIN_DRIVER_API || cb == NULL ||
+        cb->callbackSite != CUPTI_API_EXIT)
+        return;
+    t->detach_pending = 0;
+    t->detach_rc = t->api->cuptiFinalize();
+    t->detach_ran = 1;
 }
 
 static int calibrate(PyObject *m, kb_cupti_trace *t);
@@ -257,7 +278,7 @@ int kb_cupti_begin(PyObject *m, int allow_foreign_subscriber, kb_cupti_trace **o
         return -1;
     }
 
-    CUptiResult r = api->cuptiSubscribe(&t->sub, ignore_callback, NULL);
+    CUptiResult r = api->cuptiSubscribe(&t->sub, trace_callback, t);
     if (r == CUPTI_SUCCESS)
         t->subscribed = 1;
     else if (r == CUPTI_ERROR_MULTIPLE_SUBSCRIBERS_NOT_SUPPORTED) {
@@ -454,6 +475,61 @@ uint64_t kb_cupti_dropped(kb_cupti_trace *t)
     return d;
 }
 
+static int detach_wanted(void)
+{
+    const char *v = getenv("KBENCH_CUPTI_DETACH");
+    return v == NULL || !(strcmp(v, "0") == 0 || strcmp(v, "no") == 0 || strcmp(v, "false") == 0);
+}
+
+/* Detach CUPTI when kbench is its only client; the outcome goes to the module state (read back
+ * into the result by measure_cuda.c). Never raises: the measurement is already taken. */
+static void detach(PyObject *m, kb_cupti_trace *t)
+{
+    kb_state *st = kb_get_state(m);
+    const kb_cupti_api *api = t->api;
+    const kb_cuda_api *cu = kb_cuda(m);
+    if (cu == NULL)
+        PyErr_Clear();
+    const char *why = NULL;
+    if (!t->subscribed)
+        why = "kept attached: another CUPTI subscriber owns it";
+    else if (!detach_wanted())
+        why = "kept attached: KBENCH_CUPTI_DETACH=0";
+    else if (t->ticks_per_ns == 0.0)
+        why = "kept attached: the trace failed before CUPTI's clock was checked";
+    else if (t->ticks_per_ns != 1.0)
+        why = "kept attached: another tool configured CUPTI in this process (torch.profiler?)";
+    else if (api->cuptiFinalize == NULL || api->cuptiEnableCallback == NULL || cu == NULL)
+        why = "kept attached: this libcupti has no cuptiFinalize";
+    if (why != NULL) {
+        snprintf(st->cupti_detach, sizeof st->cupti_detach, "%s", why);
+        return;
+    }
+    CUptiResult r = api->cuptiEnableCallback(1, t->sub, CUPTI_CB_DOMAIN_DRIVER_API,
+                                             CUPTI_DRIVER_TRACE_CBID_cuCtxGetCurrent);
+    if (r == CUPTI_SUCCESS) {
+        CUcontext ctx = NULL;
+        t->detach_pending = 1;
+        Py_BEGIN_ALLOW_THREADS
+        cu->cuCtxGetCurrent(&ctx);
+        Py_END_ALLOW_THREADS
+        t->detach_pending = 0;
+    }
+    if (t->detach_ran && t->detach_rc == CUPTI_SUCCESS) {
+        t->subscribed = 0;      /* finalizing released the subscriber with everything else */
+        snprintf(st->cupti_detach, sizeof st->cupti_detach, "detached");
+        return;
+    }
+    if (r == CUPTI_SUCCESS)
+        api->cuptiEnableCallback(0, t->sub, CUPTI_CB_DOMAIN_DRIVER_API,
+                                 CUPTI_DRIVER_TRACE_CBID_cuCtxGetCurrent);
+    snprintf(st->cupti_detach, sizeof st->cupti_detach,
+             "kept attached: %s returned CUPTI error %d",
+             r != CUPTI_SUCCESS ? "cuptiEnableCallback"
+                                : t->detach_ran ? "cuptiFinalize" : "(callback never ran)",
+             (int)(r != CUPTI_SUCCESS ? r : t->detach_rc));
+}
+
 void kb_cupti_end(PyObject *m, kb_cupti_trace *t)
 {
     if (t == NULL)
@@ -469,6 +545,7 @@ void kb_cupti_end(PyObject *m, kb_cupti_trace *t)
         api->cuptiActivityFlushAll(CUPTI_ACTIVITY_FLAG_FLUSH_FORCED);
         Py_END_ALLOW_THREADS
     }
+    detach(m, t);               /* before g_active is cleared: finalizing may return buffers */
     pthread_mutex_lock(&g_active_mu);
     if (g_active == t)
         g_active = NULL;

@@ -45,6 +45,7 @@ typedef struct {
                                    the context and every allocation in it) */
     void *cuda_builtins[64];    /* kb_builtin_kernels* per device, for launch_empty */
     double gpu_warm_until;      /* kb_now_s() time until which the GPU counts as warmed up */
+    char cupti_detach[192];     /* how the last CUPTI trace left CUPTI (cupti_trace.c) */
 } kb_state;
 
 /* The state of the module `m` (the `self` of every module-level function). */

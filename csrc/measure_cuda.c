@@ -528,8 +528,15 @@ error:
         PyErr_Fetch(&et, &ev, &etb);
         if (c.sampler != NULL)
             kb_nvml_sampler_abort(c.sampler);
-        if (c.trace != NULL)
+        if (c.trace != NULL) {
             kb_cupti_end(m, c.trace);
+            /* how CUPTI was left, known only now: into the result */
+            PyObject *cu_dict = out ? PyDict_GetItemString(out, "cuda") : NULL;
+            PyObject *how = cu_dict ? PyUnicode_FromString(kb_get_state(m)->cupti_detach) : NULL;
+            if (how == NULL || PyDict_SetItemString(cu_dict, "cupti_detach", how) < 0)
+                PyErr_Clear();
+            Py_XDECREF(how);
+        }
         if (c.cu != NULL) {
             if (c.gate_ready) {
                 kb_gate_open(&c.gate);

@@ -370,6 +370,7 @@ def run(fn: Callable[..., Any], sets: List[Tuple[Any, ...]], kwargs: Dict[str, A
         extra["span_median_s"] = float(np.median(span)) if span.size else None
         extra["events_median_s"] = float(np.median(ev)) if ev.size else None
         extra["cupti_ticks_per_ns"] = cuda.get("cupti_ticks_per_ns")
+        extra["cupti_detach"] = cuda.get("cupti_detach")
         med = float(np.median(np.asarray(raw["samples"])))
         # The kernels run inside the event bracket of their iteration: CUPTI time above the
         # event time of the same iterations means its timestamps cannot be trusted.

@@ -216,3 +216,55 @@ def test_cupti_reads_nanoseconds_after_a_torch_profiler_session(x):
     r = kbench.bench(torch.add, big, big, mode="cupti", cold_cache=None, **FAST)
     assert r.median <= 1.02 * r.extra["events_median_s"] + 0.5e-6
     assert not any("exceeds the CUDA-event" in w for w in r.warnings)
+
+
+_DETACH_SCRIPT = r"""
+import json, torch, kbench
+from torch.profiler import ProfilerActivity, profile
+x = torch.ones(1 << 20, device="cuda")
+kw = dict(mode="cupti", cold_cache=None, warmup_s=0.1, max_time_s=0.3)
+r1 = kbench.bench(torch.add, x, 1.0, **kw)
+r2 = kbench.bench(torch.add, x, 1.0, **kw)
+with profile(activities=[ProfilerActivity.CUDA]) as p:
+    torch.add(x, 1.0)
+    torch.cuda.synchronize()
+n = sum(1 for e in p.profiler.kineto_results.events() if str(e.device_type()).endswith("CUDA"))
+print(json.dumps({"d": [r1.extra["cupti_detach"], r2.extra["cupti_detach"]],
+                  "k": [r1.extra["kernels_per_call"], r2.extra["kernels_per_call"]],
+                  "m": [r1.median, r2.median], "n_prof": n}))
+"""
+
+
+def _detach_run(env_extra):
+    import json
+    import os
+    import subprocess
+    import sys
+    env = dict(os.environ, **env_extra)
+    p = subprocess.run([sys.executable, "-c", _DETACH_SCRIPT], capture_output=True, text=True,
+                       timeout=120, env=env)
+    assert p.returncode == 0, p.stderr[-2000:]
+    return json.loads(p.stdout.strip().splitlines()[-1])
+
+
+def test_cupti_is_detached_after_a_run_when_kbench_was_its_only_client():
+    # A clean process: kbench detaches CUPTI at the end of each run, attaches again for the
+    # next, and a torch.profiler session afterwards still records the kernel.
+    out = _detach_run({"KBENCH_CUPTI_DETACH": "1"})
+    assert out["d"] == ["detached", "detached"]
+    assert out["k"][0] == out["k"][1] == {"min": 1.0, "max": 1.0}
+    assert out["m"][1] == pytest.approx(out["m"][0], rel=0.2)
+    assert out["n_prof"] >= 1
+    kept = _detach_run({"KBENCH_CUPTI_DETACH": "0"})
+    assert kept["d"] == ["kept attached: KBENCH_CUPTI_DETACH=0"] * 2
+
+
+def test_cupti_stays_attached_after_torch_profiler_configured_it(x):
+    # torch.profiler registered its own CUPTI clock in this process: finalizing would tear
+    # down its state, so kbench leaves CUPTI attached and says so
+    from torch.profiler import ProfilerActivity, profile
+    with profile(activities=[ProfilerActivity.CUDA]):
+        torch.add(x, 1.0)
+        torch.cuda.synchronize()
+    r = kbench.bench(torch.add, x, 1.0, mode="cupti", cold_cache=None, **FAST)
+    assert r.extra["cupti_detach"].startswith("kept attached")
