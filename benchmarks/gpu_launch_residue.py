@@ -8,32 +8,30 @@ do not detach it); kbench detaches it (cuptiFinalize) when it was CUPTI's only c
 cost should return to the start level. KBENCH_CUPTI_DETACH=0 shows the attached state.
 
     python benchmarks/gpu_launch_residue.py [--out residue.json]
+    python benchmarks/gpu_launch_residue.py --paired [--out paired.json]   # interleaved pairs
 """
 import argparse
 import json
+import os
 import time
 
+import numpy as np
 import torch
 
 import kbench
 from kbench import _core
+from _launch_cost import launch_cost_s
 
 
-def cost(fn, calls=500, reps=9):
-    best = float("inf")
-    for _ in range(reps):
-        torch.cuda.synchronize()
-        t0 = time.perf_counter()
-        for _ in range(calls):
-            fn()
-        best = min(best, (time.perf_counter() - t0) / calls)
-    torch.cuda.synchronize()
-    return best
+def cost(fn):
+    return launch_cost_s(fn, calls=500, reps=9)
 
 
 def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--out")
+    ap.add_argument("--paired", action="store_true",
+                    help="only the interleaved attached/detached pairs, in a fresh process")
     args = ap.parse_args()
     torch.cuda.init()
     s = int(torch.cuda.current_stream().cuda_stream)
@@ -42,6 +40,12 @@ def main():
     empty = lambda: _core.launch_empty(s, 0)
     add = lambda: torch.add(x, 1.0, out=y)
     fast = dict(device="cuda", cold_cache=None, warmup_s=0.2, max_time_s=0.5)
+    if args.paired:
+        paired = paired_detach(empty, add, fast)
+        if args.out:
+            with open(args.out, "w") as f:
+                json.dump({"paired": paired}, f, indent=1)
+        return
     rows = []
 
     def probe(label):
@@ -79,8 +83,36 @@ def main():
     probe("after torch.profiler")
     if args.out:
         with open(args.out, "w") as f:
-            json.dump([{"after": a, "empty_launch_s": e, "torch_add_launch_s": t}
-                       for a, e, t in rows], f, indent=1)
+            json.dump({"sequence": [{"after": a, "empty_launch_s": e, "torch_add_launch_s": t}
+                                    for a, e, t in rows]}, f, indent=1)
+
+
+def paired_detach(empty, add, fast, pairs: int = 8) -> dict:
+    """Attached and detached states interleaved in one fresh process (run it first: a
+    torch.profiler session would pin CUPTI attached): each pair runs kbench once with
+    KBENCH_CUPTI_DETACH=0 and once with the default, in alternating order, and probes the
+    launch cost after each. The per-pair difference attached - detached is the tax."""
+    diffs_empty, diffs_add, states = [], [], []
+    for i in range(pairs):
+        got = {}
+        for detach in (("1", "0") if i % 2 else ("0", "1")):
+            os.environ["KBENCH_CUPTI_DETACH"] = detach
+            r = kbench.bench(add, mode="cupti", **fast)
+            states.append(r.extra.get("cupti_detach"))
+            got[detach] = (cost(empty), cost(add))
+        diffs_empty.append(got["0"][0] - got["1"][0])
+        diffs_add.append(got["0"][1] - got["1"][1])
+    os.environ.pop("KBENCH_CUPTI_DETACH", None)
+    out = {"pairs": pairs, "empty_diff_s": diffs_empty, "add_diff_s": diffs_add,
+           "empty_diff_median_s": float(np.median(diffs_empty)),
+           "add_diff_median_s": float(np.median(diffs_add)),
+           "empty_attached_slower": int(sum(d > 0 for d in diffs_empty)),
+           "add_attached_slower": int(sum(d > 0 for d in diffs_add)), "states": states}
+    print(f"paired, attached - detached over {pairs} pairs: empty launch median "
+          f"{out['empty_diff_median_s'] * 1e6:+.2f} us (attached slower in "
+          f"{out['empty_attached_slower']}/{pairs}); torch.add {out['add_diff_median_s'] * 1e6:+.2f}"
+          f" us ({out['add_attached_slower']}/{pairs})", flush=True)
+    return out
 
 
 if __name__ == "__main__":

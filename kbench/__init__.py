@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from . import _core
+from . import _core  # noqa: F401  (kbench._core, eagerly: submodules shadow lazy names)
 from ._core import (CaptureError, CudaError, CuptiBusy, CuptiError, KbenchError,
                     LibraryNotFound, NvmlError, NvrtcError)
 from .bench import bench

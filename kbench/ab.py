@@ -13,13 +13,12 @@ resolved" -- ten identical functions almost never agree in sign ten times (chanc
 """
 from __future__ import annotations
 
-import math
 from dataclasses import dataclass, field
-from typing import Any, Callable, Dict, List, Optional, Sequence, Tuple, Union
+from typing import Any, Callable, Dict, List, Sequence, Tuple, Union
 
 import numpy as np
 
-from ._format import fmt_pct, fmt_time, html_table, text_table
+from ._format import fmt_time, html_table, text_table
 from .result import Result
 
 Arms = Union[Dict[str, Callable[..., Any]], Sequence[Tuple[str, Callable[..., Any]]]]

@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import math
 import sys
-import warnings
 from typing import Any, Callable, Dict, List, Optional, Tuple
 
 import numpy as np

@@ -26,7 +26,6 @@ from __future__ import annotations
 import csv
 import io
 import itertools
-import math
 from dataclasses import dataclass, field
 from typing import Any, Callable, Dict, List, Optional, Sequence, Tuple
 

@@ -26,7 +26,8 @@ if [ "$mode" = tests ] || [ "$mode" = all ]; then
   timeout 240 $PY -m pytest -q -rfEs --tb=short --timeout=90 tests/ 2>&1 | tee "$OUT/pytest.log" \
     | grep -E "^(FAILED|ERROR|SKIPPED)|^E |passed|failed" | head -60
   echo "== launch cost around kbench's CUPTI sessions"
-  timeout 120 $PY benchmarks/gpu_launch_residue.py --out "$OUT/launch_residue.json" 2>&1 | tail -12
+  timeout 120 $PY benchmarks/gpu_launch_residue.py --out "$OUT/launch_residue.json" 2>&1 | tail -14
+  timeout 120 $PY benchmarks/gpu_launch_residue.py --paired --out "$OUT/launch_paired.json" 2>&1 | tail -2
 fi
 if [ "$mode" = bench ] || [ "$mode" = all ]; then
   [ -d "$KBENCH_CACHE_DIR" ] || timeout 150 $PY -m kbench peaks --seconds 2 > "$LOGS/peaks.txt" 2>&1

@@ -5,8 +5,6 @@ import time
 import numpy as np
 import pytest
 
-import kbench
-from kbench import _core
 from kbench.ab import _verdict, ab, median_ci, min_trials
 
 FAST = dict(cold_cache=None, warmup_s=0.01, max_time_s=0.08)

@@ -1,6 +1,5 @@
 """kbench.bench on the CPU: results, cold vs hot, bad inputs, serialisation."""
 import json
-import math
 
 import numpy as np
 import pytest

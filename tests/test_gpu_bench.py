@@ -2,7 +2,6 @@
 
 Skipped with the reason where no CUDA device is present (tests/conftest.py).
 """
-import numpy as np
 import pytest
 
 import kbench

@@ -3,7 +3,6 @@ regression fails the session, an unchanged run passes), disable, GPU markers, ma
 coexistence with pytest-benchmark."""
 import json
 import os
-import sys
 
 import pytest
 

@@ -11,7 +11,7 @@ import numpy as np
 import pytest
 
 from kbench.result import Result
-from kbench.sweep import SweepResult, sweep
+from kbench.sweep import sweep
 
 FAST = dict(cold_cache=None, warmup_s=0.005, max_time_s=0.03)
 
@@ -69,7 +69,7 @@ def test_markdown_csv_json_pandas_html(copies, tmp_path):
     back = Result.from_dict(doc["results"][5])
     assert back.median == copies.results[5].median
 
-    pd = pytest.importorskip("pandas")
+    pytest.importorskip("pandas")
     df = copies.to_pandas()
     assert df.shape[0] == 6 and list(df.columns[:2]) == ["n", "dtype"]
     assert df["median_s"].tolist() == [r["median_s"] for r in copies.rows]

@@ -1,7 +1,6 @@
 """kbench.testing drop-ins: triton's do_bench / do_bench_cudagraph and FlashInfer's
 bench_gpu_time_with_cupti return conventions, on the CPU (no GPU here)."""
 import time
-import warnings
 
 import numpy as np
 import pytest
