@@ -206,6 +206,7 @@ def run_case(name: str, quick: bool) -> dict:
                    "cupti_detach": r.extra.get("cupti_detach"),
                    "ticks_per_ns": r.extra.get("cupti_ticks_per_ns"),
                    "events_median_s": r.extra.get("events_median_s"),
+                   "timed_fraction": r.extra.get("gpu_timed_fraction"),
                    "hist_ns": histogram_ns(r.samples), "warnings": r.warnings, "label": label}
     _, k1 = kb("gated, before the profile", True)
     _, k1u = kb("gate=False, before the profile", False)
@@ -299,6 +300,10 @@ def us(v) -> str:
     return f"{v * 1e6:.2f}" if isinstance(v, (int, float)) and v == v else "nan"
 
 
+def pct(v) -> str:
+    return f"{v:.0%}" if isinstance(v, (int, float)) else "n/a"
+
+
 def yes(b) -> str:
     return "yes" if b else "**NO**"
 
@@ -345,8 +350,10 @@ def markdown(out: dict) -> str:
                      f"| {r.get('clocks_ungated')} |")
     lines += ["", "kbench around the profile (gated | gate=False, us; SM MHz; how CUPTI was left):",
               "", "| case | before profile | after profile | prof queued / host "
-              "| SM before / after | CUPTI after the first run | histograms (ns: count), "
-              "kbench before / profile queued / kbench after |", "|---|---|---|---|---|---|---|"]
+              "| SM before / after | GPU timed fraction before / after "
+              "| CUPTI after the first run | histograms (ns: count), "
+              "kbench before / profile queued / kbench after |",
+              "|---|---|---|---|---|---|---|---|"]
     for r in out["cases"]:
         runs = r.get("kbench_runs")
         if not runs:
@@ -357,7 +364,9 @@ def markdown(out: dict) -> str:
         lines.append(f"| {r['case']} | {us(k1['median_s'])} \\| {us(k1u['median_s'])} "
                      f"| {us(k2['median_s'])} \\| {us(k2u['median_s'])} "
                      f"| {us(r['profiler_queued_s'])} / {us(r['profiler_host_s'])} "
-                     f"| {k1['sm_mhz_median']} / {k2['sm_mhz_median']} | {k1['cupti_detach']} "
+                     f"| {k1['sm_mhz_median']} / {k2['sm_mhz_median']} "
+                     f"| {pct(k1.get('timed_fraction'))} / {pct(k2.get('timed_fraction'))} "
+                     f"| {k1['cupti_detach']} "
                      f"| {hists} |")
     c = out["copy16MB"]
     lines += ["", f"16 MB copy: HBM ceiling {c['hbm_peak_bytes_per_s'] / 1e12:.2f} TB/s; hot "

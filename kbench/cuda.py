@@ -206,6 +206,18 @@ def _clock_summary(clocks: Optional[Dict[str, Any]], info: Dict[str, Any]) -> Di
     return out
 
 
+def timed_fraction(cuda: Dict[str, Any], sampling_s: Optional[float]) -> Optional[float]:
+    """Share of the sampling wall time the GPU spent inside timed iterations (the event
+    brackets; a graph iteration replays `unroll` calls). The rest is the gaps between batches
+    (collecting, queueing the next batch) and any cold-cache flush. A power-capped kernel
+    runs cooler, so faster, the more of that idle it gets."""
+    ev = np.asarray(cuda.get("events_s", ()), dtype=float)
+    if not sampling_s or sampling_s <= 0 or ev.size == 0:
+        return None
+    busy = float(ev.sum()) * max(1.0, float(cuda.get("unroll", 1.0)))
+    return min(1.0, busy / float(sampling_s))
+
+
 def cupti_copies_mapped() -> List[str]:
     """Distinct libcupti files mapped into this process (Linux)."""
     try:
@@ -395,6 +407,14 @@ def run(fn: Callable[..., Any], sets: List[Tuple[Any, ...]], kwargs: Dict[str, A
     if extra["clocks"].get("steady") is False:
         warn.append(f"clocks moved during the run: {extra['clocks']['summary']}")
     extra["busy_warmup_s"] = cuda.get("busy_warmup_s")
+    extra["gpu_timed_fraction"] = timed_fraction(cuda, raw.get("sampling_s"))
+    power_capped = {"sw_power_cap", "hw_power_brake_slowdown"} & set(
+        extra["clocks"].get("throttle_reasons") or ())
+    frac = extra["gpu_timed_fraction"]
+    if power_capped and cold_arg is None and frac is not None and frac < 0.9:
+        warn.append(f"power capped the SM clock while the GPU spent only {frac:.0%} of the "
+                    f"sampling time in timed iterations (idle between batches): under "
+                    f"continuous load this kernel may run slower than measured")
     if floor:
         try:
             extra["floor"] = mode_floor(mode, ordinal, s if s else 0, gate, cupti_ok)

@@ -29,6 +29,8 @@ def test_cupti_and_events_agree_for_a_long_kernel(x):
     assert ev >= rc.median * 0.999
     re = kbench.bench(torch.matmul, a, a, mode="events", cold_cache=None, **FAST)
     assert re.backend == "events" and re.median >= rc.median * 0.9
+    # how much of the sampling time the GPU spent in timed iterations is reported
+    assert 0.0 < rc.extra["gpu_timed_fraction"] <= 1.0
 
 
 def test_cupti_attributes_kernels_to_iterations_and_excludes_the_flush(x):
