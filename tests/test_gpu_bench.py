@@ -269,3 +269,43 @@ def test_cupti_stays_attached_after_torch_profiler_configured_it(x):
         torch.cuda.synchronize()
     r = kbench.bench(torch.add, x, 1.0, mode="cupti", cold_cache=None, **FAST)
     assert r.extra["cupti_detach"].startswith("kept attached")
+
+
+_PROFILE_AROUND_SCRIPT = r"""
+import json, statistics, torch, kbench
+from torch.profiler import ProfilerActivity, profile
+x = torch.ones(1 << 20, device="cuda")
+
+def prof():
+    with profile(activities=[ProfilerActivity.CUDA]) as p:
+        for _ in range(20):
+            torch.add(x, 1.0)
+        torch.cuda.synchronize()
+    d = [e.duration_ns() for e in p.profiler.kineto_results.events()
+         if str(e.device_type()).endswith("CUDA") and e.duration_ns() > 0]
+    return len(d), statistics.median(d) if d else None
+
+n1, m1 = prof()
+r = kbench.bench(torch.add, x, 1.0, mode="cupti", cold_cache=None, warmup_s=0.1, max_time_s=0.3)
+n2, m2 = prof()
+print(json.dumps({"n1": n1, "m1": m1, "n2": n2, "m2": m2, "kb_ns": r.median * 1e9,
+                  "detach": r.extra["cupti_detach"]}))
+"""
+
+
+def test_torch_profiler_still_records_after_kbench_took_cupti_from_it():
+    # torch.profiler configured CUPTI first; kbench then registers its own activity callbacks.
+    # Kineto registers its callbacks again when a profile starts, so a later profile must
+    # record the same kernels with the same durations: kbench must not break the profiler.
+    import json
+    import os
+    import subprocess
+    import sys
+    p = subprocess.run([sys.executable, "-c", _PROFILE_AROUND_SCRIPT], capture_output=True,
+                       text=True, timeout=120, env=dict(os.environ))
+    assert p.returncode == 0, p.stderr[-2000:]
+    out = json.loads(p.stdout.strip().splitlines()[-1])
+    assert out["n1"] >= 20 and out["n2"] >= 20
+    assert out["m2"] == pytest.approx(out["m1"], rel=0.3)
+    assert out["kb_ns"] == pytest.approx(out["m1"], rel=0.3)
+    assert out["detach"].startswith("kept attached")
