@@ -13,7 +13,8 @@ power-capped GEMM is still settling after 1 s), kbench, torch.profiler, kbench a
     bracket the profile and their mean cancels a linear drift;
   * order: kbench detaches CUPTI after a run when it was CUPTI's only client, so a profile can
     follow it; once Kineto has configured CUPTI, kbench keeps it attached and takes over its
-    buffer callbacks, and a second profile in that process would record nothing;
+    buffer callbacks, so one profile per process keeps the comparison safe (whether a second
+    profile would still record is a GPU test of its own, see NOTES.md);
   * the two kbench runs, one before Kineto touched CUPTI and one after, show whether the
     profiler's presence moves kbench's figure (a Triton empty kernel read 40-70 ns above the
     profile in three runs of the previous protocol).
