@@ -15,6 +15,7 @@
 #include "kbench.h"
 #include "kb_numpy.h"
 #include "kb_stats.h"
+#include "kb_array.h"
 
 #include <math.h>
 #include <stdlib.h>
@@ -44,16 +45,12 @@ static int reserve(double **buf, Py_ssize_t *cap, Py_ssize_t need)
 {
     if (need <= *cap)
         return 0;
-    Py_ssize_t new_cap = *cap > 0 ? *cap : 64;
-    while (new_cap < need)
-        new_cap *= 2;
-    if ((size_t)new_cap > SIZE_MAX / sizeof(double))
-        return -1;
-    double *p = realloc(*buf, (size_t)new_cap * sizeof *p);
+    size_t c = kb_grown_capacity((size_t)*cap, (size_t)need, 64, sizeof **buf);
+    double *p = kb_resize(*buf, c, sizeof *p);
     if (p == NULL)
         return -1;
     *buf = p;
-    *cap = new_cap;
+    *cap = (Py_ssize_t)c;
     return 0;
 }
 

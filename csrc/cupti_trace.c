@@ -17,6 +17,7 @@
  * would tear down its state. KBENCH_CUPTI_DETACH=0 keeps CUPTI attached.
  */
 #include "cuda_backend.h"
+#include "kb_array.h"
 
 #include <stdlib.h>
 #include <string.h>
@@ -78,17 +79,19 @@ static const CUpti_ActivityKind KINDS[] = {
 static pthread_mutex_t g_active_mu = PTHREAD_MUTEX_INITIALIZER;
 static kb_cupti_trace *g_active;    /* see the file comment */
 
-static int grow(void **p, size_t *cap, size_t need, size_t elem)
+/* Room for one more element in t->field (capacity t->cap_field). */
+#define TRACE_RESERVE(t, field, count)                                                          \
+    trace_reserve((void *)&(t)->field, &(t)->cap_##field, (t)->count + 1, sizeof *(t)->field)
+static int trace_reserve(void *pp, size_t *cap, size_t need, size_t elem)
 {
     if (need <= *cap)
         return 0;
-    size_t c = *cap ? *cap * 2 : 1024;
-    while (c < need)
-        c *= 2;
-    void *q = realloc(*p, c * elem);
-    if (q == NULL)
+    size_t c = kb_grown_capacity(*cap, need, 1024, elem);
+    void *old, *q;
+    memcpy(&old, pp, sizeof old);
+    if ((q = kb_resize(old, c, elem)) == NULL)
         return -1;
-    *p = q;
+    memcpy(pp, &q, sizeof q);
     *cap = c;
     return 0;
 }
@@ -101,7 +104,7 @@ static uint32_t intern(kb_cupti_trace *t, const char *name, uint8_t kind)
     for (size_t i = t->n_names; i-- > 0;)
         if (t->names[i].kind == kind && strcmp(t->names[i].name, name) == 0)
             return (uint32_t)i;
-    if (grow((void **)&t->names, &t->cap_names, t->n_names + 1, sizeof(name_stat)) < 0)
+    if (TRACE_RESERVE(t, names, n_names) < 0)
         return (uint32_t)-1;
     char *copy = strdup(name);
     if (copy == NULL)
@@ -119,7 +122,7 @@ static void add_activity(kb_cupti_trace *t, uint32_t corr, uint8_t kind, const c
 {
     uint32_t id = intern(t, name, kind);
     if (id == (uint32_t)-1 ||
-        grow((void **)&t->acts, &t->cap_acts, t->n_acts + 1, sizeof(activity)) < 0) {
+        TRACE_RESERVE(t, acts, n_acts) < 0) {
         t->oom = 1;
         return;
     }
@@ -136,7 +139,7 @@ static void parse_buffer(kb_cupti_trace *t, uint8_t *buf, size_t valid)
             CUpti_ActivityExternalCorrelation *e = (CUpti_ActivityExternalCorrelation *)rec;
             if (e->externalKind != KB_EXT_KIND)
                 break;
-            if (grow((void **)&t->ext, &t->cap_ext, t->n_ext + 1, sizeof(ext_map)) < 0) {
+            if (TRACE_RESERVE(t, ext, n_ext) < 0) {
                 t->oom = 1;
                 break;
             }

@@ -7,6 +7,7 @@
  */
 #include "kbench.h"
 #include "kb_numpy.h"
+#include "kb_array.h"
 
 #include <math.h>
 #include <stdio.h>
@@ -177,16 +178,14 @@ static int reserve(kb_loop_result *res, Py_ssize_t need)
 {
     if (need <= res->cap)
         return 0;
-    Py_ssize_t cap = res->cap ? res->cap : 64;
-    while (cap < need)
-        cap *= 2;
-    double *p = realloc(res->samples, (size_t)cap * sizeof(double));
+    size_t cap = kb_grown_capacity((size_t)res->cap, (size_t)need, 64, sizeof(double));
+    double *p = kb_resize(res->samples, cap, sizeof *p);
     if (p == NULL) {
         PyErr_NoMemory();
         return -1;
     }
     res->samples = p;
-    res->cap = cap;
+    res->cap = (Py_ssize_t)cap;
     return 0;
 }
 

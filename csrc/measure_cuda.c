@@ -13,6 +13,7 @@
  */
 #include "cuda_backend.h"
 #include "kb_numpy.h"
+#include "kb_array.h"
 
 #include <math.h>
 #include <stdio.h>
@@ -69,26 +70,24 @@ static int side_reserve(side_arrays *s, Py_ssize_t need)
 {
     if (need <= s->cap)
         return 0;
-    Py_ssize_t cap = s->cap ? s->cap : 256;
-    while (cap < need)
-        cap *= 2;
-    double *e = realloc(s->events_s, (size_t)cap * sizeof(double));
+    size_t cap = kb_grown_capacity((size_t)s->cap, (size_t)need, 256, sizeof(double));
+    double *e = kb_resize(s->events_s, cap, sizeof *e);
     if (e)
         s->events_s = e;
-    double *sp = realloc(s->span_s, (size_t)cap * sizeof(double));
+    double *sp = kb_resize(s->span_s, cap, sizeof *sp);
     if (sp)
         s->span_s = sp;
-    uint32_t *k = realloc(s->kernels, (size_t)cap * sizeof(uint32_t));
+    uint32_t *k = kb_resize(s->kernels, cap, sizeof *k);
     if (k)
         s->kernels = k;
-    uint32_t *c = realloc(s->copies, (size_t)cap * sizeof(uint32_t));
+    uint32_t *c = kb_resize(s->copies, cap, sizeof *c);
     if (c)
         s->copies = c;
     if (!e || !sp || !k || !c) {
         PyErr_NoMemory();
         return -1;
     }
-    s->cap = cap;
+    s->cap = (Py_ssize_t)cap;
     return 0;
 }
 

@@ -10,6 +10,7 @@
 #define _GNU_SOURCE
 #include "loader.h"
 #include "kb_numpy.h"
+#include "kb_array.h"
 
 #include <errno.h>
 #include <math.h>
@@ -61,10 +62,10 @@ static uint64_t mono_ns(void)
 /* Double the arrays. 0, or -1 (nothing lost: the old arrays stay valid at the old capacity). */
 static int sampler_grow(kb_nvml_sampler *s)
 {
-    size_t cap = s->cap ? s->cap * 2 : KB_SAMPLER_INITIAL_CAP;
+    size_t cap = kb_grown_capacity(s->cap, s->cap + 1, KB_SAMPLER_INITIAL_CAP, sizeof(double));
 #define GROW_(field)                                                                           \
     do {                                                                                       \
-        void *p_ = realloc(s->field, cap * sizeof *s->field);                                  \
+        void *p_ = kb_resize(s->field, cap, sizeof *s->field);                                 \
         if (p_ == NULL)                                                                        \
             return -1;                                                                         \
         s->field = p_;                                                                         \
