@@ -5,6 +5,7 @@
  *   clock.c         host monotonic clock, its resolution and per-call overhead
  *   stats.c         order statistics, summaries, confidence intervals of the median
  *   criterion.c     stopping rules behind one small interface
+ *   steady.c        when a GPU's SM clock has settled (the CUDA warm-up's stopping rule)
  *   measure.c       the backend-independent timing loop (warm-up, batches, stop)
  *   measure_host.c  the host backend: calls a Python callable, host clock
  *   coldcache.c     CPU cache sizes and the CPU flush buffer
@@ -60,6 +61,7 @@ int kb_measure_host_module_init(PyObject *m);
 int kb_coldcache_module_init(PyObject *m);
 int kb_compare_module_init(PyObject *m);
 int kb_cpu_kernels_module_init(PyObject *m);
+int kb_steady_module_init(PyObject *m);
 #ifdef KB_HAVE_CUDA
 int kb_gpu_module_init(PyObject *m);   /* loader_*.c, cuda_device.c: library status, device info */
 int kb_measure_cuda_module_init(PyObject *m);
@@ -151,6 +153,10 @@ struct kb_backend {
     /* Time n iterations, writing n durations in seconds to out. `warmup` is 1 during warm-up
      * (the backend may skip bookkeeping). 0, or -1 with a Python exception set. */
     int (*run_batch)(kb_backend *b, Py_ssize_t n, double *out, int warmup);
+    /* Optional. Asked after each warm-up batch once the loop's own warm-up rule is met: 1 while
+     * the device still needs warming up (its clock has not settled), 0 when done, -1 with an
+     * exception. `elapsed_s` is the warm-up's wall time so far. */
+    int (*keep_warming)(kb_backend *b, double elapsed_s);
 };
 
 typedef struct {
@@ -173,6 +179,25 @@ void kb_loop_result_free(kb_loop_result *res);
 /* {"samples": float64 ndarray (copied), "stop": str, "warmup_iters", "warmup_s", "sampling_s",
  *  "criterion", "target", "achieved"} -- new reference or NULL. */
 PyObject *kb_loop_result_to_dict(const kb_loop_result *res, const kb_loop_config *cfg);
+
+/* ------------------------------------------------------------------ steady.c */
+
+/* NVML clock event reasons that mean a limit holds the SM clock down (power cap, hardware
+ * slowdown, software/hardware thermal slowdown, hardware power brake): bits 0x4, 0x8, 0x20,
+ * 0x40, 0x80 of nvmlDeviceGetCurrentClocksEventReasons. */
+#define KB_CLOCK_LIMIT_REASONS 0xECULL
+
+typedef struct {
+    double min_s;       /* never settled before this long after the first reading */
+    double window_s;    /* the two windows compared */
+    double rel_tol;     /* their medians may differ by this fraction (at least 15 MHz) */
+} kb_settle_rule;
+
+/* 1 when the SM clock readings (t ascending, in seconds; mhz NaN for a failed read) have
+ * settled as of the last one, else 0; *median_last gets the last window's median SM clock.
+ * `scratch` holds n doubles. Pure: no Python, no NVML. */
+int kb_clock_settled(const double *t, const double *mhz, const uint64_t *reasons, size_t n,
+                     const kb_settle_rule *rule, double *scratch, double *median_last);
 
 /* Shared argument handling of measure_host / measure_cuda (measure.c). */
 typedef enum { KB_COLD_NONE = 0, KB_COLD_FLUSH, KB_COLD_ROTATE } kb_cold_mode;

@@ -405,8 +405,16 @@ kb_nvml_sampler *kb_nvml_sampler_start(PyObject *m, int cuda_ordinal, double per
 /* Stop, join and free s (always, even on error). A dict of numpy arrays t_s (seconds since start,
  * float64), sm_mhz, mem_mhz, power_w, temp_c (float64, NaN where a read failed), reasons (uint64),
  * plus n, period_s, start_s (CLOCK_MONOTONIC seconds, the clock of kb_now_ns), duration_s, ordinal,
- * errors, first_error, first_error_code, first_error_call, truncated. NULL with an exception. */
+ * errors, first_error, first_error_code, first_error_call, truncated, before_mark (samples dropped
+ * before kb_nvml_sampler_mark). NULL with an exception. */
 PyObject *kb_nvml_sampler_stop(PyObject *m, kb_nvml_sampler *s);
+/* From now on is the part stop reports: samples before the mark are dropped from its result and
+ * its times count from the mark (a warm-up sampled for kb_nvml_sampler_settled, then the timed
+ * part). Without a mark stop reports everything. */
+void kb_nvml_sampler_mark(kb_nvml_sampler *s);
+/* kb_clock_settled over the samples so far (all of them, from the start): 1 or 0, and the last
+ * window's median SM clock; -1 when scratch memory could not be had. No Python. */
+int kb_nvml_sampler_settled(kb_nvml_sampler *s, const kb_settle_rule *rule, double *median);
 /* Stop, join and free without Python (error paths). NULL is a no-op. */
 void kb_nvml_sampler_abort(kb_nvml_sampler *s);
 

@@ -202,7 +202,22 @@ int kb_loop_run(kb_backend *b, const kb_loop_config *cfg, kb_loop_result *res)
     Py_ssize_t batch = 1;
     double t_start = kb_now_s();
     Py_ssize_t scratch_cap = 0;
-    while (res->warmup_iters < cfg->warmup_min || kb_now_s() - t_start < cfg->warmup_s) {
+    int settling = 0;   /* past the loop's own rule, warming on until the backend settles */
+    double per_call = 0.0;
+    for (;;) {
+        if (res->warmup_iters >= cfg->warmup_min && kb_now_s() - t_start >= cfg->warmup_s) {
+            if (b->keep_warming == NULL)
+                break;
+            int more = b->keep_warming(b, kb_now_s() - t_start);
+            if (more < 0)
+                goto error;
+            if (!more)
+                break;
+            /* While settling, keep batches short (~20 ms) so the backend is asked often. */
+            settling = 1;
+            if (per_call > 0 && (double)batch * per_call > 0.02)
+                batch = (Py_ssize_t)(0.02 / per_call) + 1;
+        }
         if (batch > scratch_cap) {
             double *p = realloc(scratch, (size_t)batch * sizeof(double));
             if (p == NULL) {
@@ -215,7 +230,7 @@ int kb_loop_run(kb_backend *b, const kb_loop_config *cfg, kb_loop_result *res)
         double tb = kb_now_s();
         if (b->run_batch(b, batch, scratch, 1) < 0)
             goto error;
-        double per_call = (kb_now_s() - tb) / (double)batch;
+        per_call = (kb_now_s() - tb) / (double)batch;
         res->warmup_iters += batch;
         if (cfg->warmup_s <= 0 && res->warmup_iters >= cfg->warmup_min)
             break;
@@ -224,7 +239,7 @@ int kb_loop_run(kb_backend *b, const kb_loop_config *cfg, kb_loop_result *res)
         if (batch > cfg->batch_max)
             batch = cfg->batch_max;
         /* Never plan past the warm-up budget: a slow callable would overrun it by a batch. */
-        double left = cfg->warmup_s - (kb_now_s() - t_start);
+        double left = settling ? 0.02 : cfg->warmup_s - (kb_now_s() - t_start);
         if (per_call > 0 && left > 0 && (double)batch * per_call > left) {
             Py_ssize_t fit = (Py_ssize_t)(left / per_call) + 1;
             batch = fit < batch ? fit : batch;

@@ -59,9 +59,13 @@ typedef struct {
     kb_iter_activity *acts;         /* gate_cap */
     uint64_t next_id;               /* external correlation id of the next iteration */
     side_arrays side;
-    kb_nvml_sampler *sampler;
+    kb_nvml_sampler *sampler;       /* from the callable's warm-up on; marked at the timed part */
     int sample_clocks;
+    int sampler_marked;
     double clock_period_s;
+    double settle_max_s;            /* warm-up goes on at most this long for the clock to settle */
+    int settled;                    /* -1 not judged (no clocks), 0 gave up at settle_max_s, 1 */
+    double settled_at_s, settled_mhz;
     Py_ssize_t iteration;
     Py_ssize_t empty_iterations;    /* cupti: iterations with no attributed activity */
 } cuda_ctx;
@@ -222,14 +226,10 @@ static int run_sub_batch(cuda_ctx *c, Py_ssize_t n, double *out, int warmup, int
 static int cuda_run_batch(kb_backend *b, Py_ssize_t n, double *out, int warmup)
 {
     cuda_ctx *c = b->ctx;
-    if (!warmup && c->sample_clocks && c->sampler == NULL) {
-        /* Clocks are sampled over the timed part only. */
-        c->sampler = kb_nvml_sampler_start(c->m, c->ordinal, c->clock_period_s);
-        if (c->sampler == NULL) {
-            /* NVML is optional: no clocks, but the measurement stands. */
-            PyErr_Clear();
-            c->sample_clocks = 0;
-        }
+    if (!warmup && c->sampler != NULL && !c->sampler_marked) {
+        /* The result's clocks cover the timed part only. */
+        kb_nvml_sampler_mark(c->sampler);
+        c->sampler_marked = 1;
     }
     Py_ssize_t done = 0;
     while (done < n) {
@@ -277,6 +277,32 @@ static int cuda_run_batch(kb_backend *b, Py_ssize_t n, double *out, int warmup)
     return 0;
 }
 
+/* The warm-up goes on until the SM clock has settled under the callable's own load (steady.c),
+ * at most settle_max_s; without clock samples there is nothing to judge. */
+static int cuda_keep_warming(kb_backend *b, double elapsed_s)
+{
+    cuda_ctx *c = b->ctx;
+    static const kb_settle_rule rule = {.min_s = 0.1, .window_s = 0.2, .rel_tol = 0.015};
+    if (c->sampler == NULL || c->settle_max_s <= 0)
+        return 0;
+    double median = NAN;
+    int settled = kb_nvml_sampler_settled(c->sampler, &rule, &median);
+    c->settled_at_s = elapsed_s;
+    c->settled_mhz = median;
+    if (settled < 0) {          /* no memory to judge: measure as is, say so */
+        c->settled = -1;
+        return 0;
+    }
+    if (settled) {
+        c->settled = 1;
+        return 0;
+    }
+    if (elapsed_s >= c->settle_max_s) {
+        c->settled = 0;
+        return 0;
+    }
+    return 1;
+}
 
 /* Pop `key` from opts, a copy of the caller's kwargs (which keeps the value alive). */
 static int pop_opt(PyObject *opts, const char *key, PyObject **out)
@@ -288,7 +314,7 @@ static int pop_opt(PyObject *opts, const char *key, PyObject **out)
 /* measure_cuda(fn, arg_sets, kwargs=None, *, stream, device=0, mode='events', cold=None,
  *              flush_bytes=0, unroll=1, gate=True, gate_batch=32, gate_timeout_s=1.0,
  *              busy_warmup_s=None, cupti_allow_foreign=False, sample_clocks=True,
- *              clock_period_s=0.005, <loop config>) -> dict */
+ *              clock_period_s=0.005, settle_max_s=3.0, <loop config>) -> dict */
 static PyObject *measure_cuda(PyObject *m, PyObject *args, PyObject *kw)
 {
     PyObject *fn, *arg_sets, *kwargs = Py_None, *opts = NULL, *out = NULL, *v;
@@ -327,6 +353,9 @@ static PyObject *measure_cuda(PyObject *m, PyObject *args, PyObject *kw)
     double gate_timeout = 1.0, busy_warmup = -1.0, unroll = 1.0;
     int use_gate = 1, allow_foreign = 0, sample_clocks = 1;
     c.clock_period_s = 0.005;
+    c.settle_max_s = 3.0;
+    c.settled = -1;
+    c.settled_at_s = c.settled_mhz = NAN;
     c.ordinal = 0;
     if (pop_opt(opts, "stream", &v) < 0)
         goto error;
@@ -372,6 +401,7 @@ static PyObject *measure_cuda(PyObject *m, PyObject *args, PyObject *kw)
     FLOAT_OPT("busy_warmup_s", busy_warmup);
     FLOAT_OPT("unroll", unroll);
     FLOAT_OPT("clock_period_s", c.clock_period_s);
+    FLOAT_OPT("settle_max_s", c.settle_max_s);
     BOOL_OPT("gate", use_gate);
     BOOL_OPT("cupti_allow_foreign", allow_foreign);
     BOOL_OPT("sample_clocks", sample_clocks);
@@ -379,10 +409,11 @@ static PyObject *measure_cuda(PyObject *m, PyObject *args, PyObject *kw)
 #undef FLOAT_OPT
 #undef BOOL_OPT
     if (flush_bytes < 0 || gate_batch < 1 || !(gate_timeout > 0) || !(unroll >= 1) ||
-        !(c.clock_period_s > 0)) {
-        char buf[160];   /* PyErr_Format has no %g */
-        snprintf(buf, sizeof buf, "gate_timeout_s > 0 (%g), unroll >= 1 (%g), clock_period_s > 0 (%g)",
-                 gate_timeout, unroll, c.clock_period_s);
+        !(c.clock_period_s > 0) || !(c.settle_max_s >= 0)) {
+        char buf[256];   /* PyErr_Format has no %g */
+        snprintf(buf, sizeof buf, "gate_timeout_s > 0 (%g), unroll >= 1 (%g), clock_period_s > 0 "
+                 "(%g), settle_max_s >= 0 (%g)", gate_timeout, unroll, c.clock_period_s,
+                 c.settle_max_s);
         PyErr_Format(PyExc_ValueError, "invalid option: need flush_bytes >= 0 (%zd), "
                                        "gate_batch >= 1 (%zd), %s", flush_bytes, gate_batch, buf);
         goto error;
@@ -473,8 +504,18 @@ static PyObject *measure_cuda(PyObject *m, PyObject *args, PyObject *kw)
         busy_s_done = busy_warmup;
     }
 
+    if (c.sample_clocks) {
+        /* Sampled from the callable's warm-up on, so the warm-up can wait for the clock to
+         * settle; the timed part is marked at its first batch. */
+        c.sampler = kb_nvml_sampler_start(m, c.ordinal, c.clock_period_s);
+        if (c.sampler == NULL) {
+            PyErr_Clear();          /* NVML is optional: no clocks, but the measurement stands */
+            c.sample_clocks = 0;
+        }
+    }
+
     kb_backend backend = {.name = c.mode == MODE_CUPTI ? "cupti" : "events", .ctx = &c,
-                          .run_batch = cuda_run_batch};
+                          .run_batch = cuda_run_batch, .keep_warming = cuda_keep_warming};
     if (kb_loop_run(&backend, &cfg, &res) < 0)
         goto error;
     st->gpu_warm_until = kb_now_s() + 1.0;
@@ -497,7 +538,7 @@ static PyObject *measure_cuda(PyObject *m, PyObject *args, PyObject *kw)
     PyObject *names = c.trace ? kb_cupti_names(c.trace) : Py_NewRef(Py_None);
     PyObject *cuda = Py_BuildValue(
         "{s:s,s:N,s:N,s:N,s:N,s:N,s:N,s:{s:O,s:n,s:n,s:n,s:n,s:d},s:n,s:n,s:d,s:K,s:O,s:d,s:i,"
-        "s:K}",
+        "s:K,s:{s:O,s:d,s:d,s:d}}",
         "backend", backend.name,
         "events_s", kb_array_copy(c.side.events_s, c.side.n, NPY_FLOAT64, sizeof(double)),
         "span_s", kb_array_copy(c.side.span_s, c.side.n, NPY_FLOAT64, sizeof(double)),
@@ -512,7 +553,9 @@ static PyObject *measure_cuda(PyObject *m, PyObject *args, PyObject *kw)
         "cupti_foreign_subscriber", foreign ? Py_True : Py_False, "cupti_ticks_per_ns",
         c.trace ? kb_cupti_ticks_per_ns(c.trace) : 1.0, "busy_warmup_s",
         busy_s_done, "device", c.ordinal, "cupti_dropped",
-        (unsigned long long)(c.trace ? kb_cupti_dropped(c.trace) : 0));
+        (unsigned long long)(c.trace ? kb_cupti_dropped(c.trace) : 0),
+        "settle", "settled", c.settled < 0 ? Py_None : c.settled ? Py_True : Py_False,
+        "at_s", c.settled_at_s, "sm_mhz", c.settled_mhz, "max_s", c.settle_max_s);
     if (kb_dict_set_steal(out, "cuda", cuda) < 0 ||
         kb_dict_set_steal(out, "backend", PyUnicode_FromString(backend.name)) < 0) {
         Py_CLEAR(out);
@@ -566,7 +609,7 @@ static PyMethodDef cuda_methods[] = {
      "measure_cuda(fn, arg_sets, kwargs=None, *, stream, device=0, mode='events'|'cupti', "
      "cold=None|'flush'|'rotate', flush_bytes=0, unroll=1, gate=True, gate_batch=32, "
      "gate_timeout_s=1.0, busy_warmup_s=None, cupti_allow_foreign=False, sample_clocks=True, "
-     "clock_period_s=0.005, <loop config>) -> dict\n\n"
+     "clock_period_s=0.005, settle_max_s=3.0, <loop config>) -> dict\n\n"
      "Time fn(*arg_sets[i % len]) (or launches of a CudaGraph fn) on a CUDA stream."},
     {NULL, NULL, 0, NULL},
 };

@@ -116,7 +116,7 @@ static int core_exec(PyObject *m)
     if (kb_clock_module_init(m) < 0 || kb_stats_module_init(m) < 0 ||
         kb_criterion_module_init(m) < 0 || kb_measure_host_module_init(m) < 0 ||
         kb_coldcache_module_init(m) < 0 || kb_compare_module_init(m) < 0 ||
-        kb_cpu_kernels_module_init(m) < 0)
+        kb_cpu_kernels_module_init(m) < 0 || kb_steady_module_init(m) < 0)
         goto error;
 #ifdef KB_HAVE_CUDA
     if (kb_gpu_module_init(m) < 0 || kb_measure_cuda_module_init(m) < 0)

@@ -42,10 +42,15 @@ struct kb_nvml_sampler {
     int sync_ready;             /* lock and wake were initialized */
     int stop;                   /* guarded by lock */
 
-    /* Below: written only by the thread while it runs, read only after it is joined. */
+    /* The arrays: appended by the thread under `lock` (so the measuring thread can judge the
+     * warm-up from them while it runs), everything else read only after it is joined. */
     size_t n, cap;
     double *t_s, *sm_mhz, *mem_mhz, *power_w, *temp_c;
     uint64_t *reasons;
+    double *scratch;            /* kb_nvml_sampler_settled's, n doubles; measuring thread only */
+    size_t scratch_cap;
+    size_t keep_from;           /* kb_nvml_sampler_mark: samples before it are the warm-up's */
+    uint64_t keep_from_ns;
     size_t errors;              /* failed reads */
     nvmlReturn_t first_error;   /* NVML_SUCCESS when none failed */
     const char *first_error_call;
@@ -96,40 +101,48 @@ static void take_sample(kb_nvml_sampler *s)
     unsigned int v = 0;
     unsigned long long reasons = 0;
     nvmlReturn_t r;
+    double t, sm, mem, pw, tc;
 
-    if (s->n == s->cap && sampler_grow(s) < 0) {
-        s->truncated = 1;
-        return;
-    }
-    size_t i = s->n;
-    s->t_s[i] = (double)(mono_ns() - s->start_ns) * 1e-9;
-
+    t = (double)(mono_ns() - s->start_ns) * 1e-9;
     r = nv->nvmlDeviceGetClockInfo(s->dev, NVML_CLOCK_SM, &v);
-    s->sm_mhz[i] = r == NVML_SUCCESS ? (double)v : NAN;
+    sm = r == NVML_SUCCESS ? (double)v : NAN;
     if (r != NVML_SUCCESS)
         note_failure(s, r, "nvmlDeviceGetClockInfo(dev, NVML_CLOCK_SM, &mhz)");
 
     r = nv->nvmlDeviceGetClockInfo(s->dev, NVML_CLOCK_MEM, &v);
-    s->mem_mhz[i] = r == NVML_SUCCESS ? (double)v : NAN;
+    mem = r == NVML_SUCCESS ? (double)v : NAN;
     if (r != NVML_SUCCESS)
         note_failure(s, r, "nvmlDeviceGetClockInfo(dev, NVML_CLOCK_MEM, &mhz)");
 
     r = nv->nvmlDeviceGetPowerUsage(s->dev, &v);
-    s->power_w[i] = r == NVML_SUCCESS ? (double)v / 1000.0 : NAN;
+    pw = r == NVML_SUCCESS ? (double)v / 1000.0 : NAN;
     if (r != NVML_SUCCESS)
         note_failure(s, r, "nvmlDeviceGetPowerUsage(dev, &milliwatts)");
 
     r = nv->nvmlDeviceGetTemperature(s->dev, NVML_TEMPERATURE_GPU, &v);
-    s->temp_c[i] = r == NVML_SUCCESS ? (double)v : NAN;
+    tc = r == NVML_SUCCESS ? (double)v : NAN;
     if (r != NVML_SUCCESS)
         note_failure(s, r, "nvmlDeviceGetTemperature(dev, NVML_TEMPERATURE_GPU, &celsius)");
 
     r = nv->nvmlDeviceGetCurrentClocksEventReasons(s->dev, &reasons);
-    s->reasons[i] = r == NVML_SUCCESS ? (uint64_t)reasons : 0;
-    if (r != NVML_SUCCESS)
+    if (r != NVML_SUCCESS) {
+        reasons = 0;
         note_failure(s, r, "nvmlDeviceGetCurrentClocksEventReasons(dev, &reasons)");
+    }
 
-    s->n++;
+    pthread_mutex_lock(&s->lock);
+    if (s->n == s->cap && sampler_grow(s) < 0)
+        s->truncated = 1;
+    else {
+        size_t i = s->n++;
+        s->t_s[i] = t;
+        s->sm_mhz[i] = sm;
+        s->mem_mhz[i] = mem;
+        s->power_w[i] = pw;
+        s->temp_c[i] = tc;
+        s->reasons[i] = (uint64_t)reasons;
+    }
+    pthread_mutex_unlock(&s->lock);
 }
 
 static void *sampler_main(void *arg)
@@ -173,6 +186,34 @@ static void sampler_join(kb_nvml_sampler *s)
     s->thread_started = 0;
 }
 
+int kb_nvml_sampler_settled(kb_nvml_sampler *s, const kb_settle_rule *rule, double *median)
+{
+    int settled = -1;
+    pthread_mutex_lock(&s->lock);
+    if (s->scratch_cap < s->n + 1) {
+        size_t cap = kb_grown_capacity(s->scratch_cap, s->n + 1, KB_SAMPLER_INITIAL_CAP,
+                                       sizeof(double));
+        double *p = kb_resize(s->scratch, cap, sizeof *p);
+        if (p != NULL) {
+            s->scratch = p;
+            s->scratch_cap = cap;
+        }
+    }
+    if (s->scratch_cap >= s->n + 1)
+        settled = kb_clock_settled(s->t_s, s->sm_mhz, s->reasons, s->n, rule, s->scratch,
+                                   median);
+    pthread_mutex_unlock(&s->lock);
+    return settled;
+}
+
+void kb_nvml_sampler_mark(kb_nvml_sampler *s)
+{
+    pthread_mutex_lock(&s->lock);
+    s->keep_from = s->n;
+    s->keep_from_ns = mono_ns();
+    pthread_mutex_unlock(&s->lock);
+}
+
 static void sampler_free(kb_nvml_sampler *s)
 {
     if (s->sync_ready) {
@@ -185,6 +226,7 @@ static void sampler_free(kb_nvml_sampler *s)
     free(s->power_w);
     free(s->temp_c);
     free(s->reasons);
+    free(s->scratch);
     free(s);
 }
 
@@ -293,20 +335,28 @@ PyObject *kb_nvml_sampler_stop(PyObject *m, kb_nvml_sampler *s)
         if (first == NULL)
             goto error;
     }
+    /* Only the samples from the mark on (the timed part); their times count from it. */
+    size_t k0 = s->keep_from <= s->n ? s->keep_from : s->n;
+    Py_ssize_t kept = (Py_ssize_t)(s->n - k0);
+    uint64_t from_ns = k0 > 0 || s->keep_from_ns ? s->keep_from_ns : s->start_ns;
+    double shift = (double)(from_ns - s->start_ns) * 1e-9;
+    for (size_t i = k0; i < s->n; i++)
+        s->t_s[i] = s->t_s[i] - shift > 0 ? s->t_s[i] - shift : 0.0;
     if ((out = PyDict_New()) == NULL)
         goto error;
-    if (kb_dict_set_steal(out, "t_s", kb_array_copy(s->t_s, (Py_ssize_t)s->n, NPY_FLOAT64, sizeof(double))) < 0 ||
-        kb_dict_set_steal(out, "sm_mhz", kb_array_copy(s->sm_mhz, (Py_ssize_t)s->n, NPY_FLOAT64, sizeof(double))) < 0 ||
-        kb_dict_set_steal(out, "mem_mhz", kb_array_copy(s->mem_mhz, (Py_ssize_t)s->n, NPY_FLOAT64, sizeof(double))) < 0 ||
-        kb_dict_set_steal(out, "power_w", kb_array_copy(s->power_w, (Py_ssize_t)s->n, NPY_FLOAT64, sizeof(double))) < 0 ||
-        kb_dict_set_steal(out, "temp_c", kb_array_copy(s->temp_c, (Py_ssize_t)s->n, NPY_FLOAT64, sizeof(double))) < 0 ||
-        kb_dict_set_steal(out, "reasons", kb_array_copy(s->reasons, (Py_ssize_t)s->n, NPY_UINT64, sizeof(uint64_t))) < 0 ||
-        kb_dict_set_steal(out, "n", PyLong_FromSize_t(s->n)) < 0 ||
+    if (kb_dict_set_steal(out, "t_s", kb_array_copy(s->t_s + k0, kept, NPY_FLOAT64, sizeof(double))) < 0 ||
+        kb_dict_set_steal(out, "sm_mhz", kb_array_copy(s->sm_mhz + k0, kept, NPY_FLOAT64, sizeof(double))) < 0 ||
+        kb_dict_set_steal(out, "mem_mhz", kb_array_copy(s->mem_mhz + k0, kept, NPY_FLOAT64, sizeof(double))) < 0 ||
+        kb_dict_set_steal(out, "power_w", kb_array_copy(s->power_w + k0, kept, NPY_FLOAT64, sizeof(double))) < 0 ||
+        kb_dict_set_steal(out, "temp_c", kb_array_copy(s->temp_c + k0, kept, NPY_FLOAT64, sizeof(double))) < 0 ||
+        kb_dict_set_steal(out, "reasons", kb_array_copy(s->reasons + k0, kept, NPY_UINT64, sizeof(uint64_t))) < 0 ||
+        kb_dict_set_steal(out, "n", PyLong_FromSsize_t(kept)) < 0 ||
+        kb_dict_set_steal(out, "before_mark", PyLong_FromSize_t(k0)) < 0 ||
         kb_dict_set_steal(out, "ordinal", PyLong_FromLong(s->ordinal)) < 0 ||
         kb_dict_set_steal(out, "period_s", PyFloat_FromDouble(s->period_s)) < 0 ||
-        kb_dict_set_steal(out, "start_s", PyFloat_FromDouble((double)s->start_ns * 1e-9)) < 0 ||
+        kb_dict_set_steal(out, "start_s", PyFloat_FromDouble((double)from_ns * 1e-9)) < 0 ||
         kb_dict_set_steal(out, "duration_s",
-                  PyFloat_FromDouble((double)(s->stop_ns - s->start_ns) * 1e-9)) < 0 ||
+                  PyFloat_FromDouble((double)(s->stop_ns - from_ns) * 1e-9)) < 0 ||
         kb_dict_set_steal(out, "errors", PyLong_FromSize_t(s->errors)) < 0 ||
         PyDict_SetItemString(out, "first_error", first) < 0 ||
         kb_dict_set_steal(out, "first_error_code",

@@ -194,6 +194,7 @@ def _clock_summary(clocks: Optional[Dict[str, Any]], info: Dict[str, Any]) -> Di
         "power_w_median": float(np.nanmedian(pw)) if np.isfinite(pw).any() else None,
         "temp_c_max": float(np.nanmax(tc)) if np.isfinite(tc).any() else None,
         "n": int(clocks["n"]), "period_s": clocks.get("period_s"),
+        "warmup_samples": clocks.get("before_mark"),
         "reasons_seen": names, "throttle_reasons": throttled, "steady": bool(steady),
         "sm_mhz_max_spec": info.get("max_sm_clock_mhz"),
     }
@@ -295,7 +296,8 @@ def run(fn: Callable[..., Any], sets: List[Tuple[Any, ...]], kwargs: Dict[str, A
         stream: Any = None, gate: bool = True, gate_batch: int = 32,
         gate_timeout_s: float = 1.0, unroll: Optional[int] = None,
         expected_launches: Optional[int] = None, floor: bool = True,
-        sample_clocks: bool = True, rotate_margin: float = 2.0, compute_peak: str = "fp32"):
+        sample_clocks: bool = True, rotate_margin: float = 2.0, compute_peak: str = "fp32",
+        settle_max_s: float = 3.0):
     require_backend()
     warn: List[str] = []
     ordinal = device_ordinal(device)
@@ -324,6 +326,7 @@ def run(fn: Callable[..., Any], sets: List[Tuple[Any, ...]], kwargs: Dict[str, A
     timer = mode if mode != "graph" else ("cupti" if cupti_ok else "events")
     common = dict(stream=s, device=ordinal, gate=gate, gate_batch=gate_batch,
                   gate_timeout_s=gate_timeout_s, sample_clocks=sample_clocks,
+                  settle_max_s=settle_max_s,
                   cupti_allow_foreign=True, flush_bytes=int(flush_bytes or 0))
     cold_arg = cold_cache if cold_cache in ("flush", "rotate") else None
 
@@ -407,6 +410,14 @@ def run(fn: Callable[..., Any], sets: List[Tuple[Any, ...]], kwargs: Dict[str, A
     if extra["clocks"].get("steady") is False:
         warn.append(f"clocks moved during the run: {extra['clocks']['summary']}")
     extra["busy_warmup_s"] = cuda.get("busy_warmup_s")
+    settle = {k: (None if isinstance(v, float) and not np.isfinite(v) else v)
+              for k, v in (cuda.get("settle") or {}).items()}
+    extra["clock_settle"] = settle
+    if settle.get("settled") is False:
+        warn.append(f"the SM clock had not settled after {settle['at_s']:.1f} s of warm-up "
+                    f"(settle_max_s={settle['max_s']:g}; last 0.2 s median "
+                    f"{settle['sm_mhz']:.0f} MHz, still moving under a power or thermal "
+                    f"limit): the figure may drift with a longer run")
     extra["gpu_timed_fraction"] = timed_fraction(cuda, raw.get("sampling_s"))
     power_capped = {"sw_power_cap", "hw_power_brake_slowdown"} & set(
         extra["clocks"].get("throttle_reasons") or ())

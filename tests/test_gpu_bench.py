@@ -33,6 +33,24 @@ def test_cupti_and_events_agree_for_a_long_kernel(x):
     assert 0.0 < rc.extra["gpu_timed_fraction"] <= 1.0
 
 
+def test_warm_up_waits_for_the_clock_and_the_clocks_cover_the_timed_part(x):
+    a = torch.randn(8192, 8192, device="cuda", dtype=torch.bfloat16)
+    r = kbench.bench(torch.matmul, a, a, mode="events", cold_cache=None, max_time_s=0.5)
+    settle = r.extra["clock_settle"]
+    # judged from NVML samples of the callable's own warm-up: settled, or gave up at the limit
+    assert settle["settled"] in (True, False)
+    assert 0.1 <= settle["at_s"] <= settle["max_s"] + 0.2
+    assert settle["sm_mhz"] > 0
+    clocks = r.extra["clocks"]
+    assert clocks["warmup_samples"] >= 1          # the warm-up's samples were dropped ...
+    assert clocks["n"] >= 1                       # ... and the timed part's kept
+    # settle_max_s=0 judges nothing and says so
+    r0 = kbench.bench(torch.matmul, a, a, mode="events", cold_cache=None, max_time_s=0.3,
+                      settle_max_s=0.0)
+    assert r0.extra["clock_settle"]["settled"] is None
+    assert not any("had not settled" in w for w in r0.warnings)
+
+
 def test_cupti_attributes_kernels_to_iterations_and_excludes_the_flush(x):
     y = torch.empty_like(x)
 

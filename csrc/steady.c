@@ -1,0 +1,142 @@
+/* steady.c -- when has a GPU's SM clock settled? The stopping rule of the CUDA warm-up.
+ *
+ * A GPU held back by a power or thermal limit does not run at one clock: after a load starts,
+ * its controller trims the SM clock over hundreds of milliseconds. A kernel timed inside that
+ * transient (after kbench's clock-ramp kernel, which draws little power, or after an idle gap)
+ * runs faster than it will under continuous load: on the H200 a bf16 8192^3 GEMM read 1405 us
+ * after the ramp and 1580 us back to back. So the warm-up goes on with the measured callable
+ * until, judged at the latest clock reading:
+ *   - no limit reason (power cap, thermal or hardware slowdown) was set during the last window:
+ *     the clock is where the application clocks put it and there is nothing to wait for; or
+ *   - the median SM clock of the last window is within rel_tol (at least one 15 MHz step) of
+ *     the median of the window before it.
+ * The rule is pure (no NVML, no Python) so it is tested on the CPU over recorded clock traces.
+ */
+#include "kbench.h"
+#include "kb_numpy.h"
+
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+#define CLOCK_STEP_MHZ 15.0     /* NVIDIA SM clocks move in 15 MHz steps */
+
+static int cmp_double(const void *a, const void *b)
+{
+    double x = *(const double *)a, y = *(const double *)b;
+    return (x > y) - (x < y);
+}
+
+/* Median of the finite mhz[i] with t[i] in (lo, hi]; NAN when there is none. `scratch` holds n. */
+static double window_median(const double *t, const double *mhz, size_t n, double lo, double hi,
+                            double *scratch)
+{
+    size_t k = 0;
+    for (size_t i = 0; i < n; i++)
+        if (t[i] > lo && t[i] <= hi && isfinite(mhz[i]))
+            scratch[k++] = mhz[i];
+    if (k == 0)
+        return NAN;
+    qsort(scratch, k, sizeof *scratch, cmp_double);
+    return k % 2 ? scratch[k / 2] : 0.5 * (scratch[k / 2 - 1] + scratch[k / 2]);
+}
+
+int kb_clock_settled(const double *t, const double *mhz, const uint64_t *reasons, size_t n,
+                     const kb_settle_rule *rule, double *scratch, double *median_last)
+{
+    *median_last = NAN;
+    if (n == 0)
+        return 0;
+    double now = t[n - 1];
+    if (now - t[0] < rule->min_s)
+        return 0;
+    double w = rule->window_s;
+    *median_last = window_median(t, mhz, n, now - w, now, scratch);
+    if (!isfinite(*median_last))
+        return 0;
+    uint64_t seen = 0;
+    for (size_t i = 0; i < n; i++)
+        if (t[i] > now - w)
+            seen |= reasons[i];
+    if ((seen & KB_CLOCK_LIMIT_REASONS) == 0)
+        return 1;
+    if (now - t[0] < 2 * w)
+        return 0;
+    double before = window_median(t, mhz, n, now - 2 * w, now - w, scratch);
+    if (!isfinite(before))
+        return 0;
+    double tol = rule->rel_tol * before;
+    return fabs(*median_last - before) <= (tol > CLOCK_STEP_MHZ ? tol : CLOCK_STEP_MHZ);
+}
+
+/* clock_settled_at(t_s, sm_mhz, reasons, *, min_s, window_s, rel_tol) -> (index, median)
+ * The first reading at which the rule, applied to the readings up to it, calls the clock
+ * settled (-1 if none), and the last window's median there (or at the end). For tests and for
+ * reading recorded traces. */
+static PyObject *clock_settled_at(PyObject *m, PyObject *args, PyObject *kw)
+{
+    static char *kwlist[] = {"t_s", "sm_mhz", "reasons", "min_s", "window_s", "rel_tol", NULL};
+    PyObject *t_obj, *mhz_obj, *r_obj;
+    kb_settle_rule rule = {.min_s = 0.1, .window_s = 0.2, .rel_tol = 0.015};
+    if (!PyArg_ParseTupleAndKeywords(args, kw, "OOO|$ddd:clock_settled_at", kwlist, &t_obj,
+                                     &mhz_obj, &r_obj, &rule.min_s, &rule.window_s,
+                                     &rule.rel_tol))
+        return NULL;
+    if (!(rule.min_s >= 0) || !(rule.window_s > 0) || !(rule.rel_tol >= 0)) {
+        PyErr_SetString(PyExc_ValueError, "need min_s >= 0, window_s > 0, rel_tol >= 0");
+        return NULL;
+    }
+    PyObject *out = NULL;
+    PyArrayObject *t = (PyArrayObject *)kb_as_double_array(t_obj, "t_s");
+    PyArrayObject *mhz = t ? (PyArrayObject *)kb_as_double_array(mhz_obj, "sm_mhz") : NULL;
+    PyArrayObject *r = mhz ? (PyArrayObject *)PyArray_FROMANY(r_obj, NPY_UINT64, 1, 1,
+                                                              NPY_ARRAY_CARRAY_RO) : NULL;
+    double *scratch = NULL;
+    if (r == NULL)
+        goto done;
+    npy_intp n = PyArray_SIZE(t);
+    if (PyArray_SIZE(mhz) != n || PyArray_SIZE(r) != n) {
+        PyErr_Format(PyExc_ValueError, "t_s, sm_mhz and reasons must have one length, got %zd, "
+                     "%zd and %zd", (Py_ssize_t)n, (Py_ssize_t)PyArray_SIZE(mhz),
+                     (Py_ssize_t)PyArray_SIZE(r));
+        goto done;
+    }
+    const double *tv = PyArray_DATA(t);
+    for (npy_intp i = 1; i < n; i++)
+        if (!(tv[i] >= tv[i - 1])) {
+            PyErr_Format(PyExc_ValueError, "t_s must be non-decreasing (index %zd)",
+                         (Py_ssize_t)i);
+            goto done;
+        }
+    if ((scratch = malloc(((size_t)n + 1) * sizeof *scratch)) == NULL) {
+        PyErr_NoMemory();
+        goto done;
+    }
+    Py_ssize_t at = -1;
+    double med = NAN;
+    for (npy_intp i = 0; i < n && at < 0; i++)
+        if (kb_clock_settled(tv, PyArray_DATA(mhz), PyArray_DATA(r), (size_t)i + 1, &rule,
+                             scratch, &med))
+            at = (Py_ssize_t)i;
+    out = Py_BuildValue("(nd)", at, med);
+done:
+    free(scratch);
+    Py_XDECREF(t);
+    Py_XDECREF(mhz);
+    Py_XDECREF(r);
+    return out;
+}
+
+static PyMethodDef steady_methods[] = {
+    {"clock_settled_at", (PyCFunction)(void (*)(void))clock_settled_at,
+     METH_VARARGS | METH_KEYWORDS,
+     "clock_settled_at(t_s, sm_mhz, reasons, *, min_s=0.1, window_s=0.2, rel_tol=0.015) -> "
+     "(index, median_mhz)\n\nThe first reading at which kbench's warm-up would call the SM "
+     "clock settled (-1: never), and the median SM clock of the last window there."},
+    {NULL, NULL, 0, NULL},
+};
+
+int kb_steady_module_init(PyObject *m)
+{
+    return PyModule_AddFunctions(m, steady_methods);
+}
