@@ -208,6 +208,8 @@ def run_case(name: str, quick: bool) -> dict:
                    "ticks_per_ns": r.extra.get("cupti_ticks_per_ns"),
                    "events_median_s": r.extra.get("events_median_s"),
                    "timed_fraction": r.extra.get("gpu_timed_fraction"),
+                   "settle": r.extra.get("clock_settle"),
+                   "between_batches": r.extra.get("between_batches"),
                    "hist_ns": histogram_ns(r.samples), "warnings": r.warnings, "label": label}
     _, k1 = kb("gated, before the profile", True)
     _, k1u = kb("gate=False, before the profile", False)
@@ -319,6 +321,19 @@ def clock_note(r: dict) -> str:
     return ""
 
 
+def settled(k: dict) -> str:
+    st = k.get("settle") or {}
+    if st.get("settled") is None:
+        return "not judged"
+    word = "" if st["settled"] else "NOT settled, "
+    return f"{word}{st['at_s']:.2f} ({st['sm_mhz']:.0f})"
+
+
+def gaps(k: dict) -> str:
+    bb = k.get("between_batches") or {}
+    return f"{bb['mean_s'] * 1e6:.0f} ({bb['n']})" if bb.get("n") else "-"
+
+
 def markdown(out: dict) -> str:
     lines = [
         "| case | kbench cupti (gated) | prof queued | ok | kbench cupti gate=False | prof host "
@@ -352,9 +367,11 @@ def markdown(out: dict) -> str:
     lines += ["", "kbench around the profile (gated | gate=False, us; SM MHz; how CUPTI was left):",
               "", "| case | before profile | after profile | prof queued / host "
               "| SM before / after | GPU timed fraction before / after "
+              "| warm-up: clock settled at s (SM MHz), before / after "
+              "| GPU between batches, mean us (batches), before / after "
               "| CUPTI after the first run | histograms (ns: count), "
               "kbench before / profile queued / kbench after |",
-              "|---|---|---|---|---|---|---|---|"]
+              "|---|---|---|---|---|---|---|---|---|---|"]
     for r in out["cases"]:
         runs = r.get("kbench_runs")
         if not runs:
@@ -367,6 +384,7 @@ def markdown(out: dict) -> str:
                      f"| {us(r['profiler_queued_s'])} / {us(r['profiler_host_s'])} "
                      f"| {k1['sm_mhz_median']} / {k2['sm_mhz_median']} "
                      f"| {pct(k1.get('timed_fraction'))} / {pct(k2.get('timed_fraction'))} "
+                     f"| {settled(k1)} / {settled(k2)} | {gaps(k1)} / {gaps(k2)} "
                      f"| {k1['cupti_detach']} "
                      f"| {hists} |")
     c = out["copy16MB"]

@@ -54,8 +54,11 @@ typedef struct {
     Py_ssize_t gate_fired_kept;     /* of those, kept because the cap was already 1 */
     kb_l2_flusher flusher;
     kb_cupti_trace *trace;
-    CUevent *ev;                    /* 2 * gate_cap events */
+    CUevent *ev;                    /* 2 * gate_cap events, then 2 batch-end markers */
     Py_ssize_t n_ev;
+    Py_ssize_t sub_batches;         /* queued so far: its parity picks the batch-end marker */
+    double gap_sum_s, gap_max_s;    /* GPU time from a batch's end to the next one's first */
+    Py_ssize_t gaps;                /* event (timed batches): the host's turnaround */
     kb_iter_activity *acts;         /* gate_cap */
     uint64_t next_id;               /* external correlation id of the next iteration */
     side_arrays side;
@@ -162,6 +165,11 @@ static int run_sub_batch(cuda_ctx *c, Py_ssize_t n, double *out, int warmup, int
         if (rc < 0 || KB_CU(m, cu->cuEventRecord(c->ev[2 * i + 1], c->stream)) < 0)
             failed = 1;
     }
+    /* A marker after the batch: the next batch's first event, minus this, is the time the GPU
+     * spent between the two (the host collecting, deciding and queueing). */
+    CUevent marker = c->ev[2 * c->gate_cap_initial + (c->sub_batches & 1)];
+    if (!failed && KB_CU(m, cu->cuEventRecord(marker, c->stream)) < 0)
+        failed = 1;
     /* Whatever happened, open the gate and drain the stream before returning, so the stream
      * is left usable and nothing of ours is still queued. */
     if (c->use_gate)
@@ -189,6 +197,17 @@ static int run_sub_batch(cuda_ctx *c, Py_ssize_t n, double *out, int warmup, int
             return -1;
         out[i] = (double)ms * 1e-3 / c->unroll;
     }
+    if (!warmup && c->sub_batches > 0) {
+        float ms = 0.f;
+        CUevent prev = c->ev[2 * c->gate_cap_initial + ((c->sub_batches - 1) & 1)];
+        if (KB_CU(m, cu->cuEventElapsedTime(&ms, prev, c->ev[0])) < 0)
+            return -1;
+        c->gap_sum_s += (double)ms * 1e-3;
+        if ((double)ms * 1e-3 > c->gap_max_s)
+            c->gap_max_s = (double)ms * 1e-3;
+        c->gaps++;
+    }
+    c->sub_batches++;
     if (c->trace) {
         if (kb_cupti_collect(m, c->trace, first_id, n, c->acts, !warmup && !*fired) < 0)
             return -1;
@@ -468,7 +487,7 @@ static PyObject *measure_cuda(PyObject *m, PyObject *args, PyObject *kw)
     if (kb_l2_persisting_reset(m, c.cu, &persisting_limit) < 0)
         goto error;
     c.gate_cap = c.gate_cap_initial = gate_batch < cfg.batch_max ? gate_batch : cfg.batch_max;
-    c.n_ev = 2 * c.gate_cap;
+    c.n_ev = 2 * c.gate_cap + 2;
     c.ev = calloc((size_t)c.n_ev, sizeof(CUevent));
     c.acts = calloc((size_t)c.gate_cap, sizeof(kb_iter_activity));
     if (c.ev == NULL || c.acts == NULL) {
@@ -538,7 +557,7 @@ static PyObject *measure_cuda(PyObject *m, PyObject *args, PyObject *kw)
     PyObject *names = c.trace ? kb_cupti_names(c.trace) : Py_NewRef(Py_None);
     PyObject *cuda = Py_BuildValue(
         "{s:s,s:N,s:N,s:N,s:N,s:N,s:N,s:{s:O,s:n,s:n,s:n,s:n,s:d},s:n,s:n,s:d,s:K,s:O,s:d,s:i,"
-        "s:K,s:{s:O,s:d,s:d,s:d}}",
+        "s:K,s:{s:O,s:d,s:d,s:d},s:{s:n,s:d,s:d}}",
         "backend", backend.name,
         "events_s", kb_array_copy(c.side.events_s, c.side.n, NPY_FLOAT64, sizeof(double)),
         "span_s", kb_array_copy(c.side.span_s, c.side.n, NPY_FLOAT64, sizeof(double)),
@@ -555,7 +574,8 @@ static PyObject *measure_cuda(PyObject *m, PyObject *args, PyObject *kw)
         busy_s_done, "device", c.ordinal, "cupti_dropped",
         (unsigned long long)(c.trace ? kb_cupti_dropped(c.trace) : 0),
         "settle", "settled", c.settled < 0 ? Py_None : c.settled ? Py_True : Py_False,
-        "at_s", c.settled_at_s, "sm_mhz", c.settled_mhz, "max_s", c.settle_max_s);
+        "at_s", c.settled_at_s, "sm_mhz", c.settled_mhz, "max_s", c.settle_max_s,
+        "between_batches", "n", c.gaps, "total_s", c.gap_sum_s, "max_s", c.gap_max_s);
     if (kb_dict_set_steal(out, "cuda", cuda) < 0 ||
         kb_dict_set_steal(out, "backend", PyUnicode_FromString(backend.name)) < 0) {
         Py_CLEAR(out);

@@ -419,6 +419,9 @@ def run(fn: Callable[..., Any], sets: List[Tuple[Any, ...]], kwargs: Dict[str, A
                     f"{settle['sm_mhz']:.0f} MHz, still moving under a power or thermal "
                     f"limit): the figure may drift with a longer run")
     extra["gpu_timed_fraction"] = timed_fraction(cuda, raw.get("sampling_s"))
+    # GPU time from one timed batch's end to the next one's first event: the host's turnaround
+    bb = cuda.get("between_batches") or {}
+    extra["between_batches"] = dict(bb, mean_s=bb["total_s"] / bb["n"]) if bb.get("n") else bb
     power_capped = {"sw_power_cap", "hw_power_brake_slowdown"} & set(
         extra["clocks"].get("throttle_reasons") or ())
     frac = extra["gpu_timed_fraction"]

@@ -29,8 +29,11 @@ def test_cupti_and_events_agree_for_a_long_kernel(x):
     assert ev >= rc.median * 0.999
     re = kbench.bench(torch.matmul, a, a, mode="events", cold_cache=None, **FAST)
     assert re.backend == "events" and re.median >= rc.median * 0.9
-    # how much of the sampling time the GPU spent in timed iterations is reported
+    # how much of the sampling time the GPU spent in timed iterations is reported, and the
+    # GPU time between batches, one gap per batch after the first
     assert 0.0 < rc.extra["gpu_timed_fraction"] <= 1.0
+    bb = rc.extra["between_batches"]
+    assert bb["n"] >= 1 and 0.0 <= bb["mean_s"] <= bb["max_s"] < 1.0
 
 
 def test_warm_up_waits_for_the_clock_and_the_clocks_cover_the_timed_part(x):
