@@ -5,6 +5,7 @@
 # Prints a short table last. Results land in $OUT (the device tool brings back at most 8 files,
 # so logs that only matter on failure stay in $LOGS and are tailed here instead).
 # KBENCH_GIT_COMMIT: the commit being tested, from the sender (a copied tree's .git can lag).
+# SKIP_RESIDUE=1: leave out the launch-cost probes (tests mode).
 set -uo pipefail
 cd "$(dirname "$0")/.."
 OUT=${OUT:-/tmp/kbench_out}; mkdir -p "$OUT"
@@ -25,9 +26,11 @@ if [ "$mode" = tests ] || [ "$mode" = all ]; then
   echo "== tests"
   timeout 240 $PY -m pytest -q -rfEs --tb=short --timeout=90 tests/ 2>&1 | tee "$OUT/pytest.log" \
     | grep -E "^(FAILED|ERROR|SKIPPED)|^E |passed|failed" | head -60
-  echo "== launch cost around kbench's CUPTI sessions"
-  timeout 120 $PY benchmarks/gpu_launch_residue.py --out "$OUT/launch_residue.json" 2>&1 | tail -14
-  timeout 120 $PY benchmarks/gpu_launch_residue.py --paired --out "$OUT/launch_paired.json" 2>&1 | tail -2
+  if [ -z "${SKIP_RESIDUE:-}" ]; then
+    echo "== launch cost around kbench's CUPTI sessions"
+    timeout 120 $PY benchmarks/gpu_launch_residue.py --out "$OUT/launch_residue.json" 2>&1 | tail -14
+    timeout 120 $PY benchmarks/gpu_launch_residue.py --paired --out "$OUT/launch_paired.json" 2>&1 | tail -2
+  fi
 fi
 if [ "$mode" = bench ] || [ "$mode" = all ]; then
   [ -d "$KBENCH_CACHE_DIR" ] || timeout 150 $PY -m kbench peaks --seconds 2 > "$LOGS/peaks.txt" 2>&1
