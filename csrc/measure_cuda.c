@@ -556,8 +556,8 @@ static PyObject *measure_cuda(PyObject *m, PyObject *args, PyObject *kw)
         Py_INCREF(clocks);
     PyObject *names = c.trace ? kb_cupti_names(c.trace) : Py_NewRef(Py_None);
     PyObject *cuda = Py_BuildValue(
-        "{s:s,s:N,s:N,s:N,s:N,s:N,s:N,s:{s:O,s:n,s:n,s:n,s:n,s:d},s:n,s:n,s:d,s:K,s:O,s:d,s:i,"
-        "s:K,s:{s:O,s:d,s:d,s:d},s:{s:n,s:d,s:d}}",
+        "{s:s,s:N,s:N,s:N,s:N,s:N,s:N,s:{s:O,s:n,s:n,s:n,s:n,s:d},s:n,s:n,s:d,s:K,s:O,s:d,s:d,"
+        "s:i,s:K,s:{s:O,s:d,s:d,s:d},s:{s:n,s:d,s:d}}",
         "backend", backend.name,
         "events_s", kb_array_copy(c.side.events_s, c.side.n, NPY_FLOAT64, sizeof(double)),
         "span_s", kb_array_copy(c.side.span_s, c.side.n, NPY_FLOAT64, sizeof(double)),

@@ -47,11 +47,28 @@ def test_warm_up_waits_for_the_clock_and_the_clocks_cover_the_timed_part(x):
     clocks = r.extra["clocks"]
     assert clocks["warmup_samples"] >= 1          # the warm-up's samples were dropped ...
     assert clocks["n"] >= 1                       # ... and the timed part's kept
+    assert isinstance(r.extra["busy_warmup_s"], float) and r.extra["busy_warmup_s"] >= 0
     # settle_max_s=0 judges nothing and says so
     r0 = kbench.bench(torch.matmul, a, a, mode="events", cold_cache=None, max_time_s=0.3,
                       settle_max_s=0.0)
     assert r0.extra["clock_settle"]["settled"] is None
     assert not any("had not settled" in w for w in r0.warnings)
+
+
+def test_the_raw_cuda_record_has_every_key_with_its_type(x):
+    # a format/argument mismatch in the C result builder once shifted these keys silently
+    raw = _core.measure_cuda(torch.mul, ((x, 2.0),), None, mode="cupti",
+                             stream=torch.cuda.current_stream().cuda_stream, device=0,
+                             warmup_s=0.05, max_time_s=0.2, busy_warmup_s=0.01)
+    cu = raw["cuda"]
+    assert all(isinstance(k, str) for k in cu)
+    assert cu["device"] == 0 and cu["backend"] == "cupti"
+    assert cu["busy_warmup_s"] == pytest.approx(0.01)
+    assert cu["cupti_dropped"] == 0 and cu["unroll"] == 1.0 and cu["arg_sets"] == 1
+    assert cu["cupti_ticks_per_ns"] > 0
+    assert set(cu["settle"]) == {"settled", "at_s", "sm_mhz", "max_s"}
+    assert set(cu["between_batches"]) == {"n", "total_s", "max_s"}
+    assert len(cu["events_s"]) == len(raw["samples"]) == len(cu["kernels_per_iter"])
 
 
 def test_cupti_attributes_kernels_to_iterations_and_excludes_the_flush(x):
