@@ -188,16 +188,20 @@ PyObject *kb_loop_result_to_dict(const kb_loop_result *res, const kb_loop_config
 #define KB_CLOCK_LIMIT_REASONS 0xECULL
 
 typedef struct {
-    double min_s;       /* never settled before this long after the first reading */
-    double window_s;    /* the two windows compared */
-    double rel_tol;     /* their medians may differ by this fraction (at least 15 MHz) */
+    double min_s;           /* never settled before this long after the first reading */
+    double window_s;        /* the two SM clock windows compared under a limit */
+    double power_window_s;  /* the two power windows compared without one */
+    double rel_tol;         /* clock medians may differ by this fraction (at least 15 MHz) */
 } kb_settle_rule;
+#define KB_SETTLE_RULE_DEFAULT {.min_s = 0.2, .window_s = 0.2, .power_window_s = 0.1,         \
+                                .rel_tol = 0.015}
 
-/* 1 when the SM clock readings (t ascending, in seconds; mhz NaN for a failed read) have
- * settled as of the last one, else 0; *median_last gets the last window's median SM clock.
- * `scratch` holds n doubles. Pure: no Python, no NVML. */
-int kb_clock_settled(const double *t, const double *mhz, const uint64_t *reasons, size_t n,
-                     const kb_settle_rule *rule, double *scratch, double *median_last);
+/* 1 when the readings (t ascending, in seconds; mhz and power_w NaN for a failed read;
+ * power_w may be NULL) have settled as of the last one, else 0; *median_last gets the last
+ * window's median SM clock. `scratch` holds n doubles. Pure: no Python, no NVML. */
+int kb_clock_settled(const double *t, const double *mhz, const double *power_w,
+                     const uint64_t *reasons, size_t n, const kb_settle_rule *rule,
+                     double *scratch, double *median_last);
 
 /* Shared argument handling of measure_host / measure_cuda (measure.c). */
 typedef enum { KB_COLD_NONE = 0, KB_COLD_FLUSH, KB_COLD_ROTATE } kb_cold_mode;

@@ -301,7 +301,7 @@ static int cuda_run_batch(kb_backend *b, Py_ssize_t n, double *out, int warmup)
 static int cuda_keep_warming(kb_backend *b, double elapsed_s)
 {
     cuda_ctx *c = b->ctx;
-    static const kb_settle_rule rule = {.min_s = 0.1, .window_s = 0.2, .rel_tol = 0.015};
+    static const kb_settle_rule rule = KB_SETTLE_RULE_DEFAULT;
     if (c->sampler == NULL || c->settle_max_s <= 0)
         return 0;
     double median = NAN;

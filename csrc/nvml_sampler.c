@@ -200,8 +200,8 @@ int kb_nvml_sampler_settled(kb_nvml_sampler *s, const kb_settle_rule *rule, doub
         }
     }
     if (s->scratch_cap >= s->n + 1)
-        settled = kb_clock_settled(s->t_s, s->sm_mhz, s->reasons, s->n, rule, s->scratch,
-                                   median);
+        settled = kb_clock_settled(s->t_s, s->sm_mhz, s->power_w, s->reasons, s->n, rule,
+                                   s->scratch, median);
     pthread_mutex_unlock(&s->lock);
     return settled;
 }

@@ -21,6 +21,25 @@ def test_an_unlimited_clock_settles_at_the_minimum_time():
     i, med = _core.clock_settled_at(t, mhz, r, min_s=0.1)
     assert t[i] == pytest.approx(0.1, abs=PERIOD)
     assert med == 1980.0
+    # with a flat or falling power (a light kernel after the ramp kernel) just the same
+    for power in (np.full_like(t, 330.0), 400.0 - 150.0 * t):
+        i, _ = _core.clock_settled_at(t, mhz, r, power)
+        assert t[i] == pytest.approx(0.2, abs=PERIOD)
+
+
+def test_a_rising_power_without_a_limit_yet_is_not_settled():
+    # a heavy kernel: full clock, NVML's averaged power climbing towards the 700 W cap; the cap
+    # engages at 0.45 s and trims the clock to a steady 1560 MHz by ~0.6 s
+    def clock(t):
+        return np.where(t < 0.45, 1980.0, np.maximum(1560.0, 1980.0 - 3000.0 * (t - 0.45)))
+    t, mhz, _ = trace(3.0, clock)
+    power = np.minimum(300.0 + 900.0 * t, 700.0)
+    reasons = np.where(t >= 0.45, POWER_CAP, 0).astype(np.uint64)
+    i, med = _core.clock_settled_at(t, mhz, reasons, power)
+    assert t[i] > 0.6 and med == 1560.0
+    # the clock alone would have called it at the minimum time, mid-ramp, 27% fast
+    i_clock, med_clock = _core.clock_settled_at(t, mhz, reasons)
+    assert t[i_clock] == pytest.approx(0.2, abs=PERIOD) and med_clock == 1980.0
 
 
 def test_a_power_capped_clock_settles_only_once_its_decay_flattens():
@@ -34,7 +53,7 @@ def test_a_power_capped_clock_settles_only_once_its_decay_flattens():
     assert abs(med - 1500) < 0.03 * 1500
     # the same trace judged without the cap reason settles at once: nothing limits the clock
     i_free, _ = _core.clock_settled_at(t, mhz, np.zeros_like(r))
-    assert t[i_free] == pytest.approx(0.1, abs=PERIOD)
+    assert t[i_free] == pytest.approx(0.2, abs=PERIOD)
 
 
 def test_a_clock_still_drifting_under_a_limit_never_settles():
@@ -63,6 +82,7 @@ def test_failed_reads_are_ignored_not_counted_as_a_clock():
 
 @pytest.mark.parametrize("bad, match", [
     (dict(t_s=[0.0, 0.1], sm_mhz=[1.0], reasons=[0, 0]), "one length"),
+    (dict(t_s=[0.0, 0.1], sm_mhz=[1.0, 1.0], reasons=[0, 0], power_w=[1.0]), "one length"),
     (dict(t_s=[0.0, 0.2, 0.1], sm_mhz=[1.0] * 3, reasons=[0] * 3), "non-decreasing"),
     (dict(t_s=[0.0], sm_mhz=[1.0], reasons=[0], window_s=0.0), "window_s > 0"),
 ])

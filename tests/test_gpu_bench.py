@@ -63,7 +63,7 @@ def test_the_raw_cuda_record_has_every_key_with_its_type(x):
     cu = raw["cuda"]
     assert all(isinstance(k, str) for k in cu)
     assert cu["device"] == 0 and cu["backend"] == "cupti"
-    assert cu["busy_warmup_s"] == pytest.approx(0.01)
+    assert cu["busy_warmup_s"] in (0.0, pytest.approx(0.01))   # 0: the GPU was warm already
     assert cu["cupti_dropped"] == 0 and cu["unroll"] == 1.0 and cu["arg_sets"] == 1
     assert cu["cupti_ticks_per_ns"] > 0
     assert set(cu["settle"]) == {"settled", "at_s", "sm_mhz", "max_s"}
