@@ -157,6 +157,11 @@ struct kb_backend {
      * the device still needs warming up (its clock has not settled), 0 when done, -1 with an
      * exception. `elapsed_s` is the warm-up's wall time so far. */
     int (*keep_warming)(kb_backend *b, double elapsed_s);
+    /* Set by the backend during warm-up (0 otherwise): the precision rule may not stop the
+     * sampling before this long. A power-capped GPU's speed swings with its controller over
+     * tens to hundreds of ms; samples inside one swing are correlated, so their CI is too
+     * narrow and a run stopped on it reports one phase of the swing. */
+    double min_sampling_s;
 };
 
 typedef struct {
@@ -196,9 +201,12 @@ typedef struct {
 #define KB_SETTLE_RULE_DEFAULT {.min_s = 0.2, .window_s = 0.2, .power_window_s = 0.1,         \
                                 .rel_tol = 0.015}
 
-/* 1 when the readings (t ascending, in seconds; mhz and power_w NaN for a failed read;
- * power_w may be NULL) have settled as of the last one, else 0; *median_last gets the last
- * window's median SM clock. `scratch` holds n doubles. Pure: no Python, no NVML. */
+enum { KB_UNSETTLED = 0, KB_SETTLED = 1, KB_SETTLED_UNDER_LIMIT = 2 };
+/* Whether the readings (t ascending, in seconds; mhz and power_w NaN for a failed read;
+ * power_w may be NULL) have settled as of the last one: KB_SETTLED (nothing limits the clock),
+ * KB_SETTLED_UNDER_LIMIT (a power/thermal limit holds it, at a steady median) or KB_UNSETTLED;
+ * *median_last gets the last window's median SM clock. `scratch` holds n doubles. Pure: no
+ * Python, no NVML. */
 int kb_clock_settled(const double *t, const double *mhz, const double *power_w,
                      const uint64_t *reasons, size_t n, const kb_settle_rule *rule,
                      double *scratch, double *median_last);

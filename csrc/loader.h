@@ -412,8 +412,8 @@ PyObject *kb_nvml_sampler_stop(PyObject *m, kb_nvml_sampler *s);
  * its times count from the mark (a warm-up sampled for kb_nvml_sampler_settled, then the timed
  * part). Without a mark stop reports everything. */
 void kb_nvml_sampler_mark(kb_nvml_sampler *s);
-/* kb_clock_settled over the samples so far (all of them, from the start): 1 or 0, and the last
- * window's median SM clock; -1 when scratch memory could not be had. No Python. */
+/* kb_clock_settled over the samples so far (all of them, from the start): its KB_* answer and
+ * the last window's median SM clock; -1 when scratch memory could not be had. No Python. */
 int kb_nvml_sampler_settled(kb_nvml_sampler *s, const kb_settle_rule *rule, double *median);
 /* Stop, join and free without Python (error paths). NULL is a no-op. */
 void kb_nvml_sampler_abort(kb_nvml_sampler *s);

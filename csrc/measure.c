@@ -266,7 +266,8 @@ int kb_loop_run(kb_backend *b, const kb_loop_config *cfg, kb_loop_result *res)
         res->n += k;
         double elapsed = kb_now_s() - t0;
 
-        if (res->n >= cfg->min_samples && res->n >= next_check) {
+        if (res->n >= cfg->min_samples && res->n >= next_check &&
+            elapsed >= b->min_sampling_s) {
             int fin = crit.is_finished(&crit, res->samples, res->n);
             if (fin < 0) {
                 PyErr_NoMemory();

@@ -298,6 +298,7 @@ static int cuda_run_batch(kb_backend *b, Py_ssize_t n, double *out, int warmup)
 
 /* The warm-up goes on until the SM clock has settled under the callable's own load (steady.c),
  * at most settle_max_s; without clock samples there is nothing to judge. */
+#define KB_LIMITED_MIN_SAMPLING_S 1.0
 static int cuda_keep_warming(kb_backend *b, double elapsed_s)
 {
     cuda_ctx *c = b->ctx;
@@ -312,12 +313,11 @@ static int cuda_keep_warming(kb_backend *b, double elapsed_s)
         c->settled = -1;
         return 0;
     }
-    if (settled) {
-        c->settled = 1;
-        return 0;
-    }
-    if (elapsed_s >= c->settle_max_s) {
-        c->settled = 0;
+    if (settled != KB_UNSETTLED || elapsed_s >= c->settle_max_s) {
+        c->settled = settled != KB_UNSETTLED;
+        /* Under a limit (or still moving), sample across several swings of its controller. */
+        if (settled != KB_SETTLED)
+            b->min_sampling_s = KB_LIMITED_MIN_SAMPLING_S;
         return 0;
     }
     return 1;
@@ -557,7 +557,7 @@ static PyObject *measure_cuda(PyObject *m, PyObject *args, PyObject *kw)
     PyObject *names = c.trace ? kb_cupti_names(c.trace) : Py_NewRef(Py_None);
     PyObject *cuda = Py_BuildValue(
         "{s:s,s:N,s:N,s:N,s:N,s:N,s:N,s:{s:O,s:n,s:n,s:n,s:n,s:d},s:n,s:n,s:d,s:K,s:O,s:d,s:d,"
-        "s:i,s:K,s:{s:O,s:d,s:d,s:d},s:{s:n,s:d,s:d}}",
+        "s:i,s:K,s:{s:O,s:d,s:d,s:d,s:d},s:{s:n,s:d,s:d}}",
         "backend", backend.name,
         "events_s", kb_array_copy(c.side.events_s, c.side.n, NPY_FLOAT64, sizeof(double)),
         "span_s", kb_array_copy(c.side.span_s, c.side.n, NPY_FLOAT64, sizeof(double)),
@@ -575,6 +575,7 @@ static PyObject *measure_cuda(PyObject *m, PyObject *args, PyObject *kw)
         (unsigned long long)(c.trace ? kb_cupti_dropped(c.trace) : 0),
         "settle", "settled", c.settled < 0 ? Py_None : c.settled ? Py_True : Py_False,
         "at_s", c.settled_at_s, "sm_mhz", c.settled_mhz, "max_s", c.settle_max_s,
+        "min_sampling_s", backend.min_sampling_s,
         "between_batches", "n", c.gaps, "total_s", c.gap_sum_s, "max_s", c.gap_max_s);
     if (kb_dict_set_steal(out, "cuda", cuda) < 0 ||
         kb_dict_set_steal(out, "backend", PyUnicode_FromString(backend.name)) < 0) {

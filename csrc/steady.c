@@ -65,13 +65,13 @@ int kb_clock_settled(const double *t, const double *mhz, const double *power_w,
     if ((seen & KB_CLOCK_LIMIT_REASONS) == 0) {
         double pw = rule->power_window_s;
         if (power_w == NULL || now - t[0] < 2 * pw)
-            return power_w == NULL;
+            return power_w == NULL ? KB_SETTLED : KB_UNSETTLED;
         double p1 = window_median(t, power_w, n, now - pw, now, scratch);
         double p0 = window_median(t, power_w, n, now - 2 * pw, now - pw, scratch);
         if (!isfinite(p1) || !isfinite(p0))
-            return 1;           /* power unreadable: the clock alone says settled */
+            return KB_SETTLED;  /* power unreadable: the clock alone says settled */
         double rise = 0.03 * p0 > 10.0 ? 0.03 * p0 : 10.0;
-        return p1 <= p0 + rise;
+        return p1 <= p0 + rise ? KB_SETTLED : KB_UNSETTLED;
     }
     /* Under a limit: only once it has held for a whole window, so the two windows compared are
      * not both from before it engaged. */
@@ -87,11 +87,13 @@ int kb_clock_settled(const double *t, const double *mhz, const double *power_w,
     if (!isfinite(before))
         return 0;
     double tol = rule->rel_tol * before;
-    return fabs(*median_last - before) <= (tol > CLOCK_STEP_MHZ ? tol : CLOCK_STEP_MHZ);
+    return fabs(*median_last - before) <= (tol > CLOCK_STEP_MHZ ? tol : CLOCK_STEP_MHZ)
+               ? KB_SETTLED_UNDER_LIMIT
+               : KB_UNSETTLED;
 }
 
 /* clock_settled_at(t_s, sm_mhz, reasons, power_w=None, *, min_s, window_s, power_window_s,
- *                  rel_tol) -> (index, median)
+ *                  rel_tol) -> (index, median, under_limit)
  * The first reading at which the rule, applied to the readings up to it, calls the clock
  * settled (-1 if none), and the last window's median there (or at the end). For tests and for
  * reading recorded traces. */
@@ -143,11 +145,12 @@ static PyObject *clock_settled_at(PyObject *m, PyObject *args, PyObject *kw)
     }
     Py_ssize_t at = -1;
     double med = NAN;
+    int how = KB_UNSETTLED;
     for (npy_intp i = 0; i < n && at < 0; i++)
-        if (kb_clock_settled(tv, PyArray_DATA(mhz), pw ? PyArray_DATA(pw) : NULL,
-                             PyArray_DATA(r), (size_t)i + 1, &rule, scratch, &med))
+        if ((how = kb_clock_settled(tv, PyArray_DATA(mhz), pw ? PyArray_DATA(pw) : NULL,
+                                    PyArray_DATA(r), (size_t)i + 1, &rule, scratch, &med)))
             at = (Py_ssize_t)i;
-    out = Py_BuildValue("(nd)", at, med);
+    out = Py_BuildValue("(ndO)", at, med, how == KB_SETTLED_UNDER_LIMIT ? Py_True : Py_False);
 done:
     free(scratch);
     Py_XDECREF(t);
@@ -161,8 +164,9 @@ static PyMethodDef steady_methods[] = {
     {"clock_settled_at", (PyCFunction)(void (*)(void))clock_settled_at,
      METH_VARARGS | METH_KEYWORDS,
      "clock_settled_at(t_s, sm_mhz, reasons, power_w=None, *, min_s=0.2, window_s=0.2, "
-     "power_window_s=0.1, rel_tol=0.015) -> (index, median_mhz)\n\nThe first reading at which kbench's warm-up would call the SM "
-     "clock settled (-1: never), and the median SM clock of the last window there."},
+     "power_window_s=0.1, rel_tol=0.015) -> (index, median_mhz, under_limit)\n\nThe first reading "
+     "at which kbench's warm-up would call the SM clock settled (-1: never), the median SM clock "
+     "of the last window there, and whether it settled under a power/thermal limit."},
     {NULL, NULL, 0, NULL},
 };
 

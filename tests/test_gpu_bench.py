@@ -45,6 +45,8 @@ def test_warm_up_waits_for_the_clock_and_the_clocks_cover_the_timed_part(x):
     assert 0.1 <= settle["at_s"] <= settle["max_s"] + 0.2
     assert settle["sm_mhz"] > 0
     clocks = r.extra["clocks"]
+    if settle["min_sampling_s"]:        # settled under a power cap: sampled across its swings
+        assert r.stop["sampling_s"] >= min(settle["min_sampling_s"], 0.5) * 0.99
     assert clocks["warmup_samples"] >= 1          # the warm-up's samples were dropped ...
     assert clocks["n"] >= 1                       # ... and the timed part's kept
     assert isinstance(r.extra["busy_warmup_s"], float) and r.extra["busy_warmup_s"] >= 0
@@ -66,7 +68,7 @@ def test_the_raw_cuda_record_has_every_key_with_its_type(x):
     assert cu["busy_warmup_s"] in (0.0, pytest.approx(0.01))   # 0: the GPU was warm already
     assert cu["cupti_dropped"] == 0 and cu["unroll"] == 1.0 and cu["arg_sets"] == 1
     assert cu["cupti_ticks_per_ns"] > 0
-    assert set(cu["settle"]) == {"settled", "at_s", "sm_mhz", "max_s"}
+    assert set(cu["settle"]) == {"settled", "at_s", "sm_mhz", "max_s", "min_sampling_s"}
     assert set(cu["between_batches"]) == {"n", "total_s", "max_s"}
     assert len(cu["events_s"]) == len(raw["samples"]) == len(cu["kernels_per_iter"])
 
