@@ -4,7 +4,7 @@
 #   scripts/valgrind_check.sh [valgrind|asan|all]      (default: all)
 #
 # valgrind: runs an exercise script (measure_host with flush/rotate/none, a raising callable,
-#   every stats function, criterion_check, compare on several dtypes and bit-pattern kinds, the
+#   every stats function, criterion_check, clock_settled_at, compare on several dtypes and bit-pattern kinds, the
 #   stream/FMA kernels, cpu_flush, the GPU loaders' failing paths) under memcheck with
 #   PYTHONMALLOC=malloc, using the in-place build of this tree (it builds nothing). The baseline
 #   is the same valgrind on `python -c "import numpy"`: its reports become a suppression file,
@@ -141,6 +141,18 @@ for n in (1, 2, 5, 6, 50, 1000, 5000):
         ok(_core.criterion_check, name, x, 0.01)
         ok(_core.criterion_check, name, x, 0.01, 0.9, 7)
 ok(_core.stop_rules)
+# -- the CUDA warm-up's settle rule (steady.c): every branch, and its argument errors
+t = np.arange(0.0, 1.5, 0.005)
+cap = np.full(t.size, 4, dtype=np.uint64)
+ok(_core.clock_settled_at, t, np.full(t.size, 1980.0), np.zeros(t.size, np.uint64))
+ok(_core.clock_settled_at, t, 1500 + 480 * np.exp(-t / 0.3), cap)
+ok(_core.clock_settled_at, t, np.full(t.size, 1980.0), np.zeros(t.size, np.uint64),
+   np.minimum(300 + 900 * t, 700.0))
+ok(_core.clock_settled_at, t, np.where(t % 0.1 < 0.05, np.nan, 1600.0), cap, np.full(t.size, np.nan))
+for args, kw in ((([0.0, 0.1], [1.0], [0, 0]), {}), (([0.0, 0.2, 0.1], [1.0] * 3, [0] * 3), {}),
+                 (([0.0], [1.0], [0]), {"window_s": 0.0}), (([], [], []), {}),
+                 (([0.0], ["x"], [0]), {}), (([0.0], [1.0], [0], [1.0, 2.0]), {})):
+    expect((TypeError, ValueError), _core.clock_settled_at, *args, **kw)
 for fn, args in ((_core.summarize, ([],)), (_core.summarize, ([1.0, float("nan")],)),
                  (_core.summarize, (["a"],)), (_core.summarize, ([1.0], 1.5)),
                  (_core.quantile, ([], 0.5)), (_core.quantile, ([1.0], 2.0)),
@@ -378,7 +390,8 @@ asan_in() {   # asan_in TMPDIR SANITIZE LIBASAN: copy, build and test there
   ( cd "$tmp" && unset KBENCH_LLC_BYTES && PYTHONMALLOC=malloc LD_PRELOAD=$libasan \
       ASAN_OPTIONS="detect_leaks=0:log_path=$OUT/asan_report" PYTHONPATH="$tmp" \
       "$PY" -m pytest -q -p no:cacheprovider tests/test_bench.py tests/test_stats.py \
-      tests/test_compare.py tests/test_cpu_kernels.py ) > "$OUT/asan_pytest.log" 2>&1
+      tests/test_compare.py tests/test_cpu_kernels.py tests/test_clock_settle.py ) \
+      > "$OUT/asan_pytest.log" 2>&1
   local rc=$?
   tail -5 "$OUT/asan_pytest.log"
   local reports
