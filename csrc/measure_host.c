@@ -17,6 +17,7 @@ typedef struct {
     kb_cold_mode cold;
     kb_cpu_flusher flusher;
     Py_ssize_t iteration;   /* iterations run so far, warm-up included (for error messages) */
+    PyObject *keep_warming; /* tests only: the loop's settle hook, from Python (borrowed) */
 } host_ctx;
 
 static int host_run_batch(kb_backend *b, Py_ssize_t n, double *out, int warmup)
@@ -47,6 +48,30 @@ static int host_run_batch(kb_backend *b, Py_ssize_t n, double *out, int warmup)
         out[i] = (double)(t1 - t0) * 1e-9;
     }
     return 0;
+}
+
+/* The loop's keep_warming hook, driven from Python so the settling path of measure.c (used by
+ * the CUDA backend's clock settling) is tested without a GPU: _keep_warming(elapsed_s) returns
+ * (keep_warming: bool, min_sampling_s: float); the minimum is applied when it says stop. */
+static int host_keep_warming(kb_backend *b, double elapsed_s)
+{
+    host_ctx *c = b->ctx;
+    PyObject *r = PyObject_CallFunction(c->keep_warming, "d", elapsed_s);
+    if (r == NULL)
+        return -1;
+    int more = -1;
+    double min_s = 0.0;
+    if (!PyTuple_Check(r)) {
+        PyErr_Format(PyExc_TypeError, "_keep_warming must return (bool, float), got %.100s",
+                     Py_TYPE(r)->tp_name);
+        more = -1;
+    }
+    else if (!PyArg_ParseTuple(r, "pd;_keep_warming must return (bool, float)", &more, &min_s))
+        more = -1;
+    Py_DECREF(r);
+    if (more == 0)
+        b->min_sampling_s = min_s;
+    return more;
 }
 
 /* measure_host(fn, arg_sets, kwargs=None, *, cold=None, flush_bytes=0, <loop config>) -> dict */
@@ -84,6 +109,16 @@ static PyObject *measure_host(PyObject *self, PyObject *args, PyObject *kw)
         if (PyDict_DelItemString(opts, "flush_bytes") < 0)
             goto error;
     }
+    PyObject *hook = PyDict_GetItemString(opts, "_keep_warming");
+    if (hook != NULL) {
+        if (!PyCallable_Check(hook)) {
+            PyErr_SetString(PyExc_TypeError, "_keep_warming must be callable");
+            goto error;
+        }
+        ctx.keep_warming = Py_NewRef(hook);     /* the dict entry goes next */
+        if (PyDict_DelItemString(opts, "_keep_warming") < 0)
+            goto error;
+    }
     if (kb_pop_cold_mode(opts, &ctx.cold) < 0 || kb_finish_options(opts, "measure_host", &cfg) < 0)
         goto error;
     if (ctx.cold == KB_COLD_ROTATE && PyTuple_GET_SIZE(arg_sets) < 2) {
@@ -101,7 +136,8 @@ static PyObject *measure_host(PyObject *self, PyObject *args, PyObject *kw)
     ctx.arg_sets = arg_sets;
     ctx.kwargs = kwargs == Py_None ? NULL : kwargs;
     ctx.n_sets = PyTuple_GET_SIZE(arg_sets);
-    kb_backend backend = {.name = "host", .ctx = &ctx, .run_batch = host_run_batch};
+    kb_backend backend = {.name = "host", .ctx = &ctx, .run_batch = host_run_batch,
+                          .keep_warming = ctx.keep_warming ? host_keep_warming : NULL};
     if (kb_loop_run(&backend, &cfg, &res) < 0)
         goto error;
 
@@ -121,6 +157,7 @@ static PyObject *measure_host(PyObject *self, PyObject *args, PyObject *kw)
 error:
     kb_loop_result_free(&res);
     kb_cpu_flusher_fini(&ctx.flusher);
+    Py_XDECREF(ctx.keep_warming);
     Py_XDECREF(opts);
     return out;
 }
