@@ -73,16 +73,21 @@ def test_the_raw_cuda_record_has_every_key_with_its_type(x):
     assert len(cu["events_s"]) == len(raw["samples"]) == len(cu["kernels_per_iter"])
 
 
-def test_gate_overlap_keeps_every_iteration_attributed(x):
-    # with gate_overlap a sub-batch is queued behind the running one and collected while the
-    # next runs: CUPTI records of the later sub-batch must survive the earlier one's collection
+@pytest.fixture
+def three_kernels(x):
+    """A callable that launches exactly three kernels."""
     y = torch.empty_like(x)
 
-    def three_kernels():
+    def fn():
         torch.mul(x, 2.0, out=y)
         y.add_(1.0)
         y.sqrt_()
+    return fn
 
+
+def test_gate_overlap_keeps_every_iteration_attributed(three_kernels):
+    # with gate_overlap a sub-batch is queued behind the running one and collected while the
+    # next runs: CUPTI records of the later sub-batch must survive the earlier one's collection
     r = kbench.bench(three_kernels, device="cuda", mode="cupti", cold_cache="flush",
                      gate_overlap=True, expected_launches=3, min_samples=200, **FAST)
     assert r.extra["gate"]["overlap"] is True
@@ -100,14 +105,7 @@ def test_gate_overlap_keeps_every_iteration_attributed(x):
     assert re.extra["gate"]["overlap"] is True and re.median > 0
 
 
-def test_cupti_attributes_kernels_to_iterations_and_excludes_the_flush(x):
-    y = torch.empty_like(x)
-
-    def three_kernels():
-        torch.mul(x, 2.0, out=y)
-        y.add_(1.0)
-        y.sqrt_()
-
+def test_cupti_attributes_kernels_to_iterations_and_excludes_the_flush(three_kernels):
     r = kbench.bench(three_kernels, device="cuda", mode="cupti", cold_cache="flush",
                      expected_launches=3, **FAST)
     assert r.extra["kernels_per_call"] == {"min": 3.0, "max": 3.0}
