@@ -92,10 +92,8 @@ int kb_cupti_begin(PyObject *m, int allow_foreign_subscriber, kb_cupti_trace **o
 int kb_cupti_push(PyObject *m, kb_cupti_trace *t, uint64_t id);
 int kb_cupti_pop(PyObject *m, kb_cupti_trace *t);
 void kb_cupti_pop_quiet(kb_cupti_trace *t);     /* error paths: pop, ignore the result */
-/* Flush CUPTI's buffers (once those iterations have completed) and fill acts[i] for ids
- * first_id .. first_id + n - 1. Activity without an id (the L2 flush) and of earlier ids is
- * dropped; records of later ids (a sub-batch still running behind this one) are kept for their
- * own collection. */
+/* Flush CUPTI's buffers (after the stream has been synchronized) and fill acts[i] for ids
+ * first_id .. first_id + n - 1. Activity without an id (the L2 flush) is ignored. */
 int kb_cupti_collect(PyObject *m, kb_cupti_trace *t, uint64_t first_id, Py_ssize_t n,
                      kb_iter_activity *acts, int record_names);
 /* Per activity name, over the batches collected with record_names:
