@@ -25,9 +25,6 @@ back to back, as behind kbench's gate).
 The host-side launch cost of the callable is timed before the profile, after it and after
 kbench (benchmarks/gpu_launch_residue.py is the careful, clean-process version of that check).
 kbench mode=cupti is compared with the regime it runs in: gated -> queued, gate=False -> host.
-A third kbench run after the profile uses gate_overlap=True (the next sub-batch queued behind the
-running one): gated runs left a power-capped GEMM 89-91% busy and 3.8% fast (6a39fa8), and this
-says whether keeping the GPU busy between sub-batches closes that.
 
     python benchmarks/gpu_agreement.py --out benchmarks/results/h200_agreement.json \
         --md benchmarks/results/h200_agreement.md
@@ -201,9 +198,9 @@ def run_case(name: str, quick: bool) -> dict:
     # can follow) and once after (Kineto has configured CUPTI). The verdict uses their mean,
     # which cancels a linear drift of the GPU's clock state; the two say whether the
     # profiler's presence itself moves kbench's figure.
-    def kb(label, gate, overlap=False):
+    def kb(label, gate):
         r = kbench.bench(fn, device="cuda", mode="cupti", cold_cache=None, max_time_s=mt,
-                         gate=gate, gate_overlap=overlap)
+                         gate=gate)
         clocks = r.extra.get("clocks", {})
         return r, {"median_s": r.median, "ci": [r.stats["ci_low"], r.stats["ci_high"]],
                    "clocks": clocks.get("summary"), "sm_mhz_median": clocks.get("sm_mhz_median"),
@@ -230,11 +227,7 @@ def run_case(name: str, quick: bool) -> dict:
 
     rc, k2 = kb("gated, after the profile", True)
     ru, k2u = kb("gate=False, after the profile", False)
-    # gated with gate_overlap: the next sub-batch queued behind the running one
-    _, k2o = kb("gated with overlap, after the profile", True, True)
     rec["kbench_runs"] = [k1, k1u, k2, k2u]
-    rec["kbench_overlap"] = k2o
-    rec["kbench_overlap_agrees"] = None      # set with the other verdicts below
     rec["kbench_cupti_s"] = 0.5 * (k1["median_s"] + k2["median_s"])
     rec["kbench_cupti_ungated_s"] = 0.5 * (k1u["median_s"] + k2u["median_s"])
     rec["kbench_cupti_ci"] = k2["ci"]
@@ -279,7 +272,6 @@ def run_case(name: str, quick: bool) -> dict:
     truth = rec["profiler_queued_s"]
     rec["cupti_agrees"] = close(rec["kbench_cupti_s"], truth)
     rec["cupti_ungated_agrees"] = close(rec["kbench_cupti_ungated_s"], rec["profiler_host_s"])
-    rec["kbench_overlap_agrees"] = close(k2o["median_s"], truth)
     long_ = truth >= 50e-6
     rec["events_ok"] = (abs(re_.median - truth) <= 0.05 * truth) if long_ else \
         re_.median >= truth
@@ -337,14 +329,6 @@ def settled(k: dict) -> str:
     return f"{word}{st['at_s']:.2f} ({st['sm_mhz']:.0f})"
 
 
-def overlap_cell(r: dict) -> str:
-    k = r.get("kbench_overlap")
-    if not k:
-        return "-"
-    return (f"{us(k['median_s'])} ({pct(k.get('timed_fraction'))}; "
-            f"{yes(r.get('kbench_overlap_agrees'))})")
-
-
 def gaps(k: dict) -> str:
     bb = k.get("between_batches") or {}
     return f"{bb['mean_s'] * 1e6:.0f} ({bb['n']})" if bb.get("n") else "-"
@@ -383,12 +367,11 @@ def markdown(out: dict) -> str:
     lines += ["", "kbench around the profile (gated | gate=False, us; SM MHz; how CUPTI was left):",
               "", "| case | before profile | after profile | prof queued / host "
               "| SM before / after | GPU timed fraction before / after "
-              "| gated with gate_overlap, after (busy; ok vs queued) "
               "| warm-up: clock settled at s (SM MHz), before / after "
               "| GPU between batches, mean us (batches), before / after "
               "| CUPTI after the first run | histograms (ns: count), "
               "kbench before / profile queued / kbench after |",
-              "|---|---|---|---|---|---|---|---|---|---|---|"]
+              "|---|---|---|---|---|---|---|---|---|---|"]
     for r in out["cases"]:
         runs = r.get("kbench_runs")
         if not runs:
@@ -401,7 +384,6 @@ def markdown(out: dict) -> str:
                      f"| {us(r['profiler_queued_s'])} / {us(r['profiler_host_s'])} "
                      f"| {k1['sm_mhz_median']} / {k2['sm_mhz_median']} "
                      f"| {pct(k1.get('timed_fraction'))} / {pct(k2.get('timed_fraction'))} "
-                     f"| {overlap_cell(r)} "
                      f"| {settled(k1)} / {settled(k2)} | {gaps(k1)} / {gaps(k2)} "
                      f"| {k1['cupti_detach']} "
                      f"| {hists} |")

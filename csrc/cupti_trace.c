@@ -421,23 +421,11 @@ int kb_cupti_collect(PyObject *m, kb_cupti_trace *t, uint64_t first_id, Py_ssize
                 ns->max_ns = d;
         }
     }
-    /* Keep what belongs to later iterations (with gate_overlap a sub-batch queued behind this
-     * one may have finished some work already); drop the rest: this batch's, the flush's. */
+    /* Everything queued so far has completed and been read: start the next batch empty. */
     t->last_acts = t->n_acts;
     t->last_ext = t->n_ext;
-    uint64_t end_id = first_id + (uint64_t)n;
-    size_t kept = 0;
-    for (size_t i = 0; i < t->n_acts; i++) {
-        const ext_map *e = find_ext(t->ext, t->n_ext, t->acts[i].corr);
-        if (e != NULL && e->ext >= end_id)
-            t->acts[kept++] = t->acts[i];
-    }
-    t->n_acts = kept;
-    kept = 0;
-    for (size_t i = 0; i < t->n_ext; i++)      /* stays sorted by corr */
-        if (t->ext[i].ext >= end_id)
-            t->ext[kept++] = t->ext[i];
-    t->n_ext = kept;
+    t->n_acts = 0;
+    t->n_ext = 0;
     t->oom = 0;
     pthread_mutex_unlock(&t->mu);
     if (oom) {

@@ -10,10 +10,6 @@
  * through its external correlation id; the flush has no id and is excluded; the events are
  * recorded too, for comparison. A CudaGraph given as fn is launched directly from C, and
  * `unroll` divides each sample by the number of calls captured in one launch.
- *
- * A batch runs as sub-batches of at most gate_cap iterations, each behind its own gate, with an
- * end marker event after it. By default each is waited for before the next is queued, so the
- * GPU idles while the host queues; gate_overlap keeps the next one queued behind it.
  */
 #include "cuda_backend.h"
 #include "kb_numpy.h"
@@ -58,13 +54,12 @@ typedef struct {
     Py_ssize_t gate_fired_kept;     /* of those, kept because the cap was already 1 */
     kb_l2_flusher flusher;
     kb_cupti_trace *trace;
-    int n_banks;                    /* sub-batches in flight at once: 2 with gate_overlap */
-    CUevent *ev;                    /* n_banks * 2 * gate_cap events, then N_MARKERS markers */
+    CUevent *ev;                    /* 2 * gate_cap events, then 2 batch-end markers */
     Py_ssize_t n_ev;
-    Py_ssize_t queued_seq;          /* sub-batches queued so far: picks the end marker */
+    Py_ssize_t sub_batches;         /* queued so far: its parity picks the batch-end marker */
     double gap_sum_s, gap_max_s;    /* GPU time from a batch's end to the next one's first */
     Py_ssize_t gaps;                /* event (timed batches): the host's turnaround */
-    kb_iter_activity *acts;         /* n_banks * gate_cap */
+    kb_iter_activity *acts;         /* gate_cap */
     uint64_t next_id;               /* external correlation id of the next iteration */
     side_arrays side;
     kb_nvml_sampler *sampler;       /* from the callable's warm-up on; marked at the timed part */
@@ -131,53 +126,24 @@ static int launch_once(cuda_ctx *c, int warmup)
     return 0;
 }
 
-/* One sub-batch: queued behind its own gate, then collected. With gate_overlap the next one is
- * queued (behind its own gate, opened at once) before this one is waited for, so the GPU runs
- * it as soon as this one ends and the host collects this one meanwhile: a power-capped kernel
- * then sees no idle GPU between sub-batches, as under continuous load. */
-typedef struct {
-    Py_ssize_t n;
-    int bank;               /* which half of the events and activity arrays it uses */
-    uint64_t first_id;      /* external correlation id of its first iteration */
-    Py_ssize_t seq;         /* queue order: picks its end marker */
-    int fired;              /* the watchdog opened its gate */
-    int discarded;          /* fired with gate_cap > 1: samples dropped, re-queued smaller */
-} sub_batch;
-
-/* A sub-batch's end marker is read when the one after it is collected, by which time a third
- * may be queued: three markers never alias. */
-#define N_MARKERS 3
-
-static CUevent *bank_events(cuda_ctx *c, int bank)
-{
-    return c->ev + (Py_ssize_t)bank * 2 * c->gate_cap_initial;
-}
-
-static CUevent end_marker(cuda_ctx *c, Py_ssize_t seq)
-{
-    return c->ev[(Py_ssize_t)c->n_banks * 2 * c->gate_cap_initial + seq % N_MARKERS];
-}
-
-/* Queue sb->n iterations behind a gate and open it. On failure the gate is opened and the stream
- * drained (everything of ours, earlier sub-batches too, has run) and -1 returned. */
-static int queue_sub_batch(cuda_ctx *c, sub_batch *sb, int warmup)
+/* Queue and run one gated sub-batch of n <= gate_cap iterations; out[i] gets sample i.
+ * *fired is set when the watchdog had to open the gate. */
+static int run_sub_batch(cuda_ctx *c, Py_ssize_t n, double *out, int warmup, int *fired)
 {
     const kb_cuda_api *cu = c->cu;
     PyObject *m = c->m;
-    CUevent *ev = bank_events(c, sb->bank);
     int failed = 0;
-    sb->first_id = c->next_id;
-    sb->seq = c->queued_seq++;
-    sb->fired = sb->discarded = 0;
+    uint64_t first_id = c->next_id;
+    *fired = 0;
 
     if (c->use_gate && kb_gate_close(m, cu, &c->gate, c->stream) < 0)
         return -1;
-    for (Py_ssize_t i = 0; i < sb->n && !failed; i++) {
+    for (Py_ssize_t i = 0; i < n && !failed; i++) {
         if (c->cold == KB_COLD_FLUSH && kb_l2_flush(m, cu, &c->flusher, c->stream) < 0) {
             failed = 1;
             break;
         }
-        if (KB_CU(m, cu->cuEventRecord(ev[2 * i], c->stream)) < 0) {
+        if (KB_CU(m, cu->cuEventRecord(c->ev[2 * i], c->stream)) < 0) {
             failed = 1;
             break;
         }
@@ -196,75 +162,57 @@ static int queue_sub_batch(cuda_ctx *c, sub_batch *sb, int warmup)
         }
         c->next_id++;
         c->iteration++;
-        if (rc < 0 || KB_CU(m, cu->cuEventRecord(ev[2 * i + 1], c->stream)) < 0)
+        if (rc < 0 || KB_CU(m, cu->cuEventRecord(c->ev[2 * i + 1], c->stream)) < 0)
             failed = 1;
     }
-    /* A marker after the sub-batch: the next one's first event, minus this, is the time the GPU
+    /* A marker after the batch: the next batch's first event, minus this, is the time the GPU
      * spent between the two (the host collecting, deciding and queueing). */
-    if (!failed && KB_CU(m, cu->cuEventRecord(end_marker(c, sb->seq), c->stream)) < 0)
+    CUevent marker = c->ev[2 * c->gate_cap_initial + (c->sub_batches & 1)];
+    if (!failed && KB_CU(m, cu->cuEventRecord(marker, c->stream)) < 0)
         failed = 1;
+    /* Whatever happened, open the gate and drain the stream before returning, so the stream
+     * is left usable and nothing of ours is still queued. */
     if (c->use_gate)
-        sb->fired = kb_gate_open(&c->gate);
-    if (!failed)
-        return 0;
-    /* Whatever happened, the gate is open; drain the stream so it is left usable and nothing of
-     * ours is still queued. */
+        *fired = kb_gate_open(&c->gate);
     kb_deferred d = KB_DEFERRED_INIT;
     Py_BEGIN_ALLOW_THREADS
     KB_DEFER(&d, cu->cuStreamSynchronize(c->stream));
     Py_END_ALLOW_THREADS
-    if (d.code != 0) {
-        /* The callable failed and the stream did too: keep the first, mention the second. */
-        const char *name = NULL;
-        cu->cuGetErrorName((CUresult)d.code, &name);
-        kb_add_exception_note("cuStreamSynchronize afterwards returned %s",
-                              name ? name : "an error");
+    if (failed) {
+        if (d.code != 0) {
+            /* The callable failed and the stream did too: keep the first, mention the second. */
+            const char *name = NULL;
+            cu->cuGetErrorName((CUresult)d.code, &name);
+            kb_add_exception_note("cuStreamSynchronize afterwards returned %s",
+                                  name ? name : "an error");
+        }
+        return -1;
     }
-    return -1;
-}
-
-/* Wait for a queued sub-batch and collect it: out[i] gets sample i. */
-static int finish_sub_batch(cuda_ctx *c, sub_batch *sb, double *out, int warmup)
-{
-    const kb_cuda_api *cu = c->cu;
-    PyObject *m = c->m;
-    CUevent *ev = bank_events(c, sb->bank);
-    kb_iter_activity *acts = c->acts + (Py_ssize_t)sb->bank * c->gate_cap_initial;
-    Py_ssize_t n = sb->n;
-
-    /* Alone in flight, drain the stream (as before overlap existed); with another sub-batch
-     * queued behind it, wait for this one's end marker only. */
-    kb_deferred d = KB_DEFERRED_INIT;
-    Py_BEGIN_ALLOW_THREADS
-    if (c->n_banks > 1)
-        KB_DEFER(&d, cu->cuEventSynchronize(end_marker(c, sb->seq)));
-    else
-        KB_DEFER(&d, cu->cuStreamSynchronize(c->stream));
-    Py_END_ALLOW_THREADS
     if (KB_CU_RAISE(m, &d) < 0)
         return -1;
 
     for (Py_ssize_t i = 0; i < n; i++) {
         float ms = 0.f;
-        if (KB_CU(m, cu->cuEventElapsedTime(&ms, ev[2 * i], ev[2 * i + 1])) < 0)
+        if (KB_CU(m, cu->cuEventElapsedTime(&ms, c->ev[2 * i], c->ev[2 * i + 1])) < 0)
             return -1;
         out[i] = (double)ms * 1e-3 / c->unroll;
     }
-    if (!warmup && sb->seq > 0) {
+    if (!warmup && c->sub_batches > 0) {
         float ms = 0.f;
-        if (KB_CU(m, cu->cuEventElapsedTime(&ms, end_marker(c, sb->seq - 1), ev[0])) < 0)
+        CUevent prev = c->ev[2 * c->gate_cap_initial + ((c->sub_batches - 1) & 1)];
+        if (KB_CU(m, cu->cuEventElapsedTime(&ms, prev, c->ev[0])) < 0)
             return -1;
         c->gap_sum_s += (double)ms * 1e-3;
         if ((double)ms * 1e-3 > c->gap_max_s)
             c->gap_max_s = (double)ms * 1e-3;
         c->gaps++;
     }
-    sb->discarded = sb->fired && c->gate_cap > 1;
+    c->sub_batches++;
     if (c->trace) {
-        if (kb_cupti_collect(m, c->trace, sb->first_id, n, acts, !warmup && !sb->fired) < 0)
+        if (kb_cupti_collect(m, c->trace, first_id, n, c->acts, !warmup && !*fired) < 0)
             return -1;
     }
-    if (warmup || sb->discarded)
+    if (warmup || (*fired && c->gate_cap > 1))
         return 0;   /* not kept: no bookkeeping */
 
     if (side_reserve(&c->side, c->side.n + n) < 0)
@@ -273,7 +221,7 @@ static int finish_sub_batch(cuda_ctx *c, sub_batch *sb, double *out, int warmup)
         Py_ssize_t k = c->side.n + i;
         c->side.events_s[k] = out[i];
         if (c->trace) {
-            const kb_iter_activity *a = &acts[i];
+            const kb_iter_activity *a = &c->acts[i];
             c->side.kernels[k] = a->kernels;
             c->side.copies[k] = a->memcpys + a->memsets;
             c->side.span_s[k] = a->last_end > a->first_start && a->first_start != UINT64_MAX
@@ -302,39 +250,18 @@ static int cuda_run_batch(kb_backend *b, Py_ssize_t n, double *out, int warmup)
         kb_nvml_sampler_mark(c->sampler);
         c->sampler_marked = 1;
     }
-    /* With overlap, a batch is split in about four so the sub-batches can follow each other. */
-    Py_ssize_t split = c->n_banks > 1 ? (n + 3) / 4 : n;
-    sub_batch pending[2];
-    int n_pending = 0, next_bank = 0;
-    Py_ssize_t filled = 0, queued = 0;
-    while (filled < n) {
-        while (queued < n && n_pending < c->n_banks) {
-            Py_ssize_t k = n - queued;
-            if (k > c->gate_cap)
-                k = c->gate_cap;
-            if (k > split)
-                k = split;
-            sub_batch *sb = &pending[n_pending];
-            sb->n = k;
-            sb->bank = next_bank;
-            next_bank = (next_bank + 1) % c->n_banks;
-            if (queue_sub_batch(c, sb, warmup) < 0)
-                return -1;
-            n_pending++;
-            queued += k;
-        }
-        sub_batch sb = pending[0];
-        pending[0] = pending[1];
-        n_pending--;
-        if (finish_sub_batch(c, &sb, out + filled, warmup) < 0)
+    Py_ssize_t done = 0;
+    while (done < n) {
+        Py_ssize_t k = n - done < c->gate_cap ? n - done : c->gate_cap;
+        int fired = 0;
+        if (run_sub_batch(c, k, out + done, warmup, &fired) < 0)
             return -1;
-        if (sb.fired) {
+        if (fired) {
             c->gate_fired++;
-            if (sb.discarded) {
-                /* The host could not queue it before the watchdog: the samples may contain
-                 * launch gaps. Drop them and queue less at a time. */
+            if (c->gate_cap > 1) {
+                /* The host could not queue k iterations before the watchdog: the samples may
+                 * contain launch gaps. Drop them and queue less at a time. */
                 c->gate_cap = c->gate_cap / 2 > 0 ? c->gate_cap / 2 : 1;
-                queued -= sb.n;
                 continue;
             }
             c->gate_fired_kept++;
@@ -351,7 +278,7 @@ static int cuda_run_batch(kb_backend *b, Py_ssize_t n, double *out, int warmup)
                 return -1;
             }
         }
-        filled += sb.n;
+        done += k;
     }
     if (!warmup && c->trace && c->empty_iterations > 0) {
         kb_state *st = kb_get_state(c->m);
@@ -404,8 +331,7 @@ static int pop_opt(PyObject *opts, const char *key, PyObject **out)
 }
 
 /* measure_cuda(fn, arg_sets, kwargs=None, *, stream, device=0, mode='events', cold=None,
- *              flush_bytes=0, unroll=1, gate=True, gate_overlap=False, gate_batch=32,
- *              gate_timeout_s=1.0,
+ *              flush_bytes=0, unroll=1, gate=True, gate_batch=32, gate_timeout_s=1.0,
  *              busy_warmup_s=None, cupti_allow_foreign=False, sample_clocks=True,
  *              clock_period_s=0.005, settle_max_s=3.0, <loop config>) -> dict */
 static PyObject *measure_cuda(PyObject *m, PyObject *args, PyObject *kw)
@@ -444,7 +370,7 @@ static PyObject *measure_cuda(PyObject *m, PyObject *args, PyObject *kw)
     unsigned long long stream_handle = 0;
     Py_ssize_t flush_bytes = 0, gate_batch = 32;
     double gate_timeout = 1.0, busy_warmup = -1.0, unroll = 1.0;
-    int use_gate = 1, gate_overlap = 0, allow_foreign = 0, sample_clocks = 1;
+    int use_gate = 1, allow_foreign = 0, sample_clocks = 1;
     c.clock_period_s = 0.005;
     c.settle_max_s = 3.0;
     c.settled = -1;
@@ -496,7 +422,6 @@ static PyObject *measure_cuda(PyObject *m, PyObject *args, PyObject *kw)
     FLOAT_OPT("clock_period_s", c.clock_period_s);
     FLOAT_OPT("settle_max_s", c.settle_max_s);
     BOOL_OPT("gate", use_gate);
-    BOOL_OPT("gate_overlap", gate_overlap);
     BOOL_OPT("cupti_allow_foreign", allow_foreign);
     BOOL_OPT("sample_clocks", sample_clocks);
 #undef INT_OPT
@@ -562,10 +487,9 @@ static PyObject *measure_cuda(PyObject *m, PyObject *args, PyObject *kw)
     if (kb_l2_persisting_reset(m, c.cu, &persisting_limit) < 0)
         goto error;
     c.gate_cap = c.gate_cap_initial = gate_batch < cfg.batch_max ? gate_batch : cfg.batch_max;
-    c.n_banks = gate_overlap && use_gate ? 2 : 1;
-    c.n_ev = (Py_ssize_t)c.n_banks * 2 * c.gate_cap + N_MARKERS;
+    c.n_ev = 2 * c.gate_cap + 2;
     c.ev = calloc((size_t)c.n_ev, sizeof(CUevent));
-    c.acts = calloc((size_t)c.n_banks * (size_t)c.gate_cap, sizeof(kb_iter_activity));
+    c.acts = calloc((size_t)c.gate_cap, sizeof(kb_iter_activity));
     if (c.ev == NULL || c.acts == NULL) {
         PyErr_NoMemory();
         goto error;
@@ -632,7 +556,7 @@ static PyObject *measure_cuda(PyObject *m, PyObject *args, PyObject *kw)
         Py_INCREF(clocks);
     PyObject *names = c.trace ? kb_cupti_names(c.trace) : Py_NewRef(Py_None);
     PyObject *cuda = Py_BuildValue(
-        "{s:s,s:N,s:N,s:N,s:N,s:N,s:N,s:{s:O,s:O,s:n,s:n,s:n,s:n,s:d},s:n,s:n,s:d,s:K,s:O,s:d,s:d,"
+        "{s:s,s:N,s:N,s:N,s:N,s:N,s:N,s:{s:O,s:n,s:n,s:n,s:n,s:d},s:n,s:n,s:d,s:K,s:O,s:d,s:d,"
         "s:i,s:K,s:{s:O,s:d,s:d,s:d,s:d},s:{s:n,s:d,s:d}}",
         "backend", backend.name,
         "events_s", kb_array_copy(c.side.events_s, c.side.n, NPY_FLOAT64, sizeof(double)),
@@ -640,8 +564,7 @@ static PyObject *measure_cuda(PyObject *m, PyObject *args, PyObject *kw)
         "kernels_per_iter", kb_array_copy(c.side.kernels, c.side.n, NPY_UINT32, sizeof(uint32_t)),
         "copies_per_iter", kb_array_copy(c.side.copies, c.side.n, NPY_UINT32, sizeof(uint32_t)),
         "names", names, "clocks", clocks,
-        "gate", "enabled", c.use_gate ? Py_True : Py_False, "overlap",
-        c.n_banks > 1 ? Py_True : Py_False, "batch", c.gate_cap_initial,
+        "gate", "enabled", c.use_gate ? Py_True : Py_False, "batch", c.gate_cap_initial,
         "batch_final", c.gate_cap, "watchdog_fired", c.gate_fired, "fired_kept",
         c.gate_fired_kept, "timeout_s", gate_timeout,
         "flush_bytes", (Py_ssize_t)c.flusher.bytes, "arg_sets", c.n_sets,
@@ -705,8 +628,7 @@ error:
 static PyMethodDef cuda_methods[] = {
     {"measure_cuda", (PyCFunction)(void (*)(void))measure_cuda, METH_VARARGS | METH_KEYWORDS,
      "measure_cuda(fn, arg_sets, kwargs=None, *, stream, device=0, mode='events'|'cupti', "
-     "cold=None|'flush'|'rotate', flush_bytes=0, unroll=1, gate=True, gate_overlap=False, "
-     "gate_batch=32, "
+     "cold=None|'flush'|'rotate', flush_bytes=0, unroll=1, gate=True, gate_batch=32, "
      "gate_timeout_s=1.0, busy_warmup_s=None, cupti_allow_foreign=False, sample_clocks=True, "
      "clock_period_s=0.005, settle_max_s=3.0, <loop config>) -> dict\n\n"
      "Time fn(*arg_sets[i % len]) (or launches of a CudaGraph fn) on a CUDA stream."},

@@ -293,7 +293,7 @@ def _resolve_mode(mode: Optional[str], warn: List[str]) -> Tuple[str, bool]:
 def run(fn: Callable[..., Any], sets: List[Tuple[Any, ...]], kwargs: Dict[str, Any], *,
         cold_cache: Optional[str], flush_bytes: Optional[int], mode: Optional[str],
         device: str, loop: Dict[str, Any], check: Any = None, rtol=None, atol=None,
-        stream: Any = None, gate: bool = True, gate_overlap: bool = False, gate_batch: int = 32,
+        stream: Any = None, gate: bool = True, gate_batch: int = 32,
         gate_timeout_s: float = 1.0, unroll: Optional[int] = None,
         expected_launches: Optional[int] = None, floor: bool = True,
         sample_clocks: bool = True, rotate_margin: float = 2.0, compute_peak: str = "fp32",
@@ -324,8 +324,7 @@ def run(fn: Callable[..., Any], sets: List[Tuple[Any, ...]], kwargs: Dict[str, A
         cold["arg_sets"] = len(sets)
 
     timer = mode if mode != "graph" else ("cupti" if cupti_ok else "events")
-    common = dict(stream=s, device=ordinal, gate=gate, gate_overlap=gate_overlap,
-                  gate_batch=gate_batch,
+    common = dict(stream=s, device=ordinal, gate=gate, gate_batch=gate_batch,
                   gate_timeout_s=gate_timeout_s, sample_clocks=sample_clocks,
                   settle_max_s=settle_max_s,
                   cupti_allow_foreign=True, flush_bytes=int(flush_bytes or 0))
