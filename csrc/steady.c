@@ -4,8 +4,8 @@
  * its controller trims the SM clock over hundreds of milliseconds. A kernel timed inside that
  * transient (after kbench's clock-ramp kernel, FMA chains drawing far less power than a
  * tensor-core GEMM, or after an idle gap) runs faster than it will under continuous load: on
- * the H200 a bf16 8192^3 GEMM read 1405 us after the ramp and 1580 us back to back. So the warm-up goes on with the measured callable
- * until, judged at the latest reading:
+ * the H200 a bf16 8192^3 GEMM read 1405 us after the ramp and 1580 us back to back. So the
+ * warm-up goes on with the measured callable until, judged at the latest reading:
  *   - no limit reason (power cap, thermal or hardware slowdown) was set during the last window
  *     and the board power is not rising (the median of the last power window is at most 3% or
  *     10 W above the one before): nothing holds the clock back and nothing is about to. NVML's

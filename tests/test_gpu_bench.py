@@ -73,19 +73,14 @@ def test_the_raw_cuda_record_has_every_key_with_its_type(x):
     assert len(cu["events_s"]) == len(raw["samples"]) == len(cu["kernels_per_iter"])
 
 
-@pytest.fixture
-def three_kernels(x):
-    """A callable that launches exactly three kernels."""
+def test_cupti_attributes_kernels_to_iterations_and_excludes_the_flush(x):
     y = torch.empty_like(x)
 
-    def fn():
+    def three_kernels():
         torch.mul(x, 2.0, out=y)
         y.add_(1.0)
         y.sqrt_()
-    return fn
 
-
-def test_cupti_attributes_kernels_to_iterations_and_excludes_the_flush(three_kernels):
     r = kbench.bench(three_kernels, device="cuda", mode="cupti", cold_cache="flush",
                      expected_launches=3, **FAST)
     assert r.extra["kernels_per_call"] == {"min": 3.0, "max": 3.0}
