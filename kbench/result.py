@@ -13,6 +13,31 @@ from ._format import dump_json, fmt_bytes, fmt_pct, fmt_rate, fmt_time, html_tab
 SCHEMA = "kbench.result/1"
 
 
+def _settle_text(settle: Optional[Dict[str, Any]]) -> str:
+    """The CUDA warm-up's clock settle point, in words ('' when not judged)."""
+    if not settle or settle.get("settled") is None:
+        return ""
+    at, mhz = settle.get("at_s"), settle.get("sm_mhz")
+    where = f"{at:.2f} s of warm-up" if at is not None else "the warm-up"
+    clock = f" (SM {mhz:.0f} MHz)" if mhz is not None else ""
+    held = (f"; sampling held to >= {settle['min_sampling_s']:g} s (clock limited or moving)"
+            if settle.get("min_sampling_s") else "")
+    if settle["settled"]:
+        return f"settled after {where}{clock}{held}"
+    return f"NOT settled after {where}{clock}, gave up at settle_max_s={settle.get('max_s')}{held}"
+
+
+def _duty_text(fraction: Optional[float], between: Optional[Dict[str, Any]]) -> str:
+    """How busy the GPU was while sampling ('' when unknown)."""
+    parts = []
+    if fraction is not None:
+        parts.append(f"{fraction:.0%} of the sampling time in timed iterations")
+    if between and between.get("n"):
+        parts.append(f"{fmt_time(between['total_s'] / between['n'])} between batches "
+                     f"(mean of {between['n']}, max {fmt_time(between['max_s'])})")
+    return "; ".join(parts)
+
+
 @dataclass
 class Result:
     """One benchmark: per-call times in seconds and everything needed to trust and reproduce them.
@@ -124,6 +149,12 @@ class Result:
         clocks = self.extra.get("clocks")
         if clocks and clocks.get("summary"):
             rows.append(["Clocks live", clocks["summary"]])
+        settle = _settle_text(self.extra.get("clock_settle"))
+        if settle:
+            rows.append(["Clock settle", settle])
+        duty = _duty_text(self.extra.get("gpu_timed_fraction"), self.extra.get("between_batches"))
+        if duty:
+            rows.append(["GPU busy", duty])
         cc = self.cold_cache
         mode = cc.get("mode", "none")
         detail = {"flush": f"flush {fmt_bytes(cc.get('flush_bytes'))} before each sample",

@@ -36,7 +36,7 @@ def test_clock_summary_flags_a_power_cap_and_a_fall():
     assert cuda._clock_summary(None, info)["steady"] is None
 
 
-def _fake_run(monkeypatch, events_s, sampling_s, reasons):
+def _fake_run(monkeypatch, events_s, sampling_s, reasons, settle=None, between=None):
     """cuda.run over a canned measure_cuda result: the Python side of the backend, no GPU."""
     import numpy as np
 
@@ -53,6 +53,10 @@ def _fake_run(monkeypatch, events_s, sampling_s, reasons):
                     "persisting_l2_limit_bytes": 0, "cupti_foreign_subscriber": False,
                     "busy_warmup_s": 1.0, "device": 0, "cupti_dropped": 0,
                     "cupti_ticks_per_ns": 1.0, "cupti_detach": "detached"}}
+    if settle is not None:
+        raw["cuda"]["settle"] = settle
+    if between is not None:
+        raw["cuda"]["between_batches"] = between
 
     class FakeCore:
         measure_cuda = staticmethod(lambda *a, **k: raw)
@@ -86,3 +90,41 @@ def test_busy_or_uncapped_runs_do_not_warn_about_idle(monkeypatch):
     # idle but never power capped: the clock did not depend on the idle, nothing to say
     uncapped = _fake_run(monkeypatch, [1e-3] * 50, 0.1, [0] * 20)
     assert not any(IDLE_WARNING in w for w in uncapped["warnings"])
+
+
+NAN = float("nan")
+
+
+def test_a_warm_up_that_never_settled_warns_and_says_so_in_the_table(monkeypatch):
+    import numpy as np
+
+    from kbench import _core
+    from kbench.result import Result
+    settle = {"settled": False, "at_s": 3.02, "sm_mhz": 1530.0, "max_s": 3.0,
+              "min_sampling_s": 1.0}
+    between = {"n": 4, "total_s": 8e-3, "max_s": 3e-3}
+    extra = _fake_run(monkeypatch, [1e-3] * 50, 0.1, [4] * 20, settle, between)
+    assert any("had not settled after 3.0 s" in w and "1530 MHz" in w for w in extra["warnings"])
+    assert extra["between_batches"]["mean_s"] == pytest.approx(2e-3)
+    samples = np.full(50, 1e-3)
+    r = Result(name="gemm", device="cuda:0", backend="cupti", samples=samples,
+               stats=_core.summarize(samples, 0.95), stop={"stop": "precision"},
+               cold_cache={"mode": "none"}, extra=extra)
+    rows = dict(r._rows())
+    assert rows["Clock settle"].startswith("NOT settled after 3.02 s of warm-up (SM 1530 MHz)")
+    assert "held to >= 1 s" in rows["Clock settle"]
+    assert rows["GPU busy"].startswith("50% of the sampling time in timed iterations")
+    assert "2.0000 ms between batches (mean of 4, max 3.0000 ms)" in rows["GPU busy"]
+
+
+def test_a_settled_or_unjudged_warm_up_does_not_warn(monkeypatch):
+    ok = _fake_run(monkeypatch, [1e-3] * 50, 0.052, [0] * 20,
+                   {"settled": True, "at_s": 0.21, "sm_mhz": 1980.0, "max_s": 3.0,
+                    "min_sampling_s": 0.0})
+    assert not any("settled" in w for w in ok["warnings"])
+    # settle_max_s=0 or no clocks: not judged, the NaNs of the C record become None
+    unjudged = _fake_run(monkeypatch, [1e-3] * 50, 0.052, [0] * 20,
+                         {"settled": None, "at_s": NAN, "sm_mhz": NAN, "max_s": 0.0,
+                          "min_sampling_s": 0.0})
+    assert unjudged["clock_settle"]["at_s"] is None and unjudged["clock_settle"]["sm_mhz"] is None
+    assert not any("settled" in w for w in unjudged["warnings"])
