@@ -92,6 +92,9 @@ typedef struct {
 
 /* numpy 'linear' quantile of an ascending-sorted array, 0 <= q <= 1; n >= 1. */
 double kb_quantile_sorted(const double *sorted, Py_ssize_t n, double q);
+/* Sort x[0..n) ascending (radix, O(n); NaNs land at an end). 0, or -1 when its scratch could
+ * not be allocated (x unchanged). No Python. */
+int kb_sort_doubles(double *x, Py_ssize_t n);
 /* Order-statistic CI of the median of an ascending-sorted array (binomial, exact ranks).
  * Returns 0, or 1 when n is too small for the level (then lo = min, hi = max). */
 int kb_median_ci_sorted(const double *sorted, Py_ssize_t n, double level, double *lo, double *hi);

@@ -309,7 +309,7 @@ static int cuda_keep_warming(kb_backend *b, double elapsed_s)
     int settled = kb_nvml_sampler_settled(c->sampler, &rule, &median);
     c->settled_at_s = elapsed_s;
     c->settled_mhz = median;
-    if (settled < 0) {          /* no memory to judge: measure as is, say so */
+    if (settled < 0) {          /* no memory to judge: measure as is, reported as not judged */
         c->settled = -1;
         return 0;
     }

@@ -40,7 +40,7 @@ static inline double from_sort_key(uint64_t k)
 /* Sort x[0..n) ascending. LSD radix sort on the keys, 8 passes of one byte, skipping bytes that
  * every key shares (timings share their sign and exponent bytes): O(n), and NaNs just land at
  * an end instead of breaking a comparison sort. 0, or -1 on allocation failure (x unchanged). */
-static int sort_doubles(double *x, Py_ssize_t n)
+int kb_sort_doubles(double *x, Py_ssize_t n)
 {
     if (n < 2)
         return 0;
@@ -217,7 +217,7 @@ int kb_summarize(const double *x, Py_ssize_t n, double ci_level, kb_summary *out
     if (sorted == NULL || dev == NULL)
         goto error;
     memcpy(sorted, x, (size_t)n * sizeof *sorted);
-    if (sort_doubles(sorted, n) < 0)
+    if (kb_sort_doubles(sorted, n) < 0)
         goto error;
 
     out->min = sorted[0];
@@ -382,7 +382,7 @@ static int bootstrap_median_ci(const double *sorted, Py_ssize_t n, double level,
             seen += counts[i++];
         medians[b] = kb_lerp(v_lo, sorted[i], rank_lo == rank_hi ? 0.0 : 0.5);
     }
-    if (sort_doubles(medians, n_boot) < 0)
+    if (kb_sort_doubles(medians, n_boot) < 0)
         goto error;
     double half_alpha = (1.0 - level) / 2.0;
     *lo = kb_quantile_sorted(medians, n_boot, half_alpha);
@@ -491,10 +491,10 @@ static int sort_array(PyArrayObject *arr)
     int rc;
     if (n >= KB_NOGIL_MIN) {
         Py_BEGIN_ALLOW_THREADS
-        rc = sort_doubles(x, n);
+        rc = kb_sort_doubles(x, n);
         Py_END_ALLOW_THREADS
     } else {
-        rc = sort_doubles(x, n);
+        rc = kb_sort_doubles(x, n);
     }
     if (rc < 0) {
         PyErr_NoMemory();

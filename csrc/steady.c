@@ -24,13 +24,8 @@
 
 #define CLOCK_STEP_MHZ 15.0     /* NVIDIA SM clocks move in 15 MHz steps */
 
-static int cmp_double(const void *a, const void *b)
-{
-    double x = *(const double *)a, y = *(const double *)b;
-    return (x > y) - (x < y);
-}
-
-/* Median of the finite mhz[i] with t[i] in (lo, hi]; NAN when there is none. `scratch` holds n. */
+/* Median of the finite mhz[i] with t[i] in (lo, hi]; NAN when there is none (or no memory to
+ * sort them). `scratch` holds n. */
 static double window_median(const double *t, const double *mhz, size_t n, double lo, double hi,
                             double *scratch)
 {
@@ -38,10 +33,9 @@ static double window_median(const double *t, const double *mhz, size_t n, double
     for (size_t i = 0; i < n; i++)
         if (t[i] > lo && t[i] <= hi && isfinite(mhz[i]))
             scratch[k++] = mhz[i];
-    if (k == 0)
+    if (k == 0 || kb_sort_doubles(scratch, (Py_ssize_t)k) < 0)
         return NAN;
-    qsort(scratch, k, sizeof *scratch, cmp_double);
-    return k % 2 ? scratch[k / 2] : 0.5 * (scratch[k / 2 - 1] + scratch[k / 2]);
+    return kb_quantile_sorted(scratch, (Py_ssize_t)k, 0.5);
 }
 
 int kb_clock_settled(const double *t, const double *mhz, const double *power_w,
