@@ -398,7 +398,8 @@ def run(fn: Callable[..., Any], sets: List[Tuple[Any, ...]], kwargs: Dict[str, A
                         f"ns (a profiler registered its own timestamp callback, e.g. "
                         f"torch.profiler's TSC clock); kbench measured the unit and converted")
     if cuda.get("cupti_dropped"):
-        warn.append(f"CUPTI dropped {cuda['cupti_dropped']} activity records")
+        warn.append(f"CUPTI dropped {cuda['cupti_dropped']} activity records "
+                    "(buffers full, or returned unfinished by a flush)")
     g = cuda["gate"]
     extra["gate"] = g
     if g.get("watchdog_fired"):
