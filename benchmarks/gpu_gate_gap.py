@@ -8,8 +8,8 @@ notices. This measures the parts separately:
    X ms; GPU time between an event before the wait and one after it, minus the host's own X;
 2. the host cost of queueing one iteration of a bf16 8192^3 GEMM (torch.matmul), with and
    without kbench's per-iteration work (two event records, the flush memset) around it;
-3. kbench's between_batches and timed fraction for the same GEMM, gated, gated with overlap,
-   ungated, and gated with smaller sub-batches.
+3. kbench's between_batches (GPU idle), timed and busy fractions and median for the same GEMM,
+   gated and ungated, with and without the keep-busy bridges.
 
     python benchmarks/gpu_gate_gap.py [--out gate_gap.json]
 """
@@ -92,11 +92,12 @@ def queue_cost(a, n=32):
 def kbench_runs(a):
     rows = []
     configs = [("gated", dict(gate=True)),
-               ("gated, overlap", dict(gate=True, gate_overlap=True)),
-               ("gated, gate_batch=4", dict(gate=True, gate_batch=4)),
+               ("gated, keep_busy=False", dict(gate=True, keep_busy=False)),
                ("gate=False", dict(gate=False)),
+               ("gate=False, keep_busy=False", dict(gate=False, keep_busy=False)),
                ("gated, events mode", dict(gate=True, mode="events")),
-               ("gated, no cold flush", dict(gate=True, cold_cache=None))]
+               ("gated again", dict(gate=True)),
+               ("gated, keep_busy=False again", dict(gate=True, keep_busy=False))]
     for label, kw in configs:
         kw = {"mode": "cupti", **kw}
         r = kbench.bench(torch.matmul, a, a, **kw)
@@ -104,11 +105,16 @@ def kbench_runs(a):
         row = {"label": label, "median_us": r.median * 1e6, "samples": len(r.samples),
                "batches": bb.get("n"), "gap_mean_us": (bb.get("mean_s") or 0) * 1e6,
                "gap_max_us": (bb.get("max_s") or 0) * 1e6,
-               "timed_fraction": r.extra.get("gpu_timed_fraction")}
+               "timed_fraction": r.extra.get("gpu_timed_fraction"),
+               "busy_fraction": r.extra.get("gpu_busy_fraction"),
+               "keep_busy": r.extra.get("keep_busy"), "clocks": r.extra["clocks"].get("summary")}
         rows.append(row)
-        print(f"{label:22s} median {row['median_us']:8.1f} us  samples {row['samples']:4d}  "
-              f"gaps {row['batches']} x {row['gap_mean_us']:7.1f} us (max {row['gap_max_us']:7.1f})"
-              f"  busy {row['timed_fraction']:.3f}", flush=True)
+        kb = row["keep_busy"] or {}
+        print(f"{label:29s} median {row['median_us']:8.1f} us  n {row['samples']:4d}  "
+              f"idle {row['batches']} x {row['gap_mean_us']:6.1f} us  timed "
+              f"{row['timed_fraction']:.3f} busy {row['busy_fraction']:.3f}  bridges "
+              f"{kb.get('bridges')} ({kb.get('iterations')} it, turnaround "
+              f"{(kb.get('turnaround_s') or 0) * 1e6:.0f} us)", flush=True)
     return rows
 
 

@@ -219,6 +219,15 @@ def timed_fraction(cuda: Dict[str, Any], sampling_s: Optional[float]) -> Optiona
     return min(1.0, busy / float(sampling_s))
 
 
+def busy_fraction(timed: Optional[float], keep_busy: Dict[str, Any],
+                  sampling_s: Optional[float]) -> Optional[float]:
+    """Share of the sampling time the GPU ran our work: timed iterations plus the untimed
+    keep-busy bridges queued behind them (flushes aside)."""
+    if timed is None or not sampling_s or sampling_s <= 0:
+        return timed
+    return min(1.0, timed + float(keep_busy.get("gpu_s") or 0.0) / float(sampling_s))
+
+
 def cupti_copies_mapped() -> List[str]:
     """Distinct libcupti files mapped into this process (Linux)."""
     try:
@@ -293,7 +302,7 @@ def _resolve_mode(mode: Optional[str], warn: List[str]) -> Tuple[str, bool]:
 def run(fn: Callable[..., Any], sets: List[Tuple[Any, ...]], kwargs: Dict[str, Any], *,
         cold_cache: Optional[str], flush_bytes: Optional[int], mode: Optional[str],
         device: str, loop: Dict[str, Any], check: Any = None, rtol=None, atol=None,
-        stream: Any = None, gate: bool = True, gate_batch: int = 32,
+        stream: Any = None, gate: bool = True, keep_busy: bool = True, gate_batch: int = 32,
         gate_timeout_s: float = 1.0, unroll: Optional[int] = None,
         expected_launches: Optional[int] = None, floor: bool = True,
         sample_clocks: bool = True, rotate_margin: float = 2.0, compute_peak: str = "fp32",
@@ -324,7 +333,7 @@ def run(fn: Callable[..., Any], sets: List[Tuple[Any, ...]], kwargs: Dict[str, A
         cold["arg_sets"] = len(sets)
 
     timer = mode if mode != "graph" else ("cupti" if cupti_ok else "events")
-    common = dict(stream=s, device=ordinal, gate=gate, gate_batch=gate_batch,
+    common = dict(stream=s, device=ordinal, gate=gate, keep_busy=keep_busy, gate_batch=gate_batch,
                   gate_timeout_s=gate_timeout_s, sample_clocks=sample_clocks,
                   settle_max_s=settle_max_s,
                   cupti_allow_foreign=True, flush_bytes=int(flush_bytes or 0))
@@ -420,16 +429,21 @@ def run(fn: Callable[..., Any], sets: List[Tuple[Any, ...]], kwargs: Dict[str, A
                     f"{settle['sm_mhz']:.0f} MHz, still moving under a power or thermal "
                     f"limit): the figure may drift with a longer run")
     extra["gpu_timed_fraction"] = timed_fraction(cuda, raw.get("sampling_s"))
-    # GPU time from one timed batch's end to the next one's first event: the host's turnaround
+    # GPU idle from one timed sub-batch's end (or its keep-busy bridge's) to the next one's
+    # first event: what the bridges left of the host's turnaround
     bb = cuda.get("between_batches") or {}
     extra["between_batches"] = dict(bb, mean_s=bb["total_s"] / bb["n"]) if bb.get("n") else bb
+    kb = cuda.get("keep_busy") or {}
+    extra["keep_busy"] = kb
+    extra["gpu_busy_fraction"] = busy_fraction(extra["gpu_timed_fraction"], kb,
+                                               raw.get("sampling_s"))
     power_capped = {"sw_power_cap", "hw_power_brake_slowdown"} & set(
         extra["clocks"].get("throttle_reasons") or ())
-    frac = extra["gpu_timed_fraction"]
+    frac = extra["gpu_busy_fraction"]
     if power_capped and cold_arg is None and frac is not None and frac < 0.9:
-        warn.append(f"power capped the SM clock while the GPU spent only {frac:.0%} of the "
-                    f"sampling time in timed iterations (idle between batches): under "
-                    f"continuous load this kernel may run slower than measured")
+        warn.append(f"power capped the SM clock while the GPU was busy only {frac:.0%} of the "
+                    f"sampling time (idle between batches): under continuous load this kernel "
+                    f"may run slower than measured")
     if floor:
         try:
             extra["floor"] = mode_floor(mode, ordinal, s if s else 0, gate, cupti_ok)
