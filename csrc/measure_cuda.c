@@ -622,6 +622,15 @@ static PyObject *measure_cuda(PyObject *m, PyObject *args, PyObject *kw)
         c.bridge_pending = 0;
         if (KB_CU_RAISE(m, &d) < 0)
             goto error;
+        if (c.prev_bridge > 0 && c.sub_batches > 0) {  /* the last sub-batch's bridge */
+            float ms = 0.f;
+            Py_ssize_t last = 2 * c.gate_cap_initial + ((c.sub_batches - 1) & 1);
+            if (KB_CU(m, c.cu->cuEventElapsedTime(&ms, c.ev[last], c.ev[last + 2])) < 0)
+                goto error;
+            c.bridge_gpu_s += (double)ms * 1e-3;
+            c.bridges++;
+            c.bridge_iters += c.prev_bridge;
+        }
     }
     st->gpu_warm_until = kb_now_s() + 1.0;
 
