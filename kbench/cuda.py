@@ -187,7 +187,11 @@ def _clock_summary(clocks: Optional[Dict[str, Any]], info: Dict[str, Any]) -> Di
         seen |= int(r)
     names = list(_core.nvml_clock_event_reason_names(seen))
     throttled = sorted(set(names) & _THROTTLE)
-    steady = low >= 0.97 * p95 and not throttled
+    # a cap flagged while the clock never left its maximum cost nothing (seen on the H200:
+    # sw_power_cap raised at 167 W with every sample at 1980 MHz)
+    spec = info.get("max_sm_clock_mhz")
+    at_max = bool(spec) and low >= 0.99 * float(spec)
+    steady = low >= 0.97 * p95 and (not throttled or at_max)
     out = {
         "sm_mhz_median": float(np.median(sm_ok)), "sm_mhz_min": low, "sm_mhz_p95": p95,
         "mem_mhz_median": float(np.nanmedian(mem)) if np.isfinite(mem).any() else None,
@@ -198,7 +202,8 @@ def _clock_summary(clocks: Optional[Dict[str, Any]], info: Dict[str, Any]) -> Di
         "reasons_seen": names, "throttle_reasons": throttled, "steady": bool(steady),
         "sm_mhz_max_spec": info.get("max_sm_clock_mhz"),
     }
-    state = "steady" if steady else (
+    flagged = f"; {', '.join(throttled)} flagged at full clock" if steady and throttled else ""
+    state = f"steady{flagged}" if steady else (
         f"MOVED: SM fell to {low:.0f} MHz (p95 {p95:.0f})" +
         (f", throttled by {', '.join(throttled)}" if throttled else ""))
     pw_s = f" / {out['power_w_median']:.0f} W" if out["power_w_median"] is not None else ""
@@ -438,7 +443,7 @@ def run(fn: Callable[..., Any], sets: List[Tuple[Any, ...]], kwargs: Dict[str, A
     extra["gpu_busy_fraction"] = busy_fraction(extra["gpu_timed_fraction"], kb,
                                                raw.get("sampling_s"))
     power_capped = {"sw_power_cap", "hw_power_brake_slowdown"} & set(
-        extra["clocks"].get("throttle_reasons") or ())
+        extra["clocks"].get("throttle_reasons") or ()) and extra["clocks"].get("steady") is False
     frac = extra["gpu_busy_fraction"]
     if power_capped and cold_arg is None and frac is not None and frac < 0.9:
         warn.append(f"power capped the SM clock while the GPU was busy only {frac:.0%} of the "

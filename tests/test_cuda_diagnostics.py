@@ -34,16 +34,24 @@ def test_clock_summary_flags_a_power_cap_and_a_fall():
     assert capped["throttle_reasons"] == ["sw_power_cap"]
     assert "MOVED: SM fell to 1500 MHz" in capped["summary"]
     assert cuda._clock_summary(None, info)["steady"] is None
+    # the cap flagged while every sample stayed at the maximum clock: nothing moved
+    flagged = cuda._clock_summary(_clocks([1980.0] * 20, [4] * 20), info)
+    assert flagged["steady"] is True and flagged["throttle_reasons"] == ["sw_power_cap"]
+    assert "steady; sw_power_cap flagged at full clock" in flagged["summary"]
+    assert "MOVED" not in flagged["summary"]
+    # ... but below the maximum, a flagged cap is a move even when the clock held still
+    held_low = cuda._clock_summary(_clocks([1500.0] * 20, [4] * 20), info)
+    assert held_low["steady"] is False
 
 
 def _fake_run(monkeypatch, events_s, sampling_s, reasons, settle=None, between=None,
-              keep_busy=None):
+              keep_busy=None, sm=None):
     """cuda.run over a canned measure_cuda result: the Python side of the backend, no GPU."""
     import numpy as np
 
     from kbench import _core as real
     n = len(events_s)
-    clocks = _clocks([1980.0] * 10 + [1500.0] * 10, reasons)
+    clocks = _clocks(sm or [1980.0] * 10 + [1500.0] * 10, reasons)
     raw = {"samples": np.asarray(events_s), "sampling_s": sampling_s,
            "cuda": {"backend": "cupti", "events_s": np.asarray(events_s),
                     "span_s": np.asarray(events_s), "kernels_per_iter": np.ones(n, np.uint32),
@@ -93,6 +101,9 @@ def test_busy_or_uncapped_runs_do_not_warn_about_idle(monkeypatch):
     # idle but never power capped: the clock did not depend on the idle, nothing to say
     uncapped = _fake_run(monkeypatch, [1e-3] * 50, 0.1, [0] * 20)
     assert not any(IDLE_WARNING in w for w in uncapped["warnings"])
+    # idle with the cap flagged but the clock at its maximum throughout: nothing to say either
+    at_max = _fake_run(monkeypatch, [1e-3] * 50, 0.6, [4] * 20, sm=[1980.0] * 20)
+    assert not any(IDLE_WARNING in w or "clocks moved" in w for w in at_max["warnings"])
 
 
 NAN = float("nan")
