@@ -71,9 +71,11 @@ def make_case(name: str):
     if name == "ptx empty":
         # kbench's own empty kernel (PTX, cuLaunchKernel from C) on torch's stream: does the
         # Triton empty kernel's 40-70 ns offset follow the Triton launch or the kernel's size?
-        stream = int(torch.cuda.current_stream().cuda_stream)
-        _core.launch_empty(stream, 0)
-        return lambda: _core.launch_empty(stream, 0)
+        # the stream is looked up per call: graph capture runs on a side stream
+        def ptx_empty():
+            _core.launch_empty(int(torch.cuda.current_stream().cuda_stream), 0)
+        ptx_empty()
+        return ptx_empty
     if name == "add 1K f32":
         a = torch.randn(1024, device=dev, generator=g)
         o = torch.empty_like(a)
@@ -406,6 +408,7 @@ def main():
     ap.add_argument("--out", default="benchmarks/results/h200_agreement.json")
     ap.add_argument("--md", default=None, help="also write the table as markdown here")
     ap.add_argument("--quick", action="store_true")
+    ap.add_argument("--cases", help="comma-separated subset of: " + ", ".join(CASES))
     ap.add_argument("--case", help=argparse.SUPPRESS)      # child: one case, JSON to --out
     args = ap.parse_args()
     if args.case:
@@ -415,7 +418,11 @@ def main():
 
     records = []
     with tempfile.TemporaryDirectory() as tmp:
-        for i, name in enumerate(CASES):
+        chosen = [c.strip() for c in args.cases.split(",")] if args.cases else CASES
+        unknown = sorted(set(chosen) - set(CASES))
+        if unknown:
+            ap.error(f"unknown case(s) {unknown}; known: {CASES}")
+        for i, name in enumerate(chosen):
             if name == "triton empty" and triton is None:
                 continue
             path = os.path.join(tmp, f"{i}.json")

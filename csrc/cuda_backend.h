@@ -104,7 +104,7 @@ void kb_cupti_last_counts(kb_cupti_trace *t, size_t *activities, size_t *externa
 /* CUPTI timestamp units per nanosecond, measured at kb_cupti_begin (1.0 unless another tool
  * registered a timestamp callback). Durations from kb_cupti_collect are already in ns. */
 double kb_cupti_ticks_per_ns(kb_cupti_trace *t);
-/* Records CUPTI dropped (buffers full). */
+/* Records CUPTI dropped (buffers full) or returned unfinished (no start or end time). */
 uint64_t kb_cupti_dropped(kb_cupti_trace *t);
 /* Disable, flush, unsubscribe, free. Always safe; keeps a pending exception. */
 void kb_cupti_end(PyObject *m, kb_cupti_trace *t);

@@ -10,6 +10,19 @@
  * through its external correlation id; the flush has no id and is excluded; the events are
  * recorded too, for comparison. A CudaGraph given as fn is launched directly from C, and
  * `unroll` divides each sample by the number of calls captured in one launch.
+ *
+ * Between sub-batches the host reads the events, collects CUPTI (a forced flush: 1-2 ms on the
+ * H200), lets the loop decide and queues the next sub-batch behind the gate. The GPU would idle
+ * all that time, and a power-capped kernel (a bf16 GEMM) runs faster after each idle spell than
+ * under continuous load: gated 8192^3 GEMMs read 2-4% fast at 92% busy. So with keep_busy a
+ * bridge of untimed iterations (no flush, no events, no correlation id: never attributed) is
+ * queued after each sub-batch's end marker, sized from the host's last turnaround and the last
+ * iteration time, and the host waits for the marker only:
+ *
+ *   ... [marker k]  fn() * bridge  [bridge end k]  [gate]  [flush] [a] fn [b] ...
+ *
+ * Bridges are skipped where they cannot help: when the host queues an iteration slower than
+ * the GPU runs it, or when the turnaround is under 1% of a sub-batch's GPU time.
  */
 #include "cuda_backend.h"
 #include "kb_numpy.h"
@@ -54,11 +67,20 @@ typedef struct {
     Py_ssize_t gate_fired_kept;     /* of those, kept because the cap was already 1 */
     kb_l2_flusher flusher;
     kb_cupti_trace *trace;
-    CUevent *ev;                    /* 2 * gate_cap events, then 2 batch-end markers */
+    CUevent *ev;                    /* 2 * gate_cap events, 2 batch-end markers, 2 bridge ends */
     Py_ssize_t n_ev;
-    Py_ssize_t sub_batches;         /* queued so far: its parity picks the batch-end marker */
-    double gap_sum_s, gap_max_s;    /* GPU time from a batch's end to the next one's first */
-    Py_ssize_t gaps;                /* event (timed batches): the host's turnaround */
+    Py_ssize_t sub_batches;         /* queued so far: its parity picks the markers */
+    double gap_sum_s, gap_max_s;    /* GPU idle from a sub-batch's end (or its bridge's) to the */
+    Py_ssize_t gaps;                /* next one's first event (timed sub-batches) */
+    int keep_busy;
+    Py_ssize_t bridge_n;            /* iterations to queue after the next sub-batch */
+    int bridge_queued;              /* after the last sub-batch: its bridge end is recorded */
+    int bridge_pending;             /* a bridge may still run: drain before leaving */
+    double ready_at_s;              /* host clock when the last sub-batch had been waited for */
+    double turnaround_s;            /* host time from then to the next gate opening */
+    Py_ssize_t bridges, bridge_iters;
+    double bridge_gpu_s;            /* GPU time the bridges of timed sub-batches ran */
+    Py_ssize_t prev_bridge;         /* iterations in the last sub-batch's bridge (0: none) */
     kb_iter_activity *acts;         /* gate_cap */
     uint64_t next_id;               /* external correlation id of the next iteration */
     side_arrays side;
@@ -108,7 +130,7 @@ static void side_free(side_arrays *s)
 }
 
 /* Launch one iteration's work (the callable, or the graph). */
-static int launch_once(cuda_ctx *c, int warmup)
+static int launch_once(cuda_ctx *c, const char *phase)
 {
     if (c->fn_is_graph)
         return kb_graph_launch(c->m, c->cu, (kb_graph_object *)c->fn, c->stream);
@@ -119,11 +141,26 @@ static int launch_once(cuda_ctx *c, int warmup)
     if (r == NULL) {
         kb_add_exception_note("raised by the benchmarked callable in %s iteration %zd (kbench "
                               "CUDA backend); the gate was opened and the stream drained",
-                              warmup ? "warm-up" : "timed", c->iteration);
+                              phase, c->iteration);
         return -1;
     }
     Py_DECREF(r);
     return 0;
+}
+
+/* Iterations of the bridge to queue after the next sub-batch: enough to cover 1.5 x the host's
+ * last turnaround, from the last sub-batch's GPU time per iteration and host time per queued
+ * iteration; 0 when it cannot help (see the top of this file). */
+static Py_ssize_t bridge_size(const cuda_ctx *c, double iter_gpu_s, double queue_per_iter_s,
+                              Py_ssize_t n)
+{
+    if (!c->keep_busy || c->turnaround_s <= 0 || !(iter_gpu_s > 0))
+        return 0;
+    if (iter_gpu_s < queue_per_iter_s || c->turnaround_s < 0.01 * iter_gpu_s * (double)n)
+        return 0;
+    double want = ceil(1.5 * c->turnaround_s / iter_gpu_s);
+    return want < 1 ? 1 : want > (double)c->gate_cap_initial ? c->gate_cap_initial
+                                                              : (Py_ssize_t)want;
 }
 
 /* Queue and run one gated sub-batch of n <= gate_cap iterations; out[i] gets sample i.
@@ -135,6 +172,7 @@ static int run_sub_batch(cuda_ctx *c, Py_ssize_t n, double *out, int warmup, int
     int failed = 0;
     uint64_t first_id = c->next_id;
     *fired = 0;
+    double queue_start_s = kb_now_s();
 
     if (c->use_gate && kb_gate_close(m, cu, &c->gate, c->stream) < 0)
         return -1;
@@ -151,7 +189,7 @@ static int run_sub_batch(cuda_ctx *c, Py_ssize_t n, double *out, int warmup, int
             failed = 1;
             break;
         }
-        int rc = launch_once(c, warmup);
+        int rc = launch_once(c, warmup ? "a warm-up" : "a timed");
         if (c->trace) {
             if (rc < 0) {
                 /* pop without clobbering the callable's exception */
@@ -165,19 +203,42 @@ static int run_sub_batch(cuda_ctx *c, Py_ssize_t n, double *out, int warmup, int
         if (rc < 0 || KB_CU(m, cu->cuEventRecord(c->ev[2 * i + 1], c->stream)) < 0)
             failed = 1;
     }
-    /* A marker after the batch: the next batch's first event, minus this, is the time the GPU
-     * spent between the two (the host collecting, deciding and queueing). */
+    /* A marker after the batch: the next batch's first event, minus this (or minus the end of
+     * the bridge after it), is the time the GPU sat idle between the two. */
     CUevent marker = c->ev[2 * c->gate_cap_initial + (c->sub_batches & 1)];
+    CUevent bridge_end = c->ev[2 * c->gate_cap_initial + 2 + (c->sub_batches & 1)];
     if (!failed && KB_CU(m, cu->cuEventRecord(marker, c->stream)) < 0)
         failed = 1;
-    /* Whatever happened, open the gate and drain the stream before returning, so the stream
-     * is left usable and nothing of ours is still queued. */
     if (c->use_gate)
         *fired = kb_gate_open(&c->gate);
+    double opened_s = kb_now_s();
+    if (c->ready_at_s > 0)
+        c->turnaround_s = opened_s - c->ready_at_s;
+    double queue_per_iter_s = (opened_s - queue_start_s) / (double)n;
+    /* The bridge, queued while the GPU runs the sub-batch: keeps it busy through the host's
+     * turnaround after it. Its launches carry no correlation id, so CUPTI never attributes them. */
+    Py_ssize_t bridge = failed ? 0 : c->bridge_n;
+    for (Py_ssize_t i = 0; i < bridge && !failed; i++)
+        if (launch_once(c, "an untimed keep-busy") < 0)
+            failed = 1;
+    c->bridge_queued = bridge > 0 && !failed;
+    if (bridge > 0) {
+        c->bridge_pending = 1;
+        if (!failed && KB_CU(m, cu->cuEventRecord(bridge_end, c->stream)) < 0)
+            failed = 1;
+    }
+    /* Wait for the sub-batch: its marker when a bridge runs behind it, else the whole stream.
+     * On failure drain the stream, so it is left usable and nothing of ours is still queued. */
     kb_deferred d = KB_DEFERRED_INIT;
     Py_BEGIN_ALLOW_THREADS
-    KB_DEFER(&d, cu->cuStreamSynchronize(c->stream));
+    if (c->bridge_queued)
+        KB_DEFER(&d, cu->cuEventSynchronize(marker));
+    else
+        KB_DEFER(&d, cu->cuStreamSynchronize(c->stream));
     Py_END_ALLOW_THREADS
+    c->ready_at_s = kb_now_s();
+    if (!c->bridge_queued)
+        c->bridge_pending = 0;
     if (failed) {
         if (d.code != 0) {
             /* The callable failed and the stream did too: keep the first, mention the second. */
@@ -191,23 +252,36 @@ static int run_sub_batch(cuda_ctx *c, Py_ssize_t n, double *out, int warmup, int
     if (KB_CU_RAISE(m, &d) < 0)
         return -1;
 
+    double iter_sum_s = 0.0;
     for (Py_ssize_t i = 0; i < n; i++) {
         float ms = 0.f;
         if (KB_CU(m, cu->cuEventElapsedTime(&ms, c->ev[2 * i], c->ev[2 * i + 1])) < 0)
             return -1;
+        iter_sum_s += (double)ms * 1e-3;
         out[i] = (double)ms * 1e-3 / c->unroll;
     }
     if (!warmup && c->sub_batches > 0) {
+        /* The previous sub-batch's marker and bridge end ran before this one's first event. */
         float ms = 0.f;
-        CUevent prev = c->ev[2 * c->gate_cap_initial + ((c->sub_batches - 1) & 1)];
-        if (KB_CU(m, cu->cuEventElapsedTime(&ms, prev, c->ev[0])) < 0)
+        Py_ssize_t prev = 2 * c->gate_cap_initial + ((c->sub_batches - 1) & 1);
+        if (c->prev_bridge) {
+            if (KB_CU(m, cu->cuEventElapsedTime(&ms, c->ev[prev], c->ev[prev + 2])) < 0)
+                return -1;
+            c->bridge_gpu_s += (double)ms * 1e-3;
+            c->bridges++;
+            c->bridge_iters += c->prev_bridge;
+            prev += 2;
+        }
+        if (KB_CU(m, cu->cuEventElapsedTime(&ms, c->ev[prev], c->ev[0])) < 0)
             return -1;
         c->gap_sum_s += (double)ms * 1e-3;
         if ((double)ms * 1e-3 > c->gap_max_s)
             c->gap_max_s = (double)ms * 1e-3;
         c->gaps++;
     }
+    c->prev_bridge = c->bridge_queued ? bridge : 0;
     c->sub_batches++;
+    c->bridge_n = bridge_size(c, iter_sum_s / (double)n, queue_per_iter_s, n);
     if (c->trace) {
         if (kb_cupti_collect(m, c->trace, first_id, n, c->acts, !warmup && !*fired) < 0)
             return -1;
@@ -331,7 +405,8 @@ static int pop_opt(PyObject *opts, const char *key, PyObject **out)
 }
 
 /* measure_cuda(fn, arg_sets, kwargs=None, *, stream, device=0, mode='events', cold=None,
- *              flush_bytes=0, unroll=1, gate=True, gate_batch=32, gate_timeout_s=1.0,
+ *              flush_bytes=0, unroll=1, gate=True, keep_busy=True, gate_batch=32,
+ *              gate_timeout_s=1.0,
  *              busy_warmup_s=None, cupti_allow_foreign=False, sample_clocks=True,
  *              clock_period_s=0.005, settle_max_s=3.0, <loop config>) -> dict */
 static PyObject *measure_cuda(PyObject *m, PyObject *args, PyObject *kw)
@@ -371,6 +446,7 @@ static PyObject *measure_cuda(PyObject *m, PyObject *args, PyObject *kw)
     Py_ssize_t flush_bytes = 0, gate_batch = 32;
     double gate_timeout = 1.0, busy_warmup = -1.0, unroll = 1.0;
     int use_gate = 1, allow_foreign = 0, sample_clocks = 1;
+    c.keep_busy = 1;
     c.clock_period_s = 0.005;
     c.settle_max_s = 3.0;
     c.settled = -1;
@@ -422,6 +498,7 @@ static PyObject *measure_cuda(PyObject *m, PyObject *args, PyObject *kw)
     FLOAT_OPT("clock_period_s", c.clock_period_s);
     FLOAT_OPT("settle_max_s", c.settle_max_s);
     BOOL_OPT("gate", use_gate);
+    BOOL_OPT("keep_busy", c.keep_busy);
     BOOL_OPT("cupti_allow_foreign", allow_foreign);
     BOOL_OPT("sample_clocks", sample_clocks);
 #undef INT_OPT
@@ -487,7 +564,7 @@ static PyObject *measure_cuda(PyObject *m, PyObject *args, PyObject *kw)
     if (kb_l2_persisting_reset(m, c.cu, &persisting_limit) < 0)
         goto error;
     c.gate_cap = c.gate_cap_initial = gate_batch < cfg.batch_max ? gate_batch : cfg.batch_max;
-    c.n_ev = 2 * c.gate_cap + 2;
+    c.n_ev = 2 * c.gate_cap + 4;
     c.ev = calloc((size_t)c.n_ev, sizeof(CUevent));
     c.acts = calloc((size_t)c.gate_cap, sizeof(kb_iter_activity));
     if (c.ev == NULL || c.acts == NULL) {
@@ -537,6 +614,24 @@ static PyObject *measure_cuda(PyObject *m, PyObject *args, PyObject *kw)
                           .run_batch = cuda_run_batch, .keep_warming = cuda_keep_warming};
     if (kb_loop_run(&backend, &cfg, &res) < 0)
         goto error;
+    if (c.bridge_pending) {         /* the last bridge may still run */
+        kb_deferred d = KB_DEFERRED_INIT;
+        Py_BEGIN_ALLOW_THREADS
+        KB_DEFER(&d, c.cu->cuStreamSynchronize(c.stream));
+        Py_END_ALLOW_THREADS
+        c.bridge_pending = 0;
+        if (KB_CU_RAISE(m, &d) < 0)
+            goto error;
+        if (c.prev_bridge > 0 && c.sub_batches > 0) {  /* the last sub-batch's bridge */
+            float ms = 0.f;
+            Py_ssize_t last = 2 * c.gate_cap_initial + ((c.sub_batches - 1) & 1);
+            if (KB_CU(m, c.cu->cuEventElapsedTime(&ms, c.ev[last], c.ev[last + 2])) < 0)
+                goto error;
+            c.bridge_gpu_s += (double)ms * 1e-3;
+            c.bridges++;
+            c.bridge_iters += c.prev_bridge;
+        }
+    }
     st->gpu_warm_until = kb_now_s() + 1.0;
 
     /* ---- result */
@@ -577,6 +672,13 @@ static PyObject *measure_cuda(PyObject *m, PyObject *args, PyObject *kw)
         "at_s", c.settled_at_s, "sm_mhz", c.settled_mhz, "max_s", c.settle_max_s,
         "min_sampling_s", backend.min_sampling_s,
         "between_batches", "n", c.gaps, "total_s", c.gap_sum_s, "max_s", c.gap_max_s);
+    if (cuda != NULL &&
+        kb_dict_set_steal(cuda, "keep_busy",
+                          Py_BuildValue("{s:O,s:n,s:n,s:d,s:d}", "enabled",
+                                        c.keep_busy ? Py_True : Py_False, "bridges", c.bridges,
+                                        "iterations", c.bridge_iters, "gpu_s", c.bridge_gpu_s,
+                                        "turnaround_s", c.turnaround_s)) < 0)
+        Py_CLEAR(cuda);
     if (kb_dict_set_steal(out, "cuda", cuda) < 0 ||
         kb_dict_set_steal(out, "backend", PyUnicode_FromString(backend.name)) < 0) {
         Py_CLEAR(out);
@@ -589,6 +691,14 @@ error:
     {
         PyObject *et, *ev, *etb;
         PyErr_Fetch(&et, &ev, &etb);
+        if (c.bridge_pending && c.cu != NULL) {
+            /* a bridge queued behind a failed batch: let it end before CUPTI is released */
+            if (c.gate_ready)
+                kb_gate_open(&c.gate);
+            Py_BEGIN_ALLOW_THREADS
+            c.cu->cuStreamSynchronize(c.stream);
+            Py_END_ALLOW_THREADS
+        }
         if (c.sampler != NULL)
             kb_nvml_sampler_abort(c.sampler);
         if (c.trace != NULL) {
@@ -628,7 +738,8 @@ error:
 static PyMethodDef cuda_methods[] = {
     {"measure_cuda", (PyCFunction)(void (*)(void))measure_cuda, METH_VARARGS | METH_KEYWORDS,
      "measure_cuda(fn, arg_sets, kwargs=None, *, stream, device=0, mode='events'|'cupti', "
-     "cold=None|'flush'|'rotate', flush_bytes=0, unroll=1, gate=True, gate_batch=32, "
+     "cold=None|'flush'|'rotate', flush_bytes=0, unroll=1, gate=True, keep_busy=True, "
+     "gate_batch=32, "
      "gate_timeout_s=1.0, busy_warmup_s=None, cupti_allow_foreign=False, sample_clocks=True, "
      "clock_period_s=0.005, settle_max_s=3.0, <loop config>) -> dict\n\n"
      "Time fn(*arg_sets[i % len]) (or launches of a CudaGraph fn) on a CUDA stream."},

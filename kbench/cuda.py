@@ -187,7 +187,11 @@ def _clock_summary(clocks: Optional[Dict[str, Any]], info: Dict[str, Any]) -> Di
         seen |= int(r)
     names = list(_core.nvml_clock_event_reason_names(seen))
     throttled = sorted(set(names) & _THROTTLE)
-    steady = low >= 0.97 * p95 and not throttled
+    # a cap flagged while the clock never left its maximum cost nothing (seen on the H200:
+    # sw_power_cap raised at 167 W with every sample at 1980 MHz)
+    spec = info.get("max_sm_clock_mhz")
+    at_max = bool(spec) and low >= 0.99 * float(spec)
+    steady = low >= 0.97 * p95 and (not throttled or at_max)
     out = {
         "sm_mhz_median": float(np.median(sm_ok)), "sm_mhz_min": low, "sm_mhz_p95": p95,
         "mem_mhz_median": float(np.nanmedian(mem)) if np.isfinite(mem).any() else None,
@@ -198,7 +202,8 @@ def _clock_summary(clocks: Optional[Dict[str, Any]], info: Dict[str, Any]) -> Di
         "reasons_seen": names, "throttle_reasons": throttled, "steady": bool(steady),
         "sm_mhz_max_spec": info.get("max_sm_clock_mhz"),
     }
-    state = "steady" if steady else (
+    flagged = f"; {', '.join(throttled)} flagged at full clock" if steady and throttled else ""
+    state = f"steady{flagged}" if steady else (
         f"MOVED: SM fell to {low:.0f} MHz (p95 {p95:.0f})" +
         (f", throttled by {', '.join(throttled)}" if throttled else ""))
     pw_s = f" / {out['power_w_median']:.0f} W" if out["power_w_median"] is not None else ""
@@ -217,6 +222,15 @@ def timed_fraction(cuda: Dict[str, Any], sampling_s: Optional[float]) -> Optiona
         return None
     busy = float(ev.sum()) * max(1.0, float(cuda.get("unroll", 1.0)))
     return min(1.0, busy / float(sampling_s))
+
+
+def busy_fraction(timed: Optional[float], keep_busy: Dict[str, Any],
+                  sampling_s: Optional[float]) -> Optional[float]:
+    """Share of the sampling time the GPU ran our work: timed iterations plus the untimed
+    keep-busy bridges queued behind them (flushes aside)."""
+    if timed is None or not sampling_s or sampling_s <= 0:
+        return timed
+    return min(1.0, timed + float(keep_busy.get("gpu_s") or 0.0) / float(sampling_s))
 
 
 def cupti_copies_mapped() -> List[str]:
@@ -293,7 +307,7 @@ def _resolve_mode(mode: Optional[str], warn: List[str]) -> Tuple[str, bool]:
 def run(fn: Callable[..., Any], sets: List[Tuple[Any, ...]], kwargs: Dict[str, Any], *,
         cold_cache: Optional[str], flush_bytes: Optional[int], mode: Optional[str],
         device: str, loop: Dict[str, Any], check: Any = None, rtol=None, atol=None,
-        stream: Any = None, gate: bool = True, gate_batch: int = 32,
+        stream: Any = None, gate: bool = True, keep_busy: bool = True, gate_batch: int = 32,
         gate_timeout_s: float = 1.0, unroll: Optional[int] = None,
         expected_launches: Optional[int] = None, floor: bool = True,
         sample_clocks: bool = True, rotate_margin: float = 2.0, compute_peak: str = "fp32",
@@ -324,7 +338,7 @@ def run(fn: Callable[..., Any], sets: List[Tuple[Any, ...]], kwargs: Dict[str, A
         cold["arg_sets"] = len(sets)
 
     timer = mode if mode != "graph" else ("cupti" if cupti_ok else "events")
-    common = dict(stream=s, device=ordinal, gate=gate, gate_batch=gate_batch,
+    common = dict(stream=s, device=ordinal, gate=gate, keep_busy=keep_busy, gate_batch=gate_batch,
                   gate_timeout_s=gate_timeout_s, sample_clocks=sample_clocks,
                   settle_max_s=settle_max_s,
                   cupti_allow_foreign=True, flush_bytes=int(flush_bytes or 0))
@@ -398,7 +412,8 @@ def run(fn: Callable[..., Any], sets: List[Tuple[Any, ...]], kwargs: Dict[str, A
                         f"ns (a profiler registered its own timestamp callback, e.g. "
                         f"torch.profiler's TSC clock); kbench measured the unit and converted")
     if cuda.get("cupti_dropped"):
-        warn.append(f"CUPTI dropped {cuda['cupti_dropped']} activity records")
+        warn.append(f"CUPTI dropped {cuda['cupti_dropped']} activity records "
+                    "(buffers full, or returned unfinished by a flush)")
     g = cuda["gate"]
     extra["gate"] = g
     if g.get("watchdog_fired"):
@@ -419,16 +434,21 @@ def run(fn: Callable[..., Any], sets: List[Tuple[Any, ...]], kwargs: Dict[str, A
                     f"{settle['sm_mhz']:.0f} MHz, still moving under a power or thermal "
                     f"limit): the figure may drift with a longer run")
     extra["gpu_timed_fraction"] = timed_fraction(cuda, raw.get("sampling_s"))
-    # GPU time from one timed batch's end to the next one's first event: the host's turnaround
+    # GPU idle from one timed sub-batch's end (or its keep-busy bridge's) to the next one's
+    # first event: what the bridges left of the host's turnaround
     bb = cuda.get("between_batches") or {}
     extra["between_batches"] = dict(bb, mean_s=bb["total_s"] / bb["n"]) if bb.get("n") else bb
+    kb = cuda.get("keep_busy") or {}
+    extra["keep_busy"] = kb
+    extra["gpu_busy_fraction"] = busy_fraction(extra["gpu_timed_fraction"], kb,
+                                               raw.get("sampling_s"))
     power_capped = {"sw_power_cap", "hw_power_brake_slowdown"} & set(
-        extra["clocks"].get("throttle_reasons") or ())
-    frac = extra["gpu_timed_fraction"]
+        extra["clocks"].get("throttle_reasons") or ()) and extra["clocks"].get("steady") is False
+    frac = extra["gpu_busy_fraction"]
     if power_capped and cold_arg is None and frac is not None and frac < 0.9:
-        warn.append(f"power capped the SM clock while the GPU spent only {frac:.0%} of the "
-                    f"sampling time in timed iterations (idle between batches): under "
-                    f"continuous load this kernel may run slower than measured")
+        warn.append(f"power capped the SM clock while the GPU was busy only {frac:.0%} of the "
+                    f"sampling time (idle between batches): under continuous load this kernel "
+                    f"may run slower than measured")
     if floor:
         try:
             extra["floor"] = mode_floor(mode, ordinal, s if s else 0, gate, cupti_ok)

@@ -27,13 +27,17 @@ def _settle_text(settle: Optional[Dict[str, Any]]) -> str:
     return f"NOT settled after {where}{clock}, gave up at settle_max_s={settle.get('max_s')}{held}"
 
 
-def _duty_text(fraction: Optional[float], between: Optional[Dict[str, Any]]) -> str:
+def _duty_text(fraction: Optional[float], between: Optional[Dict[str, Any]],
+               keep_busy: Optional[Dict[str, Any]] = None) -> str:
     """How busy the GPU was while sampling ('' when unknown)."""
     parts = []
     if fraction is not None:
         parts.append(f"{fraction:.0%} of the sampling time in timed iterations")
+    if keep_busy and keep_busy.get("bridges"):
+        parts.append(f"{keep_busy['iterations']} untimed keep-busy iterations in "
+                     f"{keep_busy['bridges']} bridges ({fmt_time(keep_busy['gpu_s'])})")
     if between and between.get("n"):
-        parts.append(f"{fmt_time(between['total_s'] / between['n'])} between batches "
+        parts.append(f"idle {fmt_time(between['total_s'] / between['n'])} between batches "
                      f"(mean of {between['n']}, max {fmt_time(between['max_s'])})")
     return "; ".join(parts)
 
@@ -152,7 +156,8 @@ class Result:
         settle = _settle_text(self.extra.get("clock_settle"))
         if settle:
             rows.append(["Clock settle", settle])
-        duty = _duty_text(self.extra.get("gpu_timed_fraction"), self.extra.get("between_batches"))
+        duty = _duty_text(self.extra.get("gpu_timed_fraction"), self.extra.get("between_batches"),
+                          self.extra.get("keep_busy"))
         if duty:
             rows.append(["GPU busy", duty])
         cc = self.cold_cache

@@ -34,15 +34,24 @@ def test_clock_summary_flags_a_power_cap_and_a_fall():
     assert capped["throttle_reasons"] == ["sw_power_cap"]
     assert "MOVED: SM fell to 1500 MHz" in capped["summary"]
     assert cuda._clock_summary(None, info)["steady"] is None
+    # the cap flagged while every sample stayed at the maximum clock: nothing moved
+    flagged = cuda._clock_summary(_clocks([1980.0] * 20, [4] * 20), info)
+    assert flagged["steady"] is True and flagged["throttle_reasons"] == ["sw_power_cap"]
+    assert "steady; sw_power_cap flagged at full clock" in flagged["summary"]
+    assert "MOVED" not in flagged["summary"]
+    # ... but below the maximum, a flagged cap is a move even when the clock held still
+    held_low = cuda._clock_summary(_clocks([1500.0] * 20, [4] * 20), info)
+    assert held_low["steady"] is False
 
 
-def _fake_run(monkeypatch, events_s, sampling_s, reasons, settle=None, between=None):
+def _fake_run(monkeypatch, events_s, sampling_s, reasons, settle=None, between=None,
+              keep_busy=None, sm=None):
     """cuda.run over a canned measure_cuda result: the Python side of the backend, no GPU."""
     import numpy as np
 
     from kbench import _core as real
     n = len(events_s)
-    clocks = _clocks([1980.0] * 10 + [1500.0] * 10, reasons)
+    clocks = _clocks(sm or [1980.0] * 10 + [1500.0] * 10, reasons)
     raw = {"samples": np.asarray(events_s), "sampling_s": sampling_s,
            "cuda": {"backend": "cupti", "events_s": np.asarray(events_s),
                     "span_s": np.asarray(events_s), "kernels_per_iter": np.ones(n, np.uint32),
@@ -57,6 +66,8 @@ def _fake_run(monkeypatch, events_s, sampling_s, reasons, settle=None, between=N
         raw["cuda"]["settle"] = settle
     if between is not None:
         raw["cuda"]["between_batches"] = between
+    if keep_busy is not None:
+        raw["cuda"]["keep_busy"] = keep_busy
 
     class FakeCore:
         measure_cuda = staticmethod(lambda *a, **k: raw)
@@ -90,6 +101,9 @@ def test_busy_or_uncapped_runs_do_not_warn_about_idle(monkeypatch):
     # idle but never power capped: the clock did not depend on the idle, nothing to say
     uncapped = _fake_run(monkeypatch, [1e-3] * 50, 0.1, [0] * 20)
     assert not any(IDLE_WARNING in w for w in uncapped["warnings"])
+    # idle with the cap flagged but the clock at its maximum throughout: nothing to say either
+    at_max = _fake_run(monkeypatch, [1e-3] * 50, 0.6, [4] * 20, sm=[1980.0] * 20)
+    assert not any(IDLE_WARNING in w or "clocks moved" in w for w in at_max["warnings"])
 
 
 NAN = float("nan")
@@ -114,7 +128,33 @@ def test_a_warm_up_that_never_settled_warns_and_says_so_in_the_table(monkeypatch
     assert rows["Clock settle"].startswith("NOT settled after 3.02 s of warm-up (SM 1530 MHz)")
     assert "held to >= 1 s" in rows["Clock settle"]
     assert rows["GPU busy"].startswith("50% of the sampling time in timed iterations")
-    assert "2.0000 ms between batches (mean of 4, max 3.0000 ms)" in rows["GPU busy"]
+    assert "idle 2.0000 ms between batches (mean of 4, max 3.0000 ms)" in rows["GPU busy"]
+    assert "keep-busy" not in rows["GPU busy"]
+
+
+def test_keep_busy_bridges_count_as_busy_and_are_reported(monkeypatch):
+    import numpy as np
+
+    from kbench import _core
+    from kbench.result import Result
+    # timed iterations fill half the sampling time; the bridges ran 0.045 s of the other half
+    bridges = {"enabled": True, "bridges": 9, "iterations": 27, "gpu_s": 0.045,
+               "turnaround_s": 2e-3}
+    between = {"n": 9, "total_s": 9e-5, "max_s": 2e-5}
+    extra = _fake_run(monkeypatch, [1e-3] * 50, 0.1, [0] * 10 + [4] * 10, None, between, bridges)
+    assert extra["gpu_timed_fraction"] == pytest.approx(0.5)
+    assert extra["gpu_busy_fraction"] == pytest.approx(0.95)
+    assert not any(IDLE_WARNING in w for w in extra["warnings"])
+    r = Result(name="gemm", device="cuda:0", backend="cupti", samples=np.full(50, 1e-3),
+               stats=_core.summarize(np.full(50, 1e-3), 0.95), stop={"stop": "precision"},
+               cold_cache={"mode": "none"}, extra=extra)
+    row = dict(r._rows())["GPU busy"]
+    assert "27 untimed keep-busy iterations in 9 bridges (45.0000 ms)" in row, row
+    assert "idle 10.000 us between batches" in row, row
+    # the same run without its bridges' time is half idle, and says so
+    idle = _fake_run(monkeypatch, [1e-3] * 50, 0.1, [0] * 10 + [4] * 10, None, between,
+                     dict(bridges, gpu_s=0.0))
+    assert any(IDLE_WARNING in w and "50%" in w for w in idle["warnings"])
 
 
 def test_a_settled_or_unjudged_warm_up_does_not_warn(monkeypatch):

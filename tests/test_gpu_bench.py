@@ -36,6 +36,39 @@ def test_cupti_and_events_agree_for_a_long_kernel(x):
     assert bb["n"] >= 1 and 0.0 <= bb["mean_s"] <= bb["max_s"] < 1.0
 
 
+def test_keep_busy_bridges_fill_the_gaps_and_are_never_attributed(x):
+    a = torch.randn(4096, 4096, device="cuda", dtype=torch.bfloat16)
+    y = torch.empty_like(x)
+
+    def gemm_and_add():
+        torch.matmul(a, a)
+        torch.add(x, 1.0, out=y)
+
+    # enough samples for several timed sub-batches: a bridge is counted by the one after it
+    on = kbench.bench(gemm_and_add, device="cuda", mode="cupti", cold_cache="flush",
+                      min_samples=300, **FAST)
+    kb = on.extra["keep_busy"]
+    assert kb["enabled"] is True and kb["bridges"] >= 1, kb
+    assert kb["iterations"] >= kb["bridges"] and kb["gpu_s"] > 0
+    # bridge launches carry no correlation id: every timed call shows the same kernels, and
+    # CUPTI read while a bridge ran lost nothing
+    kpc = on.extra["kernels_per_call"]
+    assert kpc["min"] == kpc["max"] >= 2, kpc
+    assert not any("CUPTI dropped" in w for w in on.warnings), on.warnings
+    assert on.extra["events_median_s"] == pytest.approx(on.median, rel=0.05)
+    assert on.extra["gpu_busy_fraction"] > on.extra["gpu_timed_fraction"]
+    off = kbench.bench(gemm_and_add, device="cuda", mode="cupti", cold_cache="flush",
+                       keep_busy=False, min_samples=300, **FAST)
+    assert off.extra["keep_busy"]["bridges"] == 0
+    assert off.extra["kernels_per_call"] == kpc
+    # what the bridges are for: less idle GPU between batches
+    assert on.extra["between_batches"]["mean_s"] < off.extra["between_batches"]["mean_s"]
+    # events mode bridges too, and still times the same work
+    ev = kbench.bench(gemm_and_add, device="cuda", mode="events", cold_cache="flush",
+                      min_samples=300, **FAST)
+    assert ev.extra["keep_busy"]["bridges"] >= 1 and ev.median >= on.median * 0.97
+
+
 def test_warm_up_waits_for_the_clock_and_the_clocks_cover_the_timed_part(x):
     a = torch.randn(8192, 8192, device="cuda", dtype=torch.bfloat16)
     r = kbench.bench(torch.matmul, a, a, mode="events", cold_cache=None, max_time_s=0.5)
@@ -70,6 +103,10 @@ def test_the_raw_cuda_record_has_every_key_with_its_type(x):
     assert cu["cupti_ticks_per_ns"] > 0
     assert set(cu["settle"]) == {"settled", "at_s", "sm_mhz", "max_s", "min_sampling_s"}
     assert set(cu["between_batches"]) == {"n", "total_s", "max_s"}
+    kb = cu["keep_busy"]
+    assert set(kb) == {"enabled", "bridges", "iterations", "gpu_s", "turnaround_s"}
+    assert kb["enabled"] is True and isinstance(kb["bridges"], int)
+    assert isinstance(kb["gpu_s"], float) and kb["turnaround_s"] > 0
     assert len(cu["events_s"]) == len(raw["samples"]) == len(cu["kernels_per_iter"])
 
 
