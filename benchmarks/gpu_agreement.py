@@ -178,6 +178,28 @@ def kineto_regime(fn, calls: int, queued: bool, launch_s: float, info) -> dict:
     return out
 
 
+def profile_over_kbench(fn, names, seconds: float) -> dict:
+    """Kineto's durations of the case's kernels while kbench times it in events mode (kbench
+    leaves CUPTI to Kineto there): the profiler's view of kbench's own stream. Next to
+    kbench's CUPTI figure and the profile's, it tells whether a sub-us offset comes from what
+    kbench's stream does around the kernel or from how kbench configures CUPTI."""
+    from torch.profiler import ProfilerActivity, profile
+    with profile(activities=[ProfilerActivity.CUDA]) as prof:
+        r = kbench.bench(fn, device="cuda", mode="events", cold_cache=None, warmup_s=0.2,
+                         max_time_s=seconds, floor=False)
+    durs = []
+    for e in prof.profiler.kineto_results.events():
+        if not str(e.device_type()).endswith("CUDA") or e.name() not in names:
+            continue
+        try:
+            durs.append(e.duration_ns())
+        except AttributeError:           # older Kineto bindings: microseconds
+            durs.append(int(e.duration_us() * 1000))
+    d = np.asarray(durs, dtype=float) * 1e-9
+    return {"median_s": float(np.median(d)) if d.size else None, "n": int(d.size),
+            "hist_ns": histogram_ns(d), "kbench_events_median_s": r.median}
+
+
 def profile_calls(fn, quick: bool) -> int:
     """Calls covering ~0.5 s of GPU time (30..2000): a power-capped kernel's speed swings over
     tens of ms, and a 30-call profile is a snapshot of one swing."""
@@ -229,6 +251,12 @@ def run_case(name: str, quick: bool) -> dict:
     rec["profiler_queued_s"] = queued["median_s"]
     rec["profiler_clocks"] = f"host: {host['clocks']}; queued: {queued['clocks']}"
     rec["profiler"] = {"host": host, "queued": queued}
+    if queued["activities_per_call"] == 1 and queued["median_s"] < 5e-6:
+        try:
+            rec["profile_over_kbench_events"] = profile_over_kbench(fn, set(queued["names"]),
+                                                                    0.5)
+        except Exception as e:           # a diagnosis: never costs the case its verdicts
+            rec["profile_over_kbench_events"] = {"error": repr(e)[:300]}
     launch["after_profile_s"] = launch_cost_s(fn)
     if triton is not None:
         rec["do_bench_before_kbench_s"] = do_bench(fn) * 1e-3
@@ -395,6 +423,19 @@ def markdown(out: dict) -> str:
                      f"| {settled(k1)} / {settled(k2)} | {gaps(k1)} / {gaps(k2)} "
                      f"| {k1['cupti_detach']} "
                      f"| {hists} |")
+    over = [(r["case"], r["profile_over_kbench_events"]) for r in out["cases"]
+            if r.get("profile_over_kbench_events")]
+    if over:
+        lines += ["", "torch.profiler over kbench's own stream (kbench in events mode, Kineto "
+                  "owning CUPTI): the profile's durations of the kernels kbench timed", "",
+                  "| case | Kineto median us (kernels) | kbench events us | histogram (ns: count) |",
+                  "|---|---|---|---|"]
+        for case, o in over:
+            if "error" in o:
+                lines.append(f"| {case} | error: {o['error'][:120]} | | |")
+                continue
+            lines.append(f"| {case} | {us(o['median_s'])} ({o['n']}) "
+                         f"| {us(o['kbench_events_median_s'])} | {o['hist_ns']} |")
     c = out["copy16MB"]
     lines += ["", f"16 MB copy: HBM ceiling {c['hbm_peak_bytes_per_s'] / 1e12:.2f} TB/s; hot "
               f"{c['hot_bytes_per_s'] / 1e12:.2f} TB/s ({us(c['hot_median_s'])} us), warnings "
