@@ -253,6 +253,37 @@ def test_a_callable_that_raises_mid_run(x):
     _still_works(x)
 
 
+def test_a_callable_that_raises_in_a_keep_busy_bridge(x):
+    # bridges are runs of up to 32 untimed calls between sub-batches: planting the raise at
+    # successive call counts lands one in a bridge
+    a = torch.randn(4096, 4096, device="cuda", dtype=torch.bfloat16)
+    n = {"calls": 0, "raise_at": 0}
+
+    def gemm():
+        n["calls"] += 1
+        if n["calls"] == n["raise_at"]:
+            raise RuntimeError("planted")
+        torch.matmul(a, a)
+
+    notes = ""
+    for raise_at in range(40, 600, 5):
+        n.update(calls=0, raise_at=raise_at)
+        with pytest.raises(RuntimeError, match="planted") as ei:
+            kbench.bench(gemm, device="cuda", mode="cupti", cold_cache="flush", warmup_s=0.2,
+                         max_time_s=1.0, settle_max_s=0.0)
+        notes = " ".join(getattr(ei.value, "__notes__", []))
+        if "untimed keep-busy" in notes:
+            break
+    assert "untimed keep-busy" in notes, notes
+    # the bridge's queue was drained and CUPTI released: the next measurement is whole
+    assert torch.cuda.current_stream().query()
+    r = kbench.bench(torch.matmul, a, a, device="cuda", mode="cupti", cold_cache="flush", **FAST)
+    kpc = r.extra["kernels_per_call"]
+    assert kpc["min"] == kpc["max"] >= 1
+    assert not any("CUPTI dropped" in w for w in r.warnings), r.warnings
+    _still_works(x)
+
+
 def test_measuring_inside_someone_elses_capture_is_refused(x):
     s = torch.cuda.Stream()
     g = torch.cuda.CUDAGraph()
