@@ -428,7 +428,8 @@ def markdown(out: dict) -> str:
     if over:
         lines += ["", "torch.profiler over kbench's own stream (kbench in events mode, Kineto "
                   "owning CUPTI): the profile's durations of the kernels kbench timed", "",
-                  "| case | Kineto median us (kernels) | kbench events us | histogram (ns: count) |",
+                  "| case | Kineto median us (kernels) | kbench events us "
+                  "| histogram (ns: count) |",
                   "|---|---|---|---|"]
         for case, o in over:
             if "error" in o:

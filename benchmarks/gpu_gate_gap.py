@@ -57,9 +57,9 @@ def gate_latency(sleeps_ms=(0.0, 0.05, 0.2, 1.0, 3.0), reps=15):
             lat.append(e0.elapsed_time(e1) * 1e-3 - (t1 - t0))
         out[str(ms)] = {"median_us": statistics.median(lat) * 1e6,
                         "max_us": max(lat) * 1e6, "min_us": min(lat) * 1e6}
-        print(f"gate held {ms:5.2f} ms: GPU saw it open {out[str(ms)]['median_us']:8.1f} us after "
-              f"the store (median; min {out[str(ms)]['min_us']:.1f}, max {out[str(ms)]['max_us']:.1f})",
-              flush=True)
+        o = out[str(ms)]
+        print(f"gate held {ms:5.2f} ms: GPU saw it open {o['median_us']:8.1f} us after the store "
+              f"(median; min {o['min_us']:.1f}, max {o['max_us']:.1f})", flush=True)
     cu.cuMemFreeHost(host)
     return out
 
