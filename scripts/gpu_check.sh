@@ -1,7 +1,9 @@
 #!/usr/bin/env bash
-# Device runs, batched: bash scripts/gpu_check.sh tests|bench|all
+# Device runs, batched: bash scripts/gpu_check.sh tests|bench|all|empty
 #   tests: build, kbench info, kbench peaks, the whole pytest suite (GPU tests included)
 #   bench: build, benchmarks/gpu_agreement.py, the vLLM-style drop-in script twice, the GPU notebook
+#   empty: build, tests/test_gpu_bench.py, the agreement protocol on the two empty kernels only
+#          (with the profile of kbench's own stream) and the gate-gap diagnosis
 # Prints a short table last. Results land in $OUT (the device tool brings back at most 8 files,
 # so logs that only matter on failure stay in $LOGS and are tailed here instead).
 # KBENCH_GIT_COMMIT: the commit being tested, from the sender (a copied tree's .git can lag).
@@ -31,6 +33,16 @@ if [ "$mode" = tests ] || [ "$mode" = all ]; then
     timeout 120 $PY benchmarks/gpu_launch_residue.py --out "$OUT/launch_residue.json" 2>&1 | tail -14
     timeout 120 $PY benchmarks/gpu_launch_residue.py --paired --out "$OUT/launch_paired.json" 2>&1 | tail -2
   fi
+fi
+if [ "$mode" = empty ]; then
+  echo "== GPU bench tests"
+  timeout 150 $PY -m pytest -q -rfEs --tb=short --timeout=120 tests/test_gpu_bench.py 2>&1 \
+    | tee "$OUT/pytest_gpu.log" | grep -E "^(FAILED|ERROR)|^E |passed|failed" | head -30
+  echo "== empty kernels"
+  timeout 240 $PY benchmarks/gpu_agreement.py --cases "triton empty,ptx empty" \
+    --out "$OUT/h200_empty_kernels.json" --md "$OUT/h200_empty_kernels.md" 2>&1 | tail -16
+  echo "== gate gap"
+  timeout 150 $PY benchmarks/gpu_gate_gap.py --out "$OUT/gate_gap.json" 2>&1 | tail -14
 fi
 if [ "$mode" = bench ] || [ "$mode" = all ]; then
   [ -d "$KBENCH_CACHE_DIR" ] || timeout 150 $PY -m kbench peaks --seconds 2 > "$LOGS/peaks.txt" 2>&1
