@@ -442,8 +442,9 @@ def run(fn: Callable[..., Any], sets: List[Tuple[Any, ...]], kwargs: Dict[str, A
     extra["keep_busy"] = kb
     extra["gpu_busy_fraction"] = busy_fraction(extra["gpu_timed_fraction"], kb,
                                                raw.get("sampling_s"))
-    power_capped = {"sw_power_cap", "hw_power_brake_slowdown"} & set(
-        extra["clocks"].get("throttle_reasons") or ()) and extra["clocks"].get("steady") is False
+    # a cap counts only where the clock actually moved (see _clock_summary)
+    power_capped = bool({"sw_power_cap", "hw_power_brake_slowdown"} & set(
+        extra["clocks"].get("throttle_reasons") or ())) and extra["clocks"].get("steady") is False
     frac = extra["gpu_busy_fraction"]
     if power_capped and cold_arg is None and frac is not None and frac < 0.9:
         warn.append(f"power capped the SM clock while the GPU was busy only {frac:.0%} of the "
