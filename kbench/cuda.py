@@ -537,6 +537,7 @@ def _run_graph(fn, sets, kwargs, s, ordinal, timer, cold_arg, unroll, loop, comm
     if torch_path:
         torch = sys.modules["torch"]
         graphs, static_outs = [], []
+        caller_stream = torch.cuda.current_stream(ordinal)
         side = torch.cuda.Stream(device=ordinal)
         side.wait_stream(torch.cuda.current_stream(ordinal))
         with torch.cuda.stream(side):          # warm-up on the capture stream, as torch asks
@@ -551,12 +552,15 @@ def _run_graph(fn, sets, kwargs, s, ordinal, timer, cold_arg, unroll, loop, comm
                     for u in range(unroll):
                         out = fn(*sets[(gi * unroll + u) % len(sets)], **kwargs)
             except Exception as e:
-                torch.cuda.synchronize(ordinal)
-                raise _core.CaptureError(
+                left = _undo_failed_torch_capture(torch, ordinal, caller_stream, side)
+                err = _core.CaptureError(
                     f"the callable could not be captured into a CUDA graph ({type(e).__name__}:"
                     f" {e}); the capture was ended and the stream restored. Callables that "
                     f"synchronize, allocate outside the graph pool or copy to pageable memory "
-                    f"cannot be captured: use mode='events' or 'cupti'") from e
+                    f"cannot be captured: use mode='events' or 'cupti'")
+                if left and hasattr(err, "add_note"):
+                    err.add_note(left)
+                raise err from e
             graphs.append(g)
             static_outs.append(out)
         s = int(torch.cuda.current_stream(ordinal).cuda_stream)
@@ -604,6 +608,35 @@ def _kinds(names: Dict[str, Any], n: int, unroll: int) -> Dict[str, float]:
     """Activity per call by name, rounded: what the comparison of eager and graph looks at."""
     n = max(1, n) * max(1, unroll)
     return {name: round(d["count"] / n, 2) for name, d in sorted(names.items())}
+
+
+
+def _undo_failed_torch_capture(torch: Any, ordinal: int, caller_stream: Any,
+                               side: Any) -> Optional[str]:
+    """Put back what torch.cuda.graph leaves behind when its capture_end raises (a callable
+    that synchronized invalidated the capture): __exit__ stops at capture_end, so the capture
+    stream stays current and the default CUDA generator stays in capture mode -- the next
+    torch.randn raises "Offset increment outside graph capture". The stream is set back, and an
+    empty capture of torch's own runs the generator's capture epilogue. Returns what could not
+    be put back, for a note on the CaptureError (None when all was)."""
+    import warnings
+    try:
+        torch.cuda.set_stream(caller_stream)
+        torch.cuda.synchronize(ordinal)
+        g = torch.cuda.CUDAGraph()
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")      # "The CUDA Graph is empty": it is meant to be
+            with torch.cuda.stream(side):
+                g.capture_begin()
+                g.capture_end()
+        del g
+        return None
+    except Exception as e:                       # the capture's own error is the one to raise
+        return (f"restoring torch's state after the failed capture also failed "
+                f"({type(e).__name__}: {e}); torch's default CUDA generator may be left in "
+                f"capture mode")
+    finally:
+        torch.cuda.set_stream(caller_stream)
 
 
 def _replay(g: Any) -> None:
