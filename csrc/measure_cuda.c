@@ -163,6 +163,19 @@ static Py_ssize_t bridge_size(const cuda_ctx *c, double iter_gpu_s, double queue
                                                               : (Py_ssize_t)want;
 }
 
+/* Add the bridge that ran between marker ev[marker] and its end ev[marker + 2] (after the
+ * previous sub-batch) to the keep-busy totals. */
+static int count_bridge(cuda_ctx *c, Py_ssize_t marker)
+{
+    float ms = 0.f;
+    if (KB_CU(c->m, c->cu->cuEventElapsedTime(&ms, c->ev[marker], c->ev[marker + 2])) < 0)
+        return -1;
+    c->bridge_gpu_s += (double)ms * 1e-3;
+    c->bridges++;
+    c->bridge_iters += c->prev_bridge;
+    return 0;
+}
+
 /* Queue and run one gated sub-batch of n <= gate_cap iterations; out[i] gets sample i.
  * *fired is set when the watchdog had to open the gate. */
 static int run_sub_batch(cuda_ctx *c, Py_ssize_t n, double *out, int warmup, int *fired)
@@ -265,11 +278,8 @@ static int run_sub_batch(cuda_ctx *c, Py_ssize_t n, double *out, int warmup, int
         float ms = 0.f;
         Py_ssize_t prev = 2 * c->gate_cap_initial + ((c->sub_batches - 1) & 1);
         if (c->prev_bridge) {
-            if (KB_CU(m, cu->cuEventElapsedTime(&ms, c->ev[prev], c->ev[prev + 2])) < 0)
+            if (count_bridge(c, prev) < 0)
                 return -1;
-            c->bridge_gpu_s += (double)ms * 1e-3;
-            c->bridges++;
-            c->bridge_iters += c->prev_bridge;
             prev += 2;
         }
         if (KB_CU(m, cu->cuEventElapsedTime(&ms, c->ev[prev], c->ev[0])) < 0)
@@ -622,15 +632,9 @@ static PyObject *measure_cuda(PyObject *m, PyObject *args, PyObject *kw)
         c.bridge_pending = 0;
         if (KB_CU_RAISE(m, &d) < 0)
             goto error;
-        if (c.prev_bridge > 0 && c.sub_batches > 0) {  /* the last sub-batch's bridge */
-            float ms = 0.f;
-            Py_ssize_t last = 2 * c.gate_cap_initial + ((c.sub_batches - 1) & 1);
-            if (KB_CU(m, c.cu->cuEventElapsedTime(&ms, c.ev[last], c.ev[last + 2])) < 0)
-                goto error;
-            c.bridge_gpu_s += (double)ms * 1e-3;
-            c.bridges++;
-            c.bridge_iters += c.prev_bridge;
-        }
+        if (c.prev_bridge > 0 && c.sub_batches > 0 &&  /* the last sub-batch's bridge */
+            count_bridge(&c, 2 * c.gate_cap_initial + ((c.sub_batches - 1) & 1)) < 0)
+            goto error;
     }
     st->gpu_warm_until = kb_now_s() + 1.0;
 
