@@ -1,9 +1,11 @@
 #!/usr/bin/env bash
-# Device runs, batched: bash scripts/gpu_check.sh tests|bench|all|empty
+# Device runs, batched: bash scripts/gpu_check.sh tests|bench|all|empty|probe
 #   tests: build, kbench info, kbench peaks, the whole pytest suite (GPU tests included)
 #   bench: build, benchmarks/gpu_agreement.py, the vLLM-style drop-in script twice, the GPU notebook
 #   empty: build, tests/test_gpu_bench.py, the agreement protocol on the two empty kernels only
 #          (with the profile of kbench's own stream) and the gate-gap diagnosis
+#   probe: build, the GPU tests that raise, and benchmarks/cupti_config_probe.sh (which CUPTI
+#          setting lengthens an empty kernel's record)
 # Prints a short table last. Results land in $OUT (the device tool brings back at most 8 files,
 # so logs that only matter on failure stay in $LOGS and are tailed here instead).
 # KBENCH_GIT_COMMIT: the commit being tested, from the sender (a copied tree's .git can lag).
@@ -43,6 +45,14 @@ if [ "$mode" = empty ]; then
     --out "$OUT/h200_empty_kernels.json" --md "$OUT/h200_empty_kernels.md" 2>&1 | tail -16
   echo "== gate gap"
   timeout 150 $PY benchmarks/gpu_gate_gap.py --out "$OUT/gate_gap.json" 2>&1 | tail -14
+fi
+if [ "$mode" = probe ]; then
+  echo "== the failed-capture and keep-busy-raise tests"
+  timeout 150 $PY -m pytest -q -rfEs --tb=short --timeout=120 tests/test_gpu_bench.py \
+    -k "synchronizes_during_capture or keep_busy_bridge or raises" 2>&1 \
+    | tee "$OUT/pytest_probe.log" | grep -E "^(FAILED|ERROR)|^E |passed|failed" | head -30
+  echo "== CUPTI configurations against an empty kernel"
+  timeout 200 bash benchmarks/cupti_config_probe.sh "$OUT/cupti_probe.jsonl" 2>&1 | tail -30
 fi
 if [ "$mode" = bench ] || [ "$mode" = all ]; then
   [ -d "$KBENCH_CACHE_DIR" ] || timeout 150 $PY -m kbench peaks --seconds 2 > "$LOGS/peaks.txt" 2>&1
