@@ -240,6 +240,7 @@ def run_case(name: str, quick: bool) -> dict:
                    "timed_fraction": r.extra.get("gpu_timed_fraction"),
                    "settle": r.extra.get("clock_settle"),
                    "between_batches": r.extra.get("between_batches"),
+                   "cupti_flushes": r.extra.get("cupti_flushes"),
                    "hist_ns": histogram_ns(r.samples), "warnings": r.warnings, "label": label}
     _, k1 = kb("gated, before the profile", True)
     _, k1u = kb("gate=False, before the profile", False)
@@ -370,6 +371,11 @@ def gaps(k: dict) -> str:
     return f"{bb['mean_s'] * 1e6:.0f} ({bb['n']})" if bb.get("n") else "-"
 
 
+def flushes(k: dict) -> str:
+    f = k.get("cupti_flushes") or {}
+    return f"{f['default']}/{f['forced']}" if f else "-"
+
+
 def markdown(out: dict) -> str:
     lines = [
         "| case | kbench cupti (gated) | prof queued | ok | kbench cupti gate=False | prof host "
@@ -405,9 +411,10 @@ def markdown(out: dict) -> str:
               "| SM before / after | GPU timed fraction before / after "
               "| warm-up: clock settled at s (SM MHz), before / after "
               "| GPU between batches, mean us (batches), before / after "
+              "| CUPTI batch reads, default/forced flush, before / after "
               "| CUPTI after the first run | histograms (ns: count), "
               "kbench before / profile queued / kbench after |",
-              "|---|---|---|---|---|---|---|---|---|---|"]
+              "|---|---|---|---|---|---|---|---|---|---|---|"]
     for r in out["cases"]:
         runs = r.get("kbench_runs")
         if not runs:
@@ -421,7 +428,7 @@ def markdown(out: dict) -> str:
                      f"| {k1['sm_mhz_median']} / {k2['sm_mhz_median']} "
                      f"| {pct(k1.get('timed_fraction'))} / {pct(k2.get('timed_fraction'))} "
                      f"| {settled(k1)} / {settled(k2)} | {gaps(k1)} / {gaps(k2)} "
-                     f"| {k1['cupti_detach']} "
+                     f"| {flushes(k1)} / {flushes(k2)} | {k1['cupti_detach']} "
                      f"| {hists} |")
     over = [(r["case"], r["profile_over_kbench_events"]) for r in out["cases"]
             if r.get("profile_over_kbench_events")]

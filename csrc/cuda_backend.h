@@ -92,10 +92,18 @@ int kb_cupti_begin(PyObject *m, int allow_foreign_subscriber, kb_cupti_trace **o
 int kb_cupti_push(PyObject *m, kb_cupti_trace *t, uint64_t id);
 int kb_cupti_pop(PyObject *m, kb_cupti_trace *t);
 void kb_cupti_pop_quiet(kb_cupti_trace *t);     /* error paths: pop, ignore the result */
-/* Flush CUPTI's buffers (after the stream has been synchronized) and fill acts[i] for ids
- * first_id .. first_id + n - 1. Activity without an id (the L2 flush) is ignored. */
+/* Flush CUPTI's buffers (after the batch has been waited for) and fill acts[i] for ids
+ * first_id .. first_id + n - 1. Activity without an id (the L2 flush) is ignored. sentinel_id:
+ * the id of device work launched after the batch (kbench's empty kernel); when its record is
+ * back after a default flush the flush is not forced (a forced flush lengthens the records of
+ * later kernels). 0: no sentinel, always forced. */
 int kb_cupti_collect(PyObject *m, kb_cupti_trace *t, uint64_t first_id, Py_ssize_t n,
-                     kb_iter_activity *acts, int record_names);
+                     kb_iter_activity *acts, int record_names, uint64_t sentinel_id);
+/* Batches read with the default flush, and forced. */
+void kb_cupti_flush_counts(kb_cupti_trace *t, uint64_t *by_default, uint64_t *forced);
+/* Switch the kernel/memcpy/memset records off (on = 0) while untimed work is queued that may
+ * still run when the batch before it is read, and back on. */
+int kb_cupti_device_records(PyObject *m, kb_cupti_trace *t, int on);
 /* Per activity name, over the batches collected with record_names:
  * {name: {"kind", "count", "total_ns", "min_ns", "max_ns"}}. New reference. */
 PyObject *kb_cupti_names(kb_cupti_trace *t);

@@ -67,6 +67,8 @@ typedef struct {
     Py_ssize_t gate_fired_kept;     /* of those, kept because the cap was already 1 */
     kb_l2_flusher flusher;
     kb_cupti_trace *trace;
+    kb_builtin_kernels *builtins;   /* cupti: the empty kernel that ends each batch */
+    int bridge_records;             /* cupti: keep device records on while bridges are queued */
     CUevent *ev;                    /* 2 * gate_cap events, 2 batch-end markers, 2 bridge ends */
     Py_ssize_t n_ev;
     Py_ssize_t sub_batches;         /* queued so far: its parity picks the markers */
@@ -216,6 +218,23 @@ static int run_sub_batch(cuda_ctx *c, Py_ssize_t n, double *out, int warmup, int
         if (rc < 0 || KB_CU(m, cu->cuEventRecord(c->ev[2 * i + 1], c->stream)) < 0)
             failed = 1;
     }
+    /* CUPTI: the sentinel, kbench's empty kernel under its own id, whose record coming back
+     * shows that every record of the batch did (cupti_trace.c). */
+    uint64_t sentinel_id = 0;
+    if (!failed && c->trace) {
+        if (kb_cupti_push(m, c->trace, c->next_id) < 0)
+            failed = 1;
+        else {
+            if (KB_CU(m, cu->cuLaunchKernel(c->builtins->empty, 1, 1, 1, 32, 1, 1, 0, c->stream,
+                                            NULL, NULL)) < 0)
+                failed = 1;
+            if (failed)
+                kb_cupti_pop_quiet(c->trace);
+            else if (kb_cupti_pop(m, c->trace) < 0)
+                failed = 1;
+            sentinel_id = c->next_id++;
+        }
+    }
     /* A marker after the batch: the next batch's first event, minus this (or minus the end of
      * the bridge after it), is the time the GPU sat idle between the two. */
     CUevent marker = c->ev[2 * c->gate_cap_initial + (c->sub_batches & 1)];
@@ -231,9 +250,27 @@ static int run_sub_batch(cuda_ctx *c, Py_ssize_t n, double *out, int warmup, int
     /* The bridge, queued while the GPU runs the sub-batch: keeps it busy through the host's
      * turnaround after it. Its launches carry no correlation id, so CUPTI never attributes them. */
     Py_ssize_t bridge = failed ? 0 : c->bridge_n;
+    int records_off = 0;
+    if (bridge > 0 && c->trace && !c->bridge_records) {
+        if (kb_cupti_device_records(m, c->trace, 0) < 0)
+            failed = 1;
+        else
+            records_off = 1;
+    }
     for (Py_ssize_t i = 0; i < bridge && !failed; i++)
         if (launch_once(c, "an untimed keep-busy") < 0)
             failed = 1;
+    if (records_off) {
+        if (failed) {
+            PyObject *et, *ev, *etb;
+            PyErr_Fetch(&et, &ev, &etb);      /* keep the callable's exception */
+            kb_cupti_device_records(m, c->trace, 1);
+            PyErr_Clear();
+            PyErr_Restore(et, ev, etb);
+        }
+        else if (kb_cupti_device_records(m, c->trace, 1) < 0)
+            failed = 1;
+    }
     c->bridge_queued = bridge > 0 && !failed;
     if (bridge > 0) {
         c->bridge_pending = 1;
@@ -293,7 +330,8 @@ static int run_sub_batch(cuda_ctx *c, Py_ssize_t n, double *out, int warmup, int
     c->sub_batches++;
     c->bridge_n = bridge_size(c, iter_sum_s / (double)n, queue_per_iter_s, n);
     if (c->trace) {
-        if (kb_cupti_collect(m, c->trace, first_id, n, c->acts, !warmup && !*fired) < 0)
+        if (kb_cupti_collect(m, c->trace, first_id, n, c->acts, !warmup && !*fired,
+                             sentinel_id) < 0)
             return -1;
     }
     if (warmup || (*fired && c->gate_cap > 1))
@@ -594,6 +632,13 @@ static PyObject *measure_cuda(PyObject *m, PyObject *args, PyObject *kw)
         goto error;
     if (c.mode == MODE_CUPTI && kb_cupti_begin(m, allow_foreign, &c.trace, &foreign) < 0)
         goto error;
+    if (c.trace != NULL) {
+        if (kb_builtin_load(m, c.cu, &builtins) < 0)
+            goto error;
+        c.builtins = &builtins;
+        const char *br = getenv("KBENCH_EXPERIMENT_BRIDGE_RECORDS");   /* experiment only */
+        c.bridge_records = br != NULL && strcmp(br, "on") == 0;
+    }
     c.next_id = 1;
 
     /* Clock ramp-up: skipped when the GPU was busy with kbench a moment ago. */
@@ -683,6 +728,16 @@ static PyObject *measure_cuda(PyObject *m, PyObject *args, PyObject *kw)
                                         "iterations", c.bridge_iters, "gpu_s", c.bridge_gpu_s,
                                         "turnaround_s", c.turnaround_s)) < 0)
         Py_CLEAR(cuda);
+    if (cuda != NULL && c.trace != NULL) {
+        uint64_t by_default = 0, forced = 0;
+        kb_cupti_flush_counts(c.trace, &by_default, &forced);
+        if (kb_dict_set_steal(cuda, "cupti_flushes",
+                              Py_BuildValue("{s:K,s:K,s:O}", "default",
+                                            (unsigned long long)by_default, "forced",
+                                            (unsigned long long)forced, "bridge_records",
+                                            c.bridge_records ? Py_True : Py_False)) < 0)
+            Py_CLEAR(cuda);
+    }
     if (kb_dict_set_steal(out, "cuda", cuda) < 0 ||
         kb_dict_set_steal(out, "backend", PyUnicode_FromString(backend.name)) < 0) {
         Py_CLEAR(out);

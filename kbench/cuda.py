@@ -411,6 +411,9 @@ def run(fn: Callable[..., Any], sets: List[Tuple[Any, ...]], kwargs: Dict[str, A
             warn.append(f"CUPTI timestamps were in units of {1 / cuda['cupti_ticks_per_ns']:.4f} "
                         f"ns (a profiler registered its own timestamp callback, e.g. "
                         f"torch.profiler's TSC clock); kbench measured the unit and converted")
+    if "cupti_flushes" in cuda:
+        # batches read with a forced flush: it lengthens later kernels' records (cupti_trace.c)
+        extra["cupti_flushes"] = cuda["cupti_flushes"]
     if cuda.get("cupti_dropped"):
         warn.append(f"CUPTI dropped {cuda['cupti_dropped']} activity records "
                     "(buffers full, or returned unfinished by a flush)")

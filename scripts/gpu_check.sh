@@ -1,9 +1,11 @@
 #!/usr/bin/env bash
-# Device runs, batched: bash scripts/gpu_check.sh tests|bench|all|empty|probe
+# Device runs, batched: bash scripts/gpu_check.sh tests|bench|all|empty|probe|flush
 #   tests: build, kbench info, kbench peaks, the whole pytest suite (GPU tests included)
 #   bench: build, benchmarks/gpu_agreement.py, the vLLM-style drop-in script twice, the GPU notebook
 #   empty: build, tests/test_gpu_bench.py, the agreement protocol on the two empty kernels only
 #          (with the profile of kbench's own stream) and the gate-gap diagnosis
+#   flush: build, tests/test_gpu_bench.py, benchmarks/gpu_flush_bridges.py, the agreement on the
+#          four sub-10-us cases (after the default-flush change)
 #   probe: build, the GPU tests that raise, and benchmarks/cupti_config_probe.sh (which CUPTI
 #          setting lengthens an empty kernel's record)
 # Prints a short table last. Results land in $OUT (the device tool brings back at most 8 files,
@@ -53,6 +55,16 @@ if [ "$mode" = probe ]; then
     | tee "$OUT/pytest_probe.log" | grep -E "^(FAILED|ERROR)|^E |passed|failed" | head -30
   echo "== CUPTI configurations against an empty kernel"
   timeout 200 bash benchmarks/cupti_config_probe.sh "$OUT/cupti_probe.jsonl" 2>&1 | tail -30
+fi
+if [ "$mode" = flush ]; then
+  echo "== GPU bench tests"
+  timeout 150 $PY -m pytest -q -rfEs --tb=short --timeout=120 tests/test_gpu_bench.py 2>&1 \
+    | tee "$OUT/pytest_gpu.log" | grep -E "^(FAILED|ERROR)|^E |passed|failed" | head -30
+  echo "== bridged kernels: device records off while a bridge is queued, or on"
+  (cd benchmarks && timeout 150 $PY gpu_flush_bridges.py --out "$OUT/flush_bridges.json" 2>&1 | tail -8)
+  echo "== agreement on the sub-10-us cases"
+  timeout 240 $PY benchmarks/gpu_agreement.py --cases "triton empty,ptx empty,add 1K f32,mul 1M f32" \
+    --out "$OUT/h200_small_kernels.json" --md "$OUT/h200_small_kernels.md" 2>&1 | tail -22
 fi
 if [ "$mode" = bench ] || [ "$mode" = all ]; then
   [ -d "$KBENCH_CACHE_DIR" ] || timeout 150 $PY -m kbench peaks --seconds 2 > "$LOGS/peaks.txt" 2>&1

@@ -108,6 +108,11 @@ def test_the_raw_cuda_record_has_every_key_with_its_type(x):
     assert kb["enabled"] is True and isinstance(kb["bridges"], int)
     assert isinstance(kb["gpu_s"], float) and kb["turnaround_s"] > 0
     assert len(cu["events_s"]) == len(raw["samples"]) == len(cu["kernels_per_iter"])
+    fl = cu["cupti_flushes"]
+    assert set(fl) == {"default", "forced", "bridge_records"}
+    # every batch is read one way or the other; a sub-10 us kernel gets no bridge, so its
+    # sentinel comes back with the default flush
+    assert fl["default"] + fl["forced"] >= 1 and fl["default"] >= 1
 
 
 def test_cupti_attributes_kernels_to_iterations_and_excludes_the_flush(x):
