@@ -6,7 +6,7 @@ still runs while the host reads the batch, so its records would keep the buffer 
 force the flush; kbench therefore switches the kernel/memcpy/memset records off while it
 queues a bridge. This script times kernels long enough to get bridges, in pairs:
   off: the default (device records off while a bridge is queued);
-  on:  KBENCH_EXPERIMENT_BRIDGE_RECORDS=on (records left on: the flush is forced);
+  on:  KBENCH_CUPTI_BRIDGE_RECORDS=on (records left on: the flush is forced);
 and, as the truth, torch.profiler's durations of the same calls queued behind a spin.
 
     python benchmarks/gpu_flush_bridges.py --out flush_bridges.json
@@ -39,9 +39,9 @@ def cases():
 
 def one(fn, records: str) -> dict:
     if records == "on":
-        os.environ["KBENCH_EXPERIMENT_BRIDGE_RECORDS"] = "on"
+        os.environ["KBENCH_CUPTI_BRIDGE_RECORDS"] = "on"
     else:
-        os.environ.pop("KBENCH_EXPERIMENT_BRIDGE_RECORDS", None)
+        os.environ.pop("KBENCH_CUPTI_BRIDGE_RECORDS", None)
     r = kbench.bench(fn, device="cuda", mode="cupti", cold_cache=None, max_time_s=1.0)
     kb = r.extra.get("keep_busy") or {}
     return {"median_s": r.median, "flushes": r.extra.get("cupti_flushes"),
@@ -63,7 +63,7 @@ def main():
         for i in range(args.pairs):
             for rec in (("off", "on") if i % 2 == 0 else ("on", "off")):
                 runs[rec].append(one(fn, rec))
-        os.environ.pop("KBENCH_EXPERIMENT_BRIDGE_RECORDS", None)
+        os.environ.pop("KBENCH_CUPTI_BRIDGE_RECORDS", None)
         prof = kineto_regime(fn, 400, True, 10e-6, info)
         row = {"case": name, "runs": runs, "profile_queued_s": prof["median_s"]}
         out["cases"].append(row)

@@ -17,6 +17,8 @@
  * still running) is the flush forced. Keep-busy bridges run while the host reads the batch, so
  * their kernel, memcpy and memset records are switched off while they are queued
  * (kb_cupti_device_records); their API records are complete at once.
+ * KBENCH_CUPTI_BRIDGE_RECORDS=on leaves them on (a diagnosis: every bridged batch is then read
+ * with a forced flush; benchmarks/gpu_flush_bridges.py).
  *
  * CUPTI's buffer callbacks carry no user pointer, so the one active trace of the process is
  * reachable from a static; a second concurrent trace is refused as CuptiBusy.

@@ -411,6 +411,10 @@ def run(fn: Callable[..., Any], sets: List[Tuple[Any, ...]], kwargs: Dict[str, A
             warn.append(f"CUPTI timestamps were in units of {1 / cuda['cupti_ticks_per_ns']:.4f} "
                         f"ns (a profiler registered its own timestamp callback, e.g. "
                         f"torch.profiler's TSC clock); kbench measured the unit and converted")
+    if cuda.get("stepped_min_sampling_s"):
+        # a sub-2 us CUPTI figure: its records sit on a few 32 ns steps whose mix moved between
+        # short runs, so the C loop sampled it for at least this long
+        extra["stepped_min_sampling_s"] = cuda["stepped_min_sampling_s"]
     if "cupti_flushes" in cuda:
         # batches read with a forced flush: it lengthens later kernels' records (cupti_trace.c)
         extra["cupti_flushes"] = cuda["cupti_flushes"]

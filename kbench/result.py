@@ -156,6 +156,9 @@ class Result:
         settle = _settle_text(self.extra.get("clock_settle"))
         if settle:
             rows.append(["Clock settle", settle])
+        if self.extra.get("stepped_min_sampling_s"):
+            rows.append(["Timer steps", f"under 2 us, CUPTI reads in 32 ns steps: sampled for "
+                         f">= {self.extra['stepped_min_sampling_s']:g} s so the run mixes them"])
         duty = _duty_text(self.extra.get("gpu_timed_fraction"), self.extra.get("between_batches"),
                           self.extra.get("keep_busy"))
         if duty:

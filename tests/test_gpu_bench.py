@@ -57,6 +57,9 @@ def test_keep_busy_bridges_fill_the_gaps_and_are_never_attributed(x):
     assert not any("CUPTI dropped" in w for w in on.warnings), on.warnings
     assert on.extra["events_median_s"] == pytest.approx(on.median, rel=0.05)
     assert on.extra["gpu_busy_fraction"] > on.extra["gpu_timed_fraction"]
+    # the bridges are queued with CUPTI's kernel records off, so no batch needed a forced
+    # flush (which lengthens later kernels' records)
+    assert on.extra["cupti_flushes"]["forced"] == 0 < on.extra["cupti_flushes"]["default"]
     off = kbench.bench(gemm_and_add, device="cuda", mode="cupti", cold_cache="flush",
                        keep_busy=False, min_samples=300, **FAST)
     assert off.extra["keep_busy"]["bridges"] == 0
@@ -159,6 +162,12 @@ def test_floor_is_measured_and_reported(x):
                       device="cuda", mode="events", cold_cache=None, **FAST)
     assert any("within 3x of this mode's floor" in w for w in re.warnings)
     assert not any("floor" in w for w in rc.warnings)
+    # a sub-2 us CUPTI figure is sampled for >= 0.2 s (its records sit on 32 ns steps), and
+    # every batch was read with the default flush (a forced one lengthens later records)
+    assert rc.extra["stepped_min_sampling_s"] == 0.2 and rc.stop["sampling_s"] >= 0.2
+    assert rc.extra["cupti_flushes"]["forced"] == 0
+    assert "Timer steps" in repr(rc)
+    assert "stepped_min_sampling_s" not in re.extra
 
 
 def test_16mb_copy_is_under_hbm_cold_and_over_it_hot():
