@@ -156,7 +156,11 @@ static int ci_is_finished(kb_criterion *c, const double *samples, Py_ssize_t n)
     double mid_lo = select_union(a, na, b, nb, (n - 1) / 2);
     double median = n % 2 ? mid_lo : kb_lerp(mid_lo, select_union(a, na, b, nb, n / 2), 0.5);
     c->achieved = kb_rel_halfwidth(lo, hi, median);
-    return c->achieved <= c->target;
+    /* A CI no wider than one timer step is the most such samples can say. */
+    double floor = c->resolution > 0 && median > 0
+                       ? 0.5 * c->resolution / median * (1.0 + 1e-9)   /* rounding */
+                       : 0.0;
+    return c->achieved <= (floor > c->target ? floor : c->target);
 }
 
 static void ci_destroy(kb_criterion *c)
@@ -409,25 +413,31 @@ static int feed(kb_criterion *c, const double *x, Py_ssize_t n, Py_ssize_t step)
 }
 
 PyDoc_STRVAR(criterion_check_doc,
-"criterion_check(name, samples, target, ci_level=0.95, step=0)\n--\n\n"
+"criterion_check(name, samples, target, ci_level=0.95, step=0, resolution=0.0)\n--\n\n"
 "Apply the stopping rule `name` to samples: (finished, achieved), where achieved is the\n"
 "rule's measured value (relative CI half-width for 'ci', |entropy slope| for 'entropy';\n"
 "inf when there are too few samples). With step > 0 the rule first sees the prefixes of\n"
-"step, 2*step, ... samples, as in the timing loop; the answer must not depend on step.");
+"step, 2*step, ... samples, as in the timing loop; the answer must not depend on step.\n"
+"resolution: the step the samples come in (0: none); 'ci' then stops at a CI one step wide.");
 
 static PyObject *py_criterion_check(PyObject *self, PyObject *args, PyObject *kw)
 {
-    static char *kwlist[] = {"name", "samples", "target", "ci_level", "step", NULL};
+    static char *kwlist[] = {"name", "samples", "target", "ci_level", "step", "resolution",
+                             NULL};
     const char *name;
     PyObject *obj;
-    double target, ci_level = 0.95;
+    double target, ci_level = 0.95, resolution = 0.0;
     Py_ssize_t step = 0;
     kb_criterion c;
     int done;
 
-    if (!PyArg_ParseTupleAndKeywords(args, kw, "sOd|dn:criterion_check", kwlist, &name, &obj,
-                                     &target, &ci_level, &step))
+    if (!PyArg_ParseTupleAndKeywords(args, kw, "sOd|dnd:criterion_check", kwlist, &name, &obj,
+                                     &target, &ci_level, &step, &resolution))
         return NULL;
+    if (!(resolution >= 0.0 && isfinite(resolution))) {
+        PyErr_SetString(PyExc_ValueError, "resolution must be a finite number >= 0");
+        return NULL;
+    }
     if (step < 0) {
         PyErr_Format(PyExc_ValueError, "step must be >= 0, got %zd", step);
         return NULL;
@@ -447,6 +457,7 @@ static PyObject *py_criterion_check(PyObject *self, PyObject *args, PyObject *kw
         Py_DECREF(arr);
         return NULL;
     }
+    c.resolution = resolution;
     if (n >= KB_NOGIL_MIN) {
         Py_BEGIN_ALLOW_THREADS
         done = feed(&c, x, n, step);

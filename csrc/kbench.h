@@ -123,6 +123,8 @@ struct kb_criterion {
     double target;              /* rule-specific target, e.g. 0.005 relative CI half-width */
     double ci_level;            /* confidence level for CI-based rules */
     double achieved;            /* the rule's last measured value (e.g. achieved rel. half-width) */
+    double resolution;          /* the timer's step, in the samples' unit (0: none): the 'ci'
+                                 * rule stops once its CI is no wider than one step */
     void *impl;                 /* rule-private state */
     /* 1 when precise enough, 0 not yet, -1 allocation failure (no exception; GIL may be released) */
     int (*is_finished)(kb_criterion *self, const double *samples, Py_ssize_t n);
@@ -165,6 +167,9 @@ struct kb_backend {
      * tens to hundreds of ms; samples inside one swing are correlated, so their CI is too
      * narrow and a run stopped on it reports one phase of the swing. */
     double min_sampling_s;
+    /* Set by the backend (0 otherwise): the step its timer reads in, in seconds. A CI one
+     * step wide is as precise as such samples get (kb_criterion.resolution). */
+    double resolution_s;
 };
 
 typedef struct {
@@ -175,6 +180,7 @@ typedef struct {
     double sampling_s;          /* wall time spent sampling */
     kb_stop stop;
     double achieved;            /* the criterion's last value */
+    double resolution_s;        /* the backend's timer step, when it reported one */
 } kb_loop_result;
 
 /* Fill cfg with defaults, then override from the dict kw (may be NULL), DELETING every key it

@@ -266,6 +266,8 @@ int kb_loop_run(kb_backend *b, const kb_loop_config *cfg, kb_loop_result *res)
         res->n += k;
         double elapsed = kb_now_s() - t0;
 
+        crit.resolution = b->resolution_s;
+        res->resolution_s = b->resolution_s;
         if (res->n >= cfg->min_samples && res->n >= next_check &&
             elapsed >= b->min_sampling_s) {
             int fin = crit.is_finished(&crit, res->samples, res->n);
@@ -320,10 +322,11 @@ PyObject *kb_loop_result_to_dict(const kb_loop_result *res, const kb_loop_config
     if (arr == NULL)
         return NULL;
     PyObject *out = Py_BuildValue(
-        "{s:N,s:s,s:n,s:d,s:d,s:s,s:d,s:d,s:d,s:n,s:n,s:d}", "samples", arr, "stop",
+        "{s:N,s:s,s:n,s:d,s:d,s:s,s:d,s:d,s:d,s:n,s:n,s:d,s:d}", "samples", arr, "stop",
         kb_stop_name(res->stop), "warmup_iters", res->warmup_iters, "warmup_s", res->warmup_s,
         "sampling_s", res->sampling_s, "criterion", cfg->criterion, "target", cfg->target,
         "achieved", res->achieved, "ci_level", cfg->ci_level, "min_samples", cfg->min_samples,
-        "max_samples", cfg->max_samples, "max_time_s", cfg->max_time_s);
+        "max_samples", cfg->max_samples, "max_time_s", cfg->max_time_s, "resolution_s",
+        res->resolution_s);
     return out;
 }

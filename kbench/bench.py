@@ -103,7 +103,7 @@ def bench(fn: Callable[..., Any], *args: Any,
     stats = _core.summarize(samples, ci_level)
     stop = {k: raw[k] for k in ("stop", "criterion", "target", "achieved", "warmup_iters",
                                 "warmup_s", "sampling_s", "min_samples", "max_samples",
-                                "max_time_s") if k in raw}
+                                "max_time_s", "resolution_s") if k in raw}
     result = Result(name=name, device=device_name, backend=backend, samples=samples,
                     stats=stats, stop=stop, cold_cache=cold, flops=flops, bytes=bytes,
                     correctness=correctness, extra=extra)

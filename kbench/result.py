@@ -157,8 +157,12 @@ class Result:
         if settle:
             rows.append(["Clock settle", settle])
         if self.extra.get("stepped_min_sampling_s"):
-            rows.append(["Timer steps", f"under 2 us, CUPTI reads in 32 ns steps: sampled for "
-                         f">= {self.extra['stepped_min_sampling_s']:g} s so the run mixes them"])
+            step = st.get("resolution_s") or 0.0
+            step_s = (f"CUPTI reads in {step * 1e9:.0f} ns steps, so a CI one step wide "
+                      f"({fmt_pct(0.5 * step / s['median'])}) stops the run"
+                      if step and s.get("median") else "CUPTI reads in coarse steps")
+            rows.append(["Timer steps", f"under 2 us: {step_s}; sampled for >= "
+                         f"{self.extra['stepped_min_sampling_s']:g} s so the run mixes them"])
         duty = _duty_text(self.extra.get("gpu_timed_fraction"), self.extra.get("between_batches"),
                           self.extra.get("keep_busy"))
         if duty:

@@ -166,6 +166,8 @@ def test_floor_is_measured_and_reported(x):
     # every batch was read with the default flush (a forced one lengthens later records)
     assert rc.extra["stepped_min_sampling_s"] == 0.2 and rc.stop["sampling_s"] >= 0.2
     assert rc.extra["cupti_flushes"]["forced"] == 0
+    # the H200's CUPTI kernel timestamps come in 32 ns steps: the stop rule was told so
+    assert rc.stop["resolution_s"] == pytest.approx(32e-9)
     assert "Timer steps" in repr(rc)
     assert "stepped_min_sampling_s" not in re.extra
 

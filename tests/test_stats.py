@@ -611,3 +611,18 @@ def test_criterion_bad_arguments():
         core.criterion_check("ci", x, 0.01, step=-1)
     with pytest.raises(TypeError):
         core.criterion_check(3, x, 0.01)
+
+
+def test_ci_rule_stops_at_one_timer_step_when_told_the_step():
+    # a sub-us kernel read in 32 ns steps: half the samples on 576 ns, half on 608 ns
+    rng = np.random.default_rng(3)
+    x = rng.choice([576e-9, 608e-9], size=4000)
+    done, achieved = core.criterion_check("ci", x, 0.005)
+    assert not done and achieved == pytest.approx(16e-9 / np.median(x), rel=0.05)
+    # told the step, a CI one step wide is as precise as the samples get
+    assert core.criterion_check("ci", x, 0.005, resolution=32e-9)[0]
+    # but not a CI two steps wide
+    wide = np.array([512, 544, 576, 608, 640, 672, 544, 576, 608, 640]) * 1e-9
+    assert not core.criterion_check("ci", wide, 0.005, resolution=32e-9)[0]
+    with pytest.raises(ValueError, match="resolution"):
+        core.criterion_check("ci", x, 0.005, resolution=-1.0)
