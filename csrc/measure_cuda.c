@@ -436,8 +436,10 @@ static int cuda_run_batch(kb_backend *b, Py_ssize_t n, double *out, int warmup)
             c->stepped = 1;
             if (b->min_sampling_s < KB_STEPPED_MIN_SAMPLING_S)
                 b->min_sampling_s = KB_STEPPED_MIN_SAMPLING_S;
+            /* The finest step any batch shows: a small batch can sit on every other step
+             * (576 and 640 ns are both multiples of 64) and look coarser than it is. */
             double step = timestamp_step_s(out, n);
-            if (step > b->resolution_s)
+            if (step > 0 && (b->resolution_s == 0 || step < b->resolution_s))
                 b->resolution_s = step;
         }
     }
