@@ -140,6 +140,7 @@ for n in (1, 2, 5, 6, 50, 1000, 5000):
     for name in ("ci", "entropy"):
         ok(_core.criterion_check, name, x, 0.01)
         ok(_core.criterion_check, name, x, 0.01, 0.9, 7)
+        ok(_core.criterion_check, name, x, 0.01, 0.9, 7, 1e-3)
 ok(_core.stop_rules)
 # -- the CUDA warm-up's settle rule (steady.c): every branch, and its argument errors
 t = np.arange(0.0, 1.5, 0.005)
