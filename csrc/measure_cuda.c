@@ -366,10 +366,11 @@ static int run_sub_batch(cuda_ctx *c, Py_ssize_t n, double *out, int warmup, int
 }
 
 #define KB_STEPPED_BELOW_S 2e-6         /* 64 steps of 32 ns */
+#define KB_STEPPED_MIN_SAMPLING_S 0.2
 
 /* The step CUPTI's durations come in: the largest of 32, 64, ... 1024 ns that >= 90% of the
- * samples sit on (within 1.5 ns: conversions round); 0 when none does (a graph's unrolled
- * figure, or a finer clock). */
+ * samples of one batch sit on (within 1.5 ns: conversions round); 0 when none does (a graph's
+ * unrolled figure, or a finer clock). The caller keeps the finest step over batches. */
 static double timestamp_step_s(const double *out, Py_ssize_t n)
 {
     double best = 0.0;
@@ -385,7 +386,7 @@ static double timestamp_step_s(const double *out, Py_ssize_t n)
     }
     return best;
 }
-#define KB_STEPPED_MIN_SAMPLING_S 0.2
+
 static int cuda_run_batch(kb_backend *b, Py_ssize_t n, double *out, int warmup)
 {
     cuda_ctx *c = b->ctx;

@@ -617,7 +617,6 @@ def _kinds(names: Dict[str, Any], n: int, unroll: int) -> Dict[str, float]:
     return {name: round(d["count"] / n, 2) for name, d in sorted(names.items())}
 
 
-
 def _undo_failed_torch_capture(torch: Any, ordinal: int, caller_stream: Any,
                                side: Any) -> Optional[str]:
     """Put back what torch.cuda.graph leaves behind when its capture_end raises (a callable
