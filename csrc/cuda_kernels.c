@@ -230,6 +230,35 @@ static PyObject *devbuf_memset(DeviceBuffer *self, PyObject *args, PyObject *kw)
     Py_RETURN_NONE;
 }
 
+/* copy_from(src, stream=0): the driver's device-to-device copy of src's bytes (the copy
+ * engines' path, one of the HBM ceiling's candidates), asynchronously on the stream. */
+static PyObject *devbuf_copy_from(DeviceBuffer *self, PyObject *args, PyObject *kw)
+{
+    static char *kwlist[] = {"src", "stream", NULL};
+    PyObject *src_obj;
+    unsigned long long stream = 0;
+    int pushed = 0;
+    if (!PyArg_ParseTupleAndKeywords(args, kw, "O|K:copy_from", kwlist, &src_obj, &stream))
+        return NULL;
+    if (Py_TYPE(src_obj) != Py_TYPE(self))
+        return PyErr_Format(PyExc_TypeError, "copy_from: src must be a DeviceBuffer, got %.100s",
+                            Py_TYPE(src_obj)->tp_name);
+    DeviceBuffer *src = (DeviceBuffer *)src_obj;
+    if (src->nbytes != self->nbytes || src->device != self->device)
+        return PyErr_Format(PyExc_ValueError, "copy_from: src must have the same size and "
+                            "device (%zu bytes on %d), got %zu bytes on %d", self->nbytes,
+                            self->device, src->nbytes, src->device);
+    const kb_cuda_api *cu = kb_cuda(self->module);
+    if (cu == NULL || kb_ctx_enter(self->module, cu, self->device, &pushed) < 0)
+        return NULL;
+    int rc = KB_CU(self->module, cu->cuMemcpyDtoDAsync(self->ptr, src->ptr, self->nbytes,
+                                                       (CUstream)(uintptr_t)stream));
+    kb_ctx_leave(cu, pushed);
+    if (rc < 0)
+        return NULL;
+    Py_RETURN_NONE;
+}
+
 /* to_numpy(dtype='uint8'): synchronous copy to a new host array. */
 static PyObject *devbuf_to_numpy(DeviceBuffer *self, PyObject *args, PyObject *kw)
 {
@@ -284,6 +313,8 @@ static PyObject *devbuf_get_nbytes(DeviceBuffer *self, void *closure)
 static PyMethodDef devbuf_methods[] = {
     {"memset", (PyCFunction)(void (*)(void))devbuf_memset, METH_VARARGS | METH_KEYWORDS,
      "memset(value, stream=0): fill every byte, asynchronously on the stream."},
+    {"copy_from", (PyCFunction)(void (*)(void))devbuf_copy_from, METH_VARARGS | METH_KEYWORDS,
+     "copy_from(src, stream=0): copy src's bytes (cuMemcpyDtoDAsync), asynchronously."},
     {"to_numpy", (PyCFunction)(void (*)(void))devbuf_to_numpy, METH_VARARGS | METH_KEYWORDS,
      "to_numpy(dtype='uint8') -> ndarray: synchronous copy to the host."},
     {NULL, NULL, 0, NULL},

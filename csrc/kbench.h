@@ -201,24 +201,46 @@ PyObject *kb_loop_result_to_dict(const kb_loop_result *res, const kb_loop_config
  * 0x40, 0x80 of nvmlDeviceGetCurrentClocksEventReasons. */
 #define KB_CLOCK_LIMIT_REASONS 0xECULL
 
+/* One GPU's NVML readings, as the sampler records them and as tests feed them: t ascending
+ * (seconds); NaN for a failed read; power_avg_w (nvmlDeviceGetPowerUsage: a one-second running
+ * average on Ampere and later) and power_inst_w (NVML_FI_DEV_POWER_INSTANT) may be NULL. */
 typedef struct {
-    double min_s;           /* never settled before this long after the first reading */
-    double window_s;        /* the two SM clock windows compared under a limit */
-    double power_window_s;  /* the two power windows compared without one */
-    double rel_tol;         /* clock medians may differ by this fraction (at least 15 MHz) */
+    const double *t;
+    const double *sm_mhz;
+    const double *power_avg_w;
+    const double *power_inst_w;
+    const uint64_t *reasons;
+    size_t n;
+} kb_clock_trace;
+
+/* The sustained regime's settle rule and the burst regime's recovery rule (steady.c). */
+typedef struct {
+    double window_s;        /* the two SM clock windows compared */
+    double rel_tol;         /* their medians may differ by this fraction (at least 15 MHz) */
+    double min_load_s;      /* never settled before the callable loaded the GPU this long */
+    double avg_window_s;    /* the board's power-averaging window */
+    double power_tol;       /* averaged power within this fraction (or 15 W) of instantaneous */
+    double headroom;        /* instantaneous power under this share of the limit never caps */
+    double recover_window_s;    /* burst: readings that must show no limit before a batch */
+    double recover_avg_frac;    /* burst: averaged power at most this share of the limit */
 } kb_settle_rule;
-#define KB_SETTLE_RULE_DEFAULT {.min_s = 0.2, .window_s = 0.2, .power_window_s = 0.1,         \
-                                .rel_tol = 0.015}
+#define KB_SETTLE_RULE_DEFAULT {.window_s = 0.25, .rel_tol = 0.02, .min_load_s = 0.3,          \
+                                .avg_window_s = 1.0, .power_tol = 0.05, .headroom = 0.8,       \
+                                .recover_window_s = 0.03, .recover_avg_frac = 0.6}
 
 enum { KB_UNSETTLED = 0, KB_SETTLED = 1, KB_SETTLED_UNDER_LIMIT = 2 };
-/* Whether the readings (t ascending, in seconds; mhz and power_w NaN for a failed read;
- * power_w may be NULL) have settled as of the last one: KB_SETTLED (nothing limits the clock),
- * KB_SETTLED_UNDER_LIMIT (a power/thermal limit holds it, at a steady median) or KB_UNSETTLED;
- * *median_last gets the last window's median SM clock. `scratch` holds n doubles. Pure: no
- * Python, no NVML. */
-int kb_clock_settled(const double *t, const double *mhz, const double *power_w,
-                     const uint64_t *reasons, size_t n, const kb_settle_rule *rule,
-                     double *scratch, double *median_last);
+/* Whether the GPU has reached the sustained state of the load that began at tr->t value
+ * load_start_s, as of the last reading: KB_SETTLED (nothing limits the clock, nor will),
+ * KB_SETTLED_UNDER_LIMIT (a power/thermal limit holds it, at a steady median) or KB_UNSETTLED.
+ * power_limit_w is NaN when unknown. *median_last gets the last window's median SM clock.
+ * `scratch` holds tr->n doubles. Pure: no Python, no NVML. */
+int kb_clock_settled(const kb_clock_trace *tr, double load_start_s, double power_limit_w,
+                     const kb_settle_rule *rule, double *scratch, double *median_last);
+/* Burst: has the GPU recovered from earlier load as of the last reading (no limit reason over
+ * the last recover_window_s, instantaneous power under headroom x limit, averaged power under
+ * recover_avg_frac x limit)? 1 or 0. */
+int kb_power_recovered(const kb_clock_trace *tr, double power_limit_w,
+                       const kb_settle_rule *rule);
 
 /* Shared argument handling of measure_host / measure_cuda (measure.c). */
 typedef enum { KB_COLD_NONE = 0, KB_COLD_FLUSH, KB_COLD_ROTATE } kb_cold_mode;

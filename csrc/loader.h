@@ -163,6 +163,46 @@ typedef struct nvmlProcessInfo_st { /* the layout nvmlDeviceGetComputeRunningPro
 
 #define NVML_VALUE_NOT_AVAILABLE (-1)
 
+/* nvmlDeviceGetFieldValues: one query per field. NVML_FI_DEV_POWER_INSTANT is the board power
+ * now (milliwatts), where nvmlDeviceGetPowerUsage is a one-second average on Ampere and later. */
+#define NVML_FI_DEV_POWER_INSTANT 186
+typedef enum nvmlValueType_enum {
+    NVML_VALUE_TYPE_DOUBLE = 0,
+    NVML_VALUE_TYPE_UNSIGNED_INT = 1,
+    NVML_VALUE_TYPE_UNSIGNED_LONG = 2,
+    NVML_VALUE_TYPE_UNSIGNED_LONG_LONG = 3,
+    NVML_VALUE_TYPE_SIGNED_LONG_LONG = 4,
+    NVML_VALUE_TYPE_SIGNED_INT = 5,
+    NVML_VALUE_TYPE_UNSIGNED_SHORT = 6
+} nvmlValueType_t;
+typedef union nvmlValue_st {
+    double dVal;
+    unsigned int uiVal;
+    unsigned long ulVal;
+    unsigned long long ullVal;
+    signed long long sllVal;
+    signed int siVal;
+    unsigned short usVal;
+} nvmlValue_t;
+typedef struct nvmlFieldValue_st {
+    unsigned int fieldId;
+    unsigned int scopeId;
+    long long timestamp;            /* us since 1970 when the value was read */
+    long long latencyUsec;
+    nvmlValueType_t valueType;
+    nvmlReturn_t nvmlReturn;
+    nvmlValue_t value;
+} nvmlFieldValue_t;
+
+/* nvmlDeviceGetClock's clock ids: application clocks differ from their default, or the
+ * APPLICATIONS_CLOCKS event reason is set, when someone set or locked the clocks. */
+typedef enum nvmlClockId_enum {
+    NVML_CLOCK_ID_CURRENT = 0,
+    NVML_CLOCK_ID_APP_CLOCK_TARGET = 1,
+    NVML_CLOCK_ID_APP_CLOCK_DEFAULT = 2,
+    NVML_CLOCK_ID_CUSTOMER_BOOST_MAX = 3
+} nvmlClockId_t;
+
 /* Clock event ("throttle") reason bits of nvmlDeviceGetCurrentClocksEventReasons (NVML's
  * nvmlClocksEventReason* / nvmlClocksThrottleReason* values). */
 #define KB_NVML_REASON_GPU_IDLE                0x0000000000000001ULL
@@ -198,6 +238,10 @@ nvmlReturn_t nvmlDeviceGetMemoryInfo(nvmlDevice_t device, nvmlMemory_t *memory);
 nvmlReturn_t nvmlDeviceGetComputeRunningProcesses_v3(nvmlDevice_t device, unsigned int *infoCount,
                                                      nvmlProcessInfo_t *infos);
 nvmlReturn_t nvmlDeviceGetEnforcedPowerLimit(nvmlDevice_t device, unsigned int *limit);
+nvmlReturn_t nvmlDeviceGetFieldValues(nvmlDevice_t device, int valuesCount,
+                                      nvmlFieldValue_t *values);
+nvmlReturn_t nvmlDeviceGetClock(nvmlDevice_t device, nvmlClockType_t clockType,
+                                nvmlClockId_t clockId, unsigned int *clockMHz);
 
 #define KB_NVML_REQUIRED(X)                                                                    \
     X(nvmlInit_v2) X(nvmlShutdown) X(nvmlErrorString) X(nvmlSystemGetDriverVersion)            \
@@ -211,7 +255,8 @@ nvmlReturn_t nvmlDeviceGetEnforcedPowerLimit(nvmlDevice_t device, unsigned int *
  * two must exist. */
 #define KB_NVML_OPTIONAL(X)                                                                    \
     X(nvmlDeviceGetCurrentClocksEventReasons) X(nvmlDeviceGetCurrentClocksThrottleReasons)     \
-    X(nvmlDeviceGetComputeRunningProcesses_v3) X(nvmlDeviceGetEnforcedPowerLimit)
+    X(nvmlDeviceGetComputeRunningProcesses_v3) X(nvmlDeviceGetEnforcedPowerLimit)              \
+    X(nvmlDeviceGetFieldValues) X(nvmlDeviceGetClock)
 
 typedef struct {
     KB_NVML_REQUIRED(KB_LIB_FIELD_)
@@ -403,8 +448,9 @@ typedef struct kb_nvml_sampler kb_nvml_sampler;
  * MemoryError/OSError. The module must outlive the sampler. */
 kb_nvml_sampler *kb_nvml_sampler_start(PyObject *m, int cuda_ordinal, double period_s);
 /* Stop, join and free s (always, even on error). A dict of numpy arrays t_s (seconds since start,
- * float64), sm_mhz, mem_mhz, power_w, temp_c (float64, NaN where a read failed), reasons (uint64),
- * plus n, period_s, start_s (CLOCK_MONOTONIC seconds, the clock of kb_now_ns), duration_s, ordinal,
+ * float64), sm_mhz, mem_mhz, power_w (the averaged board power), power_inst_w (instantaneous;
+ * NaN where NVML has no such field), temp_c (float64, NaN where a read failed), reasons (uint64),
+ * plus power_limit_w, app_clock_mhz / app_clock_default_mhz (None where unknown), n, period_s, start_s (CLOCK_MONOTONIC seconds, the clock of kb_now_ns), duration_s, ordinal,
  * errors, first_error, first_error_code, first_error_call, truncated, before_mark (samples dropped
  * before kb_nvml_sampler_mark). NULL with an exception. */
 PyObject *kb_nvml_sampler_stop(PyObject *m, kb_nvml_sampler *s);
@@ -412,9 +458,20 @@ PyObject *kb_nvml_sampler_stop(PyObject *m, kb_nvml_sampler *s);
  * its times count from the mark (a warm-up sampled for kb_nvml_sampler_settled, then the timed
  * part). Without a mark stop reports everything. */
 void kb_nvml_sampler_mark(kb_nvml_sampler *s);
-/* kb_clock_settled over the samples so far (all of them, from the start): its KB_* answer and
- * the last window's median SM clock; -1 when scratch memory could not be had. No Python. */
-int kb_nvml_sampler_settled(kb_nvml_sampler *s, const kb_settle_rule *rule, double *median);
+/* Seconds since the sampler started, on the clock of its t_s: where a load began. */
+double kb_nvml_sampler_elapsed_s(const kb_nvml_sampler *s);
+/* kb_clock_settled over the samples so far (all of them, from the start), for the load that
+ * began at load_start_s (kb_nvml_sampler_elapsed_s then): its KB_* answer and the last window's
+ * median SM clock; -1 when scratch memory could not be had. No Python. */
+int kb_nvml_sampler_settled(kb_nvml_sampler *s, const kb_settle_rule *rule, double load_start_s,
+                            double *median);
+/* kb_power_recovered over the samples so far. No Python. */
+int kb_nvml_sampler_recovered(kb_nvml_sampler *s, const kb_settle_rule *rule);
+/* The last reading's SM clock (NaN before the first) and whether the clocks are set by the user:
+ * application clocks away from their default, or the APPLICATIONS_CLOCKS event reason (also
+ * raised for clocks locked with nvidia-smi -lgc) in the last reading while not idle. */
+double kb_nvml_sampler_last_sm(kb_nvml_sampler *s);
+int kb_nvml_sampler_clocks_locked(kb_nvml_sampler *s);
 /* Stop, join and free without Python (error paths). NULL is a no-op. */
 void kb_nvml_sampler_abort(kb_nvml_sampler *s);
 

@@ -32,8 +32,26 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
+
+static void kb_sleep_s(double s)
+{
+    struct timespec ts = {(time_t)s, (long)((s - (double)(time_t)s) * 1e9)};
+    nanosleep(&ts, NULL);
+}
 
 typedef enum { MODE_EVENTS = 0, MODE_CUPTI = 1 } cuda_mode;
+/* The clock/power state a figure is taken in (steady.c). */
+typedef enum { REGIME_SUSTAINED = 0, REGIME_BURST = 1 } cuda_regime;
+
+/* Burst: each timed batch runs at most this much GPU time, rests at least BURST_REST times its
+ * GPU time (a duty cycle <= 25% keeps the averaged power far under the cap), then starts once
+ * the GPU has recovered, waiting at most BURST_RECOVER_MAX_S. On the H200 a power-capped GEMM
+ * kept its peak clock for ~0.1 s of load. */
+#define BURST_BATCH_S 0.005
+#define BURST_REST 3.0
+#define BURST_RECOVER_MAX_S 2.0
+#define BURST_FRESH_READING_S 0.001   /* a batch this long needs a reading taken after it */
 
 /* Per timed iteration, kept for the result. */
 typedef struct {
@@ -93,6 +111,20 @@ typedef struct {
     double settle_max_s;            /* warm-up goes on at most this long for the clock to settle */
     int settled;                    /* -1 not judged (no clocks), 0 gave up at settle_max_s, 1 */
     double settled_at_s, settled_mhz;
+    double settle_min_sampling_s;   /* the 1 s hold when it settled under a limit (or not) */
+    cuda_regime regime;
+    int load_started;
+    double load_start_s;            /* sampler time at which the callable's load began */
+    double loaded_s;                /* how long it had loaded the GPU when judged settled */
+    int clocks_locked;              /* the user set or locked the clocks: nothing to settle */
+    Py_ssize_t warmup_fired;        /* watchdog openings in discarded warm-up batches */
+    double iter_gpu_s;              /* the last sub-batch's GPU time per iteration */
+    double last_batch_gpu_s;        /* burst: the last batch's GPU time, and its end (host) */
+    double last_batch_end_s;
+    Py_ssize_t burst_batches, burst_unrecovered;
+    double burst_wait_s;            /* host time spent waiting for recovery */
+    double burst_sm_min, burst_sm_max, burst_sm_sum;   /* SM clock at each batch start */
+    Py_ssize_t burst_sm_n;
     int stepped;                    /* cupti: a sub-2 us figure, sampled >= 0.2 s (see below) */
     Py_ssize_t iteration;
     Py_ssize_t empty_iterations;    /* cupti: iterations with no attributed activity */
@@ -329,6 +361,8 @@ static int run_sub_batch(cuda_ctx *c, Py_ssize_t n, double *out, int warmup, int
     }
     c->prev_bridge = c->bridge_queued ? bridge : 0;
     c->sub_batches++;
+    c->iter_gpu_s = iter_sum_s / (double)n;
+    c->last_batch_gpu_s = iter_sum_s;
     c->bridge_n = bridge_size(c, iter_sum_s / (double)n, queue_per_iter_s, n);
     if (c->trace) {
         if (kb_cupti_collect(m, c->trace, first_id, n, c->acts, !warmup && !*fired,
@@ -387,6 +421,47 @@ static double timestamp_step_s(const double *out, Py_ssize_t n)
     return best;
 }
 
+/* Burst: rest after the last batch, then wait until the GPU has recovered from it (steady.c)
+ * or BURST_RECOVER_MAX_S has passed (counted as unrecovered). The GIL is released while
+ * sleeping and Ctrl-C is honoured. Records the SM clock the batch starts at. */
+static int burst_wait(cuda_ctx *c)
+{
+    static const kb_settle_rule rule = KB_SETTLE_RULE_DEFAULT;
+    double start = kb_now_s();
+    double rest_until = c->last_batch_end_s + BURST_REST * c->last_batch_gpu_s;
+    /* a long batch is judged on readings taken after it, not on ones from before it */
+    if (c->sampler != NULL && c->last_batch_gpu_s >= BURST_FRESH_READING_S)
+        rest_until += c->clock_period_s;
+    for (;;) {
+        double now = kb_now_s();
+        if (now >= rest_until &&
+            (c->sampler == NULL || kb_nvml_sampler_recovered(c->sampler, &rule)))
+            break;
+        if (now - start >= BURST_RECOVER_MAX_S) {
+            c->burst_unrecovered++;
+            break;
+        }
+        double nap = rest_until - now;
+        nap = nap > 0.0005 && nap < 0.002 ? nap : 0.0005;
+        Py_BEGIN_ALLOW_THREADS
+        kb_sleep_s(nap);
+        Py_END_ALLOW_THREADS
+        if (PyErr_CheckSignals() < 0)
+            return -1;
+    }
+    c->burst_wait_s += kb_now_s() - start;
+    if (c->sampler != NULL) {
+        double sm = kb_nvml_sampler_last_sm(c->sampler);
+        if (isfinite(sm)) {
+            c->burst_sm_min = c->burst_sm_n == 0 || sm < c->burst_sm_min ? sm : c->burst_sm_min;
+            c->burst_sm_max = c->burst_sm_n == 0 || sm > c->burst_sm_max ? sm : c->burst_sm_max;
+            c->burst_sm_sum += sm;
+            c->burst_sm_n++;
+        }
+    }
+    return 0;
+}
+
 static int cuda_run_batch(kb_backend *b, Py_ssize_t n, double *out, int warmup)
 {
     cuda_ctx *c = b->ctx;
@@ -395,14 +470,37 @@ static int cuda_run_batch(kb_backend *b, Py_ssize_t n, double *out, int warmup)
         kb_nvml_sampler_mark(c->sampler);
         c->sampler_marked = 1;
     }
+    if (warmup && c->sampler != NULL && !c->load_started) {
+        /* the callable's load begins with the warm-up's first batch */
+        c->load_start_s = kb_nvml_sampler_elapsed_s(c->sampler);
+        c->load_started = 1;
+    }
+    int burst = !warmup && c->regime == REGIME_BURST;
     Py_ssize_t done = 0;
     while (done < n) {
         Py_ssize_t k = n - done < c->gate_cap ? n - done : c->gate_cap;
+        if (burst) {
+            Py_ssize_t cap = c->iter_gpu_s > 0 ? (Py_ssize_t)(BURST_BATCH_S / c->iter_gpu_s) : 1;
+            k = k < cap ? k : cap > 1 ? cap : 1;
+            if (burst_wait(c) < 0)
+                return -1;
+        }
         int fired = 0;
-        if (run_sub_batch(c, k, out + done, warmup, &fired) < 0)
+        int rc = run_sub_batch(c, k, out + done, warmup, &fired);
+        if (burst) {
+            c->last_batch_end_s = kb_now_s();
+            c->burst_batches++;
+        }
+        if (rc < 0)
             return -1;
+        if (fired && warmup && c->sampler != NULL)
+            /* the GPU idled behind the gate: the load starts again */
+            c->load_start_s = kb_nvml_sampler_elapsed_s(c->sampler);
         if (fired) {
-            c->gate_fired++;
+            if (warmup)
+                c->warmup_fired++;
+            else
+                c->gate_fired++;
             if (c->gate_cap > 1) {
                 /* The host could not queue k iterations before the watchdog: the samples may
                  * contain launch gaps. Drop them and queue less at a time. */
@@ -467,12 +565,16 @@ static int cuda_keep_warming(kb_backend *b, double elapsed_s)
 {
     cuda_ctx *c = b->ctx;
     static const kb_settle_rule rule = KB_SETTLE_RULE_DEFAULT;
-    if (c->sampler == NULL || c->settle_max_s <= 0)
+    /* burst recovers before each batch instead; clocks the user locked need no settling */
+    if (c->sampler == NULL || c->settle_max_s <= 0 || c->regime == REGIME_BURST)
+        return 0;
+    if ((c->clocks_locked = kb_nvml_sampler_clocks_locked(c->sampler)))
         return 0;
     double median = NAN;
-    int settled = kb_nvml_sampler_settled(c->sampler, &rule, &median);
+    int settled = kb_nvml_sampler_settled(c->sampler, &rule, c->load_start_s, &median);
     c->settled_at_s = elapsed_s;
     c->settled_mhz = median;
+    c->loaded_s = kb_nvml_sampler_elapsed_s(c->sampler) - c->load_start_s;
     if (settled < 0) {          /* no memory to judge: measure as is, reported as not judged */
         c->settled = -1;
         return 0;
@@ -480,8 +582,10 @@ static int cuda_keep_warming(kb_backend *b, double elapsed_s)
     if (settled != KB_UNSETTLED || elapsed_s >= c->settle_max_s) {
         c->settled = settled != KB_UNSETTLED;
         /* Under a limit (or still moving), sample across several swings of its controller. */
-        if (settled != KB_SETTLED)
+        if (settled != KB_SETTLED) {
             b->min_sampling_s = KB_LIMITED_MIN_SAMPLING_S;
+            c->settle_min_sampling_s = KB_LIMITED_MIN_SAMPLING_S;
+        }
         return 0;
     }
     return 1;
@@ -539,6 +643,7 @@ static PyObject *measure_cuda(PyObject *m, PyObject *args, PyObject *kw)
     c.keep_busy = 1;
     c.clock_period_s = 0.005;
     c.settle_max_s = 3.0;
+    c.regime = REGIME_SUSTAINED;
     c.settled = -1;
     c.settled_at_s = c.settled_mhz = NAN;
     c.ordinal = 0;
@@ -618,6 +723,18 @@ static PyObject *measure_cuda(PyObject *m, PyObject *args, PyObject *kw)
             goto error;
         }
     }
+    if (pop_opt(opts, "regime", &v) < 0)
+        goto error;
+    if (v != NULL && v != Py_None) {
+        if (PyUnicode_Check(v) && PyUnicode_CompareWithASCIIString(v, "burst") == 0)
+            c.regime = REGIME_BURST;
+        else if (!(PyUnicode_Check(v) && PyUnicode_CompareWithASCIIString(v, "sustained") == 0)) {
+            PyErr_Format(PyExc_ValueError, "regime must be 'sustained' or 'burst', got %R", v);
+            goto error;
+        }
+    }
+    if (c.regime == REGIME_BURST)
+        c.keep_busy = 0;        /* bridges would keep the GPU loaded between bursts */
     if (kb_pop_cold_mode(opts, &c.cold) < 0)
         goto error;
     if (c.cold == KB_COLD_ROTATE && c.n_sets < 2 && !c.fn_is_graph) {
@@ -672,6 +789,19 @@ static PyObject *measure_cuda(PyObject *m, PyObject *args, PyObject *kw)
     if (c.cold == KB_COLD_FLUSH && kb_l2_flusher_init(m, c.cu, c.dev, &c.flusher,
                                                    (size_t)flush_bytes) < 0)
         goto error;
+    {
+        /* One untimed, ungated first call: a first call's one-off host work (JIT, library
+         * handles, autotuning) must not stall the gated warm-up behind the watchdog, nor leave
+         * the GPU idle where the warm-up believes it loaded. */
+        kb_deferred d = KB_DEFERRED_INIT;
+        if (launch_once(&c, "the first (untimed, ungated)") < 0)
+            goto error;
+        Py_BEGIN_ALLOW_THREADS
+        KB_DEFER(&d, c.cu->cuStreamSynchronize(c.stream));
+        Py_END_ALLOW_THREADS
+        if (KB_CU_RAISE(m, &d) < 0)
+            goto error;
+    }
     if (c.mode == MODE_CUPTI && kb_cupti_begin(m, allow_foreign, &c.trace, &foreign) < 0)
         goto error;
     if (c.trace != NULL) {
@@ -761,8 +891,7 @@ static PyObject *measure_cuda(PyObject *m, PyObject *args, PyObject *kw)
         (unsigned long long)(c.trace ? kb_cupti_dropped(c.trace) : 0),
         "settle", "settled", c.settled < 0 ? Py_None : c.settled ? Py_True : Py_False,
         "at_s", c.settled_at_s, "sm_mhz", c.settled_mhz, "max_s", c.settle_max_s,
-        "min_sampling_s", backend.min_sampling_s > KB_STEPPED_MIN_SAMPLING_S
-                              ? backend.min_sampling_s : 0.0,
+        "min_sampling_s", c.settle_min_sampling_s,
         "between_batches", "n", c.gaps, "total_s", c.gap_sum_s, "max_s", c.gap_max_s);
     if (cuda != NULL &&
         kb_dict_set_steal(cuda, "keep_busy",
@@ -770,6 +899,24 @@ static PyObject *measure_cuda(PyObject *m, PyObject *args, PyObject *kw)
                                         c.keep_busy ? Py_True : Py_False, "bridges", c.bridges,
                                         "iterations", c.bridge_iters, "gpu_s", c.bridge_gpu_s,
                                         "turnaround_s", c.turnaround_s)) < 0)
+        Py_CLEAR(cuda);
+    if (cuda != NULL &&
+        kb_dict_set_steal(
+            cuda, "regime",
+            Py_BuildValue("{s:s,s:O,s:d,s:n,s:{s:n,s:n,s:d,s:d,s:d,s:N,s:N,s:N}}", "name",
+                          c.regime == REGIME_BURST ? "burst" : "sustained", "clocks_locked",
+                          c.clocks_locked ? Py_True : Py_False, "loaded_s", c.loaded_s,
+                          "warmup_watchdog_fired", c.warmup_fired, "burst", "batches",
+                          c.burst_batches, "unrecovered", c.burst_unrecovered, "wait_s",
+                          c.burst_wait_s, "batch_s", BURST_BATCH_S, "rest", BURST_REST,
+                          "sm_mhz_min",
+                          c.burst_sm_n ? PyFloat_FromDouble(c.burst_sm_min) : Py_NewRef(Py_None),
+                          "sm_mhz_mean",
+                          c.burst_sm_n ? PyFloat_FromDouble(c.burst_sm_sum / (double)c.burst_sm_n)
+                                       : Py_NewRef(Py_None),
+                          "sm_mhz_max",
+                          c.burst_sm_n ? PyFloat_FromDouble(c.burst_sm_max)
+                                       : Py_NewRef(Py_None))) < 0)
         Py_CLEAR(cuda);
     if (cuda != NULL &&
         kb_dict_set_steal(cuda, "stepped_min_sampling_s",
@@ -847,7 +994,7 @@ static PyMethodDef cuda_methods[] = {
      "cold=None|'flush'|'rotate', flush_bytes=0, unroll=1, gate=True, keep_busy=True, "
      "gate_batch=32, "
      "gate_timeout_s=1.0, busy_warmup_s=None, cupti_allow_foreign=False, sample_clocks=True, "
-     "clock_period_s=0.005, settle_max_s=3.0, <loop config>) -> dict\n\n"
+     "clock_period_s=0.005, settle_max_s=3.0, regime='sustained'|'burst', <loop config>) -> dict\n\n"
      "Time fn(*arg_sets[i % len]) (or launches of a CudaGraph fn) on a CUDA stream."},
     {NULL, NULL, 0, NULL},
 };

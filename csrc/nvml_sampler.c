@@ -45,8 +45,11 @@ struct kb_nvml_sampler {
     /* The arrays: appended by the thread under `lock` (so the measuring thread can judge the
      * warm-up from them while it runs), everything else read only after it is joined. */
     size_t n, cap;
-    double *t_s, *sm_mhz, *mem_mhz, *power_w, *temp_c;
+    double *t_s, *sm_mhz, *mem_mhz, *power_w, *power_inst_w, *temp_c;
     uint64_t *reasons;
+    int inst_unsupported;       /* NVML has no NVML_FI_DEV_POWER_INSTANT here: NaN, not asked */
+    double power_limit_w;       /* enforced limit, read at start; NaN when unknown */
+    unsigned int app_mhz, app_default_mhz;  /* application SM clock and its default; 0 unknown */
     double *scratch;            /* kb_nvml_sampler_settled's, n doubles; measuring thread only */
     size_t scratch_cap;
     size_t keep_from;           /* kb_nvml_sampler_mark: samples before it are the warm-up's */
@@ -79,6 +82,7 @@ static int sampler_grow(kb_nvml_sampler *s)
     GROW_(sm_mhz);
     GROW_(mem_mhz);
     GROW_(power_w);
+    GROW_(power_inst_w);
     GROW_(temp_c);
     GROW_(reasons);
 #undef GROW_
@@ -101,7 +105,7 @@ static void take_sample(kb_nvml_sampler *s)
     unsigned int v = 0;
     unsigned long long reasons = 0;
     nvmlReturn_t r;
-    double t, sm, mem, pw, tc;
+    double t, sm, mem, pw, pi = NAN, tc;
 
     t = (double)(mono_ns() - s->start_ns) * 1e-9;
     r = nv->nvmlDeviceGetClockInfo(s->dev, NVML_CLOCK_SM, &v);
@@ -118,6 +122,26 @@ static void take_sample(kb_nvml_sampler *s)
     pw = r == NVML_SUCCESS ? (double)v / 1000.0 : NAN;
     if (r != NVML_SUCCESS)
         note_failure(s, r, "nvmlDeviceGetPowerUsage(dev, &milliwatts)");
+
+    if (!s->inst_unsupported) {
+        nvmlFieldValue_t fv;
+        memset(&fv, 0, sizeof fv);
+        fv.fieldId = NVML_FI_DEV_POWER_INSTANT;
+        r = nv->nvmlDeviceGetFieldValues(s->dev, 1, &fv);
+        if (r == NVML_SUCCESS)
+            r = fv.nvmlReturn;
+        if (r == NVML_SUCCESS)
+            pi = fv.valueType == NVML_VALUE_TYPE_DOUBLE ? fv.value.dVal
+                 : fv.valueType == NVML_VALUE_TYPE_UNSIGNED_LONG_LONG ? (double)fv.value.ullVal
+                 : fv.valueType == NVML_VALUE_TYPE_UNSIGNED_LONG ? (double)fv.value.ulVal
+                 : (double)fv.value.uiVal;
+        if (r == NVML_SUCCESS)
+            pi /= 1000.0;          /* milliwatts */
+        else if (r == NVML_ERROR_NOT_SUPPORTED || r == NVML_ERROR_INVALID_ARGUMENT)
+            s->inst_unsupported = 1;    /* an older driver or board: averaged power only */
+        else
+            note_failure(s, r, "nvmlDeviceGetFieldValues(dev, 1, {NVML_FI_DEV_POWER_INSTANT})");
+    }
 
     r = nv->nvmlDeviceGetTemperature(s->dev, NVML_TEMPERATURE_GPU, &v);
     tc = r == NVML_SUCCESS ? (double)v : NAN;
@@ -139,6 +163,7 @@ static void take_sample(kb_nvml_sampler *s)
         s->sm_mhz[i] = sm;
         s->mem_mhz[i] = mem;
         s->power_w[i] = pw;
+        s->power_inst_w[i] = pi;
         s->temp_c[i] = tc;
         s->reasons[i] = (uint64_t)reasons;
     }
@@ -186,7 +211,22 @@ static void sampler_join(kb_nvml_sampler *s)
     s->thread_started = 0;
 }
 
-int kb_nvml_sampler_settled(kb_nvml_sampler *s, const kb_settle_rule *rule, double *median)
+double kb_nvml_sampler_elapsed_s(const kb_nvml_sampler *s)
+{
+    return (double)(mono_ns() - s->start_ns) * 1e-9;
+}
+
+/* The arrays so far as a trace; call with the lock held. */
+static kb_clock_trace sampler_trace(const kb_nvml_sampler *s)
+{
+    kb_clock_trace tr = {.t = s->t_s, .sm_mhz = s->sm_mhz, .power_avg_w = s->power_w,
+                         .power_inst_w = s->inst_unsupported ? NULL : s->power_inst_w,
+                         .reasons = s->reasons, .n = s->n};
+    return tr;
+}
+
+int kb_nvml_sampler_settled(kb_nvml_sampler *s, const kb_settle_rule *rule, double load_start_s,
+                            double *median)
 {
     int settled = -1;
     pthread_mutex_lock(&s->lock);
@@ -199,11 +239,40 @@ int kb_nvml_sampler_settled(kb_nvml_sampler *s, const kb_settle_rule *rule, doub
             s->scratch_cap = cap;
         }
     }
-    if (s->scratch_cap >= s->n + 1)
-        settled = kb_clock_settled(s->t_s, s->sm_mhz, s->power_w, s->reasons, s->n, rule,
-                                   s->scratch, median);
+    if (s->scratch_cap >= s->n + 1) {
+        kb_clock_trace tr = sampler_trace(s);
+        settled = kb_clock_settled(&tr, load_start_s, s->power_limit_w, rule, s->scratch,
+                                   median);
+    }
     pthread_mutex_unlock(&s->lock);
     return settled;
+}
+
+int kb_nvml_sampler_recovered(kb_nvml_sampler *s, const kb_settle_rule *rule)
+{
+    pthread_mutex_lock(&s->lock);
+    kb_clock_trace tr = sampler_trace(s);
+    int ok = kb_power_recovered(&tr, s->power_limit_w, rule);
+    pthread_mutex_unlock(&s->lock);
+    return ok;
+}
+
+double kb_nvml_sampler_last_sm(kb_nvml_sampler *s)
+{
+    pthread_mutex_lock(&s->lock);
+    double v = s->n ? s->sm_mhz[s->n - 1] : NAN;
+    pthread_mutex_unlock(&s->lock);
+    return v;
+}
+
+int kb_nvml_sampler_clocks_locked(kb_nvml_sampler *s)
+{
+    if (s->app_mhz && s->app_default_mhz && s->app_mhz != s->app_default_mhz)
+        return 1;
+    pthread_mutex_lock(&s->lock);
+    uint64_t r = s->n ? s->reasons[s->n - 1] : 0;
+    pthread_mutex_unlock(&s->lock);
+    return (r & KB_NVML_REASON_APPLICATIONS_CLOCKS) && !(r & KB_NVML_REASON_GPU_IDLE);
 }
 
 void kb_nvml_sampler_mark(kb_nvml_sampler *s)
@@ -224,6 +293,7 @@ static void sampler_free(kb_nvml_sampler *s)
     free(s->sm_mhz);
     free(s->mem_mhz);
     free(s->power_w);
+    free(s->power_inst_w);
     free(s->temp_c);
     free(s->reasons);
     free(s->scratch);
@@ -286,6 +356,23 @@ kb_nvml_sampler *kb_nvml_sampler_start(PyObject *m, int cuda_ordinal, double per
     s->ordinal = cuda_ordinal;
     s->period_s = period_s;
     s->period_ns = (uint64_t)(period_s * 1e9 + 0.5);
+    s->power_limit_w = NAN;
+    s->inst_unsupported = s->nv->nvmlDeviceGetFieldValues == NULL;
+    {
+        /* once, before the thread: both optional, unknown when they fail */
+        unsigned int mw = 0, mhz = 0;
+        if (s->nv->nvmlDeviceGetEnforcedPowerLimit &&
+            s->nv->nvmlDeviceGetEnforcedPowerLimit(dev, &mw) == NVML_SUCCESS && mw > 0)
+            s->power_limit_w = mw / 1000.0;
+        if (s->nv->nvmlDeviceGetClock &&
+            s->nv->nvmlDeviceGetClock(dev, NVML_CLOCK_SM, NVML_CLOCK_ID_APP_CLOCK_TARGET,
+                                      &mhz) == NVML_SUCCESS)
+            s->app_mhz = mhz;
+        if (s->nv->nvmlDeviceGetClock &&
+            s->nv->nvmlDeviceGetClock(dev, NVML_CLOCK_SM, NVML_CLOCK_ID_APP_CLOCK_DEFAULT,
+                                      &mhz) == NVML_SUCCESS)
+            s->app_default_mhz = mhz;
+    }
     if (sampler_grow(s) < 0) {
         PyErr_NoMemory();
         goto error;
@@ -348,7 +435,16 @@ PyObject *kb_nvml_sampler_stop(PyObject *m, kb_nvml_sampler *s)
         kb_dict_set_steal(out, "sm_mhz", kb_array_copy(s->sm_mhz + k0, kept, NPY_FLOAT64, sizeof(double))) < 0 ||
         kb_dict_set_steal(out, "mem_mhz", kb_array_copy(s->mem_mhz + k0, kept, NPY_FLOAT64, sizeof(double))) < 0 ||
         kb_dict_set_steal(out, "power_w", kb_array_copy(s->power_w + k0, kept, NPY_FLOAT64, sizeof(double))) < 0 ||
+        kb_dict_set_steal(out, "power_inst_w", kb_array_copy(s->power_inst_w + k0, kept, NPY_FLOAT64, sizeof(double))) < 0 ||
         kb_dict_set_steal(out, "temp_c", kb_array_copy(s->temp_c + k0, kept, NPY_FLOAT64, sizeof(double))) < 0 ||
+        kb_dict_set_steal(out, "power_limit_w", isfinite(s->power_limit_w)
+                                                    ? PyFloat_FromDouble(s->power_limit_w)
+                                                    : Py_NewRef(Py_None)) < 0 ||
+        kb_dict_set_steal(out, "app_clock_mhz", s->app_mhz ? PyLong_FromUnsignedLong(s->app_mhz)
+                                                           : Py_NewRef(Py_None)) < 0 ||
+        kb_dict_set_steal(out, "app_clock_default_mhz",
+                          s->app_default_mhz ? PyLong_FromUnsignedLong(s->app_default_mhz)
+                                             : Py_NewRef(Py_None)) < 0 ||
         kb_dict_set_steal(out, "reasons", kb_array_copy(s->reasons + k0, kept, NPY_UINT64, sizeof(uint64_t))) < 0 ||
         kb_dict_set_steal(out, "n", PyLong_FromSsize_t(kept)) < 0 ||
         kb_dict_set_steal(out, "before_mark", PyLong_FromSize_t(k0)) < 0 ||
@@ -451,12 +547,12 @@ static PyMethodDef sampler_methods[] = {
      METH_VARARGS | METH_KEYWORDS,
      "nvml_sampler_start(ordinal=0, period_s=0.005) -> sampler\n\n"
      "Start a background thread sampling CUDA device `ordinal`'s SM and memory clocks, power, "
-     "temperature and clock event reasons every period_s seconds. Pass the returned object to "
+     "(averaged and instantaneous), temperature and clock event reasons every period_s seconds. Pass the returned object to "
      "nvml_sampler_stop(); dropping it stops and discards the samples."},
     {"nvml_sampler_stop", nvml_sampler_stop, METH_O,
      "nvml_sampler_stop(sampler) -> dict\n\n"
      "Stop the sampler and return numpy arrays t_s (seconds since start), sm_mhz, mem_mhz, "
-     "power_w, temp_c (float64; NaN where a read failed) and reasons (uint64 NVML clock event "
+     "power_w (averaged), power_inst_w (instantaneous, NaN where unsupported), temp_c (float64; NaN where a read failed) and reasons (uint64 NVML clock event "
      "bitmask; decode with nvml_clock_event_reason_names), with n, period_s, start_s "
      "(CLOCK_MONOTONIC), duration_s, errors, first_error, first_error_code, first_error_call "
      "and truncated."},

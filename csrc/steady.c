@@ -1,19 +1,27 @@
-/* steady.c -- when has a GPU's SM clock settled? The stopping rule of the CUDA warm-up.
+/* steady.c -- when is a GPU in the state a figure claims? The rules of the two clock regimes.
  *
- * A GPU held back by a power or thermal limit does not run at one clock: after a load starts,
- * its controller trims the SM clock over hundreds of milliseconds. A kernel timed inside that
- * transient (after kbench's clock-ramp kernel, FMA chains drawing far less power than a
- * tensor-core GEMM, or after an idle gap) runs faster than it will under continuous load: on
- * the H200 a bf16 8192^3 GEMM read 1405 us after the ramp and 1580 us back to back. So the
- * warm-up goes on with the measured callable until, judged at the latest reading:
- *   - no limit reason (power cap, thermal or hardware slowdown) was set during the last window
- *     and the board power is not rising (the median of the last power window is at most 3% or
- *     10 W above the one before): nothing holds the clock back and nothing is about to. NVML's
- *     power is a running average, so a heavy kernel shows a rising power well before the cap
- *     engages; on the H200 a GEMM read at 1980 MHz 0.13 s in, and the cap came later; or
- *   - a limit was set at least a window ago, and the median SM clock of the last window is
- *     within rel_tol (at least one 15 MHz step) of the median of the window before it.
- * The rule is pure (no NVML, no Python) so it is tested on the CPU over recorded clock traces.
+ * Sustained (the default): the kernel under its own continuous load, once the SM clock and the
+ * board power have settled -- what a serving system sees. A GPU held back by a power limit does
+ * not get there at once. On the H200 (shared/data/h200_gemm_power_ramp.json) a bf16 GEMM's
+ * instantaneous power jumps to 720-860 W within 0.1 s of load, the clock falls from 1980 to
+ * ~1470 MHz and sw_power_cap is raised by 0.4 s; nvmlDeviceGetPowerUsage, a one-second running
+ * average, climbs from 123 W to 690 W over the first second. A rule that reads the average alone
+ * sees "low power, full clock" while the clock has already dropped, and a rule judged over
+ * readings from before the load (a first call that blocked the host) sees an idle GPU. So the
+ * load is settled, judged at the latest reading, when:
+ *   - the callable has loaded the GPU for at least min_load_s and two SM clock windows inside
+ *     that load agree (rel_tol, at least one 15 MHz step); and
+ *   - with instantaneous power: either it stays under `headroom` of the power limit with no
+ *     limit reason (the average converges under the limit: nothing will cap), or the averaged
+ *     power has caught up with the instantaneous (within power_tol or 15 W), so the controller
+ *     acts on the load itself, not on the idle before it;
+ *   - without it: the load has lasted a whole averaging window and the average is not rising.
+ *
+ * Burst (opt-in): reproducible peak-clock figures. Each short batch starts only once the GPU has
+ * recovered: no limit reason over the last readings, instantaneous power under the headroom and
+ * the average well under the limit (nvbench's throttle-recovery idea, judged on power).
+ *
+ * The rules are pure (no NVML, no Python) so they are tested on the CPU over recorded traces.
  */
 #include "kbench.h"
 #include "kb_numpy.h"
@@ -23,144 +31,273 @@
 #include <string.h>
 
 #define CLOCK_STEP_MHZ 15.0     /* NVIDIA SM clocks move in 15 MHz steps */
+#define POWER_TOL_MIN_W 15.0
 
-/* Median of the finite mhz[i] with t[i] in (lo, hi]; NAN when there is none (or no memory to
+/* Median of the finite v[i] with t[i] in (lo, hi]; NAN when there is none (or no memory to
  * sort them). `scratch` holds n. */
-static double window_median(const double *t, const double *mhz, size_t n, double lo, double hi,
+static double window_median(const double *t, const double *v, size_t n, double lo, double hi,
                             double *scratch)
 {
     size_t k = 0;
+    if (v == NULL)
+        return NAN;
     for (size_t i = 0; i < n; i++)
-        if (t[i] > lo && t[i] <= hi && isfinite(mhz[i]))
-            scratch[k++] = mhz[i];
+        if (t[i] > lo && t[i] <= hi && isfinite(v[i]))
+            scratch[k++] = v[i];
     if (k == 0 || kb_sort_doubles(scratch, (Py_ssize_t)k) < 0)
         return NAN;
     return kb_quantile_sorted(scratch, (Py_ssize_t)k, 0.5);
 }
 
-int kb_clock_settled(const double *t, const double *mhz, const double *power_w,
-                     const uint64_t *reasons, size_t n, const kb_settle_rule *rule,
-                     double *scratch, double *median_last)
+static uint64_t reasons_since(const kb_clock_trace *tr, double lo)
 {
-    *median_last = NAN;
-    if (n == 0)
-        return 0;
-    double now = t[n - 1];
-    if (now - t[0] < rule->min_s)
-        return 0;
-    double w = rule->window_s;
-    *median_last = window_median(t, mhz, n, now - w, now, scratch);
-    if (!isfinite(*median_last))
-        return 0;
     uint64_t seen = 0;
-    for (size_t i = 0; i < n; i++)
-        if (t[i] > now - w)
-            seen |= reasons[i];
-    if ((seen & KB_CLOCK_LIMIT_REASONS) == 0) {
-        double pw = rule->power_window_s;
-        if (power_w == NULL || now - t[0] < 2 * pw)
-            return power_w == NULL ? KB_SETTLED : KB_UNSETTLED;
-        double p1 = window_median(t, power_w, n, now - pw, now, scratch);
-        double p0 = window_median(t, power_w, n, now - 2 * pw, now - pw, scratch);
-        if (!isfinite(p1) || !isfinite(p0))
-            return KB_SETTLED;  /* power unreadable: the clock alone says settled */
-        double rise = 0.03 * p0 > 10.0 ? 0.03 * p0 : 10.0;
-        return p1 <= p0 + rise ? KB_SETTLED : KB_UNSETTLED;
-    }
-    /* Under a limit: only once it has held for a whole window, so the two windows compared are
-     * not both from before it engaged. */
-    double first_limit = now;
-    for (size_t i = 0; i < n; i++)
-        if (reasons[i] & KB_CLOCK_LIMIT_REASONS) {
-            first_limit = t[i];
-            break;
-        }
-    if (now - t[0] < 2 * w || now - first_limit < w)
-        return 0;
-    double before = window_median(t, mhz, n, now - 2 * w, now - w, scratch);
-    if (!isfinite(before))
-        return 0;
-    double tol = rule->rel_tol * before;
-    return fabs(*median_last - before) <= (tol > CLOCK_STEP_MHZ ? tol : CLOCK_STEP_MHZ)
-               ? KB_SETTLED_UNDER_LIMIT
-               : KB_UNSETTLED;
+    for (size_t i = 0; i < tr->n; i++)
+        if (tr->t[i] > lo)
+            seen |= tr->reasons[i];
+    return seen;
 }
 
-/* clock_settled_at(t_s, sm_mhz, reasons, power_w=None, *, min_s, window_s, power_window_s,
- *                  rel_tol) -> (index, median, under_limit)
- * The first reading at which the rule, applied to the readings up to it, calls the clock
- * settled (-1 if none), and the last window's median there (or at the end). For tests and for
- * reading recorded traces. */
-static PyObject *clock_settled_at(PyObject *m, PyObject *args, PyObject *kw)
+int kb_clock_settled(const kb_clock_trace *tr, double load_start_s, double power_limit_w,
+                     const kb_settle_rule *rule, double *scratch, double *median_last)
 {
-    static char *kwlist[] = {"t_s", "sm_mhz", "reasons", "power_w", "min_s", "window_s",
-                             "power_window_s", "rel_tol", NULL};
-    PyObject *t_obj, *mhz_obj, *r_obj, *p_obj = Py_None;
-    kb_settle_rule rule = KB_SETTLE_RULE_DEFAULT;
-    if (!PyArg_ParseTupleAndKeywords(args, kw, "OOO|O$dddd:clock_settled_at", kwlist, &t_obj,
-                                     &mhz_obj, &r_obj, &p_obj, &rule.min_s, &rule.window_s,
-                                     &rule.power_window_s, &rule.rel_tol))
-        return NULL;
-    if (!(rule.min_s >= 0) || !(rule.window_s > 0) || !(rule.power_window_s > 0) ||
-        !(rule.rel_tol >= 0)) {
-        PyErr_SetString(PyExc_ValueError, "need min_s >= 0, window_s > 0, power_window_s > 0, "
-                                          "rel_tol >= 0");
-        return NULL;
+    *median_last = NAN;
+    if (tr->n == 0)
+        return KB_UNSETTLED;
+    const double *t = tr->t;
+    size_t n = tr->n;
+    double now = t[n - 1], w = rule->window_s, loaded = now - load_start_s;
+    *median_last = window_median(t, tr->sm_mhz, n, now - w, now, scratch);
+    /* Both clock windows inside the load, so neither is from before it began. */
+    if (loaded < rule->min_load_s || loaded < 2 * w || !isfinite(*median_last))
+        return KB_UNSETTLED;
+    double before = window_median(t, tr->sm_mhz, n, now - 2 * w, now - w, scratch);
+    double tol = rule->rel_tol * before;
+    if (!isfinite(before) ||
+        fabs(*median_last - before) > (tol > CLOCK_STEP_MHZ ? tol : CLOCK_STEP_MHZ))
+        return KB_UNSETTLED;
+    int limited = (reasons_since(tr, now - w) & KB_CLOCK_LIMIT_REASONS) != 0;
+    int settled = limited ? KB_SETTLED_UNDER_LIMIT : KB_SETTLED;
+    double from = now - rule->avg_window_s > load_start_s ? now - rule->avg_window_s
+                                                           : load_start_s;
+    double inst = window_median(t, tr->power_inst_w, n, from, now, scratch);
+    double avg = window_median(t, tr->power_avg_w, n, now - w, now, scratch);
+    if (isfinite(inst)) {
+        if (!limited && isfinite(power_limit_w) && inst < rule->headroom * power_limit_w)
+            return KB_SETTLED;
+        if (!isfinite(avg))
+            return loaded >= rule->avg_window_s ? settled : KB_UNSETTLED;
+        double ptol = rule->power_tol * inst;
+        return fabs(avg - inst) <= (ptol > POWER_TOL_MIN_W ? ptol : POWER_TOL_MIN_W)
+                   ? settled : KB_UNSETTLED;
     }
-    PyObject *out = NULL;
+    /* No instantaneous power: a whole averaging window of load, and the average not rising. */
+    if (loaded < rule->avg_window_s)
+        return KB_UNSETTLED;
+    double avg0 = window_median(t, tr->power_avg_w, n, now - 2 * w, now - w, scratch);
+    if (isfinite(avg) && isfinite(avg0)) {
+        double rise = 0.03 * avg0 > 10.0 ? 0.03 * avg0 : 10.0;
+        if (avg > avg0 + rise)
+            return KB_UNSETTLED;
+    }
+    return settled;
+}
+
+int kb_power_recovered(const kb_clock_trace *tr, double power_limit_w,
+                       const kb_settle_rule *rule)
+{
+    if (tr->n == 0)
+        return 0;
+    double now = tr->t[tr->n - 1];
+    if (reasons_since(tr, now - rule->recover_window_s) & KB_CLOCK_LIMIT_REASONS)
+        return 0;
+    if (!isfinite(power_limit_w))
+        return 1;
+    /* the last finite reading of each power */
+    double inst = NAN, avg = NAN;
+    for (size_t i = tr->n; i-- > 0 && (!isfinite(inst) || !isfinite(avg));) {
+        if (!isfinite(inst) && tr->power_inst_w && isfinite(tr->power_inst_w[i]))
+            inst = tr->power_inst_w[i];
+        if (!isfinite(avg) && tr->power_avg_w && isfinite(tr->power_avg_w[i]))
+            avg = tr->power_avg_w[i];
+    }
+    if (isfinite(inst) && inst > rule->headroom * power_limit_w)
+        return 0;
+    return !(isfinite(avg) && avg > rule->recover_avg_frac * power_limit_w);
+}
+
+/* The arrays of a trace given from Python, converted and checked: one length, t_s
+ * non-decreasing. Owned references in `held` (5 slots), released by trace_release. */
+static int trace_from_python(PyObject *t_obj, PyObject *mhz_obj, PyObject *r_obj,
+                             PyObject *p_obj, PyObject *pi_obj, kb_clock_trace *tr,
+                             PyObject **held)
+{
+    memset(tr, 0, sizeof *tr);
     PyArrayObject *t = (PyArrayObject *)kb_as_double_array(t_obj, "t_s");
-    PyArrayObject *mhz = t ? (PyArrayObject *)kb_as_double_array(mhz_obj, "sm_mhz") : NULL;
-    PyArrayObject *r = mhz ? (PyArrayObject *)PyArray_FROMANY(r_obj, NPY_UINT64, 1, 1,
-                                                              NPY_ARRAY_CARRAY_RO) : NULL;
-    PyArrayObject *pw = NULL;
-    double *scratch = NULL;
-    if (r == NULL)
-        goto done;
-    if (p_obj != Py_None && (pw = (PyArrayObject *)kb_as_double_array(p_obj, "power_w")) == NULL)
-        goto done;
+    held[0] = (PyObject *)t;
+    if (t == NULL)
+        return -1;
     npy_intp n = PyArray_SIZE(t);
-    if (PyArray_SIZE(mhz) != n || PyArray_SIZE(r) != n || (pw && PyArray_SIZE(pw) != n)) {
-        PyErr_Format(PyExc_ValueError, "t_s, sm_mhz, reasons (and power_w) must have one length, "
-                     "got %zd, %zd, %zd (and %zd)", (Py_ssize_t)n,
-                     (Py_ssize_t)PyArray_SIZE(mhz), (Py_ssize_t)PyArray_SIZE(r),
-                     pw ? (Py_ssize_t)PyArray_SIZE(pw) : (Py_ssize_t)n);
-        goto done;
+    tr->t = PyArray_DATA(t);
+    tr->n = (size_t)n;
+    PyObject *objs[] = {mhz_obj, p_obj, pi_obj};
+    const char *names[] = {"sm_mhz", "power_w", "power_inst_w"};
+    const double **dst[] = {&tr->sm_mhz, &tr->power_avg_w, &tr->power_inst_w};
+    for (int k = 0; k < 3; k++) {
+        if (objs[k] == Py_None)
+            continue;
+        PyArrayObject *a = (PyArrayObject *)kb_as_double_array(objs[k], names[k]);
+        held[1 + k] = (PyObject *)a;
+        if (a == NULL)
+            return -1;
+        if (PyArray_SIZE(a) != n) {
+            PyErr_Format(PyExc_ValueError, "t_s and %s must have one length, got %zd and %zd",
+                         names[k], (Py_ssize_t)n, (Py_ssize_t)PyArray_SIZE(a));
+            return -1;
+        }
+        *dst[k] = PyArray_DATA(a);
     }
-    const double *tv = PyArray_DATA(t);
+    PyArrayObject *r = (PyArrayObject *)PyArray_FROMANY(r_obj, NPY_UINT64, 1, 1,
+                                                        NPY_ARRAY_CARRAY_RO);
+    held[4] = (PyObject *)r;
+    if (r == NULL)
+        return -1;
+    if (PyArray_SIZE(r) != n) {
+        PyErr_Format(PyExc_ValueError, "t_s and reasons must have one length, got %zd and %zd",
+                     (Py_ssize_t)n, (Py_ssize_t)PyArray_SIZE(r));
+        return -1;
+    }
+    tr->reasons = PyArray_DATA(r);
     for (npy_intp i = 1; i < n; i++)
-        if (!(tv[i] >= tv[i - 1])) {
+        if (!(tr->t[i] >= tr->t[i - 1])) {
             PyErr_Format(PyExc_ValueError, "t_s must be non-decreasing (index %zd)",
                          (Py_ssize_t)i);
-            goto done;
+            return -1;
         }
-    if ((scratch = malloc(((size_t)n + 1) * sizeof *scratch)) == NULL) {
+    return 0;
+}
+
+static void trace_release(PyObject **held)
+{
+    for (int k = 0; k < 5; k++)
+        Py_CLEAR(held[k]);
+}
+
+/* O& converter: a float, or None for NaN ("not given / unknown"). */
+static int optional_double(PyObject *o, void *out)
+{
+    if (o == Py_None) {
+        *(double *)out = NAN;
+        return 1;
+    }
+    double d = PyFloat_AsDouble(o);
+    if (d == -1.0 && PyErr_Occurred())
+        return 0;
+    *(double *)out = d;
+    return 1;
+}
+
+static int rule_check(const kb_settle_rule *r)
+{
+    if (!(r->window_s > 0) || !(r->rel_tol >= 0) || !(r->min_load_s >= 0) ||
+        !(r->avg_window_s > 0) || !(r->power_tol >= 0) || !(r->headroom > 0) ||
+        !(r->recover_window_s >= 0) || !(r->recover_avg_frac > 0)) {
+        PyErr_SetString(PyExc_ValueError, "need window_s > 0, rel_tol >= 0, min_load_s >= 0, "
+                                          "avg_window_s > 0, power_tol >= 0, headroom > 0, "
+                                          "recover_window_s >= 0, recover_avg_frac > 0");
+        return -1;
+    }
+    return 0;
+}
+
+/* clock_settled_at(t_s, sm_mhz, reasons, power_w=None, power_inst_w=None, *, load_start_s=None,
+ *                  power_limit_w=None, <rule>) -> (index, median, under_limit)
+ * The first reading at which the sustained rule, applied to the readings up to it, calls the
+ * load settled (-1 if none), and the last window's median there (or at the end). For tests and
+ * for reading recorded traces. */
+static PyObject *clock_settled_at(PyObject *m, PyObject *args, PyObject *kw)
+{
+    static char *kwlist[] = {"t_s", "sm_mhz", "reasons", "power_w", "power_inst_w",
+                             "load_start_s", "power_limit_w", "window_s", "rel_tol",
+                             "min_load_s", "avg_window_s", "power_tol", "headroom", NULL};
+    PyObject *t_obj, *mhz_obj, *r_obj, *p_obj = Py_None, *pi_obj = Py_None;
+    PyObject *held[5] = {NULL};
+    kb_settle_rule rule = KB_SETTLE_RULE_DEFAULT;
+    double load_start = NAN, limit = NAN;
+    if (!PyArg_ParseTupleAndKeywords(args, kw, "OOO|OO$O&O&dddddd:clock_settled_at", kwlist,
+                                     &t_obj, &mhz_obj, &r_obj, &p_obj, &pi_obj, optional_double,
+                                     &load_start, optional_double, &limit, &rule.window_s, &rule.rel_tol, &rule.min_load_s,
+                                     &rule.avg_window_s, &rule.power_tol, &rule.headroom))
+        return NULL;
+    if (rule_check(&rule) < 0)
+        return NULL;
+    kb_clock_trace tr;
+    PyObject *out = NULL;
+    double *scratch = NULL;
+    if (trace_from_python(t_obj, mhz_obj, r_obj, p_obj, pi_obj, &tr, held) < 0)
+        goto done;
+    if (!isfinite(load_start))
+        load_start = tr.n ? tr.t[0] : 0.0;      /* the load began with the first reading */
+    if ((scratch = malloc((tr.n + 1) * sizeof *scratch)) == NULL) {
         PyErr_NoMemory();
         goto done;
     }
     Py_ssize_t at = -1;
     double med = NAN;
     int how = KB_UNSETTLED;
-    for (npy_intp i = 0; i < n && at < 0; i++)
-        if ((how = kb_clock_settled(tv, PyArray_DATA(mhz), pw ? PyArray_DATA(pw) : NULL,
-                                    PyArray_DATA(r), (size_t)i + 1, &rule, scratch, &med)))
+    kb_clock_trace upto = tr;
+    for (size_t i = 0; i < tr.n && at < 0; i++) {
+        upto.n = i + 1;
+        if ((how = kb_clock_settled(&upto, load_start, limit, &rule, scratch, &med)))
             at = (Py_ssize_t)i;
+    }
     out = Py_BuildValue("(ndO)", at, med, how == KB_SETTLED_UNDER_LIMIT ? Py_True : Py_False);
 done:
     free(scratch);
-    Py_XDECREF(t);
-    Py_XDECREF(mhz);
-    Py_XDECREF(r);
-    Py_XDECREF(pw);
+    trace_release(held);
+    return out;
+}
+
+/* power_recovered(t_s, reasons, power_w=None, power_inst_w=None, *, power_limit_w=None,
+ *                 recover_window_s, recover_avg_frac, headroom) -> bool
+ * Whether the burst rule would start a batch after the last of these readings. */
+static PyObject *power_recovered(PyObject *m, PyObject *args, PyObject *kw)
+{
+    static char *kwlist[] = {"t_s", "reasons", "power_w", "power_inst_w", "power_limit_w",
+                             "recover_window_s", "recover_avg_frac", "headroom", NULL};
+    PyObject *t_obj, *r_obj, *p_obj = Py_None, *pi_obj = Py_None;
+    PyObject *held[5] = {NULL};
+    kb_settle_rule rule = KB_SETTLE_RULE_DEFAULT;
+    double limit = NAN;
+    if (!PyArg_ParseTupleAndKeywords(args, kw, "OO|OO$O&ddd:power_recovered", kwlist, &t_obj,
+                                     &r_obj, &p_obj, &pi_obj, optional_double, &limit, &rule.recover_window_s,
+                                     &rule.recover_avg_frac, &rule.headroom))
+        return NULL;
+    if (rule_check(&rule) < 0)
+        return NULL;
+    kb_clock_trace tr;
+    PyObject *out = NULL;
+    if (trace_from_python(t_obj, Py_None, r_obj, p_obj, pi_obj, &tr, held) == 0)
+        out = PyBool_FromLong(kb_power_recovered(&tr, limit, &rule));
+    trace_release(held);
     return out;
 }
 
 static PyMethodDef steady_methods[] = {
     {"clock_settled_at", (PyCFunction)(void (*)(void))clock_settled_at,
      METH_VARARGS | METH_KEYWORDS,
-     "clock_settled_at(t_s, sm_mhz, reasons, power_w=None, *, min_s=0.2, window_s=0.2, "
-     "power_window_s=0.1, rel_tol=0.015) -> (index, median_mhz, under_limit)\n\nThe first reading "
-     "at which kbench's warm-up would call the SM clock settled (-1: never), the median SM clock "
-     "of the last window there, and whether it settled under a power/thermal limit."},
+     "clock_settled_at(t_s, sm_mhz, reasons, power_w=None, power_inst_w=None, *, "
+     "load_start_s=t_s[0], power_limit_w=None, window_s=0.25, rel_tol=0.02, min_load_s=0.3, "
+     "avg_window_s=1.0, power_tol=0.05, headroom=0.8) -> (index, median_mhz, under_limit)\n\n"
+     "The first reading at which kbench's sustained regime would call the load that began at "
+     "load_start_s settled (-1: never), the median SM clock of the last window there, and "
+     "whether it settled under a power/thermal limit. power_w is NVML's averaged board power, "
+     "power_inst_w its instantaneous power (NVML_FI_DEV_POWER_INSTANT)."},
+    {"power_recovered", (PyCFunction)(void (*)(void))power_recovered,
+     METH_VARARGS | METH_KEYWORDS,
+     "power_recovered(t_s, reasons, power_w=None, power_inst_w=None, *, power_limit_w=None, "
+     "recover_window_s=0.03, recover_avg_frac=0.6, headroom=0.8) -> bool\n\n"
+     "Whether kbench's burst regime would start a batch after the last of these readings."},
     {NULL, NULL, 0, NULL},
 };
 

@@ -242,6 +242,8 @@ def throughput(median_s: float, flops: Optional[float], nbytes: Optional[float],
         tp["bound_reason"] = "only flops given"
     if peaks and peaks.get("source"):
         tp["peaks_source"] = peaks["source"]
+    if peak_bw and nbytes:
+        tp["bytes_ceiling"] = (peaks or {}).get("bytes_ceiling", "measured")
     return tp
 
 
@@ -257,11 +259,12 @@ def _warnings(r: Result) -> List[str]:
     tp, mode = r.throughput, r.cold_cache.get("mode")
     pct = tp.get("bandwidth_pct_peak")
     if pct is not None and pct > 1.0:
+        ceiling = tp.get("bytes_ceiling", "measured")
         if mode in ("flush", "rotate"):
-            out.append(f"DEFECT: cold-cache bandwidth {pct * 100:.0f}% of the measured memory "
+            out.append(f"DEFECT: cold-cache bandwidth {pct * 100:.0f}% of the {ceiling} memory "
                        f"ceiling: check the byte count, skipped work, or the cold-cache setup")
         else:
-            out.append(f"hot cache: {pct * 100:.0f}% of the measured memory ceiling -- the data "
+            out.append(f"hot cache: {pct * 100:.0f}% of the {ceiling} memory ceiling -- the data "
                        f"is served from cache, not memory")
     cpct = tp.get("compute_pct_peak")
     if cpct is not None and cpct > 1.0:

@@ -17,6 +17,9 @@ from . import _core
 from .coldcache import footprint, make_rotation_sets
 
 MODES = ("cupti", "events", "graph")
+# An events/graph floor at or above this share of a figure puts the figure at risk.
+FLOOR_SHARE_WARN = 0.10
+BURST_RECOVER_NOTE = "at most 2 s each"     # measure_cuda.c's BURST_RECOVER_MAX_S
 _floor_cache: Dict[Tuple[str, int, bool], Dict[str, Any]] = {}
 _device_info_cache: Dict[int, Dict[str, Any]] = {}
 
@@ -311,7 +314,7 @@ def run(fn: Callable[..., Any], sets: List[Tuple[Any, ...]], kwargs: Dict[str, A
         gate_timeout_s: float = 1.0, unroll: Optional[int] = None,
         expected_launches: Optional[int] = None, floor: bool = True,
         sample_clocks: bool = True, rotate_margin: float = 2.0, compute_peak: str = "fp32",
-        settle_max_s: float = 3.0):
+        settle_max_s: float = 3.0, regime: str = "sustained"):
     require_backend()
     warn: List[str] = []
     ordinal = device_ordinal(device)
@@ -340,7 +343,7 @@ def run(fn: Callable[..., Any], sets: List[Tuple[Any, ...]], kwargs: Dict[str, A
     timer = mode if mode != "graph" else ("cupti" if cupti_ok else "events")
     common = dict(stream=s, device=ordinal, gate=gate, keep_busy=keep_busy, gate_batch=gate_batch,
                   gate_timeout_s=gate_timeout_s, sample_clocks=sample_clocks,
-                  settle_max_s=settle_max_s,
+                  settle_max_s=settle_max_s, regime=regime,
                   cupti_allow_foreign=True, flush_bytes=int(flush_bytes or 0))
     cold_arg = cold_cache if cold_cache in ("flush", "rotate") else None
 
@@ -358,9 +361,10 @@ def run(fn: Callable[..., Any], sets: List[Tuple[Any, ...]], kwargs: Dict[str, A
     cuda = raw["cuda"]
     cold["flush_bytes"] = cuda["flush_bytes"]
     if cuda.get("persisting_l2_limit_bytes"):
-        warn.append(f"a {cuda['persisting_l2_limit_bytes'] / 1e6:.1f} MB persisting-L2 "
-                    f"carve-out was set on this context; its lines were reset to normal before "
-                    f"measuring")
+        # a fact of the context (its default limit, or a library's), not a risk: kbench resets
+        # the persisting lines before measuring, so the flush evicts them
+        cold["persisting_l2_limit_bytes"] = cuda["persisting_l2_limit_bytes"]
+        cold["persisting_l2_note"] = "persisting lines reset to normal before measuring"
 
     # Re-check outputs after the timed run: a skipped kernel or stale output cannot pass.
     if check is not None:
@@ -408,9 +412,9 @@ def run(fn: Callable[..., Any], sets: List[Tuple[Any, ...]], kwargs: Dict[str, A
                         f"CUPTI timestamps are unreliable in this process (another tool "
                         f"configured CUPTI?); compare with mode='events'")
         if cuda.get("cupti_ticks_per_ns", 1.0) != 1.0:
-            warn.append(f"CUPTI timestamps were in units of {1 / cuda['cupti_ticks_per_ns']:.4f} "
-                        f"ns (a profiler registered its own timestamp callback, e.g. "
-                        f"torch.profiler's TSC clock); kbench measured the unit and converted")
+            # a profiler registered its own timestamp callback (torch.profiler's TSC clock):
+            # kbench measured the unit and converted, so the figure is not at risk
+            extra["cupti_timestamp_unit_ns"] = 1 / cuda["cupti_ticks_per_ns"]
     if cuda.get("stepped_min_sampling_s"):
         # a sub-2 us CUPTI figure: its records sit on a few 32 ns steps whose mix moved between
         # short runs, so the C loop sampled it for at least this long
@@ -429,17 +433,10 @@ def run(fn: Callable[..., Any], sets: List[Tuple[Any, ...]], kwargs: Dict[str, A
                     f"{g['batch_final']} iterations and affected samples were re-measured"
                     + (f" ({g['fired_kept']} kept at batch 1)" if g.get("fired_kept") else ""))
     extra["clocks"] = _clock_summary(cuda.get("clocks"), info)
-    if extra["clocks"].get("steady") is False:
-        warn.append(f"clocks moved during the run: {extra['clocks']['summary']}")
     extra["busy_warmup_s"] = cuda.get("busy_warmup_s")
     settle = {k: (None if isinstance(v, float) and not np.isfinite(v) else v)
               for k, v in (cuda.get("settle") or {}).items()}
     extra["clock_settle"] = settle
-    if settle.get("settled") is False:
-        warn.append(f"the SM clock had not settled after {settle['at_s']:.1f} s of warm-up "
-                    f"(settle_max_s={settle['max_s']:g}; last 0.2 s median "
-                    f"{settle['sm_mhz']:.0f} MHz, still moving under a power or thermal "
-                    f"limit): the figure may drift with a longer run")
     extra["gpu_timed_fraction"] = timed_fraction(cuda, raw.get("sampling_s"))
     # GPU idle from one timed sub-batch's end (or its keep-busy bridge's) to the next one's
     # first event: what the bridges left of the host's turnaround
@@ -452,22 +449,25 @@ def run(fn: Callable[..., Any], sets: List[Tuple[Any, ...]], kwargs: Dict[str, A
     # a cap counts only where the clock actually moved (see _clock_summary)
     power_capped = bool({"sw_power_cap", "hw_power_brake_slowdown"} & set(
         extra["clocks"].get("throttle_reasons") or ())) and extra["clocks"].get("steady") is False
-    frac = extra["gpu_busy_fraction"]
-    if power_capped and cold_arg is None and frac is not None and frac < 0.9:
-        warn.append(f"power capped the SM clock while the GPU was busy only {frac:.0%} of the "
-                    f"sampling time (idle between batches): under continuous load this kernel "
-                    f"may run slower than measured")
+    extra["regime"] = regime_report(cuda, extra, cold_arg, power_capped)
+    if not extra["regime"]["held"]:
+        warn.append(f"the {extra['regime']['name']} clock regime did not hold: "
+                    f"{extra['regime']['why']}; {extra['clocks']['summary']}")
     if floor:
         try:
-            extra["floor"] = mode_floor(mode, ordinal, s if s else 0, gate, cupti_ok)
+            extra["floor"] = dict(mode_floor(mode, ordinal, s if s else 0, gate, cupti_ok))
             med = float(np.median(np.asarray(raw["samples"])))
             # cupti's floor is the empty kernel's own duration, not a blind spot of the timer:
-            # a kernel near it is simply that short, measured exactly
-            if mode != "cupti" and med < 3 * extra["floor"]["median_s"]:
-                warn.append(f"the median {med * 1e6:.2f} us is within 3x of this mode's floor "
-                            f"{extra['floor']['median_s'] * 1e6:.2f} us (empty kernel): the "
-                            f"figure is dominated by what {mode} cannot resolve; use "
-                            f"mode='cupti' for kernel time")
+            # a kernel near it is simply that short, measured exactly. An event pair's floor is
+            # launch and event overhead that may sit inside every sample.
+            if mode != "cupti" and med > 0:
+                share = extra["floor"]["median_s"] / med
+                extra["floor"]["share_of_figure"] = share
+                if share >= FLOOR_SHARE_WARN:
+                    warn.append(f"this mode's floor ({extra['floor']['median_s'] * 1e6:.2f} us, "
+                                f"what {mode} reads for an empty kernel) may be up to "
+                                f"{share:.0%} of the {med * 1e6:.2f} us figure; use "
+                                f"mode='cupti' for kernel time")
         except _core.KbenchError as e:
             extra["floor"] = {"error": str(e)}
     extra["device"] = dict(info)
@@ -475,6 +475,53 @@ def run(fn: Callable[..., Any], sets: List[Tuple[Any, ...]], kwargs: Dict[str, A
     extra["warnings"] = warn
     peaks = _gpu_peaks(info, compute_peak)
     return raw, cold, extra, f"cuda:{ordinal}", peaks
+
+
+def regime_report(cuda: Dict[str, Any], extra: Dict[str, Any], cold_arg: Optional[str],
+                  power_capped: bool) -> Dict[str, Any]:
+    """The clock/power regime the figure was taken in and whether it held.
+
+    sustained: the warm-up settled under the callable's own continuous load (steady.c), the GPU
+    stayed busy while sampling where a power cap moved the clock (keep-busy bridges; judged hot
+    only, since flush time is not counted as busy: an idle GPU runs a capped kernel faster),
+    and the timed part's SM clock stayed with the settled one. burst: every
+    batch started on a recovered GPU, at one clock."""
+    reg = dict(cuda.get("regime") or {"name": "sustained"})
+    settle, clocks = extra.get("clock_settle") or {}, extra.get("clocks") or {}
+    why: List[str] = []
+    if reg.get("clocks_locked"):
+        reg["note"] = "clocks set or locked by the user: no settling needed"
+    if reg["name"] == "burst":
+        b = reg.get("burst") or {}
+        if b.get("unrecovered"):
+            why.append(f"{b['unrecovered']} of {b.get('batches')} batches started before the GPU "
+                       f"had recovered (waited {BURST_RECOVER_NOTE})")
+        lo, hi = b.get("sm_mhz_min"), b.get("sm_mhz_max")
+        if lo and hi and lo < 0.97 * hi:
+            why.append(f"batches started at SM {lo:.0f}-{hi:.0f} MHz")
+        if lo and hi:
+            clocks["steady"] = lo >= 0.97 * hi
+    else:
+        if not reg.get("clocks_locked"):
+            if settle.get("settled") is False:
+                why.append(f"the load had not settled after {settle.get('at_s') or 0:.1f} s of "
+                           f"warm-up (settle_max_s={settle.get('max_s')}; last window median "
+                           f"{settle.get('sm_mhz') or float('nan'):.0f} MHz)")
+            elif settle.get("settled") is None and clocks.get("n"):
+                why.append("the settle rule had no clock readings to judge")
+        busy = extra.get("gpu_busy_fraction")
+        if power_capped and cold_arg is None and busy is not None and busy < 0.9:
+            why.append(f"power capped the SM clock while the GPU was busy only {busy:.0%} of "
+                       f"the sampling time (idle between batches): under continuous load this "
+                       f"kernel may run slower than measured")
+        sm_settled, sm_timed = settle.get("sm_mhz"), clocks.get("sm_mhz_median")
+        if sm_settled and sm_timed and abs(sm_timed - sm_settled) > 0.03 * sm_settled:
+            why.append(f"the SM clock moved from {sm_settled:.0f} MHz (settled) to "
+                       f"{sm_timed:.0f} MHz (timed part)")
+    reg["held"] = not why
+    reg["why"] = "; ".join(why) if why else "held"
+    return reg
+
 
 
 def _names_per_call(names: Dict[str, Any], raw: Dict[str, Any], unroll: float) -> List[Dict]:
@@ -500,19 +547,34 @@ def _gpu_neighbours(ordinal: int) -> Dict[str, Any]:
             "other_memory_bytes": sum(int(p.get("used_memory_bytes") or 0) for p in others)}
 
 
+def theoretical_bandwidth(info: Dict[str, Any]) -> Optional[float]:
+    """Device memory bandwidth from its attributes: 2 transfers per memory clock x bus width
+    (read + write together; HBM and GDDR alike as CUDA reports their clocks)."""
+    khz, bits = info.get("memory_clock_rate_khz"), info.get("memory_bus_width_bits")
+    if not khz or not bits:
+        return None
+    return 2.0 * float(khz) * 1e3 * float(bits) / 8.0
+
+
 def _gpu_peaks(info: Dict[str, Any], compute_peak: str) -> Optional[Dict[str, float]]:
-    """Cached `kbench peaks` ceilings; compute_peak picks the FLOP rate to compare with."""
+    """Cached `kbench peaks` ceilings; compute_peak picks the FLOP rate to compare with.
+    Without a measured ceiling, the theoretical bandwidth still bounds a cold figure."""
     if compute_peak not in ("fp32", "bf16"):
         raise ValueError(f"compute_peak must be 'fp32' or 'bf16', got {compute_peak!r}")
     try:
         from .peaks_gpu import load_gpu_peaks
         d = load_gpu_peaks(info)
-    except Exception:                    # no cache yet: throughput without % of peak
-        return None
+    except Exception:                    # unreadable cache: as if none
+        d = None
     if not d:
-        return None
+        bw = theoretical_bandwidth(info)
+        if bw is None:
+            return None
+        return {"bytes_per_s": bw, "flops_per_s": None, "bytes_ceiling": "theoretical",
+                "source": "theoretical memory bandwidth (memory clock x bus width); no measured "
+                          "ceiling cached: run `kbench peaks`"}
     return {"bytes_per_s": d.get("hbm_bytes_per_s"),
-            "flops_per_s": d.get(f"{compute_peak}_flops_per_s"),
+            "flops_per_s": d.get(f"{compute_peak}_flops_per_s"), "bytes_ceiling": "measured",
             "source": f"{d.get('source')}, compute peak {compute_peak}"}
 
 
@@ -532,6 +594,15 @@ def _run_graph(fn, sets, kwargs, s, ordinal, timer, cold_arg, unroll, loop, comm
         raise ValueError("mode='graph' needs a non-default stream for capture: pass stream= "
                          "(a torch/CuPy stream or handle)")
     eager_t, eager_raw = _estimate_eager(fn, sets, kwargs, s, ordinal, timer)
+    if cold_arg == "flush":
+        # The flush runs between replays: every call after the first inside an unrolled
+        # replay would find the previous call's data in L2 and read warm.
+        if unroll not in (None, 1):
+            raise ValueError(f"mode='graph' with cold_cache='flush' times one call per replay "
+                             f"(the flush runs between replays, so unrolled calls would run "
+                             f"warm); got unroll={unroll}. Use cold_cache='rotate' to unroll "
+                             f"over distinct argument sets, or cold_cache=None")
+        unroll = 1
     if unroll is None:
         # Enough calls per replay that one launch's overhead is small against the work.
         unroll = int(min(100, max(1, math.ceil(20e-6 / max(eager_t, 1e-9)))))

@@ -58,18 +58,7 @@ def measure_gpu_peaks(device: int = 0, copy_bytes: int = 2 << 30, save: bool = T
     out: Dict[str, Any] = {"schema": "kbench.gpu_peaks/1", "device": info.get("name"),
                            "uuid": info.get("uuid"), "measured_at": time.time()}
 
-    copy = _core.CudaKernel(_kernel_source("copy.cu"), "kb_copy16", device=device)
-    src = _core.DeviceBuffer(copy_bytes, device)
-    dst = _core.DeviceBuffer(copy_bytes, device)
-    src.memset(1, stream)
-    n16 = copy_bytes // 16
-    sms = int(info.get("sm_count") or 100)
-    grid, block = sms * 32, 256
-    r = _bench(lambda: copy.launch(grid, block, "PPn", (dst, src, n16), stream=stream),
-                    bytes=2 * copy_bytes, name="kb_copy16", **opts)
-    out["hbm_bytes_per_s"] = 2 * copy_bytes / r.median
-    out["hbm_copy"] = {"bytes": 2 * copy_bytes, "median_s": r.median, "backend": r.backend,
-                       "grid": grid, "block": block, "registers": copy.registers}
+    out.update(_copy_ceiling(device, info, stream, copy_bytes, opts))
 
     fma = _core.CudaKernel(_kernel_source("fma.cu"), "kb_fma", device=device)
     sink = _core.DeviceBuffer(4 * sms * 8 * 256, device)
@@ -105,9 +94,51 @@ def measure_gpu_peaks(device: int = 0, copy_bytes: int = 2 << 30, save: bool = T
     return out
 
 
+def _copy_ceiling(device: int, info: Dict[str, Any], stream: int, copy_bytes: int,
+                  opts: Dict[str, Any]) -> Dict[str, Any]:
+    """The HBM ceiling: the best device-to-device copy of buffers far past L2, over kbench's
+    own kernels (one and four 16-byte loads in flight per thread, at three grid sizes), the
+    driver's memcpy (the copy engines) and torch's copy_ where PyTorch is here. A ceiling that
+    one method misses reads real results as over 100% of peak."""
+    from .bench import bench as _bench
+    src = _core.DeviceBuffer(copy_bytes, device)
+    dst = _core.DeviceBuffer(copy_bytes, device)
+    src.memset(1, stream)
+    n16 = copy_bytes // 16
+    sms = int(info.get("sm_count") or 100)
+    candidates: Dict[str, Any] = {}
+
+    def timed(label: str, fn) -> None:
+        r = _bench(fn, bytes=2 * copy_bytes, name=label, **opts)
+        candidates[label] = {"median_s": r.median, "bytes_per_s": 2 * copy_bytes / r.median}
+
+    for kname in ("kb_copy16", "kb_copy16x4"):
+        k = _core.CudaKernel(_kernel_source("copy.cu"), kname, device=device)
+        for blocks_per_sm in (4, 8, 32):
+            grid = sms * blocks_per_sm
+            timed(f"{kname} grid {grid}x256",
+                  lambda k=k, grid=grid: k.launch(grid, 256, "PPn", (dst, src, n16),
+                                                  stream=stream))
+    timed("driver cuMemcpyDtoDAsync", lambda: dst.copy_from(src, stream))
+    try:
+        import torch
+    except ImportError:
+        torch = None
+    if torch is not None and torch.cuda.is_available():
+        ts = torch.ones(copy_bytes // 4, device=f"cuda:{device}", dtype=torch.float32)
+        td = torch.empty_like(ts)
+        timed("torch copy_", lambda: td.copy_(ts))
+        del ts, td
+    best = max(candidates, key=lambda c: candidates[c]["bytes_per_s"])
+    return {"hbm_bytes_per_s": candidates[best]["bytes_per_s"],
+            "hbm_copy": {"bytes": 2 * copy_bytes, "method": best,
+                         "median_s": candidates[best]["median_s"], "candidates": candidates}}
+
+
 def gpu_peaks_table(d: Dict[str, Any]) -> str:
     rows = [f"GPU {d.get('device')} ({d.get('uuid')})"]
-    rows.append(f"  HBM copy   {d['hbm_bytes_per_s'] / 1e12:8.3f} TB/s  (read + write)")
+    how = (d.get("hbm_copy") or {}).get("method", "kb_copy16")
+    rows.append(f"  HBM copy   {d['hbm_bytes_per_s'] / 1e12:8.3f} TB/s  (read + write; best: {how})")
     rows.append(f"  fp32 FMA   {d['fp32_flops_per_s'] / 1e12:8.2f} TFLOP/s")
     if d.get("bf16_flops_per_s"):
         rows.append(f"  bf16 GEMM  {d['bf16_flops_per_s'] / 1e12:8.1f} TFLOP/s  (8192^3, random)")

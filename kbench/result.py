@@ -27,6 +27,26 @@ def _settle_text(settle: Optional[Dict[str, Any]]) -> str:
     return f"NOT settled after {where}{clock}, gave up at settle_max_s={settle.get('max_s')}{held}"
 
 
+def _regime_text(regime: Optional[Dict[str, Any]]) -> str:
+    """The clock/power regime and whether it held ('' for results without one)."""
+    if not regime or not regime.get("name"):
+        return ""
+    name = regime["name"]
+    what = {"sustained": "under the kernel's own continuous load, settled",
+            "burst": "short batches, each on a recovered GPU"}.get(name, "")
+    held = "held" if regime.get("held") else f"NOT held: {regime.get('why')}"
+    b = regime.get("burst") or {}
+    detail = ""
+    if name == "burst" and b.get("batches"):
+        lo, hi = b.get("sm_mhz_min"), b.get("sm_mhz_max")
+        clocks = f", SM {lo:.0f}-{hi:.0f} MHz at batch starts" if lo and hi else ""
+        detail = f" ({b['batches']} batches, {fmt_time(b.get('wait_s') or 0.0)} waiting{clocks})"
+    elif name == "sustained" and regime.get("loaded_s"):
+        detail = f" (after {regime['loaded_s']:.2f} s of load)"
+    note = f"; {regime['note']}" if regime.get("note") else ""
+    return f"{name}: {what}{detail}; {held}{note}"
+
+
 def _duty_text(fraction: Optional[float], between: Optional[Dict[str, Any]],
                keep_busy: Optional[Dict[str, Any]] = None) -> str:
     """How busy the GPU was while sampling ('' when unknown)."""
@@ -153,6 +173,9 @@ class Result:
         clocks = self.extra.get("clocks")
         if clocks and clocks.get("summary"):
             rows.append(["Clocks live", clocks["summary"]])
+        regime = _regime_text(self.extra.get("regime"))
+        if regime:
+            rows.append(["Regime", regime])
         settle = _settle_text(self.extra.get("clock_settle"))
         if settle:
             rows.append(["Clock settle", settle])

@@ -8,6 +8,9 @@
 #          four sub-10-us cases (after the default-flush change)
 #   probe: build, the GPU tests that raise, and benchmarks/cupti_config_probe.sh (which CUPTI
 #          setting lengthens an empty kernel's record)
+#   regime: build, kbench peaks, the GPU tests, benchmarks/gpu_regime.py (figures against the
+#          GPU's history, both regimes; graph-cold) and a pytest regression gate re-run three
+#          times against its own baseline
 # Prints a short table last. Results land in $OUT (the device tool brings back at most 8 files,
 # so logs that only matter on failure stay in $LOGS and are tailed here instead).
 # KBENCH_GIT_COMMIT: the commit being tested, from the sender (a copied tree's .git can lag).
@@ -65,6 +68,25 @@ if [ "$mode" = flush ]; then
   echo "== agreement on the sub-10-us cases"
   timeout 240 $PY benchmarks/gpu_agreement.py --cases "triton empty,ptx empty,add 1K f32,mul 1M f32" \
     --out "$OUT/h200_small_kernels.json" --md "$OUT/h200_small_kernels.md" 2>&1 | tail -22
+fi
+if [ "$mode" = regime ]; then
+  echo "== peaks"; timeout 150 $PY -m kbench peaks --seconds 2 2>&1 | tee "$OUT/peaks.txt" | tail -6
+  echo "== GPU tests"
+  timeout 300 $PY -m pytest -q -rfEs --tb=short --timeout=120 tests/test_gpu_regime.py \
+    tests/test_gpu_bench.py tests/test_workflow_gpu.py 2>&1 | tee "$OUT/pytest_gpu.log" \
+    | grep -E "^(FAILED|ERROR)|^E |passed|failed" | head -30
+  echo "== regression gate: save, then compare three times (8%)"
+  rm -f "$LOGS/gate_base.json"
+  timeout 60 $PY -m pytest -q -p no:cacheprovider benchmarks/regime_gate --kbench-save="$LOGS/gate_base.json" 2>&1 | tail -2
+  for i in 1 2 3; do
+    timeout 60 $PY -m pytest -q -p no:cacheprovider benchmarks/regime_gate --kbench-compare="$LOGS/gate_base.json" \
+      --kbench-fail=8% 2>&1 | grep -E "test_bf16|passed|failed" | tail -3; echo "gate run $i rc=${PIPESTATUS[0]}"
+  done 2>&1 | tee "$OUT/gate.txt"
+  echo "== soak: device memory and RSS over rounds of short benches"
+  timeout 200 $PY benchmarks/gpu_soak.py --benches "${SOAK_BENCHES:-100}" --rounds "${SOAK_ROUNDS:-3}" \
+    --out "$OUT/h200_soak.json" 2>&1 | grep -E "growth|round" | tail -12
+  echo "== regime benchmark"
+  (cd benchmarks && timeout 330 $PY gpu_regime.py --out "$OUT/h200_regime.json" --md "$OUT/h200_regime.md" 2>&1 | tail -40)
 fi
 if [ "$mode" = bench ] || [ "$mode" = all ]; then
   [ -d "$KBENCH_CACHE_DIR" ] || timeout 150 $PY -m kbench peaks --seconds 2 > "$LOGS/peaks.txt" 2>&1

@@ -1,7 +1,12 @@
-"""The CUDA warm-up's stopping rule (csrc/steady.c), over synthetic NVML clock traces.
+"""The clock regimes' rules (csrc/steady.c) over canned NVML traces.
 
-The GPU backend asks this rule, over its live NVML samples, whether the SM clock has settled
-under the callable's own load; here the same C function is fed traces whose answer is known."""
+The GPU backend asks these rules, over its live NVML samples, whether the load has reached its
+sustained state (warm-up) or whether the GPU has recovered (burst, before each batch); here the
+same C functions are fed traces whose answer is known. tests/data/h200_gemm_power_ramp.json is
+a recorded H200 trace (1 s idle, 4 s of bf16 GEMMs, 3 s idle; shared/data's README)."""
+import json
+from pathlib import Path
+
 import numpy as np
 import pytest
 
@@ -9,6 +14,7 @@ from kbench import _core
 
 POWER_CAP = 0x4          # NVML clock event reason: sw_power_cap
 PERIOD = 0.005           # the sampler's default period
+LIMIT_W = 700.0
 
 
 def trace(seconds, mhz_of_t, reasons=0):
@@ -16,76 +22,164 @@ def trace(seconds, mhz_of_t, reasons=0):
     return t, np.asarray(mhz_of_t(t), dtype=float), np.full(t.size, reasons, dtype=np.uint64)
 
 
-def test_an_unlimited_clock_settles_at_the_minimum_time():
-    t, mhz, r = trace(1.0, lambda t: np.full_like(t, 1980.0))
-    i, med, limited = _core.clock_settled_at(t, mhz, r, min_s=0.1)
-    assert t[i] == pytest.approx(0.1, abs=PERIOD)
+@pytest.fixture(scope="module")
+def h200_ramp():
+    d = json.loads((Path(__file__).parent / "data" / "h200_gemm_power_ramp.json").read_text())
+    s = d["samples"]
+    col = {k: np.array([x[k] for x in s], dtype=float) for k in ("t", "sm", "p_avg", "p_inst")}
+    col["reasons"] = np.array([x["reasons"] for x in s], dtype=np.uint64)
+    phase = [x["phase"] for x in s]
+    col["load_start"] = col["t"][phase.index("gemm")]
+    col["load_end_i"] = phase.index("idle_after")
+    col["gemm_us"] = np.array(d["gemm_us_by_time"])
+    return col
+
+
+def test_the_recorded_h200_gemm_settles_at_its_capped_clock_after_the_average_catches_up(
+        h200_ramp):
+    d, end = h200_ramp, h200_ramp["load_end_i"]
+    i, med, limited = _core.clock_settled_at(d["t"][:end], d["sm"][:end], d["reasons"][:end],
+                                             d["p_avg"][:end], d["p_inst"][:end],
+                                             load_start_s=d["load_start"], power_limit_w=LIMIT_W)
+    assert i >= 0 and limited
+    loaded = d["t"][i] - d["load_start"]
+    # the one-second average must have caught up with the instantaneous power first
+    assert loaded >= 1.0
+    assert d["p_avg"][i] > 0.9 * np.median(d["p_inst"][(d["t"] > d["t"][i] - 1) &
+                                                       (d["t"] <= d["t"][i])])
+    # at the capped clock, not the burst clock: the GEMM ran ~540 us there, 470 us at 1980 MHz
+    assert 1350 <= med <= 1500
+    g = d["gemm_us"]
+    after = g[g[:, 0] >= loaded, 1]
+    assert np.median(after) > 530
+
+
+def test_a_lagging_power_average_does_not_read_as_settled(h200_ramp):
+    """The averaged power climbs for a second while the clock has already dropped: a rule that
+    only asked 'is the average still low and the clock high' settled mid-transient."""
+    d = h200_ramp
+    t, sm, r, pa, pi = d["t"], d["sm"], d["reasons"], d["p_avg"], d["p_inst"]
+    for k in np.nonzero((t > d["load_start"] + 0.3) & (t < d["load_start"] + 0.95))[0]:
+        # at every reading of the first second, the average is far below the instantaneous
+        i, _, _ = _core.clock_settled_at(t[:k + 1], sm[:k + 1], r[:k + 1], pa[:k + 1],
+                                         pi[:k + 1], load_start_s=d["load_start"],
+                                         power_limit_w=LIMIT_W)
+        assert i == -1, f"settled at {t[i]:.3f} s with p_avg {pa[i]:.0f} W"
+
+
+def test_readings_from_before_the_load_cannot_settle_it(h200_ramp):
+    """The H200's first bench read 452 us 'steady at 125 W': the warm-up judged an idle GPU (a
+    first call had blocked the host). Readings before load_start_s never count."""
+    d, end = h200_ramp, h200_ramp["load_end_i"]
+    idle_end = np.searchsorted(d["t"], d["load_start"])
+    t, sm, r, pa, pi = (d[k][:idle_end] for k in ("t", "sm", "reasons", "p_avg", "p_inst"))
+    # the load begins at the last idle reading: nothing loaded yet
+    i, _, _ = _core.clock_settled_at(t, sm, r, pa, pi, load_start_s=t[-1],
+                                     power_limit_w=LIMIT_W)
+    assert i == -1
+    # the same idle readings, wrongly taken as load, would settle at the burst clock
+    i_wrong, med_wrong, _ = _core.clock_settled_at(t, sm, r, pa, pi, load_start_s=t[0],
+                                                   power_limit_w=LIMIT_W)
+    assert i_wrong >= 0 and med_wrong == 1980.0
+    assert end > idle_end
+
+
+def test_a_light_load_under_the_headroom_settles_without_waiting_for_the_average():
+    # a memory-bound kernel: 420 W instantaneous against a 700 W limit, average lagging
+    t, mhz, r = trace(2.0, lambda t: np.full_like(t, 1980.0))
+    inst = np.full_like(t, 420.0)
+    avg = np.minimum(120.0 + 300.0 * t, 420.0)
+    i, med, limited = _core.clock_settled_at(t, mhz, r, avg, inst, power_limit_w=LIMIT_W)
+    assert t[i] == pytest.approx(0.5, abs=2 * PERIOD)     # two 0.25 s clock windows
     assert med == 1980.0 and not limited
-    # with a flat or falling power (a light kernel after the ramp kernel) just the same
-    for power in (np.full_like(t, 330.0), 400.0 - 150.0 * t):
-        i, _, _ = _core.clock_settled_at(t, mhz, r, power)
-        assert t[i] == pytest.approx(0.2, abs=PERIOD)
+    # the same load against an unknown limit waits for the average to catch up
+    i2, _, _ = _core.clock_settled_at(t, mhz, r, avg, inst)
+    assert t[i2] >= (420 - 120 - 21) / 300.0
 
 
-def test_a_rising_power_without_a_limit_yet_is_not_settled():
-    # a heavy kernel: full clock, NVML's averaged power climbing towards the 700 W cap; the cap
-    # engages at 0.45 s and trims the clock to a steady 1560 MHz by ~0.6 s
-    def clock(t):
-        return np.where(t < 0.45, 1980.0, np.maximum(1560.0, 1980.0 - 3000.0 * (t - 0.45)))
-    t, mhz, _ = trace(3.0, clock)
-    power = np.minimum(300.0 + 900.0 * t, 700.0)
-    reasons = np.where(t >= 0.45, POWER_CAP, 0).astype(np.uint64)
-    i, med, limited = _core.clock_settled_at(t, mhz, reasons, power)
-    assert t[i] > 0.6 and med == 1560.0 and limited
-    # the clock alone would have called it at the minimum time, mid-ramp, 27% fast
-    i_clock, med_clock, _ = _core.clock_settled_at(t, mhz, reasons)
-    assert t[i_clock] == pytest.approx(0.2, abs=PERIOD) and med_clock == 1980.0
+def test_without_instantaneous_power_a_whole_averaging_window_of_load_is_required():
+    t, mhz, r = trace(3.0, lambda t: np.full_like(t, 1980.0))
+    avg = np.minimum(120.0 + 600.0 * t, 600.0)
+    i, _, _ = _core.clock_settled_at(t, mhz, r, avg)
+    # not before one second, and not while the average still rises
+    assert t[i] >= 0.8 + 0.25
+    i_flat, _, _ = _core.clock_settled_at(t, mhz, r, np.full_like(t, 300.0))
+    assert t[i_flat] == pytest.approx(1.0, abs=PERIOD)
 
 
 def test_a_power_capped_clock_settles_only_once_its_decay_flattens():
     # the controller pulls the clock from 1980 towards 1500 MHz with a 0.3 s time constant
     t, mhz, r = trace(3.0, lambda t: 1500 + 480 * np.exp(-t / 0.3), POWER_CAP)
     mhz = np.round(mhz / 15) * 15                      # clocks move in 15 MHz steps
-    i, med, limited = _core.clock_settled_at(t, mhz, r, window_s=0.2, rel_tol=0.015)
+    p = np.full_like(t, 700.0)
+    i, med, limited = _core.clock_settled_at(t, mhz, r, p, p, power_limit_w=LIMIT_W)
     assert i >= 0 and limited
-    # two 0.2 s windows differ by under 1.5% only once exp(-t/0.3) * 480 * (1 - e^-0.67) < ~23
-    assert t[i] > 0.6
+    # two 0.25 s windows differ by under 2% only once the decay has mostly run out
+    assert t[i] > 0.7
     assert abs(med - 1500) < 0.03 * 1500
-    # the same trace judged without the cap reason settles at once: nothing limits the clock
-    i_free, _, _ = _core.clock_settled_at(t, mhz, np.zeros_like(r))
-    assert t[i_free] == pytest.approx(0.2, abs=PERIOD)
 
 
 def test_a_clock_still_drifting_under_a_limit_never_settles():
     t, mhz, r = trace(3.0, lambda t: 1800 - 150 * t, POWER_CAP)   # 150 MHz/s thermal drift
-    i, med, _ = _core.clock_settled_at(t, mhz, r)
+    p = np.full_like(t, 700.0)
+    i, med, _ = _core.clock_settled_at(t, mhz, r, p, p, power_limit_w=LIMIT_W)
     assert i == -1
-    assert med == pytest.approx(1800 - 150 * 2.9, abs=20)
+    assert med == pytest.approx(1800 - 150 * 2.87, abs=20)
 
 
 def test_an_oscillating_capped_clock_settles_on_its_medians():
     # a capped GEMM's clock swings +-120 MHz at 20 Hz around a steady 1560 MHz
     t, mhz, r = trace(2.0, lambda t: 1560 + 120 * np.sign(np.sin(2 * np.pi * 20 * t + 0.1)),
                       POWER_CAP)
-    i, _, _ = _core.clock_settled_at(t, mhz, r, window_s=0.2)
-    assert 0.4 - PERIOD <= t[i] <= 0.5
+    p = np.full_like(t, 700.0)
+    i, _, limited = _core.clock_settled_at(t, mhz, r, p, p, power_limit_w=LIMIT_W)
+    assert 0.5 - PERIOD <= t[i] <= 0.6 and limited
 
 
 def test_failed_reads_are_ignored_not_counted_as_a_clock():
-    t, mhz, r = trace(1.0, lambda t: np.full_like(t, 1600.0), POWER_CAP)
+    t, mhz, r = trace(1.5, lambda t: np.full_like(t, 1600.0), POWER_CAP)
+    p = np.full_like(t, 690.0)
     mhz[::3] = np.nan
-    i, med, _ = _core.clock_settled_at(t, mhz, r)
+    p[::4] = np.nan
+    i, med, _ = _core.clock_settled_at(t, mhz, r, p, p, power_limit_w=LIMIT_W)
     assert i >= 0 and med == 1600.0
-    i_none, med_none, _ = _core.clock_settled_at(t, np.full_like(mhz, np.nan), r)
+    i_none, med_none, _ = _core.clock_settled_at(t, np.full_like(mhz, np.nan), r, p, p)
     assert i_none == -1 and np.isnan(med_none)
+
+
+def test_burst_waits_for_the_recorded_h200_to_recover(h200_ramp):
+    d = h200_ramp
+    t, r, pa, pi = d["t"], d["reasons"], d["p_avg"], d["p_inst"]
+    ok = np.array([_core.power_recovered(t[:k + 1], r[:k + 1], pa[:k + 1], pi[:k + 1],
+                                         power_limit_w=LIMIT_W) for k in range(t.size)])
+    end = d["load_end_i"]
+    idle = t < d["load_start"]
+    assert ok[idle].all()                       # an idle GPU is recovered
+    loaded = (t > d["load_start"] + 0.3) & (np.arange(t.size) < end)
+    assert not ok[loaded].any()                 # under the GEMM's load, never
+    # after it, not while sw_power_cap is still raised and the average still high
+    first = end + int(np.argmax(ok[end:]))
+    assert t[first] - t[end] > 0.3
+    assert not (r[(t > t[first] - 0.03) & (t <= t[first])] & POWER_CAP).any()
+    assert pa[first] <= 0.6 * LIMIT_W
+
+
+def test_burst_recovery_without_a_known_limit_reads_the_reasons_only():
+    t = np.arange(0, 0.1, PERIOD)
+    r = np.zeros(t.size, dtype=np.uint64)
+    assert _core.power_recovered(t, r, np.full_like(t, 650.0))
+    r[-2] = POWER_CAP
+    assert not _core.power_recovered(t, r)
 
 
 @pytest.mark.parametrize("bad, match", [
     (dict(t_s=[0.0, 0.1], sm_mhz=[1.0], reasons=[0, 0]), "one length"),
     (dict(t_s=[0.0, 0.1], sm_mhz=[1.0, 1.0], reasons=[0, 0], power_w=[1.0]), "one length"),
+    (dict(t_s=[0.0, 0.1], sm_mhz=[1.0, 1.0], reasons=[0, 0], power_inst_w=[1.0]), "one length"),
     (dict(t_s=[0.0, 0.2, 0.1], sm_mhz=[1.0] * 3, reasons=[0] * 3), "non-decreasing"),
     (dict(t_s=[0.0], sm_mhz=[1.0], reasons=[0], window_s=0.0), "window_s > 0"),
+    (dict(t_s=[0.0], sm_mhz=[1.0], reasons=[0], power_limit_w="x"), "must be real number"),
 ])
 def test_bad_traces_are_refused_by_name(bad, match):
-    with pytest.raises(ValueError, match=match):
+    with pytest.raises((ValueError, TypeError), match=match):
         _core.clock_settled_at(bad.pop("t_s"), bad.pop("sm_mhz"), bad.pop("reasons"), **bad)

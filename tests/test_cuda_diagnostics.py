@@ -160,8 +160,16 @@ def test_keep_busy_bridges_count_as_busy_and_are_reported(monkeypatch):
 def test_a_settled_or_unjudged_warm_up_does_not_warn(monkeypatch):
     ok = _fake_run(monkeypatch, [1e-3] * 50, 0.052, [0] * 20,
                    {"settled": True, "at_s": 0.21, "sm_mhz": 1980.0, "max_s": 3.0,
-                    "min_sampling_s": 0.0})
+                    "min_sampling_s": 0.0}, sm=[1980.0] * 20)
     assert not any("settled" in w for w in ok["warnings"])
+    assert ok["regime"]["held"] is True and ok["regime"]["name"] == "sustained"
+    # settled at 1980 MHz but timed at 1500-1980: the regime did not hold, and it says why
+    moved = _fake_run(monkeypatch, [1e-3] * 50, 0.052, [0] * 20,
+                      {"settled": True, "at_s": 0.21, "sm_mhz": 1980.0, "max_s": 3.0,
+                       "min_sampling_s": 0.0})
+    assert moved["regime"]["held"] is False
+    assert any("regime did not hold" in w and "1980 MHz (settled)" in w
+               for w in moved["warnings"])
     # settle_max_s=0 or no clocks: not judged, the NaNs of the C record become None
     unjudged = _fake_run(monkeypatch, [1e-3] * 50, 0.052, [0] * 20,
                          {"settled": None, "at_s": NAN, "sm_mhz": NAN, "max_s": 0.0,

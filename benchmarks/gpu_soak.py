@@ -1,0 +1,79 @@
+"""Do GPU benches leak? Rounds of short benches per mode, device memory and RSS after each.
+
+A pytest session or a sweep runs thousands of benches in one process: what each bench creates
+(graphs and their execs, CUPTI buffers, flush and gate memory, modules) must be freed or reused.
+Per round: driver-level used memory (cuMemGetInfo through torch), torch's allocated and reserved
+bytes, and the process's RSS. Flat after the first round is the bar.
+
+    python benchmarks/gpu_soak.py --benches 1000 --rounds 4 --out benchmarks/results/h200_soak.json
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import time
+
+import torch
+
+import kbench
+
+
+def rss_mb() -> float:
+    with open("/proc/self/status") as f:
+        for line in f:
+            if line.startswith("VmRSS:"):
+                return int(line.split()[1]) / 1024
+    return float("nan")
+
+
+def device_used_mb() -> float:
+    free, total = torch.cuda.mem_get_info()
+    return (total - free) / 2**20
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--benches", type=int, default=1000, help="benches per round")
+    ap.add_argument("--rounds", type=int, default=4)
+    ap.add_argument("--modes", default="cupti,events,graph")
+    ap.add_argument("--out")
+    args = ap.parse_args()
+    x = torch.randn(1 << 20, device="cuda")          # 4 MB
+    y = torch.empty_like(x)
+    side = torch.cuda.Stream()
+    res = {"benches_per_round": args.benches, "gpu": torch.cuda.get_device_name(0),
+           "commit": os.environ.get("KBENCH_GIT_COMMIT"), "modes": {}}
+    for mode in args.modes.split(","):
+        rows = []
+        t0 = time.perf_counter()
+        for rnd in range(args.rounds):
+            for _ in range(args.benches):
+                if mode == "graph":
+                    with torch.cuda.stream(side):
+                        kbench.bench(torch.mul, x, 2.0, kwargs={"out": y}, mode=mode,
+                                     max_time_s=0.02, warmup_s=0.0, settle_max_s=0,
+                                     min_samples=5)
+                else:
+                    kbench.bench(torch.mul, x, 2.0, kwargs={"out": y}, mode=mode,
+                                 max_time_s=0.02, warmup_s=0.0, settle_max_s=0, min_samples=5)
+            torch.cuda.synchronize()
+            row = {"round": rnd, "device_used_mb": device_used_mb(), "rss_mb": rss_mb(),
+                   "torch_allocated_mb": torch.cuda.memory_allocated() / 2**20,
+                   "torch_reserved_mb": torch.cuda.memory_reserved() / 2**20,
+                   "elapsed_s": time.perf_counter() - t0}
+            rows.append(row)
+            print(f"{mode:7} round {rnd}: device {row['device_used_mb']:9.1f} MB  rss "
+                  f"{row['rss_mb']:8.1f} MB  torch reserved {row['torch_reserved_mb']:7.1f} MB"
+                  f"  ({row['elapsed_s']:.1f} s)", flush=True)
+        growth = {k: rows[-1][k] - rows[0][k] for k in ("device_used_mb", "rss_mb")}
+        res["modes"][mode] = {"rounds": rows, "growth_after_first_round_mb": growth}
+        print(f"{mode:7} growth after the first round: device {growth['device_used_mb']:+.1f} MB, "
+              f"rss {growth['rss_mb']:+.1f} MB over {args.rounds - 1} rounds", flush=True)
+    if args.out:
+        with open(args.out, "w") as f:
+            json.dump(res, f, indent=1)
+
+
+if __name__ == "__main__":
+    main()

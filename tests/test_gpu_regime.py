@@ -1,0 +1,91 @@
+"""The clock regimes and the fidelity fixes on a CUDA GPU (skipped with the reason elsewhere).
+
+The regimes' rules themselves are tested on the CPU over canned traces (test_clock_settle.py);
+here: that a result names its regime and says whether it held, that burst batches start on a
+recovered GPU, that a cold graph figure is cold, and that facts which carry no risk are kept
+out of the warnings."""
+import pytest
+
+import kbench
+from kbench import cuda
+
+pytestmark = pytest.mark.gpu
+torch = pytest.importorskip("torch", reason="the GPU tests drive kernels through PyTorch")
+
+
+@pytest.fixture(scope="module")
+def gemm():
+    g = torch.Generator(device="cuda").manual_seed(0)
+    a = torch.randn(2048, 2048, device="cuda", dtype=torch.bfloat16, generator=g)
+    return lambda: a @ a
+
+
+def test_a_result_names_its_regime_and_whether_it_held(gemm):
+    r = kbench.bench(gemm, device="cuda", max_time_s=2.0)
+    reg = r.extra["regime"]
+    assert reg["name"] == "sustained" and isinstance(reg["held"], bool)
+    assert "Regime" in str(r) and "sustained" in str(r)
+    # the settle rule judged the load, not the idle before it: it had loaded the GPU
+    assert reg["loaded_s"] >= 0.3 or reg["clocks_locked"]
+    assert r.to_dict()["extra"]["regime"]["name"] == "sustained"
+
+
+def test_burst_batches_are_short_and_start_recovered(gemm):
+    r = kbench.bench(gemm, device="cuda", regime="burst", max_time_s=2.0)
+    reg = r.extra["regime"]
+    assert reg["name"] == "burst"
+    b = reg["burst"]
+    assert b["batches"] >= 1 and b["unrecovered"] == 0, b
+    # no keep-busy bridges in burst: they would keep the GPU loaded between batches
+    assert not (r.extra.get("keep_busy") or {}).get("bridges")
+    # each batch is at most ~5 ms of GPU time: the samples per batch are bounded by it
+    assert r.n / b["batches"] <= max(1.0, 0.005 / r.median) + 1
+
+
+def test_an_unknown_regime_is_refused_by_name(gemm):
+    with pytest.raises(ValueError, match="regime must be 'sustained' or 'burst'"):
+        kbench.bench(gemm, device="cuda", regime="turbo", max_time_s=0.2)
+    # and the process goes on
+    assert kbench.bench(gemm, device="cuda", max_time_s=0.3, settle_max_s=0).median > 0
+
+
+def test_a_cold_graph_figure_is_cold():
+    """Graph mode unrolled small calls inside one replay and flushed only between replays, so
+    every call after the first ran warm: 12 MB clamp_min read 5.49 us against 7.97 us in CUPTI
+    mode on the H200. Under cold_cache='flush' a replay holds one call."""
+    t = torch.randn(3 << 20, device="cuda")          # 12 MB
+    o = torch.empty_like(t)
+
+    def clamp():
+        return torch.clamp_min(t, 0.0, out=o)
+    rg = kbench.bench(clamp, device="cuda", mode="graph", max_time_s=1.0)
+    rc = kbench.bench(clamp, device="cuda", mode="cupti", max_time_s=1.0)
+    assert rg.extra["unroll"] == 1
+    # a replay adds launch overhead, never takes the flush's effect away
+    assert rg.median >= 0.95 * rc.median, (rg.median, rc.median)
+    with pytest.raises(ValueError, match="unrolled calls would run warm"):
+        kbench.bench(clamp, device="cuda", mode="graph", unroll=4, max_time_s=0.2)
+
+
+def test_facts_without_risk_are_not_warnings(gemm):
+    r = kbench.bench(gemm, device="cuda", max_time_s=1.0)
+    for w in r.warnings:
+        assert "persisting-L2" not in w and "timestamps were in units" not in w, w
+        assert "watchdog opened the gate" not in w, w     # the first call runs ungated now
+    if r.cold_cache.get("persisting_l2_limit_bytes"):
+        assert "reset" in r.cold_cache["persisting_l2_note"]
+
+
+def test_without_measured_peaks_a_cold_figure_is_held_to_the_theoretical_bandwidth(
+        tmp_path, monkeypatch):
+    monkeypatch.setenv("KBENCH_CACHE_DIR", str(tmp_path))        # no peaks cached
+    info = cuda.device_info(0)
+    bw = cuda.theoretical_bandwidth(info)
+    assert bw and bw > 1e11
+    x = torch.randn(16 << 20, device="cuda")
+    y = torch.empty_like(x)
+    # claim 100x the bytes moved: a cold figure far above any ceiling is a defect
+    r = kbench.bench(torch.mul, x, 2.0, kwargs={"out": y}, bytes=200 * x.nbytes,
+                     max_time_s=0.5)
+    assert r.throughput["bytes_ceiling"] == "theoretical"
+    assert any("DEFECT" in w and "theoretical" in w for w in r.warnings), r.warnings
