@@ -131,6 +131,10 @@ typedef struct {
 
 int kb_builtin_load(PyObject *m, const kb_cuda_api *cu, kb_builtin_kernels *k);
 void kb_builtin_unload(const kb_cuda_api *cu, kb_builtin_kernels *k);
+/* The device's builtin kernels, loaded once per process into the current context and kept in
+ * the module state (a module loaded and unloaded per measurement cost device memory while CUPTI
+ * was attached). NULL with an exception. */
+kb_builtin_kernels *kb_builtin_get(PyObject *m, const kb_cuda_api *cu, int device);
 /* Keep every SM busy for `seconds` (clock ramp-up before measuring). */
 int kb_builtin_busy(PyObject *m, const kb_cuda_api *cu, kb_builtin_kernels *k, CUdevice dev,
                     CUstream s, double seconds);

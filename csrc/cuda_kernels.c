@@ -109,6 +109,24 @@ int kb_builtin_busy(PyObject *m, const kb_cuda_api *cu, kb_builtin_kernels *k, C
     return 0;
 }
 
+kb_builtin_kernels *kb_builtin_get(PyObject *m, const kb_cuda_api *cu, int device)
+{
+    kb_state *st = kb_get_state(m);
+    kb_builtin_kernels **cache = (kb_builtin_kernels **)st->cuda_builtins;
+    size_t slots = sizeof st->cuda_builtins / sizeof st->cuda_builtins[0];
+    if (device < 0 || (size_t)device >= slots) {
+        PyErr_Format(PyExc_ValueError, "device %d: kbench keeps kernels for devices 0..%zu",
+                     device, slots - 1);
+        return NULL;
+    }
+    if (cache[device] == NULL &&
+        (cache[device] = PyMem_RawCalloc(1, sizeof(kb_builtin_kernels))) == NULL) {
+        PyErr_NoMemory();
+        return NULL;
+    }
+    return kb_builtin_load(m, cu, cache[device]) < 0 ? NULL : cache[device];
+}
+
 /* ------------------------------------------------------------ Python: launch_empty */
 
 /* launch_empty(stream=0, device=0): one launch of the empty kernel (the timing floor's probe). */
@@ -122,16 +140,11 @@ static PyObject *launch_empty(PyObject *self, PyObject *args, PyObject *kw)
     const kb_cuda_api *cu = kb_cuda(self);
     if (cu == NULL || kb_ctx_enter(self, cu, device, &pushed) < 0)
         return NULL;
-    kb_state *st = kb_get_state(self);
-    kb_builtin_kernels **cache = (kb_builtin_kernels **)st->cuda_builtins;
     PyObject *out = NULL;
-    if (cache[device] == NULL && (cache[device] = PyMem_RawCalloc(1, sizeof(kb_builtin_kernels))) == NULL) {
-        PyErr_NoMemory();
+    kb_builtin_kernels *k = kb_builtin_get(self, cu, device);
+    if (k == NULL)
         goto done;
-    }
-    if (kb_builtin_load(self, cu, cache[device]) < 0)
-        goto done;
-    if (KB_CU(self, cu->cuLaunchKernel(cache[device]->empty, 1, 1, 1, 32, 1, 1, 0,
+    if (KB_CU(self, cu->cuLaunchKernel(k->empty, 1, 1, 1, 32, 1, 1, 0,
                                        (CUstream)(uintptr_t)stream, NULL, NULL)) < 0)
         goto done;
     out = Py_NewRef(Py_None);

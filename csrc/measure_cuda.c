@@ -613,10 +613,8 @@ static PyObject *measure_cuda(PyObject *m, PyObject *args, PyObject *kw)
     int pushed = 0, foreign = 0;
     size_t persisting_limit = 0;
     double busy_s_done = 0.0;
-    kb_builtin_kernels builtins;
     memset(&c, 0, sizeof c);
     memset(&res, 0, sizeof res);
-    memset(&builtins, 0, sizeof builtins);
 
     if (!PyArg_ParseTuple(args, "OO|O:measure_cuda", &fn, &arg_sets, &kwargs))
         return NULL;
@@ -805,9 +803,8 @@ static PyObject *measure_cuda(PyObject *m, PyObject *args, PyObject *kw)
     if (c.mode == MODE_CUPTI && kb_cupti_begin(m, allow_foreign, &c.trace, &foreign) < 0)
         goto error;
     if (c.trace != NULL) {
-        if (kb_builtin_load(m, c.cu, &builtins) < 0)
+        if ((c.builtins = kb_builtin_get(m, c.cu, c.ordinal)) == NULL)
             goto error;
-        c.builtins = &builtins;
         const char *br = getenv("KBENCH_CUPTI_BRIDGE_RECORDS");   /* a diagnosis */
         c.bridge_records = br != NULL && strcmp(br, "on") == 0;
     }
@@ -816,8 +813,8 @@ static PyObject *measure_cuda(PyObject *m, PyObject *args, PyObject *kw)
     /* Clock ramp-up: skipped when the GPU was busy with kbench a moment ago. */
     if (busy_warmup > 0 && kb_now_s() > st->gpu_warm_until) {
         kb_deferred d = KB_DEFERRED_INIT;
-        if (kb_builtin_load(m, c.cu, &builtins) < 0 ||
-            kb_builtin_busy(m, c.cu, &builtins, c.dev, c.stream, busy_warmup) < 0)
+        kb_builtin_kernels *bk = kb_builtin_get(m, c.cu, c.ordinal);
+        if (bk == NULL || kb_builtin_busy(m, c.cu, bk, c.dev, c.stream, busy_warmup) < 0)
             goto error;
         Py_BEGIN_ALLOW_THREADS
         KB_DEFER(&d, c.cu->cuStreamSynchronize(c.stream));
@@ -972,7 +969,6 @@ error:
                 kb_gate_fini(c.cu, &c.gate);
             }
             kb_l2_flusher_fini(c.cu, &c.flusher);
-            kb_builtin_unload(c.cu, &builtins);
             for (Py_ssize_t i = 0; c.ev && i < c.n_ev; i++)
                 if (c.ev[i])
                     c.cu->cuEventDestroy(c.ev[i]);

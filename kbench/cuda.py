@@ -20,6 +20,10 @@ MODES = ("cupti", "events", "graph")
 # An events/graph floor at or above this share of a figure puts the figure at risk.
 FLOOR_SHARE_WARN = 0.10
 BURST_RECOVER_NOTE = "at most 2 s each"     # measure_cuda.c's BURST_RECOVER_MAX_S
+# A regime holds while its SM clock stays within 5% of where it settled (sustained) or of the
+# fastest batch start (burst). A capped H200 GEMM's 0.25 s clock medians swing 1410-1470 MHz
+# (its controller dips about once a second) while its figure holds to 0.6%.
+REGIME_CLOCK_TOL = 0.95
 _floor_cache: Dict[Tuple[str, int, bool], Dict[str, Any]] = {}
 _device_info_cache: Dict[int, Dict[str, Any]] = {}
 
@@ -497,10 +501,11 @@ def regime_report(cuda: Dict[str, Any], extra: Dict[str, Any], cold_arg: Optiona
             why.append(f"{b['unrecovered']} of {b.get('batches')} batches started before the GPU "
                        f"had recovered (waited {BURST_RECOVER_NOTE})")
         lo, hi = b.get("sm_mhz_min"), b.get("sm_mhz_max")
-        if lo and hi and lo < 0.97 * hi:
+        if lo and hi and lo < REGIME_CLOCK_TOL * hi:
             why.append(f"batches started at SM {lo:.0f}-{hi:.0f} MHz")
         if lo and hi:
-            clocks["steady"] = lo >= 0.97 * hi
+            # between batches the clock may idle down: what counts is where batches start
+            clocks["steady"] = lo >= REGIME_CLOCK_TOL * hi
     else:
         if not reg.get("clocks_locked"):
             if settle.get("settled") is False:
@@ -515,7 +520,7 @@ def regime_report(cuda: Dict[str, Any], extra: Dict[str, Any], cold_arg: Optiona
                        f"the sampling time (idle between batches): under continuous load this "
                        f"kernel may run slower than measured")
         sm_settled, sm_timed = settle.get("sm_mhz"), clocks.get("sm_mhz_median")
-        if sm_settled and sm_timed and abs(sm_timed - sm_settled) > 0.03 * sm_settled:
+        if sm_settled and sm_timed and abs(sm_timed - sm_settled) > (1 - REGIME_CLOCK_TOL) * sm_settled:
             why.append(f"the SM clock moved from {sm_settled:.0f} MHz (settled) to "
                        f"{sm_timed:.0f} MHz (timed part)")
     reg["held"] = not why

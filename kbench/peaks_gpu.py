@@ -60,6 +60,7 @@ def measure_gpu_peaks(device: int = 0, copy_bytes: int = 2 << 30, save: bool = T
 
     out.update(_copy_ceiling(device, info, stream, copy_bytes, opts))
 
+    sms = int(info.get("sm_count") or 100)
     fma = _core.CudaKernel(_kernel_source("fma.cu"), "kb_fma", device=device)
     sink = _core.DeviceBuffer(4 * sms * 8 * 256, device)
     iters, fgrid = 8192, sms * 8

@@ -80,13 +80,25 @@ if [ "$mode" = regime ]; then
   timeout 60 $PY -m pytest -q -p no:cacheprovider benchmarks/regime_gate --kbench-save="$LOGS/gate_base.json" 2>&1 | tail -2
   for i in 1 2 3; do
     timeout 60 $PY -m pytest -q -p no:cacheprovider benchmarks/regime_gate --kbench-compare="$LOGS/gate_base.json" \
-      --kbench-fail=8% 2>&1 | grep -E "test_bf16|passed|failed" | tail -3; echo "gate run $i rc=${PIPESTATUS[0]}"
+      --kbench-fail=8% 2>&1 | grep -E "test_gemm|passed|failed" | tail -4; echo "gate run $i rc=${PIPESTATUS[0]}"
   done 2>&1 | tee "$OUT/gate.txt"
   echo "== soak: device memory and RSS over rounds of short benches"
   timeout 200 $PY benchmarks/gpu_soak.py --benches "${SOAK_BENCHES:-100}" --rounds "${SOAK_ROUNDS:-3}" \
     --out "$OUT/h200_soak.json" 2>&1 | grep -E "growth|round" | tail -12
   echo "== regime benchmark"
   (cd benchmarks && timeout 330 $PY gpu_regime.py --out "$OUT/h200_regime.json" --md "$OUT/h200_regime.md" 2>&1 | tail -40)
+fi
+if [ "$mode" = leak ]; then
+  echo "== GPU tests"
+  timeout 200 $PY -m pytest -q -rfEs --tb=short --timeout=120 tests/test_gpu_regime.py \
+    tests/test_gpu_bench.py -k "floor or regime or cold or facts or burst" 2>&1 | tail -4
+  echo "== peaks"; timeout 150 $PY -m kbench peaks --seconds 2 2>&1 | tee "$OUT/peaks.txt" | tail -6
+  echo "== soak cupti (default detach)"
+  timeout 100 $PY benchmarks/gpu_soak.py --benches 100 --rounds 3 --modes cupti 2>&1 | grep -E "growth|round"
+  echo "== soak cupti (KBENCH_CUPTI_DETACH=0)"
+  KBENCH_CUPTI_DETACH=0 timeout 100 $PY benchmarks/gpu_soak.py --benches 100 --rounds 3 --modes cupti 2>&1 | grep -E "growth|round"
+  echo "== soak graph"
+  timeout 100 $PY benchmarks/gpu_soak.py --benches 50 --rounds 3 --modes graph 2>&1 | grep -E "growth|round"
 fi
 if [ "$mode" = bench ] || [ "$mode" = all ]; then
   [ -d "$KBENCH_CACHE_DIR" ] || timeout 150 $PY -m kbench peaks --seconds 2 > "$LOGS/peaks.txt" 2>&1
