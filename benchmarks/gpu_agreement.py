@@ -141,6 +141,7 @@ def kineto_regime(fn, calls: int, queued: bool, launch_s: float, info) -> dict:
     (as behind kbench's gate), otherwise each call runs as Python launches it (gate=False).
     NVML samples the clocks over the same window."""
     from torch.profiler import ProfilerActivity, profile
+    kbench.release_cupti()      # back-to-back benches leave CUPTI attached for 1 s
     ev = [(torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True))
           for _ in range(calls)]
     burst = min(calls, QUEUE_BURST) if queued else calls
@@ -184,6 +185,7 @@ def profile_over_kbench(fn, names, seconds: float) -> dict:
     kbench's CUPTI figure and the profile's, it tells whether a sub-us offset comes from what
     kbench's stream does around the kernel or from how kbench configures CUPTI."""
     from torch.profiler import ProfilerActivity, profile
+    kbench.release_cupti()      # back-to-back benches leave CUPTI attached for 1 s
     with profile(activities=[ProfilerActivity.CUDA]) as prof:
         r = kbench.bench(fn, device="cuda", mode="events", cold_cache=None, warmup_s=0.2,
                          max_time_s=seconds, floor=False)

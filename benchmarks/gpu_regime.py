@@ -29,6 +29,8 @@ def _profile_us(fn, flush, n=50) -> float:
     """torch.profiler's median kernel time of fn, each call after an L2 flush (2x L2)."""
     import torch
     from torch.profiler import ProfilerActivity, profile
+    import kbench
+    kbench.release_cupti()      # back-to-back benches leave CUPTI attached for 1 s
     for _ in range(3):
         fn()
     torch.cuda.synchronize()

@@ -115,6 +115,7 @@ double kb_cupti_ticks_per_ns(kb_cupti_trace *t);
 /* Records CUPTI dropped (buffers full) or returned unfinished (no start or end time). */
 uint64_t kb_cupti_dropped(kb_cupti_trace *t);
 /* Disable, flush, unsubscribe, free. Always safe; keeps a pending exception. */
+int kb_cupti_module_init(PyObject *m);     /* cupti_release */
 void kb_cupti_end(PyObject *m, kb_cupti_trace *t);
 
 /* ---------------------------------------------------------------- cuda_kernels.c */

@@ -29,12 +29,25 @@
  * 1.7x its host time on the H200 (benchmarks/gpu_launch_residue.py). Not when another tool
  * configured CUPTI (a foreign subscriber, or torch.profiler's timestamp callback): finalizing
  * would tear down its state. KBENCH_CUPTI_DETACH=0 keeps CUPTI attached.
+ *
+ * Each attach/finalize cycle costs device memory CUPTI never gives back: 0.57 MB per bench on
+ * the H200 (benchmarks/gpu_soak.py: +114 MB over 200 benches, flat with CUPTI kept attached),
+ * and a sweep or pytest session runs thousands. So a measurement that follows the last one
+ * within KB_CUPTI_SWEEP_GAP_S (a sweep, an A/B, a test session) leaves CUPTI attached when it
+ * ends, and a background thread detaches it once no measurement came for
+ * KBENCH_CUPTI_LINGER_S (default 1 s; 0: detach after every measurement). A lone bench detaches
+ * at once as before, so a profile can follow it. The subscriber outlives the traces, so the
+ * detach state lives in a static session too (CUPTI itself is process-wide).
  */
 #include "cuda_backend.h"
 #include "kb_array.h"
 
+#include <pthread.h>
+#include <signal.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 
 #define KB_CUPTI_BUFFER (8u << 20)
 #define KB_EXT_KIND CUPTI_EXTERNAL_CORRELATION_KIND_CUSTOM0
@@ -75,10 +88,28 @@ struct kb_cupti_trace {
     double ticks_per_ns;        /* CUPTI timestamp units per nanosecond (see calibrate) */
     uint64_t flushes_default, flushes_forced;  /* how kb_cupti_collect read each batch */
     int device_records_off;     /* the device kinds are switched off (a bridge is being queued) */
+    int follows_another;        /* began within KB_CUPTI_SWEEP_GAP_S of the last trace's end */
+};
+
+/* kbench's CUPTI subscription, which may outlive a trace (see the file comment). */
+#define KB_CUPTI_SWEEP_GAP_S 1.0
+typedef struct {
+    pthread_mutex_t mu;             /* guards the fields below, and a detach in progress */
+    pthread_cond_t wake;            /* the linger thread's: armed, disarmed or quit */
+    pthread_t thread;
+    int thread_started, quit;
+    int lingering;                  /* subscribed, no trace active, detach armed at deadline */
+    double deadline;                /* kb_now_s() */
+    double last_end;                /* when the last trace ended (0: none yet) */
+    CUpti_SubscriberHandle sub;
+    const kb_cupti_api *api;
+    const kb_cuda_api *cu;
     volatile int detach_pending;    /* the next driver-API exit callback calls cuptiFinalize */
     volatile int detach_ran;
     CUptiResult detach_rc;
-};
+} cupti_session;
+static cupti_session g_session = {.mu = PTHREAD_MUTEX_INITIALIZER,
+                                  .wake = PTHREAD_COND_INITIALIZER};
 
 /* External correlation records are emitted for API activity records, so the driver and runtime
  * API kinds must be on too (their records are read for nothing else). */
@@ -226,15 +257,102 @@ static void CUPTIAPI buffer_completed(CUcontext ctx, uint32_t stream_id, uint8_t
 static void CUPTIAPI trace_callback(void *userdata, CUpti_CallbackDomain domain,
                                    CUpti_CallbackId cbid, const void *data)
 {
-    kb_cupti_trace *t = userdata;
+    cupti_session *se = userdata;
     const CUpti_CallbackData *cb = data;
     (void)cbid;
-    if (t == NULL || !t->detach_pending || domain != CUPTI_CB_DOMAIN_DRIVER_API || cb == NULL ||
-        cb->callbackSite != CUPTI_API_EXIT)
+    if (se == NULL || !se->detach_pending || domain != CUPTI_CB_DOMAIN_DRIVER_API ||
+        cb == NULL || cb->callbackSite != CUPTI_API_EXIT)
         return;
-    t->detach_pending = 0;
-    t->detach_rc = t->api->cuptiFinalize();
-    t->detach_ran = 1;
+    se->detach_pending = 0;
+    se->detach_rc = se->api->cuptiFinalize();
+    se->detach_ran = 1;
+}
+
+/* Detach the session's subscriber: enable one driver API's callback and call it; its exit
+ * callback finalizes CUPTI. No Python (the linger thread calls it); se->mu held. Returns 0 when
+ * CUPTI was finalized, else the failing call's name in *why and its code in *code; the
+ * subscriber is left subscribed then. */
+static int session_detach(cupti_session *se, const char **why, int *code)
+{
+    se->detach_ran = 0;
+    CUptiResult r = se->api->cuptiEnableCallback(1, se->sub, CUPTI_CB_DOMAIN_DRIVER_API,
+                                                 CUPTI_DRIVER_TRACE_CBID_cuCtxGetCurrent);
+    if (r == CUPTI_SUCCESS) {
+        CUcontext ctx = NULL;
+        se->detach_pending = 1;
+        se->cu->cuCtxGetCurrent(&ctx);
+        se->detach_pending = 0;
+    }
+    if (r == CUPTI_SUCCESS && se->detach_ran && se->detach_rc == CUPTI_SUCCESS)
+        return 0;
+    if (r == CUPTI_SUCCESS)
+        se->api->cuptiEnableCallback(0, se->sub, CUPTI_CB_DOMAIN_DRIVER_API,
+                                     CUPTI_DRIVER_TRACE_CBID_cuCtxGetCurrent);
+    *why = r != CUPTI_SUCCESS ? "cuptiEnableCallback"
+           : se->detach_ran   ? "cuptiFinalize" : "(callback never ran)";
+    *code = (int)(r != CUPTI_SUCCESS ? r : se->detach_rc);
+    return -1;
+}
+
+/* The linger thread: detaches the session once its deadline passes with no trace begun. */
+static void *linger_main(void *arg)
+{
+    cupti_session *se = arg;
+    pthread_mutex_lock(&se->mu);
+    while (!se->quit) {
+        if (se->lingering && kb_now_s() >= se->deadline) {
+            const char *why = NULL;
+            int code = 0;
+            if (session_detach(se, &why, &code) < 0)
+                se->api->cuptiUnsubscribe(se->sub);   /* at least let another tool subscribe */
+            se->lingering = 0;
+            continue;
+        }
+        if (se->lingering) {
+            double d = se->deadline;
+            struct timespec ts;
+            clock_gettime(CLOCK_REALTIME, &ts);       /* the condvar's clock */
+            double wait = d - kb_now_s();
+            wait = wait > 0 ? wait : 0;
+            ts.tv_sec += (time_t)wait;
+            ts.tv_nsec += (long)((wait - (double)(time_t)wait) * 1e9);
+            if (ts.tv_nsec >= 1000000000L) {
+                ts.tv_sec++;
+                ts.tv_nsec -= 1000000000L;
+            }
+            pthread_cond_timedwait(&se->wake, &se->mu, &ts);
+        }
+        else
+            pthread_cond_wait(&se->wake, &se->mu);
+    }
+    pthread_mutex_unlock(&se->mu);
+    return NULL;
+}
+
+static double linger_s(void)
+{
+    const char *v = getenv("KBENCH_CUPTI_LINGER_S");
+    if (v == NULL || *v == '\0')
+        return 1.0;
+    char *end = NULL;
+    double d = strtod(v, &end);
+    return end != v && *end == '\0' && d >= 0 && d < 3600 ? d : 1.0;
+}
+
+void kb_cupti_session_shutdown(void)
+{
+    pthread_mutex_lock(&g_session.mu);
+    int started = g_session.thread_started;
+    g_session.quit = 1;
+    pthread_cond_signal(&g_session.wake);
+    pthread_mutex_unlock(&g_session.mu);
+    if (started)
+        pthread_join(g_session.thread, NULL);
+    /* a subscriber still lingering at exit stays: finalizing during teardown is not safe */
+    pthread_mutex_lock(&g_session.mu);
+    g_session.thread_started = 0;
+    g_session.quit = 0;
+    pthread_mutex_unlock(&g_session.mu);
 }
 
 static int calibrate(PyObject *m, kb_cupti_trace *t);
@@ -298,7 +416,19 @@ int kb_cupti_begin(PyObject *m, int allow_foreign_subscriber, kb_cupti_trace **o
         return -1;
     }
 
-    CUptiResult r = api->cuptiSubscribe(&t->sub, trace_callback, t);
+    /* Take over a lingering subscriber (disarming its detach), or subscribe. */
+    pthread_mutex_lock(&g_session.mu);
+    int reuse = g_session.lingering;
+    t->follows_another = reuse ||
+                         (g_session.last_end > 0 && kb_now_s() - g_session.last_end <
+                                                        KB_CUPTI_SWEEP_GAP_S);
+    if (reuse) {
+        g_session.lingering = 0;
+        t->sub = g_session.sub;
+    }
+    pthread_mutex_unlock(&g_session.mu);
+    CUptiResult r = reuse ? CUPTI_SUCCESS : api->cuptiSubscribe(&t->sub, trace_callback,
+                                                                 &g_session);
     if (r == CUPTI_SUCCESS)
         t->subscribed = 1;
     else if (r == CUPTI_ERROR_MULTIPLE_SUBSCRIBERS_NOT_SUPPORTED) {
@@ -561,7 +691,8 @@ static int detach_wanted(void)
     return v == NULL || !(strcmp(v, "0") == 0 || strcmp(v, "no") == 0 || strcmp(v, "false") == 0);
 }
 
-/* Detach CUPTI when kbench is its only client; the outcome goes to the module state (read back
+/* Detach CUPTI when kbench is its only client -- now, or after the linger when this trace
+ * followed another (see the file comment); the outcome goes to the module state (read back
  * into the result by measure_cuda.c). Never raises: the measurement is already taken. */
 static void detach(PyObject *m, kb_cupti_trace *t)
 {
@@ -585,29 +716,45 @@ static void detach(PyObject *m, kb_cupti_trace *t)
         snprintf(st->cupti_detach, sizeof st->cupti_detach, "%s", why);
         return;
     }
-    CUptiResult r = api->cuptiEnableCallback(1, t->sub, CUPTI_CB_DOMAIN_DRIVER_API,
-                                             CUPTI_DRIVER_TRACE_CBID_cuCtxGetCurrent);
-    if (r == CUPTI_SUCCESS) {
-        CUcontext ctx = NULL;
-        t->detach_pending = 1;
-        Py_BEGIN_ALLOW_THREADS
-        cu->cuCtxGetCurrent(&ctx);
-        Py_END_ALLOW_THREADS
-        t->detach_pending = 0;
+    double linger = linger_s();
+    pthread_mutex_lock(&g_session.mu);
+    g_session.sub = t->sub;
+    g_session.api = api;
+    g_session.cu = cu;
+    if (t->follows_another && linger > 0) {
+        if (!g_session.thread_started) {
+            sigset_t all, old;
+            sigfillset(&all);       /* signals (Ctrl-C) stay with Python's threads */
+            pthread_sigmask(SIG_SETMASK, &all, &old);
+            g_session.thread_started =
+                pthread_create(&g_session.thread, NULL, linger_main, &g_session) == 0;
+            pthread_sigmask(SIG_SETMASK, &old, NULL);
+        }
+        if (g_session.thread_started) {
+            g_session.lingering = 1;
+            g_session.deadline = kb_now_s() + linger;
+            t->subscribed = 0;  /* the session owns the subscriber now */
+            pthread_cond_signal(&g_session.wake);
+            pthread_mutex_unlock(&g_session.mu);
+            snprintf(st->cupti_detach, sizeof st->cupti_detach,
+                     "lingering: back-to-back measurements share one CUPTI attach; detached "
+                     "%g s after the last (KBENCH_CUPTI_LINGER_S)", linger);
+            return;
+        }
     }
-    if (t->detach_ran && t->detach_rc == CUPTI_SUCCESS) {
+    const char *failed = NULL;
+    int code = 0, rc;
+    Py_BEGIN_ALLOW_THREADS
+    rc = session_detach(&g_session, &failed, &code);
+    Py_END_ALLOW_THREADS
+    pthread_mutex_unlock(&g_session.mu);
+    if (rc == 0) {
         t->subscribed = 0;      /* finalizing released the subscriber with everything else */
         snprintf(st->cupti_detach, sizeof st->cupti_detach, "detached");
         return;
     }
-    if (r == CUPTI_SUCCESS)
-        api->cuptiEnableCallback(0, t->sub, CUPTI_CB_DOMAIN_DRIVER_API,
-                                 CUPTI_DRIVER_TRACE_CBID_cuCtxGetCurrent);
     snprintf(st->cupti_detach, sizeof st->cupti_detach,
-             "kept attached: %s returned CUPTI error %d",
-             r != CUPTI_SUCCESS ? "cuptiEnableCallback"
-                                : t->detach_ran ? "cuptiFinalize" : "(callback never ran)",
-             (int)(r != CUPTI_SUCCESS ? r : t->detach_rc));
+             "kept attached: %s returned CUPTI error %d", failed, code);
 }
 
 void kb_cupti_end(PyObject *m, kb_cupti_trace *t)
@@ -632,6 +779,46 @@ void kb_cupti_end(PyObject *m, kb_cupti_trace *t)
     pthread_mutex_unlock(&g_active_mu);
     if (t->subscribed)
         api->cuptiUnsubscribe(t->sub);
+    pthread_mutex_lock(&g_session.mu);
+    g_session.last_end = kb_now_s();
+    pthread_mutex_unlock(&g_session.mu);
     trace_free(t);
     PyErr_Restore(type, value, tb);
 }
+
+/* cupti_release() -> bool: detach a lingering subscriber now (before a profiler starts). */
+static PyObject *cupti_release(PyObject *m, PyObject *unused)
+{
+    (void)unused;
+    int released = 0;
+    const char *failed = NULL;
+    int code = 0;
+    Py_BEGIN_ALLOW_THREADS
+    pthread_mutex_lock(&g_session.mu);
+    if (g_session.lingering) {
+        if (session_detach(&g_session, &failed, &code) < 0)
+            g_session.api->cuptiUnsubscribe(g_session.sub);
+        g_session.lingering = 0;
+        released = 1;
+    }
+    pthread_mutex_unlock(&g_session.mu);
+    Py_END_ALLOW_THREADS
+    kb_state *st = kb_get_state(m);
+    if (released && failed)
+        snprintf(st->cupti_detach, sizeof st->cupti_detach,
+                 "unsubscribed (%s returned CUPTI error %d)", failed, code);
+    else if (released)
+        snprintf(st->cupti_detach, sizeof st->cupti_detach, "detached");
+    return PyBool_FromLong(released);
+}
+
+static PyMethodDef cupti_methods[] = {
+    {"cupti_release", cupti_release, METH_NOARGS,
+     "cupti_release() -> bool\n\nDetach CUPTI now if kbench left it attached between "
+     "back-to-back measurements (it detaches by itself KBENCH_CUPTI_LINGER_S after the last "
+     "one): call before starting torch.profiler or another CUPTI client right after a sweep. "
+     "True when there was something to release."},
+    {NULL, NULL, 0, NULL},
+};
+
+int kb_cupti_module_init(PyObject *m) { return PyModule_AddFunctions(m, cupti_methods); }

@@ -997,7 +997,8 @@ static PyMethodDef cuda_methods[] = {
 
 int kb_measure_cuda_module_init(PyObject *m)
 {
-    if (kb_cuda_kernels_module_init(m) < 0 || kb_graph_module_init(m) < 0)
+    if (kb_cuda_kernels_module_init(m) < 0 || kb_graph_module_init(m) < 0 ||
+        kb_cupti_module_init(m) < 0)
         return -1;
     return PyModule_AddFunctions(m, cuda_methods);
 }

@@ -22,7 +22,17 @@ from .sweep import sweep
 
 __version__ = "0.1.0"
 
-__all__ = ["bench", "compare", "assert_close", "Result", "Comparison", "ab", "sweep",
+
+def release_cupti() -> bool:
+    """Detach CUPTI now if kbench left it attached between back-to-back measurements.
+
+    A sweep, an A/B or a test session shares one CUPTI attach (each attach/detach cycle costs
+    device memory CUPTI never returns); kbench detaches it by itself KBENCH_CUPTI_LINGER_S (1 s)
+    after the last measurement. Call this before starting torch.profiler, Nsight or another
+    CUPTI client right after measuring. True when there was something to release."""
+    return bool(_core.HAVE_CUDA and _core.cupti_release())
+
+__all__ = ["bench", "release_cupti", "compare", "assert_close", "Result", "Comparison", "ab", "sweep",
            "KbenchError", "LibraryNotFound", "CudaError", "CaptureError", "CuptiError",
            "CuptiBusy", "NvmlError", "NvrtcError", "__version__"]
 

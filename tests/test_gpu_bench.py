@@ -246,6 +246,7 @@ def test_a_callable_that_blocks_the_host_behind_the_gate(x):
 
 
 def test_cupti_owned_by_torch_profiler(x):
+    kbench.release_cupti()          # earlier tests' back-to-back benches left CUPTI attached
     with torch.profiler.profile(activities=[torch.profiler.ProfilerActivity.CUDA]):
         with pytest.raises(_core.CuptiBusy, match="torch.profiler"):
             kbench.bench(torch.add, x, 1.0, mode="cupti", **FAST)
@@ -340,6 +341,7 @@ def test_cupy_arrays_and_streams():
 
 def test_cupti_reads_nanoseconds_after_a_torch_profiler_session(x):
     # Kineto registers a TSC timestamp callback with CUPTI; kbench must measure the unit.
+    kbench.release_cupti()
     with torch.profiler.profile(activities=[torch.profiler.ProfilerActivity.CUDA]):
         torch.add(x, x)
         torch.cuda.synchronize()
@@ -394,6 +396,7 @@ def test_cupti_stays_attached_after_torch_profiler_configured_it(x):
     # torch.profiler registered its own CUPTI clock in this process: finalizing would tear
     # down its state, so kbench leaves CUPTI attached and says so
     from torch.profiler import ProfilerActivity, profile
+    kbench.release_cupti()
     with profile(activities=[ProfilerActivity.CUDA]):
         torch.add(x, 1.0)
         torch.cuda.synchronize()
