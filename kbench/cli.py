@@ -3,12 +3,17 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import sys
 from typing import Any, Dict, List, Optional, Sequence
 
 import numpy as np
 
 from ._format import fmt_bytes, fmt_pct, fmt_rate, fmt_time, text_table
+
+
+class CliError(Exception):
+    """A refusal to print as one line on stderr (exit 2): a bad file or argument, not a bug."""
 
 
 def _row(case: str, r: Any) -> List[str]:
@@ -39,7 +44,10 @@ def cmd_demo(args: argparse.Namespace) -> int:
           + (" and the GPU" if args.gpu else ""))
     if load_cached_peaks() is None:
         print("measuring this machine's ceilings first (kbench peaks, cached) ...")
-        print(peaks_table(measure_cpu_peaks(seconds=args.peak_seconds)))
+        measured = measure_cpu_peaks(seconds=args.peak_seconds)
+        print(peaks_table(measured))
+        for w in measured.get("warnings", []):
+            print(f"  warning: {w}")
     rng = np.random.default_rng(0)
     rows = []
     # Memory-bound: c = a + b in float32; 3 x 16 MB: far above L2, inside the last-level cache,
@@ -116,17 +124,52 @@ def _gpu_demo(args: argparse.Namespace, results: Dict[str, Any]) -> List[List[st
 
 def cmd_peaks(args: argparse.Namespace) -> int:
     from .peaks import measure_cpu_peaks, peaks_table
+    if not args.seconds > 0:
+        raise CliError(f"--seconds must be a positive number, got {args.seconds}")
     if not args.gpu_only:
-        print(peaks_table(measure_cpu_peaks(seconds=args.seconds)))
+        d = measure_cpu_peaks(seconds=args.seconds, replace=args.replace)
+        print(peaks_table(d))
+        for w in d.get("warnings", []):
+            print(f"kbench peaks: warning: {w}", file=sys.stderr)
+        if d.get("saved_to"):
+            print(f"saved to {d['saved_to']}")
     if not args.cpu_only:
         from . import cuda
         if cuda.available():
             from .peaks_gpu import gpu_peaks_table, measure_gpu_peaks
-            print(gpu_peaks_table(measure_gpu_peaks(device=args.device)))
+            print(gpu_peaks_table(_measure_gpu_peaks_kept(measure_gpu_peaks, args.device)))
         elif args.gpu_only:
             print("no CUDA device: nothing to measure", file=sys.stderr)
             return 1
     return 0
+
+
+def _measure_gpu_peaks_kept(measure_gpu_peaks: Any, device: int) -> Dict[str, Any]:
+    """measure_gpu_peaks writes its cache as it finishes: with an unwritable cache directory,
+    measure into a temporary one so the numbers are printed, and say they were not kept."""
+    import tempfile
+    from .peaks import peaks_cache_path
+    cache_dir = os.path.dirname(peaks_cache_path())
+    try:
+        os.makedirs(cache_dir, exist_ok=True)
+        writable = os.access(cache_dir, os.W_OK)
+    except OSError:
+        writable = False
+    if writable:
+        return measure_gpu_peaks(device=device)
+    print(f"kbench peaks: warning: cannot write the cache directory {cache_dir}: the GPU "
+          f"ceilings are printed but not saved; set KBENCH_CACHE_DIR to a writable directory",
+          file=sys.stderr)
+    old = os.environ.get("KBENCH_CACHE_DIR")
+    with tempfile.TemporaryDirectory() as tmp:
+        os.environ["KBENCH_CACHE_DIR"] = tmp
+        try:
+            return measure_gpu_peaks(device=device)
+        finally:
+            if old is None:
+                os.environ.pop("KBENCH_CACHE_DIR", None)
+            else:
+                os.environ["KBENCH_CACHE_DIR"] = old
 
 
 def cmd_info(args: argparse.Namespace) -> int:
@@ -204,6 +247,10 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     pk.add_argument("--device", type=int, default=0)
     pk.add_argument("--cpu-only", action="store_true")
     pk.add_argument("--gpu-only", action="store_true")
+    pk.add_argument("--replace", action="store_true",
+                    help="store the new CPU ceilings even when the cached ones are much higher "
+                         "(by default a much higher cached ceiling is kept: a busy machine "
+                         "measures low)")
     pk.set_defaults(func=cmd_peaks)
     i = sub.add_parser("info", help="machine, caches, timer, GPU libraries found")
     i.add_argument("--json", action="store_true")
@@ -218,7 +265,11 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     if getattr(args, "cmd", None) == "demo" and args.gpu is None:
         from . import cuda
         args.gpu = cuda.available()
-    return int(args.func(args) or 0)
+    try:
+        return int(args.func(args) or 0)
+    except CliError as e:
+        print(f"kbench {args.cmd}: error: {e}", file=sys.stderr)
+        return 2
 
 
 if __name__ == "__main__":
