@@ -2,8 +2,9 @@
 from __future__ import annotations
 
 import math
+import numbers
 import sys
-from typing import Any, Callable, Dict, List, Optional, Tuple
+from typing import Any, Callable, Dict, List, Optional, Tuple, Union
 
 import numpy as np
 
@@ -30,6 +31,7 @@ def bench(fn: Callable[..., Any], *args: Any,
           rtol: Optional[float] = None,
           atol: Optional[float] = None,
           name: Optional[str] = None,
+          out_arg: Union[int, str, None] = None,
           warmup_s: float = 1.0,
           min_samples: int = 10,
           max_samples: int = 100_000,
@@ -45,7 +47,9 @@ def bench(fn: Callable[..., Any], *args: Any,
     last-level cache before each sample, outside the timed region), "rotate" (cycle through
     argument sets whose footprint exceeds the cache) or None (hot). check: a reference output,
     or a callable computing it from the same arguments; the output must match it (rtol/atol,
-    defaults per dtype) before anything is timed.
+    defaults per dtype) before anything is timed. The output is what fn returns, or the
+    argument named by out_arg (a position in args, or a keyword of kwargs) for a kernel that
+    writes in place and returns None, or kwargs["out"]; it is poisoned (NaN) before the check.
     """
     if not callable(fn):
         raise TypeError(f"kbench.bench: fn must be callable, got {type(fn).__name__} "
@@ -55,15 +59,18 @@ def bench(fn: Callable[..., Any], *args: Any,
                          f"got {cold_cache!r}")
     if cold_cache == "none":
         cold_cache = None
-    for label, value in (("flops", flops), ("bytes", bytes)):
-        if value is not None and (not isinstance(value, (int, float)) or value < 0
-                                  or not math.isfinite(value)):
-            raise ValueError(f"kbench.bench: {label} must be a non-negative number of "
-                             f"{label} per call, got {value!r}")
+    flops, bytes = _count("flops", flops), _count("bytes", bytes)
+    if name is not None and not isinstance(name, str):
+        raise TypeError(f"kbench.bench: name must be a str, got {type(name).__name__} "
+                        f"({name!r:.60})")
+    if kwargs is not None and not isinstance(kwargs, dict):
+        raise TypeError(f"kbench.bench: kwargs must be a dict of keyword arguments for fn, got "
+                        f"{type(kwargs).__name__}")
     kwargs = dict(kwargs or {})
     sets = normalize_arg_sets(arg_sets, rotate_sets) if arg_sets is not None else [tuple(args)]
     if arg_sets is not None and args:
         raise TypeError("kbench.bench: pass either positional args or arg_sets=, not both")
+    _named_output(sets[0], kwargs, out_arg)       # a bad out_arg fails before anything runs
     name = name or _name_of(fn)
     dev = _resolve_device(device, sets[0], kwargs)
     loop = dict(warmup_s=warmup_s, min_samples=min_samples, max_samples=max_samples,
@@ -73,7 +80,8 @@ def bench(fn: Callable[..., Any], *args: Any,
 
     correctness = None
     if check is not None:
-        correctness = _check_before_timing(fn, sets[0], kwargs, check, rtol, atol, name)
+        correctness = _check_before_timing(fn, sets[0], kwargs, check, rtol, atol, name,
+                                           out_arg)
 
     if dev == "cpu":
         if device == "auto" and _gpu_initialized():
@@ -112,6 +120,21 @@ def bench(fn: Callable[..., Any], *args: Any,
     result.warnings.extend(extra.pop("warnings", []))
     result.metadata = _metadata(device_name, result, extra)
     return result
+
+
+def _count(label: str, value: Any) -> Union[int, float, None]:
+    """flops=/bytes=: None, or a finite non-negative real (Python or NumPy scalar, not bool),
+    as a plain int or float so the Result serialises."""
+    if value is None:
+        return None
+    if isinstance(value, (bool, np.bool_)) or not isinstance(value, numbers.Real):
+        raise TypeError(f"kbench.bench: {label} must be a number of {label} per call, got "
+                        f"{type(value).__name__} ({value!r:.60})")
+    plain = int(value) if isinstance(value, numbers.Integral) else float(value)
+    if not math.isfinite(plain) or plain < 0:
+        raise ValueError(f"kbench.bench: {label} must be a non-negative number of {label} per "
+                         f"call, got {value!r}")
+    return plain
 
 
 def _name_of(fn: Any) -> str:
@@ -158,18 +181,60 @@ def _gpu_initialized() -> bool:
     return bool(torch is not None and torch.cuda.is_initialized())
 
 
-def _poison(kwargs: Dict[str, Any]) -> None:
-    """Fill a float `out=` array with NaN so an output the callable never wrote cannot pass."""
-    out = kwargs.get("out")
-    if isinstance(out, np.ndarray) and out.dtype.kind == "f" and out.flags.writeable:
-        out.fill(np.nan)
+def _named_output(args: Tuple[Any, ...], kwargs: Dict[str, Any],
+                  out_arg: Union[int, str, None]) -> Any:
+    """The argument out_arg names (a position in args or a keyword of kwargs); None if none."""
+    if out_arg is None:
+        return None
+    if isinstance(out_arg, (bool, np.bool_)) or not isinstance(out_arg, (numbers.Integral, str)):
+        raise TypeError(f"kbench.bench: out_arg must be a position in args (int) or a keyword "
+                        f"name (str), got {type(out_arg).__name__} ({out_arg!r:.60})")
+    if isinstance(out_arg, str):
+        if out_arg not in kwargs:
+            raise ValueError(f"kbench.bench: out_arg={out_arg!r} is not a keyword in kwargs "
+                             f"(keywords: {sorted(kwargs)})")
+        return kwargs[out_arg]
+    if not -len(args) <= out_arg < len(args):
+        raise ValueError(f"kbench.bench: out_arg={out_arg} is not a position in the "
+                         f"{len(args)} positional argument(s)")
+    return args[out_arg]
 
 
-def _check_before_timing(fn, args, kwargs, check, rtol, atol, name) -> Dict[str, Any]:
+def _poison(out: Any) -> None:
+    """Fill an output with NaN (GPU integers with a pattern) so an output the callable never
+    wrote cannot pass the check. NumPy: writeable float arrays; GPU tensors: kbench.cuda's."""
+    if isinstance(out, np.ndarray):
+        if out.dtype.kind == "f" and out.flags.writeable:
+            out.fill(np.nan)
+    elif out is not None and _is_gpu_object(out):
+        from .cuda import _poison as poison_gpu      # torch/CuPy; imported only for GPU objects
+        poison_gpu(out)
+
+
+def _returned_none(name: str, args: Tuple[Any, ...], kwargs: Dict[str, Any]) -> TypeError:
+    where = (f"out_arg=<position> (one of 0..{len(args) - 1})" if args else "") + \
+        (" or " if args and kwargs else "") + \
+        (f"out_arg=<keyword> (one of {sorted(kwargs)})" if kwargs else "")
+    how = (f"name the argument that holds the output with {where}" if where else
+           "a closure that writes a captured array must return it (e.g. "
+           "`def f(): kernel(x); return x`)")
+    return TypeError(f"kbench.bench({name}): check= was given but the callable returned None, so "
+                     f"there is no output to compare; nothing was timed. If it writes its "
+                     f"output in place, {how}.")
+
+
+def _check_before_timing(fn, args, kwargs, check, rtol, atol, name,
+                         out_arg: Union[int, str, None] = None) -> Dict[str, Any]:
     from .compare import compare
-    _poison(kwargs)
+    named = _named_output(args, kwargs, out_arg)
+    target = named if out_arg is not None else kwargs.get("out")
+    _poison(target)
     out = fn(*args, **kwargs)
-    if out is None and "out" in kwargs:
+    if out_arg is not None:
+        out = named             # the caller said where the output is: not the return value
+    elif out is None:
+        if "out" not in kwargs:
+            raise _returned_none(name, args, kwargs)
         out = kwargs["out"]
     ref = check(*args) if callable(check) else check
     cmp = compare(out, ref, rtol=rtol, atol=atol)
