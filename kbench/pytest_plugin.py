@@ -29,11 +29,12 @@ fixture; both plugins load side by side):
     New benchmarks are listed as "no baseline". ``--kbench-fail=off`` only reports.
 ``--kbench-disable``
     run each benchmarked callable exactly once, untimed: the fixture checks ``check=`` if given
-    (a wrong answer still fails the test) and returns a :class:`DisabledRun` stub -- ``.output``
-    (what the callable returned), ``.correctness`` (the comparison as a dict, or None),
-    ``.disabled`` (True) -- instead of a Result, so the same tests serve as correctness tests on
-    CPU-only CI. Code that reads timing fields should check the fixture's ``kbench.disabled``
-    first (``assert r.disabled if kbench.disabled else r.median < 1e-3``).
+    (a wrong answer still fails the test) and returns a :class:`DisabledRun`: a Result with no
+    samples, NaN figures (``r.median``, ``r.stats[...]``, throughput) and the one call's
+    ``.correctness``, plus ``.output`` (what the callable returned) and ``.disabled`` (True), so
+    the same tests serve as correctness tests on CPU-only CI. A timing assertion on NaN is
+    false: guard it with the fixture's ``kbench.disabled``
+    (``assert kbench.disabled or r.median < 1e-3``).
 ``--kbench-max-time=SECONDS``
     override ``max_time_s`` of every benchmark (e.g. a short budget on CI).
 
@@ -55,19 +56,41 @@ import sys
 from dataclasses import dataclass, field
 from typing import Any, Dict, List, Optional, Tuple
 
+import numpy as np
 import pytest
+
+from .result import Result
 
 SESSION_SCHEMA = "kbench.session/1"
 
+_NAN_STATS_KEYS = ("min", "max", "mean", "median", "std", "q1", "q3", "iqr", "mad", "cv",
+                   "ci_low", "ci_high", "rel_ci_halfwidth")
 
-@dataclass
-class DisabledRun:
-    """What the fixture returns under --kbench-disable: one untimed call, no measurement."""
 
-    name: str
-    output: Any
-    correctness: Optional[Dict[str, Any]] = None
+@dataclass(repr=False)
+class DisabledRun(Result):
+    """What the fixture returns under --kbench-disable: one untimed call, no measurement. A
+    Result with no samples and NaN figures, so code reading ``r.median`` or ``r.stats`` runs;
+    ``correctness`` is the one call's check (None without check=)."""
+
+    output: Any = None
     disabled: bool = True
+
+    @classmethod
+    def of_call(cls, name: str, output: Any,
+                correctness: Optional[Dict[str, Any]]) -> "DisabledRun":
+        stats: Dict[str, Any] = {k: float("nan") for k in _NAN_STATS_KEYS}
+        stats.update(n=0, ci_level=0.95, outliers_low=0, outliers_high=0)
+        return cls(name=name, device="none", backend="disabled",
+                   samples=np.empty(0, dtype=np.float64), stats=stats,
+                   stop={"stop": "disabled", "criterion": None},
+                   cold_cache={"mode": "none"}, correctness=correctness,
+                   warnings=["--kbench-disable: called once, not timed"], output=output)
+
+    def __repr__(self) -> str:
+        ok = "" if self.correctness is None else \
+            f", correctness {'ok' if self.correctness.get('ok') else 'FAILED'}"
+        return f"kbench {self.name}: not timed (--kbench-disable){ok}"
 
 
 @dataclass
@@ -195,12 +218,14 @@ class KbenchFixture:
             args = normalize_arg_sets(arg_sets, options.get("rotate_sets", 0))[0]
         name = options.get("name") or _name_of(fn)
         if check is not None:
-            # the same check bench() runs before timing: poisons out=, calls fn once, compares
+            # the same check bench() runs before timing: poisons the output, calls fn once,
+            # compares
             correctness = _check_before_timing(fn, tuple(args), kwargs, check,
-                                               options.get("rtol"), options.get("atol"), name)
-            run = DisabledRun(name=name, output=None, correctness=correctness)
+                                               options.get("rtol"), options.get("atol"), name,
+                                               options.get("out_arg"))
+            run = DisabledRun.of_call(name, None, correctness)
         else:
-            run = DisabledRun(name=name, output=fn(*args, **kwargs))
+            run = DisabledRun.of_call(name, fn(*args, **kwargs), None)
         self.results.append(run)
         return run
 
