@@ -172,6 +172,22 @@ def _measure_gpu_peaks_kept(measure_gpu_peaks: Any, device: int) -> Dict[str, An
                 os.environ["KBENCH_CACHE_DIR"] = old
 
 
+def _library_status(st: Dict[str, Any]) -> str:
+    """Where a GPU library was found, or why not: the loader's first line with the paths it
+    tried after it (never a dangling "Tried:"), then its advice on an indented line."""
+    if st.get("loaded"):
+        return str(st.get("path"))
+    raw = (st.get("error") or "not found").splitlines()
+    head = raw[0].strip()
+    tried = [l.strip().split(":")[0] for l in raw[1:] if l.startswith((" ", "\t")) and l.strip()]
+    advice = [l.strip() for l in raw[1:] if l.strip() and not l.startswith((" ", "\t"))]
+    if head.endswith("Tried:"):
+        head = head[:-len("Tried:")].rstrip()
+    if tried:
+        head = head.rstrip(".") + f" (tried {', '.join(tried)})"
+    return "\n".join([head] + [f"         {a}" for a in advice])
+
+
 def cmd_info(args: argparse.Namespace) -> int:
     from . import _core
     from .metadata import collect_host_metadata
@@ -205,8 +221,7 @@ def cmd_info(args: argparse.Namespace) -> int:
         return 0
     print(f"CUDA backend: built against CUDA headers {_core.CUDA_HEADERS_VERSION}")
     for lib, st in info["gpu_libraries"].items():
-        where = st.get("path") if st.get("loaded") else (st.get("error") or "").splitlines()[0]
-        print(f"  {lib:6s} {'found' if st.get('loaded') else 'missing'}: {where}")
+        print(f"  {lib:6s} {'found' if st.get('loaded') else 'missing'}: {_library_status(st)}")
     devs = info.get("cuda_devices")
     if isinstance(devs, list):
         for i, d in enumerate(devs):
@@ -214,27 +229,36 @@ def cmd_info(args: argparse.Namespace) -> int:
                   f"{fmt_bytes(d.get('l2_bytes'))}  memory {fmt_bytes(d.get('total_memory_bytes'))}  "
                   f"driver {d.get('driver_version')}")
     else:
-        print(f"  devices: {devs}")
+        print(f"  devices: {_library_status({'error': str(devs)})}")
     return 0
 
 
 def cmd_compare(args: argparse.Namespace) -> int:
     from .cli_compare import compare_sets, load_results
-    old, new = load_results(args.old), load_results(args.new)
+    try:
+        old, new = load_results(args.old), load_results(args.new)
+    except (OSError, ValueError) as e:      # the messages name the file and the problem
+        raise CliError(str(e).removeprefix("kbench compare: ")) from None
     if len(old) == 1 and len(new) == 1 and set(old) != set(new):
         old = {next(iter(new)): next(iter(old.values()))}   # two single results, renamed
-    cmp = compare_sets(old, new, args.fail, old_label="old", new_label="new")
+    cmp = compare_sets(old, new, args.fail or 0.0, old_label="old", new_label="new")
     print(cmp)
-    return 1 if (args.fail > 0 and cmp.regressions) else 0
+    return 1 if (args.fail is not None and cmp.failures) else 0
 
 
-def _percent(s: str) -> float:
-    s = s.strip()
-    return float(s[:-1]) / 100 if s.endswith("%") else float(s)
+def _threshold(text: str) -> float:
+    """--fail as the pytest plugin's --kbench-fail reads it: '8%' or '0.08'; '8' is refused."""
+    from .cli_compare import parse_threshold
+    try:
+        return parse_threshold(text)
+    except ValueError as e:
+        raise argparse.ArgumentTypeError(str(e)) from None
 
 
 def main(argv: Optional[Sequence[str]] = None) -> int:
+    from . import __version__
     p = argparse.ArgumentParser(prog="kbench", description="trustworthy kernel microbenchmarks")
+    p.add_argument("--version", action="version", version=f"kbench {__version__}")
     sub = p.add_subparsers(dest="cmd", required=True)
     d = sub.add_parser("demo", help="benchmark memory- and compute-bound ops hot and cold")
     d.add_argument("--seconds", type=float, default=2.0, help="time cap per case (s)")
@@ -258,8 +282,10 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     c = sub.add_parser("compare", help="deltas between two saved result files, with verdicts")
     c.add_argument("old")
     c.add_argument("new")
-    c.add_argument("--fail", type=_percent, default=0.0,  # 0: report only
-                   help="exit 1 when a benchmark is slower by more than this (e.g. 8%%)")
+    c.add_argument("--fail", type=_threshold, default=None, metavar="THRESHOLD",
+                   help="exit 1 when a benchmark is slower by more than this (8%% or 0.08; a "
+                        "bare 8 is refused as ambiguous) or has an invalid median; without "
+                        "it, only report")
     c.set_defaults(func=cmd_compare)
     args = p.parse_args(argv)
     if getattr(args, "cmd", None) == "demo" and args.gpu is None:

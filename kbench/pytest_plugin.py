@@ -291,7 +291,7 @@ def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
         # "not run" rows are noise when only some tests were selected: keep them out
         cmp.deltas = [d for d in cmp.deltas if d.verdict != "not run"]
         state.comparison = cmp
-        if state.threshold is not None and cmp.regressions and \
+        if state.threshold is not None and cmp.failures and \
                 session.exitstatus == pytest.ExitCode.OK:
             session.exitstatus = pytest.ExitCode.TESTS_FAILED
 
@@ -329,7 +329,7 @@ def pytest_terminal_summary(terminalreporter, exitstatus: int, config: pytest.Co
         cmp = state.comparison
         tr.write_line(f"compared with {state.compare}:")
         tr.write_line(cmp.table())
-        failing = state.threshold is not None and cmp.regressions
+        failing = state.threshold is not None and cmp.failures
         tr.write_line(("FAILED: " if failing else "") + cmp.summary(),
                       red=bool(failing), green=not failing)
     if state.saved:

@@ -87,15 +87,15 @@ class Result:
     def to_dict(self) -> Dict[str, Any]:
         return {
             "schema": SCHEMA,
-            "name": self.name,
+            "name": _jsonable(self.name),
             "device": self.device,
             "backend": self.backend,
             "samples_s": [float(x) for x in np.asarray(self.samples, dtype=np.float64)],
             "stats": _jsonable(self.stats),
             "stop": _jsonable(self.stop),
             "cold_cache": _jsonable(self.cold_cache),
-            "flops": self.flops,
-            "bytes": self.bytes,
+            "flops": _jsonable(self.flops),
+            "bytes": _jsonable(self.bytes),
             "throughput": _jsonable(self.throughput),
             "correctness": _jsonable(self.correctness),
             "metadata": _jsonable(self.metadata),
@@ -108,11 +108,26 @@ class Result:
 
     @classmethod
     def from_dict(cls, d: Dict[str, Any]) -> "Result":
+        if not isinstance(d, dict):
+            raise TypeError(f"not a kbench result: a {type(d).__name__}, not a JSON object "
+                            f"with schema {SCHEMA!r}")
         if d.get("schema") != SCHEMA:
             raise ValueError(f"not a kbench result (schema {d.get('schema')!r}, "
                              f"expected {SCHEMA!r})")
+        missing = [k for k in _REQUIRED if k not in d]
+        if missing:
+            raise ValueError(f"kbench result without {', '.join(missing)}")
+        for k, kind in _REQUIRED.items():
+            if not isinstance(d[k], kind):
+                raise ValueError(f"kbench result field {k!r} is a {type(d[k]).__name__}, not "
+                                 f"a {_KIND_NAMES[kind]}")
+        try:
+            samples = np.asarray(d["samples_s"], dtype=np.float64)
+        except (TypeError, ValueError):
+            raise ValueError("kbench result field 'samples_s' is not a list of numbers") \
+                from None
         return cls(name=d["name"], device=d["device"], backend=d["backend"],
-                   samples=np.asarray(d["samples_s"], dtype=np.float64), stats=d["stats"],
+                   samples=samples, stats=d["stats"],
                    stop=d["stop"], cold_cache=d["cold_cache"], flops=d.get("flops"),
                    bytes=d.get("bytes"), throughput=d.get("throughput") or {},
                    correctness=d.get("correctness"), metadata=d.get("metadata") or {},
@@ -124,8 +139,23 @@ class Result:
 
     @classmethod
     def load(cls, path: str) -> "Result":
+        """Read a result written by to_json(path). A file that is not one raises ValueError
+        (TypeError for JSON of another type) naming the file and the problem."""
         with open(path) as f:
-            return cls.from_json(f.read())
+            try:
+                text = f.read()
+            except UnicodeDecodeError as e:
+                raise ValueError(f"{path}: not a kbench result: not UTF-8 text ({e.reason} at "
+                                 f"byte {e.start})") from None
+        try:
+            doc = json.loads(text)
+        except json.JSONDecodeError as e:
+            raise ValueError(f"{path}: not a kbench result: invalid or truncated JSON ({e})") \
+                from None
+        try:
+            return cls.from_dict(doc)
+        except (TypeError, ValueError) as e:
+            raise type(e)(f"{path}: {e}") from None
 
     # -- presentation
     def _rows(self) -> List[List[str]]:
@@ -199,6 +229,11 @@ class Result:
     def _repr_html_(self) -> str:
         return html_table(["", ""], self._rows(),
                           caption=f"kbench {self.name} [{self.device}, {self.backend} timer]")
+
+
+_REQUIRED = {"name": str, "device": str, "backend": str, "samples_s": list, "stats": dict,
+             "stop": dict, "cold_cache": dict}
+_KIND_NAMES = {str: "string", list: "list", dict: "JSON object"}
 
 
 def _jsonable(x: Any) -> Any:

@@ -247,3 +247,16 @@ def test_coexists_with_pytest_benchmark(pytester, run):
     for opt in ("--kbench-save", "--kbench-compare", "--kbench-fail", "--kbench-disable",
                 "--kbench-max-time", "--benchmark-save", "--benchmark-compare"):
         assert opt in helptext
+
+
+def test_a_baseline_with_a_nan_median_fails_the_session(pytester, run):
+    pytester.makepyfile(kbp_bench_test=BENCH_TESTS)
+    assert run("--kbench-save=base.json", "--kbench-max-time=0.1").ret == 0
+    doc = json.loads(pytester.path.joinpath("base.json").read_text())
+    doc["results"]["kbp_bench_test.py::test_kernel"]["stats"]["median"] = float("nan")
+    pytester.path.joinpath("base.json").write_text(json.dumps(doc))
+    res = run("--kbench-compare=base.json", "--kbench-fail=8%", "--kbench-max-time=0.1")
+    res.assert_outcomes(passed=1)
+    assert res.ret == 1, res.stdout.str()
+    res.stdout.fnmatch_lines(["*kbp_bench_test.py::test_kernel*INVALID (baseline median is nan)*",
+                              "FAILED: *1 with an invalid median*"])
