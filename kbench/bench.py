@@ -106,6 +106,11 @@ def bench(fn: Callable[..., Any], *args: Any,
             fn, sets, kwargs, cold_cache=cold_cache, flush_bytes=flush_bytes, mode=mode,
             device=dev, loop=loop, check=check, rtol=rtol, atol=atol, **backend_options)
         backend = raw["backend"]
+        if peaks:       # which measured GPU ceiling "% of peak" is of (peaks_gpu measures them)
+            compute = backend_options.get("compute_peak", "fp32")
+            peaks = {"bytes_name": "GPU HBM copy",
+                     "flops_name": "GPU bf16 GEMM" if compute == "bf16" else "GPU fp32 FMA",
+                     **peaks}
 
     samples = np.asarray(raw["samples"], dtype=np.float64)
     stats = _core.summarize(samples, ci_level)
@@ -268,9 +273,11 @@ def _cpu_peaks() -> Optional[Dict[str, float]]:
         return None
     if not d:
         return None
-    bw = max(d.get("copy_GBps") or 0.0, d.get("triad_GBps") or 0.0) * 1e9
-    fl = (d.get("fma_GFLOPs") or 0.0) * 1e9
-    return {"bytes_per_s": bw or None, "flops_per_s": fl or None,
+    bw_name = "copy" if d["copy_GBps"] >= d["triad_GBps"] else "triad"
+    isa = (d.get("fma") or {}).get("isa")
+    return {"bytes_per_s": d[f"{bw_name}_GBps"] * 1e9, "flops_per_s": d["fma_GFLOPs"] * 1e9,
+            "bytes_name": f"CPU STREAM {bw_name}",
+            "flops_name": "CPU FMA" + (f" ({isa})" if isa else ""),
             "source": f"kbench peaks (STREAM copy/triad best, FMA loop), {peaks_cache_path()}"}
 
 
@@ -287,11 +294,15 @@ def throughput(median_s: float, flops: Optional[float], nbytes: Optional[float],
         if peak_bw:
             tp["peak_bytes_per_s"] = peak_bw
             tp["bandwidth_pct_peak"] = tp["bytes_per_s"] / peak_bw
+            if peaks.get("bytes_name"):
+                tp["peak_bytes_name"] = peaks["bytes_name"]
     if flops:
         tp["flops_per_s"] = flops / median_s
         if peak_fl:
             tp["peak_flops_per_s"] = peak_fl
             tp["compute_pct_peak"] = tp["flops_per_s"] / peak_fl
+            if peaks.get("flops_name"):
+                tp["peak_flops_name"] = peaks["flops_name"]
     if flops and nbytes and peak_bw and peak_fl:
         intensity, ridge = flops / nbytes, peak_fl / peak_bw
         tp["intensity_flop_per_byte"] = intensity

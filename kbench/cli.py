@@ -9,31 +9,56 @@ from typing import Any, Dict, List, Optional, Sequence
 
 import numpy as np
 
-from ._format import fmt_bytes, fmt_pct, fmt_rate, fmt_time, text_table
+from ._format import fmt_bytes, fmt_ci, fmt_pct, fmt_rate, fmt_time, text_table
 
 
 class CliError(Exception):
     """A refusal to print as one line on stderr (exit 2): a bad file or argument, not a bug."""
 
 
-def _row(case: str, r: Any) -> List[str]:
+def _row(case: str, r: Any, peaks_used: Dict[str, str]) -> List[str]:
+    """One table row; notes in peaks_used which measured peak its "% peak" refers to."""
     tp = r.throughput
     if tp.get("bound_by") == "compute" and "flops_per_s" in tp:
-        rate, pct = fmt_rate(tp["flops_per_s"], "FLOP"), fmt_pct(tp.get("compute_pct_peak"))
+        kind = "flops"
     elif "bytes_per_s" in tp:
-        rate, pct = fmt_rate(tp["bytes_per_s"], "B"), fmt_pct(tp.get("bandwidth_pct_peak"))
+        kind = "bytes"
     elif "flops_per_s" in tp:
-        rate, pct = fmt_rate(tp["flops_per_s"], "FLOP"), fmt_pct(tp.get("compute_pct_peak"))
+        kind = "flops"
     else:
+        kind = None
+    if kind is None:
         rate, pct = "-", "-"
+    else:
+        unit, pct_key = ("FLOP", "compute_pct_peak") if kind == "flops" \
+            else ("B", "bandwidth_pct_peak")
+        rate, pct = fmt_rate(tp[f"{kind}_per_s"], unit), fmt_pct(tp.get(pct_key))
+        if tp.get(f"peak_{kind}_per_s"):
+            peak = (f"{tp.get(f'peak_{kind}_name') or 'memory or compute'} peak, "
+                    f"{fmt_rate(tp[f'peak_{kind}_per_s'], unit)}")
+            peaks_used.setdefault(peak, "compute" if kind == "flops" else "memory")
+    s = r.stats
     ok = "-" if r.correctness is None else ("ok" if r.correctness.get("ok") else "FAIL")
     return [case, r.cold_cache.get("mode", "none"), r.backend, fmt_time(r.median),
-            f"+-{fmt_pct(r.stats.get('rel_ci_halfwidth'))}", rate, pct,
-            fmt_pct(r.stats.get("cv")), f"{r.stop.get('stop')} (n={r.n})", ok]
+            fmt_ci(s.get("median"), s.get("ci_low"), s.get("ci_high")), rate, pct,
+            fmt_pct(s.get("cv")), f"{r.stop.get('stop')} (n={r.n})", ok]
 
 
-HEADERS = ["case", "cache", "timer", "median", "CI95", "throughput", "% peak", "CV", "stop",
-           "correct"]
+HEADERS = ["case", "cache", "timer", "median", "CI95 of median", "throughput", "% peak",
+           "sample CV", "stop", "correct"]
+
+
+def _legend(peaks_used: Dict[str, str]) -> List[str]:
+    """What the columns mean: CI vs CV, and which measured ceiling each % peak is of."""
+    lines = ["CI95 of median: where the true median lies (95% confidence), relative to the "
+             "median: the precision of the figure, which the stop rule drives down.",
+             "sample CV: the spread of single calls (std / mean); a high CV with a tight CI "
+             "is a noisy operation measured precisely."]
+    for peak, bound in peaks_used.items():
+        lines.append(f"% peak ({bound}-bound rows): of the measured {peak} (kbench peaks).")
+    if not peaks_used:
+        lines.append("% peak: no measured ceiling is cached on this machine (run kbench peaks).")
+    return lines
 
 
 def cmd_demo(args: argparse.Namespace) -> int:
@@ -42,6 +67,8 @@ def cmd_demo(args: argparse.Namespace) -> int:
 
     print("kbench demo: correctness first, then timing, hot and cold, on the CPU"
           + (" and the GPU" if args.gpu else ""))
+    if args.json:
+        _check_writable(args.json)      # refuse now, not after the whole demo has run
     if load_cached_peaks() is None:
         print("measuring this machine's ceilings first (kbench peaks, cached) ...")
         measured = measure_cpu_peaks(seconds=args.peak_seconds)
@@ -50,6 +77,8 @@ def cmd_demo(args: argparse.Namespace) -> int:
             print(f"  warning: {w}")
     rng = np.random.default_rng(0)
     rows = []
+    labels: Dict[str, str] = {}          # result key -> the case name shown in the table
+    peaks_used: Dict[str, str] = {}
     # Memory-bound: c = a + b in float32; 3 x 16 MB: far above L2, inside the last-level cache,
     # so hot and cold differ.
     n = 4 << 20
@@ -68,21 +97,25 @@ def cmd_demo(args: argparse.Namespace) -> int:
         label = "hot" if cache is None else "cold"
         r = kbench.bench(np.add, a, b, kwargs={"out": c}, bytes=3 * n * 4, check=ref_add,
                          cold_cache=cache, name=f"np.add f32 {n}", **common)
-        rows.append(_row(f"add f32 n={n} ({label})", r))
+        labels[f"add_{label}"] = f"add f32 n={n} ({label})"
+        rows.append(_row(labels[f"add_{label}"], r, peaks_used))
         results[f"add_{label}"] = r
         # fp32 dot products of length m: error grows ~ m * eps * |x||y| (bound ~5e-4 here)
         r = kbench.bench(np.matmul, x, y, flops=2 * m ** 3, bytes=3 * m * m * 4, check=ref_mm,
                          rtol=1e-4, atol=5e-4, cold_cache=cache, name=f"np.matmul f32 {m}^3",
                          **common)
-        rows.append(_row(f"matmul f32 {m}^3 ({label})", r))
+        labels[f"matmul_{label}"] = f"matmul f32 {m}^3 ({label})"
+        rows.append(_row(labels[f"matmul_{label}"], r, peaks_used))
         results[f"matmul_{label}"] = r
     if args.gpu:
-        rows += _gpu_demo(args, results)
+        rows += _gpu_demo(args, results, labels, peaks_used)
     print()
     print(text_table(HEADERS, rows))
+    for line in _legend(peaks_used):
+        print(f"  {line}")
     for key, r in results.items():
         for w in r.warnings:
-            print(f"  note [{key}]: {w}")
+            print(f"  note [{labels.get(key, key)}]: {w}")
     if args.json:
         with open(args.json, "w") as f:
             json.dump({k: r.to_dict() for k, r in results.items()}, f, indent=1)
@@ -90,7 +123,18 @@ def cmd_demo(args: argparse.Namespace) -> int:
     return 0
 
 
-def _gpu_demo(args: argparse.Namespace, results: Dict[str, Any]) -> List[List[str]]:
+def _check_writable(path: str) -> None:
+    directory = os.path.dirname(os.path.abspath(path))
+    if os.path.isdir(path):
+        raise CliError(f"--json {path}: is a directory")
+    if not os.path.isdir(directory):
+        raise CliError(f"--json {path}: no such directory: {directory}")
+    if not os.access(directory, os.W_OK):
+        raise CliError(f"--json {path}: cannot write to {directory}")
+
+
+def _gpu_demo(args: argparse.Namespace, results: Dict[str, Any], labels: Dict[str, str],
+              peaks_used: Dict[str, str]) -> List[List[str]]:
     import kbench
     try:
         import torch
@@ -107,7 +151,8 @@ def _gpu_demo(args: argparse.Namespace, results: Dict[str, Any]) -> List[List[st
         label = "hot" if cache is None else "cold"
         r = kbench.bench(dst.copy_, src, bytes=2 * n * 4, check=src, cold_cache=cache,
                          name="torch copy 256MB", max_time_s=args.seconds)
-        rows.append(_row(f"gpu copy 256 MB ({label})", r))
+        labels[f"gpu_copy_{label}"] = f"gpu copy 256 MB ({label})"
+        rows.append(_row(labels[f"gpu_copy_{label}"], r, peaks_used))
         results[f"gpu_copy_{label}"] = r
     k = 4096
     a = torch.randn(k, k, device=dev, dtype=torch.bfloat16, generator=gen)
@@ -117,7 +162,8 @@ def _gpu_demo(args: argparse.Namespace, results: Dict[str, Any]) -> List[List[st
     r = kbench.bench(torch.matmul, a, b, flops=2 * k ** 3, bytes=3 * k * k * 2, check=ref,
                      rtol=1.6e-2, atol=0.5, compute_peak="bf16", name=f"bf16 matmul {k}^3",
                      max_time_s=args.seconds)
-    rows.append(_row(f"gpu bf16 matmul {k}^3", r))
+    labels["gpu_matmul"] = f"gpu bf16 matmul {k}^3"
+    rows.append(_row(labels["gpu_matmul"], r, peaks_used))
     results["gpu_matmul"] = r
     return rows
 

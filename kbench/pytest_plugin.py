@@ -309,7 +309,7 @@ def pytest_terminal_summary(terminalreporter, exitstatus: int, config: pytest.Co
         return
     if not state.results:
         return
-    from ._format import fmt_pct, fmt_rate, fmt_time, text_table
+    from ._format import fmt_ci, fmt_rate, fmt_time, text_table
     tr.write_sep("-", f"kbench: {len(state.results)} benchmark(s)")
     if state.comparison is None:
         rows = []
@@ -319,10 +319,10 @@ def pytest_terminal_summary(terminalreporter, exitstatus: int, config: pytest.Co
                                                              ("flops_per_s", "FLOP"))
                              if tp.get(k) is not None) or "-"
             rows.append([key, fmt_time(s["median"]),
-                         f"+-{fmt_pct(s.get('rel_ci_halfwidth'))}", str(s["n"]), rate,
-                         str(r.stop.get("stop"))])
-        tr.write_line(text_table(["benchmark", "median", "CI", "n", "throughput", "stop"],
-                                 rows))
+                         fmt_ci(s.get("median"), s.get("ci_low"), s.get("ci_high")),
+                         str(s["n"]), rate, str(r.stop.get("stop"))])
+        tr.write_line(text_table(["benchmark", "median", "CI95 of median", "n", "throughput",
+                                  "stop"], rows))
     if state.compare_error:
         tr.write_line(f"kbench: cannot compare: {state.compare_error}", red=True)
     if state.comparison is not None:

@@ -8,7 +8,7 @@ from typing import Any, Dict, List, Optional
 
 import numpy as np
 
-from ._format import dump_json, fmt_bytes, fmt_pct, fmt_rate, fmt_time, html_table
+from ._format import dump_json, fmt_bytes, fmt_ci, fmt_pct, fmt_rate, fmt_time, html_table
 
 SCHEMA = "kbench.result/1"
 
@@ -160,22 +160,28 @@ class Result:
     # -- presentation
     def _rows(self) -> List[List[str]]:
         s, st, tp = self.stats, self.stop, self.throughput
-        ci = f"CI{round(100 * s.get('ci_level', 0.95))}"
-        rows = [["Wall", f"{fmt_time(s['median'])} median (n={s['n']}, {ci} "
-                         f"{fmt_time(s['ci_low'])} .. {fmt_time(s['ci_high'])}, "
-                         f"+-{fmt_pct(s.get('rel_ci_halfwidth'))})"],
+        level = round(100 * s.get('ci_level', 0.95))
+        # CI and CV answer different questions, and a high CV beside a tight CI looks like a
+        # contradiction unless each says what it is.
+        rows = [["Wall", f"{fmt_time(s['median'])} median (n={s['n']}; {level}% CI of the "
+                         f"median {fmt_time(s['ci_low'])} .. {fmt_time(s['ci_high'])}, "
+                         f"{fmt_ci(s.get('median'), s.get('ci_low'), s.get('ci_high'))}: "
+                         f"the precision of this figure)"],
                 ["Spread", f"min {fmt_time(s['min'])}, mean {fmt_time(s['mean'])}, "
-                           f"max {fmt_time(s['max'])}, CV {fmt_pct(s.get('cv'))}, "
+                           f"max {fmt_time(s['max'])}, CV {fmt_pct(s.get('cv'))} (the spread "
+                           f"of single calls, not the precision of the median), "
                            f"outliers {s.get('outliers_low', 0) + s.get('outliers_high', 0)}"]]
         parts = []
-        if tp.get("bytes_per_s") is not None:
-            p = f" ({fmt_pct(tp['bandwidth_pct_peak'])} of measured " \
-                f"{fmt_rate(tp['peak_bytes_per_s'], 'B')})" if tp.get("bandwidth_pct_peak") else ""
-            parts.append(fmt_rate(tp["bytes_per_s"], "B") + p)
-        if tp.get("flops_per_s") is not None:
-            p = f" ({fmt_pct(tp['compute_pct_peak'])} of measured " \
-                f"{fmt_rate(tp['peak_flops_per_s'], 'FLOP')})" if tp.get("compute_pct_peak") else ""
-            parts.append(fmt_rate(tp["flops_per_s"], "FLOP") + p)
+        for kind, unit, pct_key in (("bytes", "B", "bandwidth_pct_peak"),
+                                    ("flops", "FLOP", "compute_pct_peak")):
+            if tp.get(f"{kind}_per_s") is None:
+                continue
+            p = ""
+            if tp.get(pct_key):
+                peak = tp.get(f"peak_{kind}_name") or "ceiling"
+                p = (f" ({fmt_pct(tp[pct_key])} of the measured {peak} peak, "
+                     f"{fmt_rate(tp[f'peak_{kind}_per_s'], unit)})")
+            parts.append(fmt_rate(tp[f"{kind}_per_s"], unit) + p)
         if parts:
             rows.append(["Throughput", "; ".join(parts)])
         if tp.get("bound_by"):

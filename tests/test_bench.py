@@ -352,3 +352,33 @@ def test_bad_counts_and_names_are_refused_naming_the_option(kw, error, match):
     with pytest.raises(error, match=match):
         kbench.bench(np.sum, np.ones(10), **{**FAST, **kw})
     assert kbench.bench(np.sum, np.ones(10), name="ok", **FAST).to_json()
+
+
+# -- reading the printed result (issue 12, item 11)
+
+@pytest.mark.parametrize("low,high,text", [
+    (0.995, 1.005, "+-0.50%"),
+    (0.99, 1.012, "+-1.1%"),              # sides within 1.5x: one figure
+    (0.997, 1.021, "-0.30%/+2.1%"),       # lopsided: both sides
+    (0.9, 7.397, "-10%/+640%"),           # the "+-639.7%" of a skewed run under load
+    (1.0, 1.0, "+-0.00%"),
+    (float("nan"), 1.0, "-"),
+])
+def test_the_ci_of_the_median_is_shown_as_a_range_when_lopsided(low, high, text):
+    from kbench._format import fmt_ci
+    assert fmt_ci(1.0, low, high) == text
+
+
+def test_the_report_tells_ci_from_cv_and_names_the_peak(monkeypatch, tmp_path):
+    from kbench import peaks
+    monkeypatch.setenv("KBENCH_CACHE_DIR", str(tmp_path))
+    peaks.save_peaks({"schema": 1, "copy_GBps": 50.0, "triad_GBps": 60.0, "fma_GFLOPs": 100.0,
+                      "fma": {"isa": "avx2"}})
+    a = np.ones(1000)
+    r = kbench.bench(np.sum, a, bytes=a.nbytes, flops=a.size, **FAST)
+    text = repr(r)
+    assert "95% CI of the median" in text and "the precision of this figure" in text
+    assert "(the spread of single calls, not the precision of the median)" in text
+    assert "of the measured CPU STREAM triad peak, 60 GB/s" in text
+    assert "of the measured CPU FMA (avx2) peak, 100 GFLOP/s" in text
+    assert r.throughput["peak_bytes_name"] == "CPU STREAM triad"

@@ -50,6 +50,18 @@ def test_demo_prints_the_table(tmp_path):
     assert p.returncode == 0, p.stderr
     for word in ("add f32", "matmul f32", "hot", "cold", "GB/s", "FLOP/s", "CV", "stop"):
         assert word in p.stdout, word
+    # CI and CV are told apart, and % peak names the ceiling it is of
+    assert "CI95 of median: where the true median lies" in p.stdout
+    assert "sample CV: the spread of single calls" in p.stdout
+    assert "% peak (memory-bound rows): of the measured CPU STREAM " in p.stdout
+    assert "% peak (compute-bound rows): of the measured CPU FMA" in p.stdout
+    # notes carry the case names of the table, not internal keys
+    cases = {line.split("  ")[0] for line in p.stdout.splitlines()
+             if line.startswith(("add f32", "matmul f32"))}
+    assert len(cases) == 4
+    for line in p.stdout.splitlines():
+        if line.startswith("  note ["):
+            assert line[len("  note ["):].split("]:")[0] in cases, line
     saved = json.loads((tmp_path / "d.json").read_text())
     assert saved["add_cold"]["correctness"]["ok"] is True
     assert saved["add_hot"]["cold_cache"]["mode"] == "none"
