@@ -66,6 +66,13 @@ def bench(fn: Callable[..., Any], *args: Any,
     if kwargs is not None and not isinstance(kwargs, dict):
         raise TypeError(f"kbench.bench: kwargs must be a dict of keyword arguments for fn, got "
                         f"{type(kwargs).__name__}")
+    if flush_bytes is not None and (isinstance(flush_bytes, (bool, np.bool_))
+                                    or not isinstance(flush_bytes, numbers.Integral)):
+        raise TypeError(f"kbench.bench: flush_bytes must be an int number of bytes, got "
+                        f"{type(flush_bytes).__name__} ({flush_bytes!r:.60})")
+    if arg_sets is not None and not (callable(arg_sets) or isinstance(arg_sets, (list, tuple))):
+        raise TypeError(f"kbench.bench: arg_sets must be a list of argument tuples or a "
+                        f"factory f(i) -> tuple, got {type(arg_sets).__name__}")
     kwargs = dict(kwargs or {})
     sets = normalize_arg_sets(arg_sets, rotate_sets) if arg_sets is not None else [tuple(args)]
     if arg_sets is not None and args:
@@ -234,19 +241,35 @@ def _check_before_timing(fn, args, kwargs, check, rtol, atol, name,
     named = _named_output(args, kwargs, out_arg)
     target = named if out_arg is not None else kwargs.get("out")
     _poison(target)
-    out = fn(*args, **kwargs)
+    try:
+        out = fn(*args, **kwargs)
+    except Exception as e:
+        _note(e, f"raised by kbench.bench({name})'s first call, the correctness check; "
+                 f"nothing was timed")
+        raise
     if out_arg is not None:
         out = named             # the caller said where the output is: not the return value
     elif out is None:
         if "out" not in kwargs:
             raise _returned_none(name, args, kwargs)
         out = kwargs["out"]
-    ref = check(*args) if callable(check) else check
+    try:
+        ref = check(*args) if callable(check) else check
+    except Exception as e:
+        _note(e, f"raised by kbench.bench({name})'s check= callable (the reference); nothing "
+                 f"was timed")
+        raise
     cmp = compare(out, ref, rtol=rtol, atol=atol)
     if not cmp.ok:
         raise AssertionError(f"kbench.bench({name}): output does not match the reference; "
                              f"nothing was timed.\n{cmp.report()}")
     return cmp.to_dict()
+
+
+def _note(e: BaseException, text: str) -> None:
+    """Say where a user's exception came from, without replacing it."""
+    if hasattr(e, "add_note"):          # Python >= 3.11
+        e.add_note(text)
 
 
 def _run_host(fn, sets, kwargs, cold_cache, flush_bytes, loop):

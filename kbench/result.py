@@ -135,7 +135,11 @@ class Result:
 
     @classmethod
     def from_json(cls, text: str) -> "Result":
-        return cls.from_dict(json.loads(text))
+        try:
+            doc = json.loads(text)
+        except json.JSONDecodeError as e:
+            raise ValueError(f"not a kbench result: invalid or truncated JSON ({e})") from None
+        return cls.from_dict(doc)
 
     @classmethod
     def load(cls, path: str) -> "Result":
@@ -148,12 +152,7 @@ class Result:
                 raise ValueError(f"{path}: not a kbench result: not UTF-8 text ({e.reason} at "
                                  f"byte {e.start})") from None
         try:
-            doc = json.loads(text)
-        except json.JSONDecodeError as e:
-            raise ValueError(f"{path}: not a kbench result: invalid or truncated JSON ({e})") \
-                from None
-        try:
-            return cls.from_dict(doc)
+            return cls.from_json(text)
         except (TypeError, ValueError) as e:
             raise type(e)(f"{path}: {e}") from None
 
