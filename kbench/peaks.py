@@ -357,18 +357,20 @@ def measure_cpu_peaks(seconds: float = 5.0, threads: int | None = None, *,
         "load": load,
     }
     problems += _gap_problems(stream, fma)
+    result["warnings"] = problems       # saved with the record: a busy run stays marked
     result["saved_to"] = None
     if save:
         path = peaks_cache_path()
         cached = load_cached_peaks(path)
         if cached is not None and not replace:
             problems += _keep_higher_cached(result, cached)
+        result["saved_to"] = path       # before writing, so the file equals what is returned
         try:
-            result["saved_to"] = save_peaks(result, path)
-        except OSError as e:        # the numbers must outlive an unwritable cache
+            save_peaks(result, path)
+        except OSError as e:            # the numbers must outlive an unwritable cache
+            result["saved_to"] = None
             problems.append(f"not saved: cannot write {path} ({type(e).__name__}: "
                             f"{e.strerror or e}); set KBENCH_CACHE_DIR to a writable directory")
-    result["warnings"] = problems
     return result
 
 
