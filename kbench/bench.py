@@ -310,8 +310,8 @@ def throughput(median_s: float, flops: Optional[float], nbytes: Optional[float],
     tp: Dict[str, Any] = {}
     if median_s <= 0:
         return tp
-    peak_bw = (peaks or {}).get("bytes_per_s")
-    peak_fl = (peaks or {}).get("flops_per_s")
+    peak_bw = _ceiling(peaks, "bytes_per_s")
+    peak_fl = _ceiling(peaks, "flops_per_s")
     if nbytes:
         tp["bytes_per_s"] = nbytes / median_s
         if peak_bw:
@@ -342,6 +342,22 @@ def throughput(median_s: float, flops: Optional[float], nbytes: Optional[float],
     if peaks and peaks.get("source"):
         tp["peaks_source"] = peaks["source"]
     return tp
+
+
+def _ceiling(peaks: Optional[Dict[str, Any]], key: str) -> Optional[float]:
+    """A cached ceiling as a finite positive float, else None with one warning: the GPU peaks
+    cache is read without validation (kbench.peaks_gpu), and a bad figure must cost the % of
+    peak, not the result."""
+    value = (peaks or {}).get(key)
+    if value is None:
+        return None
+    if isinstance(value, (int, float)) and not isinstance(value, bool) \
+            and math.isfinite(value) and value > 0:
+        return float(value)
+    from .peaks import _warn_cache_once
+    _warn_cache_once(str(peaks.get("source") or "(unknown source)"),
+                     f"{key} is {value!r}, not a finite positive number")
+    return None
 
 
 def _warnings(r: Result) -> List[str]:

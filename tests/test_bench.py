@@ -382,3 +382,17 @@ def test_the_report_tells_ci_from_cv_and_names_the_peak(monkeypatch, tmp_path):
     assert "of the measured CPU STREAM triad peak, 60 GB/s" in text
     assert "of the measured CPU FMA (avx2) peak, 100 GFLOP/s" in text
     assert r.throughput["peak_bytes_name"] == "CPU STREAM triad"
+
+
+@pytest.mark.parametrize("bad", ["fast", float("nan"), -1.0, 0, True])
+def test_a_bad_ceiling_costs_the_percent_of_peak_not_the_result(bad):
+    """The GPU peaks cache reaches throughput() unvalidated: a bad figure is warned about and
+    dropped."""
+    from kbench.bench import throughput
+    from kbench.peaks import PeaksCacheWarning
+    source = f"test source {bad!r}"
+    with pytest.warns(PeaksCacheWarning, match="bytes_per_s is .* not a finite positive"):
+        tp = throughput(1e-3, flops=1e6, nbytes=1e6,
+                        peaks={"bytes_per_s": bad, "flops_per_s": 1e12, "source": source})
+    assert tp["bytes_per_s"] == pytest.approx(1e9) and "bandwidth_pct_peak" not in tp
+    assert tp["compute_pct_peak"] == pytest.approx(1e-3)
