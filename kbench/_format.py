@@ -45,6 +45,29 @@ def fmt_pct(x: Optional[float]) -> str:
     return "-" if x is None or math.isnan(x) else f"{100 * x:.1f}%"
 
 
+def _pct_short(x: float) -> str:
+    """A percentage with the digits its size needs: 12%, 2.1%, 0.35%."""
+    p = round(100 * x, 9)          # 0.1 is 9.999...%: not a 1-decimal figure
+    return f"{p:.0f}%" if p >= 10 else f"{p:.1f}%" if p >= 1 else f"{p:.2f}%"
+
+
+#: A CI whose two sides differ by more than this factor is shown as a range, not +-.
+LOPSIDED_CI = 1.5
+
+
+def fmt_ci(median: Optional[float], ci_low: Optional[float], ci_high: Optional[float]) -> str:
+    """The CI of the median relative to it: '+-0.5%' when its sides are about equal, else the
+    two sides, '-0.3%/+2.1%' (the order-statistic CI is lopsided on skewed samples, and one
+    symmetric figure would misstate both sides)."""
+    vals = (median, ci_low, ci_high)
+    if any(v is None or not math.isfinite(v) for v in vals) or median <= 0:
+        return "-"
+    below, above = (median - ci_low) / median, (ci_high - median) / median
+    if max(below, above) <= LOPSIDED_CI * min(below, above) or max(below, above) < 5e-4:
+        return "+-" + _pct_short(0.5 * (below + above))
+    return f"-{_pct_short(below)}/+{_pct_short(above)}"
+
+
 def text_table(headers: Sequence[str], rows: Sequence[Sequence[object]]) -> str:
     cells = [[str(h) for h in headers]] + [[str(c) for c in r] for r in rows]
     widths = [max(len(r[i]) for r in cells) for i in range(len(headers))]

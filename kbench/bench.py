@@ -2,8 +2,9 @@
 from __future__ import annotations
 
 import math
+import numbers
 import sys
-from typing import Any, Callable, Dict, List, Optional, Tuple
+from typing import Any, Callable, Dict, List, Optional, Tuple, Union
 
 import numpy as np
 
@@ -30,6 +31,7 @@ def bench(fn: Callable[..., Any], *args: Any,
           rtol: Optional[float] = None,
           atol: Optional[float] = None,
           name: Optional[str] = None,
+          out_arg: Union[int, str, None] = None,
           warmup_s: float = 1.0,
           min_samples: int = 10,
           max_samples: int = 100_000,
@@ -45,7 +47,9 @@ def bench(fn: Callable[..., Any], *args: Any,
     last-level cache before each sample, outside the timed region), "rotate" (cycle through
     argument sets whose footprint exceeds the cache) or None (hot). check: a reference output,
     or a callable computing it from the same arguments; the output must match it (rtol/atol,
-    defaults per dtype) before anything is timed.
+    defaults per dtype) before anything is timed. The output is what fn returns, or the
+    argument named by out_arg (a position in args, or a keyword of kwargs) for a kernel that
+    writes in place and returns None, or kwargs["out"]; it is poisoned (NaN) before the check.
     """
     if not callable(fn):
         raise TypeError(f"kbench.bench: fn must be callable, got {type(fn).__name__} "
@@ -55,15 +59,25 @@ def bench(fn: Callable[..., Any], *args: Any,
                          f"got {cold_cache!r}")
     if cold_cache == "none":
         cold_cache = None
-    for label, value in (("flops", flops), ("bytes", bytes)):
-        if value is not None and (not isinstance(value, (int, float)) or value < 0
-                                  or not math.isfinite(value)):
-            raise ValueError(f"kbench.bench: {label} must be a non-negative number of "
-                             f"{label} per call, got {value!r}")
+    flops, bytes = _count("flops", flops), _count("bytes", bytes)
+    if name is not None and not isinstance(name, str):
+        raise TypeError(f"kbench.bench: name must be a str, got {type(name).__name__} "
+                        f"({name!r:.60})")
+    if kwargs is not None and not isinstance(kwargs, dict):
+        raise TypeError(f"kbench.bench: kwargs must be a dict of keyword arguments for fn, got "
+                        f"{type(kwargs).__name__}")
+    if flush_bytes is not None and (isinstance(flush_bytes, (bool, np.bool_))
+                                    or not isinstance(flush_bytes, numbers.Integral)):
+        raise TypeError(f"kbench.bench: flush_bytes must be an int number of bytes, got "
+                        f"{type(flush_bytes).__name__} ({flush_bytes!r:.60})")
+    if arg_sets is not None and not (callable(arg_sets) or isinstance(arg_sets, (list, tuple))):
+        raise TypeError(f"kbench.bench: arg_sets must be a list of argument tuples or a "
+                        f"factory f(i) -> tuple, got {type(arg_sets).__name__}")
     kwargs = dict(kwargs or {})
     sets = normalize_arg_sets(arg_sets, rotate_sets) if arg_sets is not None else [tuple(args)]
     if arg_sets is not None and args:
         raise TypeError("kbench.bench: pass either positional args or arg_sets=, not both")
+    _named_output(sets[0], kwargs, out_arg)       # a bad out_arg fails before anything runs
     name = name or _name_of(fn)
     dev = _resolve_device(device, sets[0], kwargs)
     loop = dict(warmup_s=warmup_s, min_samples=min_samples, max_samples=max_samples,
@@ -73,7 +87,8 @@ def bench(fn: Callable[..., Any], *args: Any,
 
     correctness = None
     if check is not None:
-        correctness = _check_before_timing(fn, sets[0], kwargs, check, rtol, atol, name)
+        correctness = _check_before_timing(fn, sets[0], kwargs, check, rtol, atol, name,
+                                           out_arg)
 
     if dev == "cpu":
         if device == "auto" and _gpu_initialized():
@@ -98,6 +113,11 @@ def bench(fn: Callable[..., Any], *args: Any,
             fn, sets, kwargs, cold_cache=cold_cache, flush_bytes=flush_bytes, mode=mode,
             device=dev, loop=loop, check=check, rtol=rtol, atol=atol, **backend_options)
         backend = raw["backend"]
+        if peaks:       # which measured GPU ceiling "% of peak" is of (peaks_gpu measures them)
+            compute = backend_options.get("compute_peak", "fp32")
+            peaks = {"bytes_name": "GPU HBM copy",
+                     "flops_name": "GPU bf16 GEMM" if compute == "bf16" else "GPU fp32 FMA",
+                     **peaks}
 
     samples = np.asarray(raw["samples"], dtype=np.float64)
     stats = _core.summarize(samples, ci_level)
@@ -112,6 +132,21 @@ def bench(fn: Callable[..., Any], *args: Any,
     result.warnings.extend(extra.pop("warnings", []))
     result.metadata = _metadata(device_name, result, extra)
     return result
+
+
+def _count(label: str, value: Any) -> Union[int, float, None]:
+    """flops=/bytes=: None, or a finite non-negative real (Python or NumPy scalar, not bool),
+    as a plain int or float so the Result serialises."""
+    if value is None:
+        return None
+    if isinstance(value, (bool, np.bool_)) or not isinstance(value, numbers.Real):
+        raise TypeError(f"kbench.bench: {label} must be a number of {label} per call, got "
+                        f"{type(value).__name__} ({value!r:.60})")
+    plain = int(value) if isinstance(value, numbers.Integral) else float(value)
+    if not math.isfinite(plain) or plain < 0:
+        raise ValueError(f"kbench.bench: {label} must be a non-negative number of {label} per "
+                         f"call, got {value!r}")
+    return plain
 
 
 def _name_of(fn: Any) -> str:
@@ -158,25 +193,83 @@ def _gpu_initialized() -> bool:
     return bool(torch is not None and torch.cuda.is_initialized())
 
 
-def _poison(kwargs: Dict[str, Any]) -> None:
-    """Fill a float `out=` array with NaN so an output the callable never wrote cannot pass."""
-    out = kwargs.get("out")
-    if isinstance(out, np.ndarray) and out.dtype.kind == "f" and out.flags.writeable:
-        out.fill(np.nan)
+def _named_output(args: Tuple[Any, ...], kwargs: Dict[str, Any],
+                  out_arg: Union[int, str, None]) -> Any:
+    """The argument out_arg names (a position in args or a keyword of kwargs); None if none."""
+    if out_arg is None:
+        return None
+    if isinstance(out_arg, (bool, np.bool_)) or not isinstance(out_arg, (numbers.Integral, str)):
+        raise TypeError(f"kbench.bench: out_arg must be a position in args (int) or a keyword "
+                        f"name (str), got {type(out_arg).__name__} ({out_arg!r:.60})")
+    if isinstance(out_arg, str):
+        if out_arg not in kwargs:
+            raise ValueError(f"kbench.bench: out_arg={out_arg!r} is not a keyword in kwargs "
+                             f"(keywords: {sorted(kwargs)})")
+        return kwargs[out_arg]
+    if not -len(args) <= out_arg < len(args):
+        raise ValueError(f"kbench.bench: out_arg={out_arg} is not a position in the "
+                         f"{len(args)} positional argument(s)")
+    return args[out_arg]
 
 
-def _check_before_timing(fn, args, kwargs, check, rtol, atol, name) -> Dict[str, Any]:
+def _poison(out: Any) -> None:
+    """Fill an output with NaN (GPU integers with a pattern) so an output the callable never
+    wrote cannot pass the check. NumPy: writeable float arrays; GPU tensors: kbench.cuda's."""
+    if isinstance(out, np.ndarray):
+        if out.dtype.kind == "f" and out.flags.writeable:
+            out.fill(np.nan)
+    elif out is not None and _is_gpu_object(out):
+        from .cuda import _poison as poison_gpu      # torch/CuPy; imported only for GPU objects
+        poison_gpu(out)
+
+
+def _returned_none(name: str, args: Tuple[Any, ...], kwargs: Dict[str, Any]) -> TypeError:
+    where = (f"out_arg=<position> (one of 0..{len(args) - 1})" if args else "") + \
+        (" or " if args and kwargs else "") + \
+        (f"out_arg=<keyword> (one of {sorted(kwargs)})" if kwargs else "")
+    how = (f"name the argument that holds the output with {where}" if where else
+           "a closure that writes a captured array must return it (e.g. "
+           "`def f(): kernel(x); return x`)")
+    return TypeError(f"kbench.bench({name}): check= was given but the callable returned None, so "
+                     f"there is no output to compare; nothing was timed. If it writes its "
+                     f"output in place, {how}.")
+
+
+def _check_before_timing(fn, args, kwargs, check, rtol, atol, name,
+                         out_arg: Union[int, str, None] = None) -> Dict[str, Any]:
     from .compare import compare
-    _poison(kwargs)
-    out = fn(*args, **kwargs)
-    if out is None and "out" in kwargs:
+    named = _named_output(args, kwargs, out_arg)
+    target = named if out_arg is not None else kwargs.get("out")
+    _poison(target)
+    try:
+        out = fn(*args, **kwargs)
+    except Exception as e:
+        _note(e, f"raised by kbench.bench({name})'s first call, the correctness check; "
+                 f"nothing was timed")
+        raise
+    if out_arg is not None:
+        out = named             # the caller said where the output is: not the return value
+    elif out is None:
+        if "out" not in kwargs:
+            raise _returned_none(name, args, kwargs)
         out = kwargs["out"]
-    ref = check(*args) if callable(check) else check
+    try:
+        ref = check(*args) if callable(check) else check
+    except Exception as e:
+        _note(e, f"raised by kbench.bench({name})'s check= callable (the reference); nothing "
+                 f"was timed")
+        raise
     cmp = compare(out, ref, rtol=rtol, atol=atol)
     if not cmp.ok:
         raise AssertionError(f"kbench.bench({name}): output does not match the reference; "
                              f"nothing was timed.\n{cmp.report()}")
     return cmp.to_dict()
+
+
+def _note(e: BaseException, text: str) -> None:
+    """Say where a user's exception came from, without replacing it."""
+    if hasattr(e, "add_note"):          # Python >= 3.11
+        e.add_note(text)
 
 
 def _run_host(fn, sets, kwargs, cold_cache, flush_bytes, loop):
@@ -203,9 +296,11 @@ def _cpu_peaks() -> Optional[Dict[str, float]]:
         return None
     if not d:
         return None
-    bw = max(d.get("copy_GBps") or 0.0, d.get("triad_GBps") or 0.0) * 1e9
-    fl = (d.get("fma_GFLOPs") or 0.0) * 1e9
-    return {"bytes_per_s": bw or None, "flops_per_s": fl or None,
+    bw_name = "copy" if d["copy_GBps"] >= d["triad_GBps"] else "triad"
+    isa = (d.get("fma") or {}).get("isa")
+    return {"bytes_per_s": d[f"{bw_name}_GBps"] * 1e9, "flops_per_s": d["fma_GFLOPs"] * 1e9,
+            "bytes_name": f"CPU STREAM {bw_name}",
+            "flops_name": "CPU FMA" + (f" ({isa})" if isa else ""),
             "source": f"kbench peaks (STREAM copy/triad best, FMA loop), {peaks_cache_path()}"}
 
 
@@ -215,18 +310,22 @@ def throughput(median_s: float, flops: Optional[float], nbytes: Optional[float],
     tp: Dict[str, Any] = {}
     if median_s <= 0:
         return tp
-    peak_bw = (peaks or {}).get("bytes_per_s")
-    peak_fl = (peaks or {}).get("flops_per_s")
+    peak_bw = _ceiling(peaks, "bytes_per_s")
+    peak_fl = _ceiling(peaks, "flops_per_s")
     if nbytes:
         tp["bytes_per_s"] = nbytes / median_s
         if peak_bw:
             tp["peak_bytes_per_s"] = peak_bw
             tp["bandwidth_pct_peak"] = tp["bytes_per_s"] / peak_bw
+            if peaks.get("bytes_name"):
+                tp["peak_bytes_name"] = peaks["bytes_name"]
     if flops:
         tp["flops_per_s"] = flops / median_s
         if peak_fl:
             tp["peak_flops_per_s"] = peak_fl
             tp["compute_pct_peak"] = tp["flops_per_s"] / peak_fl
+            if peaks.get("flops_name"):
+                tp["peak_flops_name"] = peaks["flops_name"]
     if flops and nbytes and peak_bw and peak_fl:
         intensity, ridge = flops / nbytes, peak_fl / peak_bw
         tp["intensity_flop_per_byte"] = intensity
@@ -245,6 +344,22 @@ def throughput(median_s: float, flops: Optional[float], nbytes: Optional[float],
     if peak_bw and nbytes:
         tp["bytes_ceiling"] = (peaks or {}).get("bytes_ceiling", "measured")
     return tp
+
+
+def _ceiling(peaks: Optional[Dict[str, Any]], key: str) -> Optional[float]:
+    """A cached ceiling as a finite positive float, else None with one warning: the GPU peaks
+    cache is read without validation (kbench.peaks_gpu), and a bad figure must cost the % of
+    peak, not the result."""
+    value = (peaks or {}).get(key)
+    if value is None:
+        return None
+    if isinstance(value, (int, float)) and not isinstance(value, bool) \
+            and math.isfinite(value) and value > 0:
+        return float(value)
+    from .peaks import _warn_cache_once
+    _warn_cache_once(str(peaks.get("source") or "(unknown source)"),
+                     f"{key} is {value!r}, not a finite positive number")
+    return None
 
 
 def _warnings(r: Result) -> List[str]:

@@ -3,32 +3,62 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import sys
 from typing import Any, Dict, List, Optional, Sequence
 
 import numpy as np
 
-from ._format import fmt_bytes, fmt_pct, fmt_rate, fmt_time, text_table
+from ._format import fmt_bytes, fmt_ci, fmt_pct, fmt_rate, fmt_time, text_table
 
 
-def _row(case: str, r: Any) -> List[str]:
+class CliError(Exception):
+    """A refusal to print as one line on stderr (exit 2): a bad file or argument, not a bug."""
+
+
+def _row(case: str, r: Any, peaks_used: Dict[str, str]) -> List[str]:
+    """One table row; notes in peaks_used which measured peak its "% peak" refers to."""
     tp = r.throughput
     if tp.get("bound_by") == "compute" and "flops_per_s" in tp:
-        rate, pct = fmt_rate(tp["flops_per_s"], "FLOP"), fmt_pct(tp.get("compute_pct_peak"))
+        kind = "flops"
     elif "bytes_per_s" in tp:
-        rate, pct = fmt_rate(tp["bytes_per_s"], "B"), fmt_pct(tp.get("bandwidth_pct_peak"))
+        kind = "bytes"
     elif "flops_per_s" in tp:
-        rate, pct = fmt_rate(tp["flops_per_s"], "FLOP"), fmt_pct(tp.get("compute_pct_peak"))
+        kind = "flops"
     else:
+        kind = None
+    if kind is None:
         rate, pct = "-", "-"
+    else:
+        unit, pct_key = ("FLOP", "compute_pct_peak") if kind == "flops" \
+            else ("B", "bandwidth_pct_peak")
+        rate, pct = fmt_rate(tp[f"{kind}_per_s"], unit), fmt_pct(tp.get(pct_key))
+        if tp.get(f"peak_{kind}_per_s"):
+            peak = (f"{tp.get(f'peak_{kind}_name') or 'memory or compute'} peak, "
+                    f"{fmt_rate(tp[f'peak_{kind}_per_s'], unit)}")
+            peaks_used.setdefault(peak, "compute" if kind == "flops" else "memory")
+    s = r.stats
     ok = "-" if r.correctness is None else ("ok" if r.correctness.get("ok") else "FAIL")
     return [case, r.cold_cache.get("mode", "none"), r.backend, fmt_time(r.median),
-            f"+-{fmt_pct(r.stats.get('rel_ci_halfwidth'))}", rate, pct,
-            fmt_pct(r.stats.get("cv")), f"{r.stop.get('stop')} (n={r.n})", ok]
+            fmt_ci(s.get("median"), s.get("ci_low"), s.get("ci_high")), rate, pct,
+            fmt_pct(s.get("cv")), f"{r.stop.get('stop')} (n={r.n})", ok]
 
 
-HEADERS = ["case", "cache", "timer", "median", "CI95", "throughput", "% peak", "CV", "stop",
-           "correct"]
+HEADERS = ["case", "cache", "timer", "median", "CI95 of median", "throughput", "% peak",
+           "sample CV", "stop", "correct"]
+
+
+def _legend(peaks_used: Dict[str, str]) -> List[str]:
+    """What the columns mean: CI vs CV, and which measured ceiling each % peak is of."""
+    lines = ["CI95 of median: where the true median lies (95% confidence), relative to the "
+             "median: the precision of the figure, which the stop rule drives down.",
+             "sample CV: the spread of single calls (std / mean); a high CV with a tight CI "
+             "is a noisy operation measured precisely."]
+    for peak, bound in peaks_used.items():
+        lines.append(f"% peak ({bound}-bound rows): of the measured {peak} (kbench peaks).")
+    if not peaks_used:
+        lines.append("% peak: no measured ceiling is cached on this machine (run kbench peaks).")
+    return lines
 
 
 def cmd_demo(args: argparse.Namespace) -> int:
@@ -37,11 +67,18 @@ def cmd_demo(args: argparse.Namespace) -> int:
 
     print("kbench demo: correctness first, then timing, hot and cold, on the CPU"
           + (" and the GPU" if args.gpu else ""))
+    if args.json:
+        _check_writable(args.json)      # refuse now, not after the whole demo has run
     if load_cached_peaks() is None:
         print("measuring this machine's ceilings first (kbench peaks, cached) ...")
-        print(peaks_table(measure_cpu_peaks(seconds=args.peak_seconds)))
+        measured = measure_cpu_peaks(seconds=args.peak_seconds)
+        print(peaks_table(measured))
+        for w in measured.get("warnings", []):
+            print(f"  warning: {w}")
     rng = np.random.default_rng(0)
     rows = []
+    labels: Dict[str, str] = {}          # result key -> the case name shown in the table
+    peaks_used: Dict[str, str] = {}
     # Memory-bound: c = a + b in float32; 3 x 16 MB: far above L2, inside the last-level cache,
     # so hot and cold differ.
     n = 4 << 20
@@ -60,21 +97,25 @@ def cmd_demo(args: argparse.Namespace) -> int:
         label = "hot" if cache is None else "cold"
         r = kbench.bench(np.add, a, b, kwargs={"out": c}, bytes=3 * n * 4, check=ref_add,
                          cold_cache=cache, name=f"np.add f32 {n}", **common)
-        rows.append(_row(f"add f32 n={n} ({label})", r))
+        labels[f"add_{label}"] = f"add f32 n={n} ({label})"
+        rows.append(_row(labels[f"add_{label}"], r, peaks_used))
         results[f"add_{label}"] = r
         # fp32 dot products of length m: error grows ~ m * eps * |x||y| (bound ~5e-4 here)
         r = kbench.bench(np.matmul, x, y, flops=2 * m ** 3, bytes=3 * m * m * 4, check=ref_mm,
                          rtol=1e-4, atol=5e-4, cold_cache=cache, name=f"np.matmul f32 {m}^3",
                          **common)
-        rows.append(_row(f"matmul f32 {m}^3 ({label})", r))
+        labels[f"matmul_{label}"] = f"matmul f32 {m}^3 ({label})"
+        rows.append(_row(labels[f"matmul_{label}"], r, peaks_used))
         results[f"matmul_{label}"] = r
     if args.gpu:
-        rows += _gpu_demo(args, results)
+        rows += _gpu_demo(args, results, labels, peaks_used)
     print()
     print(text_table(HEADERS, rows))
+    for line in _legend(peaks_used):
+        print(f"  {line}")
     for key, r in results.items():
         for w in r.warnings:
-            print(f"  note [{key}]: {w}")
+            print(f"  note [{labels.get(key, key)}]: {w}")
     if args.json:
         with open(args.json, "w") as f:
             json.dump({k: r.to_dict() for k, r in results.items()}, f, indent=1)
@@ -82,7 +123,18 @@ def cmd_demo(args: argparse.Namespace) -> int:
     return 0
 
 
-def _gpu_demo(args: argparse.Namespace, results: Dict[str, Any]) -> List[List[str]]:
+def _check_writable(path: str) -> None:
+    directory = os.path.dirname(os.path.abspath(path))
+    if os.path.isdir(path):
+        raise CliError(f"--json {path}: is a directory")
+    if not os.path.isdir(directory):
+        raise CliError(f"--json {path}: no such directory: {directory}")
+    if not os.access(directory, os.W_OK):
+        raise CliError(f"--json {path}: cannot write to {directory}")
+
+
+def _gpu_demo(args: argparse.Namespace, results: Dict[str, Any], labels: Dict[str, str],
+              peaks_used: Dict[str, str]) -> List[List[str]]:
     import kbench
     try:
         import torch
@@ -99,7 +151,8 @@ def _gpu_demo(args: argparse.Namespace, results: Dict[str, Any]) -> List[List[st
         label = "hot" if cache is None else "cold"
         r = kbench.bench(dst.copy_, src, bytes=2 * n * 4, check=src, cold_cache=cache,
                          name="torch copy 256MB", max_time_s=args.seconds)
-        rows.append(_row(f"gpu copy 256 MB ({label})", r))
+        labels[f"gpu_copy_{label}"] = f"gpu copy 256 MB ({label})"
+        rows.append(_row(labels[f"gpu_copy_{label}"], r, peaks_used))
         results[f"gpu_copy_{label}"] = r
     k = 4096
     a = torch.randn(k, k, device=dev, dtype=torch.bfloat16, generator=gen)
@@ -109,24 +162,76 @@ def _gpu_demo(args: argparse.Namespace, results: Dict[str, Any]) -> List[List[st
     r = kbench.bench(torch.matmul, a, b, flops=2 * k ** 3, bytes=3 * k * k * 2, check=ref,
                      rtol=1.6e-2, atol=0.5, compute_peak="bf16", name=f"bf16 matmul {k}^3",
                      max_time_s=args.seconds)
-    rows.append(_row(f"gpu bf16 matmul {k}^3", r))
+    labels["gpu_matmul"] = f"gpu bf16 matmul {k}^3"
+    rows.append(_row(labels["gpu_matmul"], r, peaks_used))
     results["gpu_matmul"] = r
     return rows
 
 
 def cmd_peaks(args: argparse.Namespace) -> int:
     from .peaks import measure_cpu_peaks, peaks_table
+    if not args.seconds > 0:
+        raise CliError(f"--seconds must be a positive number, got {args.seconds}")
     if not args.gpu_only:
-        print(peaks_table(measure_cpu_peaks(seconds=args.seconds)))
+        d = measure_cpu_peaks(seconds=args.seconds, replace=args.replace)
+        print(peaks_table(d))
+        for w in d.get("warnings", []):
+            print(f"kbench peaks: warning: {w}", file=sys.stderr)
+        if d.get("saved_to"):
+            print(f"saved to {d['saved_to']}")
     if not args.cpu_only:
         from . import cuda
         if cuda.available():
             from .peaks_gpu import gpu_peaks_table, measure_gpu_peaks
-            print(gpu_peaks_table(measure_gpu_peaks(device=args.device)))
+            print(gpu_peaks_table(_measure_gpu_peaks_kept(measure_gpu_peaks, args.device)))
         elif args.gpu_only:
             print("no CUDA device: nothing to measure", file=sys.stderr)
             return 1
     return 0
+
+
+def _measure_gpu_peaks_kept(measure_gpu_peaks: Any, device: int) -> Dict[str, Any]:
+    """measure_gpu_peaks writes its cache as it finishes: with an unwritable cache directory,
+    measure into a temporary one so the numbers are printed, and say they were not kept."""
+    import tempfile
+    from .peaks import peaks_cache_path
+    cache_dir = os.path.dirname(peaks_cache_path())
+    try:
+        os.makedirs(cache_dir, exist_ok=True)
+        writable = os.access(cache_dir, os.W_OK)
+    except OSError:
+        writable = False
+    if writable:
+        return measure_gpu_peaks(device=device)
+    print(f"kbench peaks: warning: cannot write the cache directory {cache_dir}: the GPU "
+          f"ceilings are printed but not saved; set KBENCH_CACHE_DIR to a writable directory",
+          file=sys.stderr)
+    old = os.environ.get("KBENCH_CACHE_DIR")
+    with tempfile.TemporaryDirectory() as tmp:
+        os.environ["KBENCH_CACHE_DIR"] = tmp
+        try:
+            return measure_gpu_peaks(device=device)
+        finally:
+            if old is None:
+                os.environ.pop("KBENCH_CACHE_DIR", None)
+            else:
+                os.environ["KBENCH_CACHE_DIR"] = old
+
+
+def _library_status(st: Dict[str, Any]) -> str:
+    """Where a GPU library was found, or why not: the loader's first line with the paths it
+    tried after it (never a dangling "Tried:"), then its advice on an indented line."""
+    if st.get("loaded"):
+        return str(st.get("path"))
+    raw = (st.get("error") or "not found").splitlines()
+    head = raw[0].strip()
+    tried = [l.strip().split(":")[0] for l in raw[1:] if l.startswith((" ", "\t")) and l.strip()]
+    advice = [l.strip() for l in raw[1:] if l.strip() and not l.startswith((" ", "\t"))]
+    if head.endswith("Tried:"):
+        head = head[:-len("Tried:")].rstrip()
+    if tried:
+        head = head.rstrip(".") + f" (tried {', '.join(tried)})"
+    return "\n".join([head] + [f"         {a}" for a in advice])
 
 
 def cmd_info(args: argparse.Namespace) -> int:
@@ -162,8 +267,7 @@ def cmd_info(args: argparse.Namespace) -> int:
         return 0
     print(f"CUDA backend: built against CUDA headers {_core.CUDA_HEADERS_VERSION}")
     for lib, st in info["gpu_libraries"].items():
-        where = st.get("path") if st.get("loaded") else (st.get("error") or "").splitlines()[0]
-        print(f"  {lib:6s} {'found' if st.get('loaded') else 'missing'}: {where}")
+        print(f"  {lib:6s} {'found' if st.get('loaded') else 'missing'}: {_library_status(st)}")
     devs = info.get("cuda_devices")
     if isinstance(devs, list):
         for i, d in enumerate(devs):
@@ -171,27 +275,36 @@ def cmd_info(args: argparse.Namespace) -> int:
                   f"{fmt_bytes(d.get('l2_bytes'))}  memory {fmt_bytes(d.get('total_memory_bytes'))}  "
                   f"driver {d.get('driver_version')}")
     else:
-        print(f"  devices: {devs}")
+        print(f"  devices: {_library_status({'error': str(devs)})}")
     return 0
 
 
 def cmd_compare(args: argparse.Namespace) -> int:
     from .cli_compare import compare_sets, load_results
-    old, new = load_results(args.old), load_results(args.new)
+    try:
+        old, new = load_results(args.old), load_results(args.new)
+    except (OSError, ValueError) as e:      # the messages name the file and the problem
+        raise CliError(str(e).removeprefix("kbench compare: ")) from None
     if len(old) == 1 and len(new) == 1 and set(old) != set(new):
         old = {next(iter(new)): next(iter(old.values()))}   # two single results, renamed
-    cmp = compare_sets(old, new, args.fail, old_label="old", new_label="new")
+    cmp = compare_sets(old, new, args.fail or 0.0, old_label="old", new_label="new")
     print(cmp)
-    return 1 if (args.fail > 0 and cmp.regressions) else 0
+    return 1 if (args.fail is not None and cmp.failures) else 0
 
 
-def _percent(s: str) -> float:
-    s = s.strip()
-    return float(s[:-1]) / 100 if s.endswith("%") else float(s)
+def _threshold(text: str) -> float:
+    """--fail as the pytest plugin's --kbench-fail reads it: '8%' or '0.08'; '8' is refused."""
+    from .cli_compare import parse_threshold
+    try:
+        return parse_threshold(text)
+    except ValueError as e:
+        raise argparse.ArgumentTypeError(str(e)) from None
 
 
 def main(argv: Optional[Sequence[str]] = None) -> int:
+    from . import __version__
     p = argparse.ArgumentParser(prog="kbench", description="trustworthy kernel microbenchmarks")
+    p.add_argument("--version", action="version", version=f"kbench {__version__}")
     sub = p.add_subparsers(dest="cmd", required=True)
     d = sub.add_parser("demo", help="benchmark memory- and compute-bound ops hot and cold")
     d.add_argument("--seconds", type=float, default=2.0, help="time cap per case (s)")
@@ -204,6 +317,10 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     pk.add_argument("--device", type=int, default=0)
     pk.add_argument("--cpu-only", action="store_true")
     pk.add_argument("--gpu-only", action="store_true")
+    pk.add_argument("--replace", action="store_true",
+                    help="store the new CPU ceilings even when the cached ones are much higher "
+                         "(by default a much higher cached ceiling is kept: a busy machine "
+                         "measures low)")
     pk.set_defaults(func=cmd_peaks)
     i = sub.add_parser("info", help="machine, caches, timer, GPU libraries found")
     i.add_argument("--json", action="store_true")
@@ -211,14 +328,20 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     c = sub.add_parser("compare", help="deltas between two saved result files, with verdicts")
     c.add_argument("old")
     c.add_argument("new")
-    c.add_argument("--fail", type=_percent, default=0.0,  # 0: report only
-                   help="exit 1 when a benchmark is slower by more than this (e.g. 8%%)")
+    c.add_argument("--fail", type=_threshold, default=None, metavar="THRESHOLD",
+                   help="exit 1 when a benchmark is slower by more than this (8%% or 0.08; a "
+                        "bare 8 is refused as ambiguous) or has an invalid median; without "
+                        "it, only report")
     c.set_defaults(func=cmd_compare)
     args = p.parse_args(argv)
     if getattr(args, "cmd", None) == "demo" and args.gpu is None:
         from . import cuda
         args.gpu = cuda.available()
-    return int(args.func(args) or 0)
+    try:
+        return int(args.func(args) or 0)
+    except CliError as e:
+        print(f"kbench {args.cmd}: error: {e}", file=sys.stderr)
+        return 2
 
 
 if __name__ == "__main__":

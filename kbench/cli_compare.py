@@ -10,7 +10,9 @@ Verdict rules, per benchmark present in both files, with delta = new median / ol
   "within noise"    the intervals overlap: no difference is resolved, whatever the delta
   "unchanged"       the intervals do not overlap but |delta| <= threshold
   "no baseline"     only in the new file;  "not run": only in the old file
-Only "slower" counts as a regression (the plugin fails the session on it).
+  "invalid"         either median is NaN, infinite, zero or negative: not a time
+"slower" is a regression; "slower" and "invalid" are failures (the plugin fails the session on
+them, and so does `kbench compare --fail`).
 """
 from __future__ import annotations
 
@@ -39,6 +41,11 @@ def load_results(path_or_doc: Union[str, Dict[str, Any]]) -> ResultSet:
                 doc = json.load(f)
         except FileNotFoundError:
             raise FileNotFoundError(f"kbench compare: no such results file: {where}") from None
+        except OSError as e:            # a directory, no permission, ...
+            raise OSError(f"kbench compare: cannot read {where}: {e.strerror or e}") from None
+        except UnicodeDecodeError as e:
+            raise ValueError(f"kbench compare: {where} is not JSON (not UTF-8 text: "
+                             f"{e.reason} at byte {e.start})") from None
         except json.JSONDecodeError as e:
             raise ValueError(f"kbench compare: {where} is not JSON ({e})") from None
     if not isinstance(doc, dict):
@@ -49,11 +56,37 @@ def load_results(path_or_doc: Union[str, Dict[str, Any]]) -> ResultSet:
         results = doc.get("results")
         if not isinstance(results, dict):
             raise ValueError(f"kbench compare: session file {where} has no 'results' object")
+        for key, d in results.items():
+            _check_result_doc(d, f"{where}, result {key!r}")
         return {str(k): v for k, v in results.items()}
     if schema == RESULT_SCHEMA:
+        _check_result_doc(doc, where)
         return {str(doc.get("name", "result")): doc}
     raise ValueError(f"kbench compare: {where} is not a kbench result or session file "
                      f"(schema {schema!r}; expected {RESULT_SCHEMA!r} or {SESSION_SCHEMA!r})")
+
+
+def _is_number(x: Any) -> bool:
+    return isinstance(x, (int, float)) and not isinstance(x, bool)
+
+
+def _check_result_doc(d: Any, where: str) -> None:
+    """The fields a comparison reads must have their types: a clear error, not a traceback."""
+    if not isinstance(d, dict):
+        raise ValueError(f"kbench compare: {where} is a {type(d).__name__}, not a result object")
+    stats = d.get("stats")
+    if stats is not None:
+        if not isinstance(stats, dict):
+            raise ValueError(f"kbench compare: {where}: 'stats' is a {type(stats).__name__}, "
+                             f"not an object")
+        for k in ("median", "ci_low", "ci_high"):
+            if stats.get(k) is not None and not _is_number(stats[k]):
+                raise ValueError(f"kbench compare: {where}: stats.{k} is {stats[k]!r}, not a "
+                                 f"number")
+    samples = d.get("samples_s")
+    if samples is not None and not (isinstance(samples, list)
+                                    and all(_is_number(x) for x in samples)):
+        raise ValueError(f"kbench compare: {where}: 'samples_s' is not a list of numbers")
 
 
 def parse_threshold(text: Union[str, float, int, None]) -> float:
@@ -93,6 +126,11 @@ class Delta:
     def regression(self) -> bool:
         return self.verdict == "slower"
 
+    @property
+    def failure(self) -> bool:
+        """Slower, or a median that is not a time (NaN, infinite, zero, negative)."""
+        return self.verdict in ("slower", "invalid")
+
     def to_dict(self) -> Dict[str, Any]:
         return dict(key=self.key, old_median_s=self.old_median, new_median_s=self.new_median,
                     delta=self.delta, verdict=self.verdict, note=self.note,
@@ -114,14 +152,23 @@ class Comparison:
         return [d for d in self.deltas if d.regression]
 
     @property
+    def invalid(self) -> List[Delta]:
+        return [d for d in self.deltas if d.verdict == "invalid"]
+
+    @property
+    def failures(self) -> List[Delta]:
+        """What fails a check: regressions and invalid medians."""
+        return [d for d in self.deltas if d.failure]
+
+    @property
     def ok(self) -> bool:
-        return not self.regressions
+        return not self.failures
 
     def _cells(self) -> List[List[str]]:
         rows = []
         for d in self.deltas:
             delta = "-" if d.delta is None else f"{100 * d.delta:+.1f}%"
-            verdict = d.verdict.upper() if d.regression else d.verdict
+            verdict = d.verdict.upper() if d.failure else d.verdict
             rows.append([d.key, fmt_time(d.old_median), fmt_time(d.new_median), delta,
                          verdict + (f" ({d.note})" if d.note else "")])
         return rows
@@ -137,9 +184,15 @@ class Comparison:
         reg = self.regressions
         thr = f"{100 * self.threshold:g}%"
         if reg:
-            return (f"{len(reg)} of {n} benchmarks slower than {self.old_label} beyond {thr}: "
+            text = (f"{len(reg)} of {n} benchmarks slower than {self.old_label} beyond {thr}: "
                     + ", ".join(d.key for d in reg))
-        return f"no benchmark slower than {self.old_label} beyond {thr} ({n} compared)"
+        else:
+            text = f"no benchmark slower than {self.old_label} beyond {thr} ({n} compared)"
+        bad = self.invalid
+        if bad:
+            text += (f"; {len(bad)} with an invalid median (not a time): "
+                     + ", ".join(f"{d.key} ({d.note})" for d in bad))
+        return text
 
     def __str__(self) -> str:
         return self.table() + "\n" + self.summary()
@@ -163,7 +216,16 @@ def _median_and_ci(d: Dict[str, Any]):
         med = s[n // 2] if n % 2 else 0.5 * (s[n // 2 - 1] + s[n // 2])
     lo, hi = st.get("ci_low"), st.get("ci_high")
     ci = [float(lo), float(hi)] if lo is not None and hi is not None else None
+    if ci is not None and not all(math.isfinite(x) for x in ci):
+        ci = None                   # unknown, as when missing: no difference is resolved
     return (None if med is None else float(med)), ci
+
+
+def _median_problem(label: str, median: Optional[float]) -> Optional[str]:
+    """Why a median is not a usable time (None: missing, handled as no baseline)."""
+    if median is not None and not (math.isfinite(median) and median > 0):
+        return f"{label} median is {median!r}"
+    return None
 
 
 def _where(d: Dict[str, Any]) -> str:
@@ -177,10 +239,16 @@ def compare_sets(old: ResultSet, new: ResultSet, threshold: float = 0.0,
     for key, nd in new.items():
         new_med, new_ci = _median_and_ci(nd)
         od = old.get(key)
+        old_med, old_ci = _median_and_ci(od) if od is not None else (None, None)
+        bad = [p for p in (_median_problem(old_label, old_med),
+                           _median_problem(new_label, new_med)) if p]
+        if bad:     # a NaN median compares as neither slower nor faster: it must not pass
+            deltas.append(Delta(key, old_med, new_med, None, "invalid", "; ".join(bad),
+                                old_ci=old_ci, new_ci=new_ci))
+            continue
         if od is None:
             deltas.append(Delta(key, None, new_med, None, "no baseline", new_ci=new_ci))
             continue
-        old_med, old_ci = _median_and_ci(od)
         if not old_med or new_med is None:
             deltas.append(Delta(key, old_med, new_med, None, "no baseline",
                                 note="baseline has no median", old_ci=old_ci, new_ci=new_ci))

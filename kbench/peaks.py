@@ -6,13 +6,21 @@ several repeats reported (the median is recorded next to it). The compute ceilin
 register-resident loop of independent vector FMAs (``_core.fma_loop``).
 
 Results are cached as JSON in ``$KBENCH_CACHE_DIR`` (default ``~/.cache/kbench``) under
-``peaks-<hostname>.json``; ``load_cached_peaks()`` reads them back.
+``peaks-<hostname>.json``; ``load_cached_peaks()`` reads them back, and ignores (with one
+warning) a file that is not a valid peaks record.
+
+A ceiling measured low (a busy machine, a noisy neighbour) makes every later result look too
+good, so ``measure_cpu_peaks`` checks the machine's load before it measures, flags repeats
+whose best and median disagree, and keeps a cached ceiling that is much higher than the new
+one unless asked to replace it (``replace=True``, ``kbench peaks --replace``).
 """
 from __future__ import annotations
 
 import json
+import math
 import os
 import time
+import warnings
 
 from . import _core
 from .metadata import _hostname, collect_host_metadata, cpu_caches
@@ -27,6 +35,21 @@ LLC_MULTIPLE = 4
 MAX_MEM_FRACTION = 0.25
 
 TRIAD_SCALAR = 3.0
+
+#: The figures a peaks record must hold, as finite positive numbers, with their labels.
+CEILINGS = {"copy_GBps": ("STREAM copy", "GB/s"), "triad_GBps": ("STREAM triad", "GB/s"),
+            "fma_GFLOPs": ("FMA", "GFLOP/s")}
+#: A cached ceiling this much above the new measurement is kept (unless replace=True): a
+#: machine does not get 10% slower by itself, a busy one measures low.
+KEEP_HIGHER_MARGIN = 0.10
+#: Best and median of the repeats further apart than this mean the repeats were disturbed.
+BEST_MEDIAN_GAP = 0.10
+#: A 1-minute load average above this fraction of the CPUs counts as a busy machine.
+BUSY_LOAD_FRACTION = 0.5
+
+
+class PeaksCacheWarning(UserWarning):
+    """A cached peaks file was ignored (unreadable or not a valid record) or not written."""
 
 
 # ------------------------------------------------------------------ sizes
@@ -190,18 +213,112 @@ def _fma(threads: int, budget_s: float, min_repeats: int, max_repeats: int) -> d
     }
 
 
+# ------------------------------------------------------------------ a quiet machine?
+
+def _running_processes() -> dict:
+    """{pid: name} of other processes whose main thread is on a CPU (state R) right now;
+    {} when /proc cannot be read."""
+    me = os.getpid()
+    running = {}
+    try:
+        pids = [p for p in os.listdir("/proc") if p.isdigit() and int(p) != me]
+    except OSError:
+        return running
+    for pid in pids:
+        try:
+            with open(f"/proc/{pid}/stat") as f:
+                stat = f.read()
+        except OSError:             # gone, or not ours to read
+            continue
+        # the name is in parentheses and may hold spaces or ')': the state follows the last ')'
+        end = stat.rfind(")")
+        if stat[end + 2:end + 3] == "R":
+            running[pid] = stat[stat.find("(") + 1:end]
+    return running
+
+
+def machine_load() -> dict:
+    """How busy the machine is now: {"load1": 1-minute load average or None, "cpus": logical
+    CPUs, "running": ["name (pid)", ...] other processes running in two looks 50 ms apart}."""
+    try:
+        load1 = os.getloadavg()[0]
+    except (AttributeError, OSError):
+        load1 = None
+    first = _running_processes()
+    if first:
+        time.sleep(0.05)            # one look catches passers-by; two catch the busy ones
+        second = _running_processes()
+        first = {p: n for p, n in second.items() if p in first}
+    running = [f"{name} ({pid})" for pid, name in sorted(first.items(), key=lambda x: int(x[0]))]
+    return {"load1": load1, "cpus": os.cpu_count() or 1, "running": running}
+
+
+def busy_machine_problem(load: dict) -> str | None:
+    """Why a machine with this ``machine_load()`` is too busy to measure ceilings, or None."""
+    parts = []
+    load1, cpus = load.get("load1"), load.get("cpus") or 1
+    if load1 is not None and load1 > BUSY_LOAD_FRACTION * cpus:
+        parts.append(f"1-minute load average {load1:.2f} on {cpus} CPUs")
+    running = load.get("running") or []
+    if running:
+        shown = ", ".join(running[:5]) + (f" and {len(running) - 5} more" if len(running) > 5
+                                          else "")
+        parts.append(f"{len(running)} other process(es) running: {shown}")
+    if not parts:
+        return None
+    return ("the machine is busy (" + "; ".join(parts) + "): ceilings measured now read low, "
+            "and every % of peak against them reads high; re-run `kbench peaks` when it is "
+            "quiet")
+
+
+def _gap_problems(stream: dict, fma: dict) -> list[str]:
+    """A large gap between the best and the median repeat: the repeats were disturbed."""
+    out = []
+    figures = [(f"STREAM {k}", stream.get(k) or {}, "best_GBps", "median_GBps", "GB/s")
+               for k in ("copy", "triad")]
+    figures.append(("FMA", fma, "best_GFLOPs", "median_GFLOPs", "GFLOP/s"))
+    for label, d, best_key, median_key, unit in figures:
+        best, median = d.get(best_key), d.get(median_key)
+        if best and median and best > median * (1 + BEST_MEDIAN_GAP):
+            out.append(f"{label}: best repeat {best:.3g} {unit} but median {median:.3g} {unit} "
+                       f"({100 * (best / median - 1):.0f}% apart): the repeats disagree, so the "
+                       f"machine or its clocks were disturbed; re-run `kbench peaks`")
+    return out
+
+
+def _keep_higher_cached(result: dict, cached: dict) -> list[str]:
+    """Keep each cached ceiling much higher than the new one in `result` (noted under
+    "kept_from_cache"); returns what was kept, in words."""
+    out = []
+    for key, (label, unit) in CEILINGS.items():
+        new, old = result[key], cached[key]
+        if old > new * (1 + KEEP_HIGHER_MARGIN):
+            result[key] = old
+            result.setdefault("kept_from_cache", {})[key] = {
+                "cached": old, "measured": new,
+                "cached_at": (cached.get("metadata") or {}).get("timestamp_utc")}
+            out.append(f"{label} measured {new:.3g} {unit}, {100 * (1 - new / old):.0f}% below "
+                       f"the cached {old:.3g} {unit}: kept the cached ceiling (a busy machine "
+                       f"measures low); `kbench peaks --replace` stores the new one")
+    return out
+
+
 # ------------------------------------------------------------------ public
 
 def measure_cpu_peaks(seconds: float = 5.0, threads: int | None = None, *,
                       array_bytes: int | None = None, min_repeats: int = 3,
-                      max_repeats: int = 50, save: bool = True) -> dict:
+                      max_repeats: int = 50, save: bool = True, replace: bool = False) -> dict:
     """Measure STREAM copy/triad bandwidth and FMA throughput on `threads` threads (default: every
     CPU this process may use). `seconds` is the timing budget (allocating and touching the arrays
     comes on top); `array_bytes` overrides the size of each of the three STREAM arrays (default
-    ``default_array_bytes()``). With `save`, the result is also written to ``peaks_cache_path()``.
+    ``default_array_bytes()``). With `save`, the result is also written to ``peaks_cache_path()``;
+    a cached ceiling more than 10% above the new one is kept unless `replace`. A cache that
+    cannot be written is a warning, not an error: the measured numbers are returned.
 
     Returns {"copy_GBps", "triad_GBps", "fma_GFLOPs" (best of repeats), "stream": {...},
-    "fma": {...}, "threads", "llc_bytes", "llc_source", "seconds", "metadata", "schema"}.
+    "fma": {...}, "threads", "llc_bytes", "llc_source", "seconds", "metadata", "schema",
+    "load" (machine_load() before measuring), "warnings" (busy machine, best/median gaps,
+    ceilings kept, not saved), "kept_from_cache", "saved_to" (path or None)}.
     GB are 1e9 bytes.
     """
     if seconds <= 0:
@@ -217,6 +334,8 @@ def measure_cpu_peaks(seconds: float = 5.0, threads: int | None = None, *,
     elif array_bytes < 8:
         raise ValueError(f"array_bytes must be >= 8, got {array_bytes}")
 
+    load = machine_load()
+    problems = [p for p in [busy_machine_problem(load)] if p]
     started = time.perf_counter()
     stream = _stream(threads, array_bytes, seconds * 0.6, min_repeats, max_repeats)
     fma = _fma(threads, seconds * 0.4, min_repeats, max_repeats)
@@ -235,9 +354,23 @@ def measure_cpu_peaks(seconds: float = 5.0, threads: int | None = None, *,
         "stream": stream,
         "fma": fma,
         "metadata": collect_host_metadata(),
+        "load": load,
     }
+    problems += _gap_problems(stream, fma)
+    result["warnings"] = problems       # saved with the record: a busy run stays marked
+    result["saved_to"] = None
     if save:
-        save_peaks(result)
+        path = peaks_cache_path()
+        cached = load_cached_peaks(path)
+        if cached is not None and not replace:
+            problems += _keep_higher_cached(result, cached)
+        result["saved_to"] = path       # before writing, so the file equals what is returned
+        try:
+            save_peaks(result, path)
+        except OSError as e:            # the numbers must outlive an unwritable cache
+            result["saved_to"] = None
+            problems.append(f"not saved: cannot write {path} ({type(e).__name__}: "
+                            f"{e.strerror or e}); set KBENCH_CACHE_DIR to a writable directory")
     return result
 
 
@@ -255,22 +388,69 @@ def save_peaks(result: dict, path: str | None = None) -> str:
     path = path or peaks_cache_path()
     os.makedirs(os.path.dirname(path), exist_ok=True)
     tmp = f"{path}.{os.getpid()}.tmp"
-    with open(tmp, "w") as f:
-        json.dump(result, f, indent=1, sort_keys=True)
-    os.replace(tmp, path)
+    try:
+        with open(tmp, "w") as f:
+            json.dump(result, f, indent=1, sort_keys=True)
+        os.replace(tmp, path)
+    except BaseException:
+        if os.path.exists(tmp):
+            os.unlink(tmp)
+        raise
     return path
 
 
+def peaks_record_problem(d: object) -> str | None:
+    """What is wrong with a peaks record (the cache file's content), None when it is valid:
+    a dict of schema 1 whose ceilings are finite positive numbers."""
+    if not isinstance(d, dict):
+        return f"it holds a {type(d).__name__}, not an object"
+    if d.get("schema") != SCHEMA:
+        return f"schema {d.get('schema')!r}, expected {SCHEMA}"
+    for key in CEILINGS:
+        v = d.get(key)
+        if isinstance(v, bool) or not isinstance(v, (int, float)):
+            return f"{key} is {v!r}, not a number"
+        if not (math.isfinite(v) and v > 0):
+            return f"{key} is {v!r}, not a finite positive number"
+    for key in ("stream", "fma", "metadata"):
+        if key in d and not isinstance(d[key], dict):
+            return f"{key} is a {type(d[key]).__name__}, not an object"
+    return None
+
+
+_warned_caches: set = set()
+
+
+def _warn_cache_once(path: str, problem: str) -> None:
+    """One warning per file and problem in a process: a bad cache is reported, not repeated
+    on every bench."""
+    if (path, problem) in _warned_caches:
+        return
+    _warned_caches.add((path, problem))
+    warnings.warn(f"kbench: ignoring the peaks cache {path}: {problem}. Results carry no % of "
+                  f"peak until `kbench peaks` rewrites it (or delete the file).",
+                  PeaksCacheWarning, stacklevel=3)
+
+
 def load_cached_peaks(path: str | None = None) -> dict | None:
-    """The cached result of ``measure_cpu_peaks`` for this host, or None when there is none (or
-    it is unreadable or from another schema)."""
+    """The cached result of ``measure_cpu_peaks`` for this host, or None when there is none.
+    A file that cannot be read or is not a valid record is ignored with one warning
+    (PeaksCacheWarning) naming the file and what is wrong."""
     path = path or peaks_cache_path()
     try:
         with open(path) as f:
             result = json.load(f)
-    except (OSError, ValueError):
+    except (FileNotFoundError, NotADirectoryError):
         return None
-    if not isinstance(result, dict) or result.get("schema") != SCHEMA:
+    except OSError as e:
+        _warn_cache_once(path, f"cannot be read ({type(e).__name__}: {e.strerror or e})")
+        return None
+    except ValueError as e:                   # not JSON, or not UTF-8
+        _warn_cache_once(path, f"not JSON ({type(e).__name__}: {e})")
+        return None
+    problem = peaks_record_problem(result)
+    if problem:
+        _warn_cache_once(path, problem)
         return None
     return result
 
@@ -300,4 +480,8 @@ def peaks_table(d: dict) -> str:
         note += f", {d.get('arrays_exceed_llc_x', 0):.1f}x the {llc / 2**20:.0f} MiB LLC " \
                 f"({d.get('llc_source')})"
     lines.append(note)
+    for key, kept in (d.get("kept_from_cache") or {}).items():
+        label, unit = CEILINGS[key]
+        lines.append(f"ceiling kept: {label} {kept['cached']:.3g} {unit} from the cache "
+                     f"(measured now: {kept['measured']:.3g} {unit})")
     return "\n".join(lines)

@@ -29,11 +29,12 @@ fixture; both plugins load side by side):
     New benchmarks are listed as "no baseline". ``--kbench-fail=off`` only reports.
 ``--kbench-disable``
     run each benchmarked callable exactly once, untimed: the fixture checks ``check=`` if given
-    (a wrong answer still fails the test) and returns a :class:`DisabledRun` stub -- ``.output``
-    (what the callable returned), ``.correctness`` (the comparison as a dict, or None),
-    ``.disabled`` (True) -- instead of a Result, so the same tests serve as correctness tests on
-    CPU-only CI. Code that reads timing fields should check the fixture's ``kbench.disabled``
-    first (``assert r.disabled if kbench.disabled else r.median < 1e-3``).
+    (a wrong answer still fails the test) and returns a :class:`DisabledRun`: a Result with no
+    samples, NaN figures (``r.median``, ``r.stats[...]``, throughput) and the one call's
+    ``.correctness``, plus ``.output`` (what the callable returned) and ``.disabled`` (True), so
+    the same tests serve as correctness tests on CPU-only CI. A timing assertion on NaN is
+    false: guard it with the fixture's ``kbench.disabled``
+    (``assert kbench.disabled or r.median < 1e-3``).
 ``--kbench-max-time=SECONDS``
     override ``max_time_s`` of every benchmark (e.g. a short budget on CI).
 
@@ -55,19 +56,41 @@ import sys
 from dataclasses import dataclass, field
 from typing import Any, Dict, List, Optional, Tuple
 
+import numpy as np
 import pytest
+
+from .result import Result
 
 SESSION_SCHEMA = "kbench.session/1"
 
+_NAN_STATS_KEYS = ("min", "max", "mean", "median", "std", "q1", "q3", "iqr", "mad", "cv",
+                   "ci_low", "ci_high", "rel_ci_halfwidth")
 
-@dataclass
-class DisabledRun:
-    """What the fixture returns under --kbench-disable: one untimed call, no measurement."""
 
-    name: str
-    output: Any
-    correctness: Optional[Dict[str, Any]] = None
+@dataclass(repr=False)
+class DisabledRun(Result):
+    """What the fixture returns under --kbench-disable: one untimed call, no measurement. A
+    Result with no samples and NaN figures, so code reading ``r.median`` or ``r.stats`` runs;
+    ``correctness`` is the one call's check (None without check=)."""
+
+    output: Any = None
     disabled: bool = True
+
+    @classmethod
+    def of_call(cls, name: str, output: Any,
+                correctness: Optional[Dict[str, Any]]) -> "DisabledRun":
+        stats: Dict[str, Any] = {k: float("nan") for k in _NAN_STATS_KEYS}
+        stats.update(n=0, ci_level=0.95, outliers_low=0, outliers_high=0)
+        return cls(name=name, device="none", backend="disabled",
+                   samples=np.empty(0, dtype=np.float64), stats=stats,
+                   stop={"stop": "disabled", "criterion": None},
+                   cold_cache={"mode": "none"}, correctness=correctness,
+                   warnings=["--kbench-disable: called once, not timed"], output=output)
+
+    def __repr__(self) -> str:
+        ok = "" if self.correctness is None else \
+            f", correctness {'ok' if self.correctness.get('ok') else 'FAILED'}"
+        return f"kbench {self.name}: not timed (--kbench-disable){ok}"
 
 
 @dataclass
@@ -195,12 +218,14 @@ class KbenchFixture:
             args = normalize_arg_sets(arg_sets, options.get("rotate_sets", 0))[0]
         name = options.get("name") or _name_of(fn)
         if check is not None:
-            # the same check bench() runs before timing: poisons out=, calls fn once, compares
+            # the same check bench() runs before timing: poisons the output, calls fn once,
+            # compares
             correctness = _check_before_timing(fn, tuple(args), kwargs, check,
-                                               options.get("rtol"), options.get("atol"), name)
-            run = DisabledRun(name=name, output=None, correctness=correctness)
+                                               options.get("rtol"), options.get("atol"), name,
+                                               options.get("out_arg"))
+            run = DisabledRun.of_call(name, None, correctness)
         else:
-            run = DisabledRun(name=name, output=fn(*args, **kwargs))
+            run = DisabledRun.of_call(name, fn(*args, **kwargs), None)
         self.results.append(run)
         return run
 
@@ -266,7 +291,7 @@ def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
         # "not run" rows are noise when only some tests were selected: keep them out
         cmp.deltas = [d for d in cmp.deltas if d.verdict != "not run"]
         state.comparison = cmp
-        if state.threshold is not None and cmp.regressions and \
+        if state.threshold is not None and cmp.failures and \
                 session.exitstatus == pytest.ExitCode.OK:
             session.exitstatus = pytest.ExitCode.TESTS_FAILED
 
@@ -284,7 +309,7 @@ def pytest_terminal_summary(terminalreporter, exitstatus: int, config: pytest.Co
         return
     if not state.results:
         return
-    from ._format import fmt_pct, fmt_rate, fmt_time, text_table
+    from ._format import fmt_ci, fmt_rate, fmt_time, text_table
     tr.write_sep("-", f"kbench: {len(state.results)} benchmark(s)")
     if state.comparison is None:
         rows = []
@@ -294,17 +319,17 @@ def pytest_terminal_summary(terminalreporter, exitstatus: int, config: pytest.Co
                                                              ("flops_per_s", "FLOP"))
                              if tp.get(k) is not None) or "-"
             rows.append([key, fmt_time(s["median"]),
-                         f"+-{fmt_pct(s.get('rel_ci_halfwidth'))}", str(s["n"]), rate,
-                         str(r.stop.get("stop"))])
-        tr.write_line(text_table(["benchmark", "median", "CI", "n", "throughput", "stop"],
-                                 rows))
+                         fmt_ci(s.get("median"), s.get("ci_low"), s.get("ci_high")),
+                         str(s["n"]), rate, str(r.stop.get("stop"))])
+        tr.write_line(text_table(["benchmark", "median", "CI95 of median", "n", "throughput",
+                                  "stop"], rows))
     if state.compare_error:
         tr.write_line(f"kbench: cannot compare: {state.compare_error}", red=True)
     if state.comparison is not None:
         cmp = state.comparison
         tr.write_line(f"compared with {state.compare}:")
         tr.write_line(cmp.table())
-        failing = state.threshold is not None and cmp.regressions
+        failing = state.threshold is not None and cmp.failures
         tr.write_line(("FAILED: " if failing else "") + cmp.summary(),
                       red=bool(failing), green=not failing)
     if state.saved:

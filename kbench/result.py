@@ -8,7 +8,7 @@ from typing import Any, Dict, List, Optional
 
 import numpy as np
 
-from ._format import dump_json, fmt_bytes, fmt_pct, fmt_rate, fmt_time, html_table
+from ._format import dump_json, fmt_bytes, fmt_ci, fmt_pct, fmt_rate, fmt_time, html_table
 
 SCHEMA = "kbench.result/1"
 
@@ -107,15 +107,15 @@ class Result:
     def to_dict(self) -> Dict[str, Any]:
         return {
             "schema": SCHEMA,
-            "name": self.name,
+            "name": _jsonable(self.name),
             "device": self.device,
             "backend": self.backend,
             "samples_s": [float(x) for x in np.asarray(self.samples, dtype=np.float64)],
             "stats": _jsonable(self.stats),
             "stop": _jsonable(self.stop),
             "cold_cache": _jsonable(self.cold_cache),
-            "flops": self.flops,
-            "bytes": self.bytes,
+            "flops": _jsonable(self.flops),
+            "bytes": _jsonable(self.bytes),
             "throughput": _jsonable(self.throughput),
             "correctness": _jsonable(self.correctness),
             "metadata": _jsonable(self.metadata),
@@ -128,11 +128,26 @@ class Result:
 
     @classmethod
     def from_dict(cls, d: Dict[str, Any]) -> "Result":
+        if not isinstance(d, dict):
+            raise TypeError(f"not a kbench result: a {type(d).__name__}, not a JSON object "
+                            f"with schema {SCHEMA!r}")
         if d.get("schema") != SCHEMA:
             raise ValueError(f"not a kbench result (schema {d.get('schema')!r}, "
                              f"expected {SCHEMA!r})")
+        missing = [k for k in _REQUIRED if k not in d]
+        if missing:
+            raise ValueError(f"kbench result without {', '.join(missing)}")
+        for k, kind in _REQUIRED.items():
+            if not isinstance(d[k], kind):
+                raise ValueError(f"kbench result field {k!r} is a {type(d[k]).__name__}, not "
+                                 f"a {_KIND_NAMES[kind]}")
+        try:
+            samples = np.asarray(d["samples_s"], dtype=np.float64)
+        except (TypeError, ValueError):
+            raise ValueError("kbench result field 'samples_s' is not a list of numbers") \
+                from None
         return cls(name=d["name"], device=d["device"], backend=d["backend"],
-                   samples=np.asarray(d["samples_s"], dtype=np.float64), stats=d["stats"],
+                   samples=samples, stats=d["stats"],
                    stop=d["stop"], cold_cache=d["cold_cache"], flops=d.get("flops"),
                    bytes=d.get("bytes"), throughput=d.get("throughput") or {},
                    correctness=d.get("correctness"), metadata=d.get("metadata") or {},
@@ -140,32 +155,52 @@ class Result:
 
     @classmethod
     def from_json(cls, text: str) -> "Result":
-        return cls.from_dict(json.loads(text))
+        try:
+            doc = json.loads(text)
+        except json.JSONDecodeError as e:
+            raise ValueError(f"not a kbench result: invalid or truncated JSON ({e})") from None
+        return cls.from_dict(doc)
 
     @classmethod
     def load(cls, path: str) -> "Result":
+        """Read a result written by to_json(path). A file that is not one raises ValueError
+        (TypeError for JSON of another type) naming the file and the problem."""
         with open(path) as f:
-            return cls.from_json(f.read())
+            try:
+                text = f.read()
+            except UnicodeDecodeError as e:
+                raise ValueError(f"{path}: not a kbench result: not UTF-8 text ({e.reason} at "
+                                 f"byte {e.start})") from None
+        try:
+            return cls.from_json(text)
+        except (TypeError, ValueError) as e:
+            raise type(e)(f"{path}: {e}") from None
 
     # -- presentation
     def _rows(self) -> List[List[str]]:
         s, st, tp = self.stats, self.stop, self.throughput
-        ci = f"CI{round(100 * s.get('ci_level', 0.95))}"
-        rows = [["Wall", f"{fmt_time(s['median'])} median (n={s['n']}, {ci} "
-                         f"{fmt_time(s['ci_low'])} .. {fmt_time(s['ci_high'])}, "
-                         f"+-{fmt_pct(s.get('rel_ci_halfwidth'))})"],
+        level = round(100 * s.get('ci_level', 0.95))
+        # CI and CV answer different questions, and a high CV beside a tight CI looks like a
+        # contradiction unless each says what it is.
+        rows = [["Wall", f"{fmt_time(s['median'])} median (n={s['n']}; {level}% CI of the "
+                         f"median {fmt_time(s['ci_low'])} .. {fmt_time(s['ci_high'])}, "
+                         f"{fmt_ci(s.get('median'), s.get('ci_low'), s.get('ci_high'))}: "
+                         f"the precision of this figure)"],
                 ["Spread", f"min {fmt_time(s['min'])}, mean {fmt_time(s['mean'])}, "
-                           f"max {fmt_time(s['max'])}, CV {fmt_pct(s.get('cv'))}, "
+                           f"max {fmt_time(s['max'])}, CV {fmt_pct(s.get('cv'))} (the spread "
+                           f"of single calls, not the precision of the median), "
                            f"outliers {s.get('outliers_low', 0) + s.get('outliers_high', 0)}"]]
         parts = []
-        if tp.get("bytes_per_s") is not None:
-            p = f" ({fmt_pct(tp['bandwidth_pct_peak'])} of measured " \
-                f"{fmt_rate(tp['peak_bytes_per_s'], 'B')})" if tp.get("bandwidth_pct_peak") else ""
-            parts.append(fmt_rate(tp["bytes_per_s"], "B") + p)
-        if tp.get("flops_per_s") is not None:
-            p = f" ({fmt_pct(tp['compute_pct_peak'])} of measured " \
-                f"{fmt_rate(tp['peak_flops_per_s'], 'FLOP')})" if tp.get("compute_pct_peak") else ""
-            parts.append(fmt_rate(tp["flops_per_s"], "FLOP") + p)
+        for kind, unit, pct_key in (("bytes", "B", "bandwidth_pct_peak"),
+                                    ("flops", "FLOP", "compute_pct_peak")):
+            if tp.get(f"{kind}_per_s") is None:
+                continue
+            p = ""
+            if tp.get(pct_key):
+                peak = tp.get(f"peak_{kind}_name") or "ceiling"
+                p = (f" ({fmt_pct(tp[pct_key])} of the measured {peak} peak, "
+                     f"{fmt_rate(tp[f'peak_{kind}_per_s'], unit)})")
+            parts.append(fmt_rate(tp[f"{kind}_per_s"], unit) + p)
         if parts:
             rows.append(["Throughput", "; ".join(parts)])
         if tp.get("bound_by"):
@@ -222,6 +257,11 @@ class Result:
     def _repr_html_(self) -> str:
         return html_table(["", ""], self._rows(),
                           caption=f"kbench {self.name} [{self.device}, {self.backend} timer]")
+
+
+_REQUIRED = {"name": str, "device": str, "backend": str, "samples_s": list, "stats": dict,
+             "stop": dict, "cold_cache": dict}
+_KIND_NAMES = {str: "string", list: "list", dict: "JSON object"}
 
 
 def _jsonable(x: Any) -> Any:

@@ -31,7 +31,7 @@ from typing import Any, Callable, Dict, List, Optional, Sequence, Tuple
 
 import numpy as np
 
-from ._format import dump_json, fmt_pct, fmt_rate, fmt_time, html_table, text_table
+from ._format import dump_json, fmt_bytes, fmt_pct, fmt_rate, fmt_time, html_table, text_table
 from .result import Result
 
 _ROW_KEYS = ("name", "median_s", "ci_low_s", "ci_high_s", "rel_ci", "samples", "bytes_per_s",
@@ -116,6 +116,7 @@ class SweepResult:
     results: List[Result]
     isolate: bool = False
     options: Dict[str, Any] = field(default_factory=dict)
+    factory_name: str = ""          # what was swept: the plot's title, not a case's name
 
     @property
     def rows(self) -> List[Dict[str, Any]]:
@@ -207,7 +208,9 @@ class SweepResult:
     def plot(self, x: str = "n", y: str = "bytes_per_s", ax: Any = None, peak: bool = True):
         """Throughput (or any numeric row field) against one axis, one line per combination of
         the other axes; log x for positive numeric x; CI error bars; the measured peak as a
-        horizontal line when known. Returns the matplotlib Axes (``ax.figure`` is the Figure)."""
+        horizontal line when known; where the bytes per call cross the cache size, a vertical
+        line; points served from cache (hot, and the bytes per call fit the cache) ringed.
+        Returns the matplotlib Axes (``ax.figure`` is the Figure)."""
         if x not in self.axes:
             raise ValueError(f"SweepResult.plot: x={x!r} is not an axis of this sweep "
                              f"(axes: {list(self.axes)})")
@@ -233,8 +236,10 @@ class SweepResult:
             groups.setdefault(tuple(row[a] for a in others), []).append((row, r))
         numeric_x = all(isinstance(row[x], (int, float)) and not isinstance(row[x], bool)
                         for row in rows)
+        served_labelled = False
+        cache_marks: set = set()
         for key, members in groups.items():
-            pts = [(row[x], row[y], _y_err(row, r, y)) for row, r in members
+            pts = [(row[x], row[y], _y_err(row, r, y), r) for row, r in members
                    if row[y] is not None]
             if numeric_x:
                 pts.sort(key=lambda p: p[0])
@@ -252,6 +257,19 @@ class SweepResult:
                 ax.errorbar(xs, ys, yerr=yerr, marker="o", capsize=3, label=label)
             else:
                 ax.plot(xs, ys, marker="o", label=label)
+            served = [(xv, yv) for xv, yv, p in zip(xs, ys, pts) if _cache_served(p[3])]
+            if served:
+                ax.scatter([p[0] for p in served], [p[1] for p in served], s=140,
+                           facecolors="none", edgecolors="0.2", linewidths=1.2, zorder=3,
+                           label=None if served_labelled else
+                           "served from cache (hot; bytes per call fit the cache)")
+                served_labelled = True
+            if numeric_x:
+                for xc, name in _cache_crossings(members, x):
+                    if (xc, name) not in cache_marks:
+                        cache_marks.add((xc, name))
+                        ax.axvline(xc, color="0.5", linestyle=":", linewidth=1,
+                                   label=f"bytes per call = {name}")
         if numeric_x and all(row[x] > 0 for row in rows):
             ax.set_xscale("log")
         if peak:
@@ -263,7 +281,8 @@ class SweepResult:
                            label=f"measured peak {fmt_rate(p, _RATE_UNIT[y])}")
         ax.set_xlabel(x)
         ax.set_ylabel(unit)
-        ax.set_title(self.results[0].name.split("[")[0] if self.results else "kbench sweep")
+        what = f"kbench sweep of {self.factory_name}" if self.factory_name else "kbench sweep"
+        ax.set_title(f"{what}: {unit} vs {x}")
         ax.grid(True, which="both", alpha=0.3)
         if ax.get_legend_handles_labels()[0]:
             ax.legend()
@@ -276,6 +295,33 @@ _Y_UNITS = {"bytes_per_s": (1e-9, "GB/s"), "flops_per_s": (1e-9, "GFLOP/s"),
             "compute_pct_peak": (100.0, "% of peak FLOP/s")}
 _PEAK_KEYS = {"bytes_per_s": "peak_bytes_per_s", "flops_per_s": "peak_flops_per_s"}
 _RATE_UNIT = {"bytes_per_s": "B", "flops_per_s": "FLOP"}
+
+
+def _cache_served(r: Result) -> bool:
+    """Hot, and the bytes per call fit the cache: the figure is the cache's, not memory's."""
+    cc = r.cold_cache or {}
+    if cc.get("mode", "none") != "none":
+        return False
+    cache = cc.get("cache_bytes")
+    return bool(r.bytes and cache and r.bytes <= cache)
+
+
+def _cache_crossings(members: List[Tuple[Dict[str, Any], Result]],
+                     x: str) -> List[Tuple[float, str]]:
+    """Where along x the bytes per call cross each cache size: [(x, "<cache> <size>")],
+    interpolated on log scales between the two points that straddle it."""
+    pts = sorted(((row[x], r) for row, r in members if r.bytes and row[x] > 0),
+                 key=lambda p: p[0])
+    out = []
+    for (x0, r0), (x1, r1) in zip(pts, pts[1:]):
+        cache = (r1.cold_cache or {}).get("cache_bytes")
+        if not cache or not r0.bytes < r1.bytes or not r0.bytes <= cache < r1.bytes:
+            continue
+        t = (np.log(cache) - np.log(r0.bytes)) / (np.log(r1.bytes) - np.log(r0.bytes))
+        xc = float(np.exp(np.log(x0) + t * (np.log(x1) - np.log(x0))))
+        name = f"{r1.cold_cache.get('cache') or 'cache'} {fmt_bytes(cache)}"
+        out.append((float(f"{xc:.4g}"), name))
+    return out
 
 
 def _float(v: Any) -> Optional[float]:
@@ -324,5 +370,6 @@ def sweep(factory: Callable[..., Any], axes: Dict[str, Sequence[Any]], *,
                 e.add_note(f"in kbench.sweep case {case}")
             raise
         results.append(r)
+    what = getattr(factory, "__qualname__", None) or type(factory).__name__
     return SweepResult(axes=axes, cases=cases, results=results, isolate=isolate,
-                       options=dict(bench_options))
+                       options=dict(bench_options), factory_name=what)

@@ -125,7 +125,11 @@ def _check_return_mode(return_mode: str, quantiles: Any) -> None:
         raise ValueError(f"return_mode must be one of {list(_RETURN_MODES)}, got "
                          f"{return_mode!r}")
     if quantiles is not None:
-        q = np.asarray(quantiles, dtype=np.float64)
+        try:
+            q = np.asarray(quantiles, dtype=np.float64)
+        except (TypeError, ValueError):
+            raise ValueError(f"quantiles must be a list of numbers in [0, 1], got "
+                             f"{quantiles!r}") from None
         if q.ndim > 1 or q.size == 0 or np.any((q < 0) | (q > 1)) or np.any(np.isnan(q)):
             raise ValueError(f"quantiles must be a list of numbers in [0, 1], got {quantiles!r}")
 

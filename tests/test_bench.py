@@ -222,3 +222,177 @@ def test_figures_above_the_measured_ceilings_are_flagged(monkeypatch):
     assert any("served from cache" in w for w in hot.warnings)
     assert any("measured compute ceiling" in w for w in hot.warnings)
     assert hot.throughput["bound_by"] in ("memory", "compute")
+
+
+# -- in-place kernels: out_arg names the output (issue 12, item 5)
+
+def silu_and_mul(out, x):
+    """vLLM's op in NumPy: writes out in place, returns None."""
+    d = x.shape[-1] // 2
+    gate = x[..., :d]
+    out[...] = gate / (1.0 + np.exp(-gate)) * x[..., d:]
+
+
+def silu_and_mul_ref(x):
+    x = x.astype(np.float64)
+    d = x.shape[-1] // 2
+    return x[..., :d] / (1.0 + np.exp(-x[..., :d])) * x[..., d:]
+
+
+def test_out_arg_position_checks_an_in_place_kernel_as_in_the_docs():
+    x = np.random.default_rng(0).standard_normal((8, 64)).astype(np.float32)
+    out = np.empty((8, 32), dtype=np.float32)
+    # the docs/workflow.md example
+    r = kbench.bench(silu_and_mul, out, x, out_arg=0, bytes=x.nbytes + out.nbytes,
+                     check=lambda out, x: silu_and_mul_ref(x), **FAST)
+    assert r.correctness["ok"] is True and r.correctness["n"] == out.size
+
+
+def test_out_arg_keyword_names_an_output_other_than_out():
+    x = np.arange(16.0)
+    dst = np.zeros(16)
+
+    def scale(x, dst=None):
+        np.multiply(x, 3.0, out=dst)
+
+    r = kbench.bench(scale, x, kwargs={"dst": dst}, out_arg="dst", check=x * 3.0, **FAST)
+    assert r.correctness["ok"] is True
+
+
+@pytest.mark.parametrize("out_arg", [0, -2, "out"])
+def test_out_arg_is_poisoned_so_an_unwritten_output_fails(out_arg):
+    x = np.ones(100)
+    out = x * 2.0                                    # already the right answer ...
+
+    def writes_nothing(out, x):
+        return None                                  # ... but never written
+
+    if out_arg == "out":
+        call = dict(kwargs={"out": out, "x": x})
+        args = ()
+    else:
+        call, args = {}, (out, x)
+    with pytest.raises(AssertionError, match="nothing was timed"):
+        kbench.bench(writes_nothing, *args, out_arg=out_arg, check=x * 2.0, **FAST, **call)
+    assert np.isnan(out).all()                       # poisoned before the call
+
+
+def test_out_arg_wins_over_a_returned_value():
+    x = np.ones(8)
+    out = np.empty(8)
+
+    def kernel(out, x):
+        np.add(x, 1.0, out=out)
+        return x                                     # a status or an input, not the output
+
+    r = kbench.bench(kernel, out, x, out_arg=0, check=np.full(8, 2.0), **FAST)
+    assert r.correctness["ok"] is True
+
+
+def test_a_callable_returning_none_under_check_says_so_and_how_to_name_the_output():
+    x = np.random.default_rng(1).standard_normal((4, 16)).astype(np.float32)
+    out = np.empty((4, 8), dtype=np.float32)
+    with pytest.raises(TypeError) as ei:
+        kbench.bench(silu_and_mul, out, x, check=lambda out, x: silu_and_mul_ref(x), **FAST)
+    msg = str(ei.value)
+    assert "returned None" in msg and "out_arg=<position> (one of 0..1)" in msg
+    assert "unsupported dtype" not in msg
+    assert kbench.bench(silu_and_mul, out, x, out_arg=0,
+                        check=lambda out, x: silu_and_mul_ref(x), **FAST).n > 0
+
+
+def test_a_closure_writing_a_captured_array_gets_the_same_clear_message():
+    x = np.ones(32)
+    y = np.empty(32)
+
+    def f():
+        np.multiply(x, 2.0, out=y)
+
+    with pytest.raises(TypeError, match="callable returned None.*closure .*must return it"):
+        kbench.bench(f, check=lambda: x * 2.0, **FAST)
+
+
+@pytest.mark.parametrize("out_arg,error,match", [
+    (2, ValueError, r"out_arg=2 is not a position in the 2 positional argument"),
+    (-3, ValueError, r"out_arg=-3 is not a position"),
+    ("dst", ValueError, r"out_arg='dst' is not a keyword in kwargs \(keywords: \[\]\)"),
+    (True, TypeError, r"out_arg must be a position in args \(int\) or a keyword name"),
+    (1.0, TypeError, r"out_arg must be .* got float"),
+])
+def test_a_bad_out_arg_is_refused_before_anything_runs(out_arg, error, match):
+    calls = []
+    with pytest.raises(error, match=match):
+        kbench.bench(lambda o, x: calls.append(1), np.empty(2), np.ones(2), out_arg=out_arg,
+                     check=np.ones(2), **FAST)
+    assert calls == []
+
+
+# -- option edges (issue 12, item 8)
+
+@pytest.mark.parametrize("count", [np.int64(8000), np.int32(8000), np.uint64(8000),
+                                   np.float32(8000.0), np.float64(8000.0), 8000, 8000.0])
+def test_numpy_scalars_are_accepted_as_flops_and_bytes(count):
+    r = kbench.bench(np.sum, np.ones(1000), bytes=count, flops=count, **FAST)
+    assert r.bytes == 8000 and type(r.bytes) in (int, float)
+    assert r.throughput["bytes_per_s"] == pytest.approx(8000 / r.median)
+    back = kbench.Result.from_json(r.to_json())             # serialises: plain numbers
+    assert back.flops == 8000
+
+
+@pytest.mark.parametrize("kw,error,match", [
+    (dict(bytes=True), TypeError, "bytes must be a number of bytes per call, got bool"),
+    (dict(flops=np.bool_(True)), TypeError, "flops must be a number .* got bool"),
+    (dict(bytes="8000"), TypeError, "bytes must be a number .* got str"),
+    (dict(flops=np.float32("nan")), ValueError, "flops must be a non-negative number"),
+    (dict(bytes=np.int64(-1)), ValueError, "bytes must be a non-negative number"),
+    (dict(name=b"x"), TypeError, r"name must be a str, got bytes \(b'x'\)"),
+    (dict(name=42), TypeError, "name must be a str, got int"),
+])
+def test_bad_counts_and_names_are_refused_naming_the_option(kw, error, match):
+    with pytest.raises(error, match=match):
+        kbench.bench(np.sum, np.ones(10), **{**FAST, **kw})
+    assert kbench.bench(np.sum, np.ones(10), name="ok", **FAST).to_json()
+
+
+# -- reading the printed result (issue 12, item 11)
+
+@pytest.mark.parametrize("low,high,text", [
+    (0.995, 1.005, "+-0.50%"),
+    (0.99, 1.012, "+-1.1%"),              # sides within 1.5x: one figure
+    (0.997, 1.021, "-0.30%/+2.1%"),       # lopsided: both sides
+    (0.9, 7.397, "-10%/+640%"),           # the "+-639.7%" of a skewed run under load
+    (1.0, 1.0, "+-0.00%"),
+    (float("nan"), 1.0, "-"),
+])
+def test_the_ci_of_the_median_is_shown_as_a_range_when_lopsided(low, high, text):
+    from kbench._format import fmt_ci
+    assert fmt_ci(1.0, low, high) == text
+
+
+def test_the_report_tells_ci_from_cv_and_names_the_peak(monkeypatch, tmp_path):
+    from kbench import peaks
+    monkeypatch.setenv("KBENCH_CACHE_DIR", str(tmp_path))
+    peaks.save_peaks({"schema": 1, "copy_GBps": 50.0, "triad_GBps": 60.0, "fma_GFLOPs": 100.0,
+                      "fma": {"isa": "avx2"}})
+    a = np.ones(1000)
+    r = kbench.bench(np.sum, a, bytes=a.nbytes, flops=a.size, **FAST)
+    text = repr(r)
+    assert "95% CI of the median" in text and "the precision of this figure" in text
+    assert "(the spread of single calls, not the precision of the median)" in text
+    assert "of the measured CPU STREAM triad peak, 60 GB/s" in text
+    assert "of the measured CPU FMA (avx2) peak, 100 GFLOP/s" in text
+    assert r.throughput["peak_bytes_name"] == "CPU STREAM triad"
+
+
+@pytest.mark.parametrize("bad", ["fast", float("nan"), -1.0, 0, True])
+def test_a_bad_ceiling_costs_the_percent_of_peak_not_the_result(bad):
+    """The GPU peaks cache reaches throughput() unvalidated: a bad figure is warned about and
+    dropped."""
+    from kbench.bench import throughput
+    from kbench.peaks import PeaksCacheWarning
+    source = f"test source {bad!r}"
+    with pytest.warns(PeaksCacheWarning, match="bytes_per_s is .* not a finite positive"):
+        tp = throughput(1e-3, flops=1e6, nbytes=1e6,
+                        peaks={"bytes_per_s": bad, "flops_per_s": 1e12, "source": source})
+    assert tp["bytes_per_s"] == pytest.approx(1e9) and "bandwidth_pct_peak" not in tp
+    assert tp["compute_pct_peak"] == pytest.approx(1e-3)

@@ -95,3 +95,54 @@ def test_parse_threshold(text, value):
 def test_parse_threshold_rejects(text):
     with pytest.raises(ValueError, match="threshold"):
         parse_threshold(text)
+
+
+def with_median(name, median):
+    """A result whose stats say `median` (NaN, negative, ...), as a hand-edited file may."""
+    d = make_result(name, 1e-3).to_dict()
+    d["stats"]["median"] = median
+    return d
+
+
+@pytest.mark.parametrize("side,median", [("new", float("nan")), ("new", -1e-3), ("new", 0.0),
+                                         ("new", float("inf")), ("old", float("nan")),
+                                         ("old", -2e-3)])
+def test_a_nan_or_negative_median_is_invalid_and_fails(side, median):
+    good = make_result("k", 1e-3).to_dict()
+    old, new = ({"k": with_median("k", median)}, {"k": good}) if side == "old" \
+        else ({"k": good}, {"k": with_median("k", median)})
+    cmp = compare_sets(old, new, threshold="8%")
+    d, = cmp.deltas
+    assert d.verdict == "invalid" and d.failure and not d.regression
+    assert f"{'baseline' if side == 'old' else 'current'} median is {median!r}" in d.note
+    assert not cmp.ok and cmp.failures == [d]
+    assert "1 with an invalid median (not a time): k" in cmp.summary()
+    assert "INVALID" in cmp.table()
+
+
+def test_a_new_benchmark_with_a_nan_median_is_invalid_too():
+    cmp = compare_sets({}, {"k": with_median("k", float("nan"))}, threshold="8%")
+    assert [d.verdict for d in cmp.deltas] == ["invalid"] and not cmp.ok
+
+
+def test_a_nan_ci_is_unknown_not_a_resolved_difference():
+    old = make_result("k", 1e-3).to_dict()
+    new = make_result("k", 1.5e-3, seed=1).to_dict()
+    new["stats"]["ci_low"] = float("nan")
+    d, = compare_sets({"k": old}, {"k": new}, threshold="8%").deltas
+    assert d.verdict == "within noise"
+
+
+@pytest.mark.parametrize("doc,match", [
+    ({"schema": "kbench.result/1", "stats": "fast"}, "'stats' is a str, not an object"),
+    ({"schema": "kbench.result/1", "stats": {"median": "1ms"}}, "stats.median is '1ms'"),
+    ({"schema": "kbench.result/1", "samples_s": "abc"}, "'samples_s' is not a list of numbers"),
+    ({"schema": "kbench.result/1", "samples_s": [1e-3, None]}, "'samples_s' is not a list"),
+    ({"schema": "kbench.session/1", "results": {"t": [1, 2]}}, "result 't' is a list"),
+])
+def test_load_results_names_the_file_and_the_bad_field(doc, match, tmp_path):
+    p = tmp_path / "bad.json"
+    p.write_text(json.dumps(doc))
+    with pytest.raises(ValueError, match=match) as ei:
+        load_results(str(p))
+    assert str(p) in str(ei.value)

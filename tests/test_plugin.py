@@ -141,9 +141,28 @@ def test_disable_runs_each_body_once_and_still_checks(pytester, run):
             r = kbench(add_one, np.zeros(3))
             assert len(calls) == 1 and r.disabled
             assert r.output.tolist() == [1.0, 1.0, 1.0]
+
+        def test_reads_the_result_fields(kbench):
+            # an ordinary benchmark test, unchanged: the fields exist, the figures are NaN
+            import math
+            x = np.arange(8.0)
+            r = kbench(add_one, x, bytes=2 * x.nbytes, check=x + 1, cold_cache=None)
+            assert math.isnan(r.median) and math.isnan(r.mean) and math.isnan(r.min)
+            assert math.isnan(r.stats["ci_high"]) and r.n == 0 and len(r.samples) == 0
+            assert r.correctness["ok"] and r.stop["stop"] == "disabled"
+            assert r.throughput == {} and r.warnings and "not timed" in repr(r)
+            assert r.to_json() and "<table" in r._repr_html_()
+            assert kbench.disabled or r.median < 1e-3
+
+        def test_in_place_output_is_checked(kbench):
+            def fill(out, x):
+                out[:] = x + 1
+            x = np.arange(4.0)
+            r = kbench(fill, np.empty(4), x, out_arg=0, check=x + 1)
+            assert r.correctness["ok"]
     """)
     res = run("--kbench-disable", "--kbench-save=never.json")
-    res.assert_outcomes(passed=2, failed=1)
+    res.assert_outcomes(passed=4, failed=1)
     res.stdout.fnmatch_lines(["*does not match the reference; nothing was timed*",
                               "FAILED kbp_check_test.py::test_wrong*"])
     assert not pytester.path.joinpath("never.json").exists()
@@ -228,3 +247,16 @@ def test_coexists_with_pytest_benchmark(pytester, run):
     for opt in ("--kbench-save", "--kbench-compare", "--kbench-fail", "--kbench-disable",
                 "--kbench-max-time", "--benchmark-save", "--benchmark-compare"):
         assert opt in helptext
+
+
+def test_a_baseline_with_a_nan_median_fails_the_session(pytester, run):
+    pytester.makepyfile(kbp_bench_test=BENCH_TESTS)
+    assert run("--kbench-save=base.json", "--kbench-max-time=0.1").ret == 0
+    doc = json.loads(pytester.path.joinpath("base.json").read_text())
+    doc["results"]["kbp_bench_test.py::test_kernel"]["stats"]["median"] = float("nan")
+    pytester.path.joinpath("base.json").write_text(json.dumps(doc))
+    res = run("--kbench-compare=base.json", "--kbench-fail=8%", "--kbench-max-time=0.1")
+    res.assert_outcomes(passed=1)
+    assert res.ret == 1, res.stdout.str()
+    res.stdout.fnmatch_lines(["*kbp_bench_test.py::test_kernel*INVALID (baseline median is nan)*",
+                              "FAILED: *1 with an invalid median*"])

@@ -145,3 +145,49 @@ def test_isolate_runs_each_case_in_a_fresh_process():
     assert [r.median > 0 for r in s.results] == [True, True]
     with pytest.raises(TypeError, match="picklable"):
         sweep(lambda k: (abs, (k,)), {"k": [1]}, isolate=True, **FAST)
+
+
+def synthetic_sweep(cache_bytes=1_000_000, mode="none"):
+    """A SweepResult over n with set medians and bytes: no timing."""
+    from kbench import _core
+    from kbench.sweep import SweepResult
+    ns = [1 << 12, 1 << 14, 1 << 16, 1 << 18]
+    results = []
+    for n in ns:
+        samples = np.full(50, 1e-6 * n / 1024) * (1 + 0.01 * np.linspace(-1, 1, 50))
+        r = Result(name=f"case_fn_{n}[n={n}]", device="cpu", backend="host", samples=samples,
+                   stats=_core.summarize(samples, 0.95), stop={"stop": "precision"},
+                   cold_cache={"mode": mode, "cache_bytes": cache_bytes,
+                               "cache": "CPU last-level cache"},
+                   bytes=16 * n)
+        r.throughput = {"bytes_per_s": r.bytes / r.median}
+        results.append(r)
+    return SweepResult(axes={"n": ns}, cases=[{"n": n} for n in ns], results=results,
+                       factory_name="copy_factory")
+
+
+def test_plot_title_names_the_sweep_not_its_first_case():
+    ax = synthetic_sweep().plot(x="n", y="bytes_per_s")
+    assert ax.get_title() == "kbench sweep of copy_factory: GB/s vs n"
+    s = sweep(copy_case, axes={"n": [256], "dtype": ["float32"]}, **FAST)
+    assert s.plot().get_title().startswith("kbench sweep of copy_case")
+
+
+def test_plot_marks_the_cache_size_and_rings_cache_served_points():
+    ax = synthetic_sweep().plot(x="n", y="bytes_per_s")
+    labels = ax.get_legend_handles_labels()[1]
+    # bytes per call 16 n cross the 1 MB cache between n=2^14 (262 kB) and 2^16 (1.05 MB)
+    mark = [l for l in ax.get_lines() if l.get_label() == "bytes per call = CPU last-level "
+                                                          "cache 1.0 MB"]
+    assert len(mark) == 1
+    x_cache = mark[0].get_xdata()[0]
+    assert 1 << 14 < x_cache < 1 << 16 and x_cache == pytest.approx(1e6 / 16, rel=1e-3)
+    assert "served from cache (hot; bytes per call fit the cache)" in labels
+    rings = [c for c in ax.collections if c.get_label().startswith("served from cache")]
+    assert len(rings) == 1
+    assert sorted(rings[0].get_offsets()[:, 0].tolist()) == [1 << 12, 1 << 14]
+
+
+def test_cold_points_are_not_ringed_as_cache_served():
+    ax = synthetic_sweep(mode="flush").plot(x="n", y="bytes_per_s")
+    assert not any("served from cache" in l for l in ax.get_legend_handles_labels()[1])

@@ -1,0 +1,203 @@
+"""`kbench peaks` and its cache: a busy machine is named, a much higher cached ceiling is kept
+(unless --replace), a best/median gap is flagged, and an unwritable cache loses no numbers.
+The measurements and the load reader are faked: nothing here loads the machine. A corrupt
+cache is ignored with one warning, and the benches after it work."""
+import json
+
+import numpy as np
+import pytest
+
+from kbench import cli, peaks
+
+QUIET = {"load1": 0.05, "cpus": 8, "running": []}
+
+
+def fake_stream(copy=(50.0, 49.0), triad=(60.0, 59.0)):
+    def _stream(threads, array_bytes, budget_s, min_repeats, max_repeats):
+        out = {"array_elems": 1000, "array_bytes": 8000}
+        for name, (best, median) in (("copy", copy), ("triad", triad)):
+            out[name] = {"bytes_per_call": 16000, "best_GBps": best, "median_GBps": median,
+                         "repeats": 5, "times_s": [1e-6] * 5}
+        return out
+    return _stream
+
+
+def fake_fma(best=100.0, median=99.0):
+    def _fma(threads, budget_s, min_repeats, max_repeats):
+        return {"isa": "fake", "n_iter": 1, "flops_per_call": 1.0, "best_GFLOPs": best,
+                "median_GFLOPs": median, "repeats": 5, "times_s": [1e-6] * 5}
+    return _fma
+
+
+@pytest.fixture
+def fake_peaks(monkeypatch, tmp_path):
+    """A quiet machine, a fresh cache directory, measurements that return set numbers."""
+    monkeypatch.setenv("KBENCH_CACHE_DIR", str(tmp_path / "cache"))
+    monkeypatch.setattr(peaks, "machine_load", lambda: dict(QUIET))
+    monkeypatch.setattr(peaks, "collect_host_metadata", lambda: {"timestamp_utc": "now"})
+    monkeypatch.setattr(peaks, "_stream", fake_stream())
+    monkeypatch.setattr(peaks, "_fma", fake_fma())
+    return monkeypatch
+
+
+def measure(**kw):
+    return peaks.measure_cpu_peaks(seconds=0.1, array_bytes=8000, **kw)
+
+
+def test_a_quiet_machine_measures_without_warnings_and_saves(fake_peaks):
+    d = measure()
+    assert d["warnings"] == []
+    assert d["saved_to"] == peaks.peaks_cache_path()
+    assert peaks.load_cached_peaks()["triad_GBps"] == 60.0
+
+
+def test_a_busy_machine_is_named_in_a_warning(fake_peaks):
+    fake_peaks.setattr(peaks, "machine_load", lambda: {"load1": 7.5, "cpus": 2,
+                                                       "running": ["stress (4242)"]})
+    d = measure(save=False)
+    busy = [w for w in d["warnings"] if "machine is busy" in w]
+    assert len(busy) == 1
+    assert "1-minute load average 7.50 on 2 CPUs" in busy[0]
+    assert "stress (4242)" in busy[0] and "re-run `kbench peaks`" in busy[0]
+    assert d["load"]["load1"] == 7.5
+
+
+@pytest.mark.parametrize("load,busy", [
+    ({"load1": 0.9, "cpus": 2, "running": []}, False),
+    ({"load1": 1.1, "cpus": 2, "running": []}, True),
+    ({"load1": None, "cpus": 2, "running": []}, False),
+    ({"load1": 0.0, "cpus": 64, "running": ["python (1)"]}, True),
+])
+def test_busy_rule_load_average_over_half_the_cpus_or_another_running_process(load, busy):
+    assert (peaks.busy_machine_problem(load) is not None) == busy
+
+
+def test_machine_load_reads_this_machine():
+    load = peaks.machine_load()
+    assert load["cpus"] >= 1
+    assert load["load1"] is None or load["load1"] >= 0
+    assert all(isinstance(p, str) and p.endswith(")") for p in load["running"])
+
+
+def test_a_much_higher_cached_ceiling_is_kept_and_said(fake_peaks):
+    fake_peaks.setattr(peaks, "_stream", fake_stream(triad=(77.0, 76.0)))
+    measure()
+    fake_peaks.setattr(peaks, "_stream", fake_stream(triad=(44.6, 44.0)))
+    d = measure()
+    assert d["triad_GBps"] == 77.0
+    assert d["kept_from_cache"]["triad_GBps"]["measured"] == 44.6
+    kept = [w for w in d["warnings"] if "kept the cached ceiling" in w]
+    assert len(kept) == 1 and "STREAM triad measured 44.6 GB/s, 42% below the cached 77" \
+        in kept[0] and "--replace" in kept[0]
+    assert peaks.load_cached_peaks()["triad_GBps"] == 77.0       # the file keeps it too
+    assert "ceiling kept: STREAM triad 77 GB/s" in peaks.peaks_table(d)
+    # copy and fma were not lower: they are the new measurement
+    assert d["copy_GBps"] == 50.0 and "copy_GBps" not in d["kept_from_cache"]
+
+
+def test_replace_stores_the_lower_ceiling(fake_peaks):
+    fake_peaks.setattr(peaks, "_stream", fake_stream(triad=(77.0, 76.0)))
+    measure()
+    fake_peaks.setattr(peaks, "_stream", fake_stream(triad=(44.6, 44.0)))
+    d = measure(replace=True)
+    assert d["triad_GBps"] == 44.6 and "kept_from_cache" not in d
+    assert peaks.load_cached_peaks()["triad_GBps"] == 44.6
+
+
+def test_a_ceiling_within_ten_percent_is_replaced_silently(fake_peaks):
+    fake_peaks.setattr(peaks, "_stream", fake_stream(triad=(64.0, 63.0)))
+    measure()
+    fake_peaks.setattr(peaks, "_stream", fake_stream(triad=(60.0, 59.0)))
+    d = measure()                       # 6% lower: noise, not a busy machine
+    assert d["triad_GBps"] == 60.0 and d["warnings"] == []
+
+
+def test_a_large_gap_between_best_and_median_is_flagged(fake_peaks):
+    fake_peaks.setattr(peaks, "_stream", fake_stream(copy=(80.0, 50.0)))
+    fake_peaks.setattr(peaks, "_fma", fake_fma(best=100.0, median=95.0))   # 5%: fine
+    d = measure(save=False)
+    assert len(d["warnings"]) == 1
+    assert "STREAM copy: best repeat 80 GB/s but median 50 GB/s (60% apart)" in d["warnings"][0]
+
+
+def test_an_unwritable_cache_keeps_the_numbers_and_warns(fake_peaks, tmp_path):
+    blocker = tmp_path / "a_file"
+    blocker.write_text("")
+    fake_peaks.setenv("KBENCH_CACHE_DIR", str(blocker / "cache"))   # under a regular file
+    d = measure()
+    assert d["saved_to"] is None and d["copy_GBps"] == 50.0
+    assert any(w.startswith(f"not saved: cannot write {blocker / 'cache'}") and
+               "KBENCH_CACHE_DIR" in w for w in d["warnings"])
+
+
+def test_cli_peaks_prints_the_numbers_and_the_warnings(fake_peaks, tmp_path, capsys):
+    blocker = tmp_path / "a_file"
+    blocker.write_text("")
+    fake_peaks.setenv("KBENCH_CACHE_DIR", str(blocker / "cache"))
+    fake_peaks.setattr(peaks, "machine_load", lambda: {"load1": 9.0, "cpus": 2, "running": []})
+    assert cli.main(["peaks", "--cpu-only", "--seconds", "0.1"]) == 0
+    out, err = capsys.readouterr()
+    assert "50.00 GB/s" in out and "60.00 GB/s" in out          # the numbers survive
+    assert "kbench peaks: warning: the machine is busy" in err
+    assert "kbench peaks: warning: not saved: cannot write" in err
+    assert "Traceback" not in err
+
+
+def test_cli_peaks_keeps_the_cached_ceiling_unless_replace(fake_peaks, capsys):
+    fake_peaks.setattr(peaks, "_stream", fake_stream(triad=(77.0, 76.0)))
+    assert cli.main(["peaks", "--cpu-only", "--seconds", "0.1"]) == 0
+    fake_peaks.setattr(peaks, "_stream", fake_stream(triad=(44.6, 44.0)))
+    assert cli.main(["peaks", "--cpu-only", "--seconds", "0.1"]) == 0
+    assert "kept the cached ceiling" in capsys.readouterr().err
+    assert peaks.load_cached_peaks()["triad_GBps"] == 77.0
+    assert cli.main(["peaks", "--cpu-only", "--seconds", "0.1", "--replace"]) == 0
+    assert "kept the cached ceiling" not in capsys.readouterr().err
+    assert json.loads(open(peaks.peaks_cache_path()).read())["triad_GBps"] == 44.6
+
+
+GOOD = {"schema": 1, "copy_GBps": 50.0, "triad_GBps": 60.0, "fma_GFLOPs": 100.0}
+
+
+@pytest.mark.parametrize("content,problem", [
+    (json.dumps({**GOOD, "copy_GBps": "fast"}), "copy_GBps is 'fast', not a number"),
+    (json.dumps({**GOOD, "triad_GBps": -3.0}), "triad_GBps is -3.0, not a finite positive"),
+    (json.dumps({**GOOD, "fma_GFLOPs": 0}), "fma_GFLOPs is 0, not a finite positive"),
+    (json.dumps({**GOOD, "copy_GBps": True}), "copy_GBps is True, not a number"),
+    (json.dumps(GOOD).replace("50.0", "NaN"), "copy_GBps is nan, not a finite positive"),
+    (json.dumps(GOOD).replace("60.0", "Infinity"), "triad_GBps is inf, not a finite"),
+    (json.dumps({k: v for k, v in GOOD.items() if k != "fma_GFLOPs"}), "fma_GFLOPs is None"),
+    (json.dumps({**GOOD, "schema": 2}), "schema 2, expected 1"),
+    (json.dumps({**GOOD, "stream": [1]}), "stream is a list, not an object"),
+    ("[1, 2]", "it holds a list, not an object"),
+    ('{"schema": 1, "copy_GB', "not JSON"),
+    (b"\xff\xfe{", "not JSON"),
+])
+def test_a_corrupt_peaks_cache_is_ignored_with_one_warning_and_bench_works(
+        content, problem, monkeypatch, tmp_path):
+    import warnings
+
+    import kbench
+    monkeypatch.setenv("KBENCH_CACHE_DIR", str(tmp_path))
+    path = peaks.peaks_cache_path()
+    with open(path, "wb") as f:
+        f.write(content if isinstance(content, bytes) else content.encode())
+    a = np.ones(1000)
+    fast = dict(bytes=a.nbytes, warmup_s=0.0, max_time_s=0.05, cold_cache=None)
+    with pytest.warns(peaks.PeaksCacheWarning) as rec:
+        r = kbench.bench(np.sum, a, **fast)
+    assert len(rec) == 1
+    msg = str(rec[0].message)
+    assert path in msg and problem in msg
+    assert r.throughput["bytes_per_s"] > 0 and "bandwidth_pct_peak" not in r.throughput
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", peaks.PeaksCacheWarning)     # once, not on every bench
+        assert kbench.bench(np.sum, a, **fast).n > 0
+
+
+def test_a_valid_peaks_cache_gives_percent_of_peak(monkeypatch, tmp_path):
+    import kbench
+    monkeypatch.setenv("KBENCH_CACHE_DIR", str(tmp_path))
+    peaks.save_peaks(dict(GOOD))
+    a = np.ones(1000)
+    r = kbench.bench(np.sum, a, bytes=a.nbytes, warmup_s=0.0, max_time_s=0.05, cold_cache=None)
+    assert r.throughput["peak_bytes_per_s"] == 60e9
