@@ -111,11 +111,13 @@ def bench(fn: Callable[..., Any], *args: Any,
         from . import cuda as _cuda          # imported only when a GPU is asked for
         raw, cold, extra, device_name, peaks = _cuda.run(
             fn, sets, kwargs, cold_cache=cold_cache, flush_bytes=flush_bytes, mode=mode,
-            device=dev, loop=loop, check=check, rtol=rtol, atol=atol, **backend_options)
+            device=dev, loop=loop, check=check, rtol=rtol, atol=atol,
+            output=_named_output(sets[0], kwargs, out_arg), **backend_options)
         backend = raw["backend"]
         if peaks:       # which measured GPU ceiling "% of peak" is of (peaks_gpu measures them)
             compute = backend_options.get("compute_peak", "fp32")
-            peaks = {"bytes_name": "GPU HBM copy",
+            peaks = {"bytes_name": "GPU HBM copy" if peaks.get("bytes_ceiling") != "theoretical"
+                     else "GPU theoretical memory bandwidth",
                      "flops_name": "GPU bf16 GEMM" if compute == "bf16" else "GPU fp32 FMA",
                      **peaks}
 

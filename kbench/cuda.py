@@ -318,7 +318,7 @@ def run(fn: Callable[..., Any], sets: List[Tuple[Any, ...]], kwargs: Dict[str, A
         gate_timeout_s: float = 1.0, unroll: Optional[int] = None,
         expected_launches: Optional[int] = None, floor: bool = True,
         sample_clocks: bool = True, rotate_margin: float = 2.0, compute_peak: str = "fp32",
-        settle_max_s: float = 3.0, regime: str = "sustained"):
+        settle_max_s: float = 3.0, regime: str = "sustained", output: Any = None):
     require_backend()
     warn: List[str] = []
     ordinal = device_ordinal(device)
@@ -351,11 +351,12 @@ def run(fn: Callable[..., Any], sets: List[Tuple[Any, ...]], kwargs: Dict[str, A
                   cupti_allow_foreign=True, flush_bytes=int(flush_bytes or 0))
     cold_arg = cold_cache if cold_cache in ("flush", "rotate") else None
 
-    out_kw = kwargs.get("out")
+    # the output to poison and re-check: named by bench's out_arg, else an out= keyword
+    out_kw = output if output is not None else kwargs.get("out")
     extra: Dict[str, Any] = {"mode": mode, "timer": timer, "stream": s}
     if mode == "graph":
         raw, graph_extra = _run_graph(fn, sets, kwargs, s, ordinal, timer, cold_arg, unroll,
-                                      loop, common, torch_path, warn, cupti_ok)
+                                      loop, common, torch_path, warn, cupti_ok, out_kw)
         extra.update(graph_extra)
     else:
         if out_kw is not None:
@@ -593,7 +594,7 @@ def _estimate_eager(fn, sets, kwargs, s, ordinal, timer) -> Tuple[float, Dict[st
 
 
 def _run_graph(fn, sets, kwargs, s, ordinal, timer, cold_arg, unroll, loop, common,
-               torch_path, warn, cupti_ok):
+               torch_path, warn, cupti_ok, out_kw=None):
     extra: Dict[str, Any] = {}
     if s == 0 and not torch_path:
         raise ValueError("mode='graph' needs a non-default stream for capture: pass stream= "
@@ -649,18 +650,16 @@ def _run_graph(fn, sets, kwargs, s, ordinal, timer, cold_arg, unroll, loop, comm
         s = int(torch.cuda.current_stream(ordinal).cuda_stream)
         common = dict(common, stream=s)
         for o in static_outs:
-            _poison(o if o is not None else kwargs.get("out"))
+            _poison(o if o is not None else out_kw)
         raw = _core.measure_cuda(_replay, tuple((g,) for g in graphs), None, mode=timer,
                                  cold=None if cold_arg == "rotate" else cold_arg,
                                  unroll=unroll, **common, **loop)
-        extra["_static_out"] = static_outs[-1] if static_outs[-1] is not None else \
-            kwargs.get("out")
+        extra["_static_out"] = static_outs[-1] if static_outs[-1] is not None else out_kw
         extra["graph"] = {"captured_with": "torch.cuda.graph", "graphs": n_graphs}
     else:
         graphs = [_core.graph_capture(fn, tuple(sets[gi * unroll:(gi + 1) * unroll]) or
                                       (sets[0],), kwargs or None, stream=s, device=ordinal,
                                       unroll=unroll) for gi in range(n_graphs)]
-        out_kw = kwargs.get("out")
         if out_kw is not None:
             _poison(out_kw)
         if n_graphs == 1:
