@@ -15,7 +15,14 @@
 #include <string.h>
 
 
-static int pop_double(PyObject *kw, const char *key, double *out, double lo, int lo_open)
+/* The longest warm-up and sampling time an option may ask for: past these a value is a mistake
+ * (1e300, a unit slip), not a plan, and a loop that runs for it cannot be told from a hang. */
+#define KB_MAX_WARMUP_S 3600.0
+#define KB_MAX_TIME_S 86400.0
+
+/* Pop kw[key] as a finite double in [lo, hi] (lo excluded when lo_open). Absent: *out untouched. */
+static int pop_double(PyObject *kw, const char *key, double *out, double lo, int lo_open,
+                      double hi)
 {
     if (kw == NULL)
         return 0;
@@ -23,21 +30,30 @@ static int pop_double(PyObject *kw, const char *key, double *out, double lo, int
     if (v == NULL)
         return 0;
     double d = PyFloat_AsDouble(v);
+    if (d == -1.0 && PyErr_Occurred() && PyErr_ExceptionMatches(PyExc_OverflowError)) {
+        PyErr_Format(PyExc_ValueError, "%s must be finite, got an int beyond a float's range",
+                     key);
+        return -1;
+    }
     if (d == -1.0 && PyErr_Occurred()) {
         PyErr_Format(PyExc_TypeError, "%s must be a number, got %.100s", key, Py_TYPE(v)->tp_name);
         return -1;
     }
-    if (isnan(d) || (lo_open ? d <= lo : d < lo)) {
-        char bound[32];   /* PyErr_Format has no %g */
-        snprintf(bound, sizeof bound, "%g", lo);
-        PyErr_Format(PyExc_ValueError, "%s must be %s %s, got %R", key, lo_open ? ">" : ">=",
-                     bound, v);
+    if (!isfinite(d) || (lo_open ? d <= lo : d < lo) || d > hi) {
+        char bounds[64];   /* PyErr_Format has no %g */
+        if (isfinite(hi))
+            snprintf(bounds, sizeof bounds, "%s %g and <= %g", lo_open ? ">" : ">=", lo, hi);
+        else
+            snprintf(bounds, sizeof bounds, "%s %g and finite", lo_open ? ">" : ">=", lo);
+        PyErr_Format(PyExc_ValueError, "%s must be %s, got %R", key, bounds, v);
         return -1;
     }
     *out = d;
     return PyDict_DelItemString(kw, key);
 }
 
+/* Pop kw[key] as an integer >= lo: a Python int or anything with __index__ (numpy integers),
+ * never a bool or a float. Absent: *out untouched. */
 static int pop_count(PyObject *kw, const char *key, Py_ssize_t *out, Py_ssize_t lo)
 {
     if (kw == NULL)
@@ -45,15 +61,15 @@ static int pop_count(PyObject *kw, const char *key, Py_ssize_t *out, Py_ssize_t 
     PyObject *v = PyDict_GetItemString(kw, key);
     if (v == NULL)
         return 0;
-    if (!PyLong_Check(v)) {
+    if (PyBool_Check(v) || !PyIndex_Check(v)) {
         PyErr_Format(PyExc_TypeError, "%s must be an int, got %.100s", key, Py_TYPE(v)->tp_name);
         return -1;
     }
-    Py_ssize_t n = PyLong_AsSsize_t(v);
+    Py_ssize_t n = PyNumber_AsSsize_t(v, NULL);   /* clamps past the range: the bound says it */
     if (n == -1 && PyErr_Occurred())
         return -1;
     if (n < lo) {
-        PyErr_Format(PyExc_ValueError, "%s must be >= %zd, got %zd", key, lo, n);
+        PyErr_Format(PyExc_ValueError, "%s must be >= %zd, got %R", key, lo, v);
         return -1;
     }
     *out = n;
@@ -73,13 +89,13 @@ int kb_loop_config_parse(PyObject *kw, kb_loop_config *cfg)
     cfg->batch_max = 1 << 20;
 
     int target_given = kw != NULL && PyDict_GetItemString(kw, "target") != NULL;
-    if (pop_double(kw, "warmup_s", &cfg->warmup_s, 0.0, 0) < 0 ||
+    if (pop_double(kw, "warmup_s", &cfg->warmup_s, 0.0, 0, KB_MAX_WARMUP_S) < 0 ||
         pop_count(kw, "warmup_min", &cfg->warmup_min, 0) < 0 ||
         pop_count(kw, "min_samples", &cfg->min_samples, 1) < 0 ||
         pop_count(kw, "max_samples", &cfg->max_samples, 1) < 0 ||
-        pop_double(kw, "max_time_s", &cfg->max_time_s, 0.0, 1) < 0 ||
-        pop_double(kw, "target", &cfg->target, 0.0, 1) < 0 ||
-        pop_double(kw, "ci_level", &cfg->ci_level, 0.0, 1) < 0 ||
+        pop_double(kw, "max_time_s", &cfg->max_time_s, 0.0, 1, KB_MAX_TIME_S) < 0 ||
+        pop_double(kw, "target", &cfg->target, 0.0, 1, INFINITY) < 0 ||
+        pop_double(kw, "ci_level", &cfg->ci_level, 0.0, 1, INFINITY) < 0 ||
         pop_count(kw, "batch_max", &cfg->batch_max, 1) < 0)
         return -1;
     if (cfg->ci_level >= 1.0) {

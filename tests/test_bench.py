@@ -222,3 +222,31 @@ def test_figures_above_the_measured_ceilings_are_flagged(monkeypatch):
     assert any("served from cache" in w for w in hot.warnings)
     assert any("measured compute ceiling" in w for w in hot.warnings)
     assert hot.throughput["bound_by"] in ("memory", "compute")
+
+
+# ------------------------------------------------------------------ issue 12: C-core edges
+
+
+@pytest.mark.parametrize("kw,match", [
+    (dict(warmup_s=float("inf")), "warmup_s must be >= 0 and <= 3600, got inf"),
+    (dict(warmup_s=1e300), "warmup_s must be >= 0 and <= 3600"),
+    (dict(warmup_s=float("nan")), "warmup_s must be"),
+    (dict(max_time_s=float("inf")), "max_time_s must be > 0 and <= 86400, got inf"),
+    (dict(max_time_s=float("nan")), "max_time_s must be"),
+    (dict(target=float("inf")), "target must be > 0 and finite"),
+    (dict(ci_level=float("nan")), "ci_level must be"),
+    (dict(warmup_s=10 ** 400), "warmup_s must be finite"),
+])
+def test_time_options_must_be_finite_and_bounded(kw, match):
+    with pytest.raises(ValueError, match=match):
+        kbench.bench(lambda: None, **{**FAST, **kw})
+    assert kbench.bench(lambda: None, **FAST).n > 0      # still usable
+
+
+def test_count_options_take_numpy_integers_but_not_bools_or_floats():
+    raw = _core.measure_host(lambda: None, ((),), None, warmup_s=0.0,
+                             min_samples=np.int64(7), max_samples=np.uint16(7))
+    assert len(raw["samples"]) == 7
+    for bad in (True, 7.0):
+        with pytest.raises(TypeError, match="min_samples must be an int"):
+            _core.measure_host(lambda: None, ((),), None, min_samples=bad)
