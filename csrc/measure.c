@@ -205,6 +205,10 @@ static int reserve(kb_loop_result *res, Py_ssize_t need)
     return 0;
 }
 
+/* Ctrl-C: the loop checks for signals after every batch (a flag test, no syscall), so a
+ * KeyboardInterrupt ends it between batches; a backend whose batches run long checks inside them
+ * too (measure_host.c). Either way the loop returns -1 with the exception set, and the backend's
+ * caller releases what it holds as on any other error. */
 int kb_loop_run(kb_backend *b, const kb_loop_config *cfg, kb_loop_result *res)
 {
     kb_criterion crit;
@@ -244,7 +248,7 @@ int kb_loop_run(kb_backend *b, const kb_loop_config *cfg, kb_loop_result *res)
             scratch_cap = batch;
         }
         double tb = kb_now_s();
-        if (b->run_batch(b, batch, scratch, 1) < 0)
+        if (b->run_batch(b, batch, scratch, 1) < 0 || PyErr_CheckSignals() < 0)
             goto error;
         per_call = (kb_now_s() - tb) / (double)batch;
         res->warmup_iters += batch;
@@ -277,7 +281,7 @@ int kb_loop_run(kb_backend *b, const kb_loop_config *cfg, kb_loop_result *res)
             k = cfg->min_samples - res->n;
         if (reserve(res, res->n + k) < 0)
             goto error;
-        if (b->run_batch(b, k, res->samples + res->n, 0) < 0)
+        if (b->run_batch(b, k, res->samples + res->n, 0) < 0 || PyErr_CheckSignals() < 0)
             goto error;
         res->n += k;
         double elapsed = kb_now_s() - t0;
