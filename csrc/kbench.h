@@ -181,6 +181,8 @@ typedef struct {
     kb_stop stop;
     double achieved;            /* the criterion's last value */
     double resolution_s;        /* the backend's timer step, when it reported one */
+    int at_resolution;          /* the 'ci' rule stopped at a CI one timer step wide, short of
+                                 * the target: the median is good to one step */
 } kb_loop_result;
 
 /* Fill cfg with defaults, then override from the dict kw (may be NULL), DELETING every key it
@@ -191,7 +193,8 @@ int kb_loop_config_parse(PyObject *kw, kb_loop_config *cfg);
 int kb_loop_run(kb_backend *b, const kb_loop_config *cfg, kb_loop_result *res);
 void kb_loop_result_free(kb_loop_result *res);
 /* {"samples": float64 ndarray (copied), "stop": str, "warmup_iters", "warmup_s", "sampling_s",
- *  "criterion", "target", "achieved"} -- new reference or NULL. */
+ *  "criterion", "target", "achieved", "ci_level", "min_samples", "max_samples", "max_time_s",
+ *  "resolution_s", "at_resolution"} -- new reference or NULL. */
 PyObject *kb_loop_result_to_dict(const kb_loop_result *res, const kb_loop_config *cfg);
 
 /* ------------------------------------------------------------------ steady.c */

@@ -318,6 +318,8 @@ int kb_loop_run(kb_backend *b, const kb_loop_config *cfg, kb_loop_result *res)
             res->achieved = crit.achieved;
     }
     res->sampling_s = kb_now_s() - t0;
+    res->at_resolution = res->stop == KB_STOP_PRECISION && res->resolution_s > 0 &&
+                         strcmp(cfg->criterion, "ci") == 0 && res->achieved > cfg->target;
     free(scratch);
     kb_criterion_fini(&crit);
     return 0;
@@ -342,11 +344,11 @@ PyObject *kb_loop_result_to_dict(const kb_loop_result *res, const kb_loop_config
     if (arr == NULL)
         return NULL;
     PyObject *out = Py_BuildValue(
-        "{s:N,s:s,s:n,s:d,s:d,s:s,s:d,s:d,s:d,s:n,s:n,s:d,s:d}", "samples", arr, "stop",
+        "{s:N,s:s,s:n,s:d,s:d,s:s,s:d,s:d,s:d,s:n,s:n,s:d,s:d,s:O}", "samples", arr, "stop",
         kb_stop_name(res->stop), "warmup_iters", res->warmup_iters, "warmup_s", res->warmup_s,
         "sampling_s", res->sampling_s, "criterion", cfg->criterion, "target", cfg->target,
         "achieved", res->achieved, "ci_level", cfg->ci_level, "min_samples", cfg->min_samples,
         "max_samples", cfg->max_samples, "max_time_s", cfg->max_time_s, "resolution_s",
-        res->resolution_s);
+        res->resolution_s, "at_resolution", res->at_resolution ? Py_True : Py_False);
     return out;
 }

@@ -1,5 +1,6 @@
 """kbench.bench on the CPU: results, cold vs hot, bad inputs, serialisation."""
 import json
+import time
 
 import numpy as np
 import pytest
@@ -30,7 +31,20 @@ def test_throughput_comes_from_the_callers_counts_and_the_median():
 
 
 def test_iteration_cap_and_min_samples_are_obeyed():
-    r = kbench.bench(lambda: None, max_samples=25, min_samples=25, warmup_s=0.0, max_time_s=5,
+    # Samples that alternate between ~0 and >= 1 ms: the 95% CI of the median of 25 of them
+    # runs from one cluster to the other, far wider than any target or timer step, so only
+    # the cap can stop it. (An empty callable's samples sit on the host clock's steps and
+    # often agree exactly: the precision rule may stop them, at a CI one step wide.)
+    calls = []
+
+    def two_level():
+        calls.append(1)
+        if len(calls) % 2:
+            end = time.perf_counter() + 1e-3
+            while time.perf_counter() < end:
+                pass
+
+    r = kbench.bench(two_level, max_samples=25, min_samples=25, warmup_s=0.0, max_time_s=5,
                      cold_cache=None, target=1e-9)
     assert r.n == 25 and r.stop["stop"] == "iter_cap"
     assert any("iter_cap" in w for w in r.warnings)
@@ -250,3 +264,20 @@ def test_count_options_take_numpy_integers_but_not_bools_or_floats():
     for bad in (True, 7.0):
         with pytest.raises(TypeError, match="min_samples must be an int"):
             _core.measure_host(lambda: None, ((),), None, min_samples=bad)
+
+
+def test_host_timer_step_is_learned_and_a_zero_width_ci_is_not_reported_as_precision():
+    # An empty callable's samples sit on the host clock's steps (10 ns on the CI VM) and often
+    # agree exactly: their CI of the median has zero width. That is not a precision of 0%.
+    for _ in range(20):
+        raw = _core.measure_host(lambda: None, ((),), None, warmup_s=0.0, min_samples=25,
+                                 max_samples=25, target=1e-9)
+        step = raw["resolution_s"]
+        assert 1e-9 <= step < 1e-3
+        med = float(np.median(raw["samples"]))
+        assert raw["achieved"] >= 0.5 * step / med * (1 - 1e-9)
+        if raw["stop"] == "precision":      # the CI was one step wide, short of 1e-9
+            assert raw["at_resolution"] is True
+    r = kbench.bench(lambda: None, min_samples=25, max_samples=25, warmup_s=0, target=1e-9,
+                     cold_cache=None)
+    assert r.stop["resolution_s"] == pytest.approx(step, rel=1) and r.stop["achieved"] > 0
