@@ -234,9 +234,10 @@ int kb_finish_options(PyObject *opts, const char *func, kb_loop_config *cfg);
 
 /* ------------------------------------------------------------------ coldcache.c */
 
-/* Size in bytes of the largest (last-level) CPU cache: $KBENCH_LLC_BYTES when set, else sysfs,
- * else sysconf; 0 when unknown. */
-size_t kb_cpu_llc_bytes(void);
+/* Size in bytes of the largest (last-level) CPU cache into *bytes: $KBENCH_LLC_BYTES when set
+ * (digits with an optional K, M or G suffix, at most 1 TiB; anything else is a ValueError
+ * naming the variable and its value), else sysfs, else sysconf; 0 when unknown. */
+int kb_cpu_llc_bytes(size_t *bytes);
 
 typedef struct {
     unsigned char *buf;         /* the buffer written before each sample */

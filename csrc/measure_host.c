@@ -184,8 +184,21 @@ static PyObject *measure_host(PyObject *self, PyObject *args, PyObject *kw)
                         "cold='rotate' needs at least 2 argument sets to rotate through");
         goto error;
     }
+    int evicts = 1;     /* flush mode: the flush is at least the last-level cache */
     if (ctx.cold == KB_COLD_FLUSH) {
-        size_t bytes = flush_bytes ? (size_t)flush_bytes : 2 * kb_cpu_llc_bytes();
+        size_t llc = 0;
+        if (kb_cpu_llc_bytes(&llc) < 0)
+            goto error;
+        size_t bytes = flush_bytes ? (size_t)flush_bytes : 2 * llc;
+        if (flush_bytes && (size_t)flush_bytes < llc) {
+            /* Kept (a smaller flush still evicts the inner caches), but not called cold. */
+            evicts = 0;
+            if (PyErr_WarnFormat(PyExc_UserWarning, 1,
+                                 "flush_bytes=%zd is smaller than the %zu-byte CPU last-level "
+                                 "cache: the flush cannot evict it, so the samples are not cold "
+                                 "(the default flushes 2x the cache)", flush_bytes, llc) < 0)
+                goto error;
+        }
         if (kb_cpu_flusher_init(&ctx.flusher, bytes) < 0)
             goto error;
     }
@@ -208,6 +221,9 @@ static PyObject *measure_host(PyObject *self, PyObject *args, PyObject *kw)
                                                                  : "none",
                                        "flush_bytes", (Py_ssize_t)ctx.flusher.bytes, "arg_sets",
                                        ctx.n_sets);
+        if (cold != NULL && ctx.cold == KB_COLD_FLUSH &&
+            kb_dict_set_steal(cold, "evicts", PyBool_FromLong(evicts)) < 0)
+            Py_CLEAR(cold);     /* an exception is set: kb_dict_set_steal below says so */
         if (kb_dict_set_steal(out, "cold", cold) < 0 ||
             kb_dict_set_steal(out, "backend", PyUnicode_FromString(backend.name)) < 0)
             Py_CLEAR(out);

@@ -281,3 +281,51 @@ def test_host_timer_step_is_learned_and_a_zero_width_ci_is_not_reported_as_preci
     r = kbench.bench(lambda: None, min_samples=25, max_samples=25, warmup_s=0, target=1e-9,
                      cold_cache=None)
     assert r.stop["resolution_s"] == pytest.approx(step, rel=1) and r.stop["achieved"] > 0
+
+
+@pytest.mark.parametrize("value", ["-1", "99999999999999999999", "10000000000000000000", "1.5M",
+                                   "1T", "garbage", "0", "32 M", "0x100", "2048G"])
+def test_bad_llc_override_is_refused_naming_the_variable_and_value(monkeypatch, value):
+    monkeypatch.setenv("KBENCH_LLC_BYTES", value)
+    pattern = f"KBENCH_LLC_BYTES='{value}' is not a cache size"
+    with pytest.raises(ValueError, match=pattern.replace(".", r"\.")):
+        _core.cpu_cache_info()
+    with pytest.raises(ValueError, match="KBENCH_LLC_BYTES"):
+        kbench.bench(np.sum, np.ones(10), warmup_s=0.0, max_time_s=0.05)
+    with pytest.raises(ValueError, match="KBENCH_LLC_BYTES"):
+        _core.measure_host(np.sum, ((np.ones(10),),), None, cold="flush", warmup_s=0.0)
+    monkeypatch.delenv("KBENCH_LLC_BYTES")
+    assert kbench.bench(np.sum, np.ones(10), **FAST).n > 0
+
+
+@pytest.mark.parametrize("value,expect", [("4096", 4096), ("32k", 32 << 10), ("3M", 3 << 20),
+                                          ("1G", 1 << 30), ("1024G", 1 << 40)])
+def test_good_llc_override_parses_exactly(monkeypatch, value, expect):
+    monkeypatch.setenv("KBENCH_LLC_BYTES", value)
+    assert _core.cpu_cache_info()["llc_bytes"] == expect
+
+
+def test_a_flush_smaller_than_the_cache_is_flagged_not_cold():
+    llc = _core.cpu_cache_info()["llc_bytes"]
+    small = max(llc // 4, 4096)
+    with pytest.warns(UserWarning, match="smaller than the .* last-level cache: the flush cannot "
+                                         "evict it"):
+        r = kbench.bench(np.sum, np.ones(10), cold_cache="flush", flush_bytes=small,
+                         warmup_s=0.0, max_time_s=0.05)
+    assert r.cold_cache["flush_bytes"] == small and r.cold_cache["evicts"] is False
+    r = kbench.bench(np.sum, np.ones(10), cold_cache="flush", warmup_s=0.0, max_time_s=0.05)
+    assert r.cold_cache["flush_bytes"] >= 2 * llc and r.cold_cache["evicts"] is True
+
+
+def test_rotation_whose_sets_cannot_evict_the_cache_is_refused():
+    llc = _core.cpu_cache_info()["llc_bytes"]
+    with pytest.raises(ValueError, match=r"cold_cache='rotate' cannot evict the .* cache: 4096 "
+                                         r"copies .* of 8 B hold 32\.8 kB in all"):
+        kbench.bench(np.sum, np.ones(1), cold_cache="rotate", warmup_s=0.0, max_time_s=0.05)
+    # sets big enough to evict it still rotate
+    from kbench.coldcache import check_rotation_footprint, make_rotation_sets
+    sets = make_rotation_sets((np.ones(llc // 8),), llc)
+    assert sum(s[0].nbytes for s in sets[1:]) >= 2 * llc
+    check_rotation_footprint([llc] * 3, llc)                      # two others: 2x the cache
+    with pytest.raises(ValueError, match="cannot evict"):
+        check_rotation_footprint([llc] * 2, llc)
