@@ -47,6 +47,8 @@ typedef struct {
     void *cuda_builtins[64];    /* kb_builtin_kernels* per device, for launch_empty */
     double gpu_warm_until;      /* kb_now_s() time until which the GPU counts as warmed up */
     char cupti_detach[192];     /* how the last CUPTI trace left CUPTI (cupti_trace.c) */
+    PyThread_type_lock measure_lock;  /* held while a timing loop runs: one at a time */
+    unsigned long measure_owner;      /* thread ident of its holder, 0 when free (GIL held) */
 } kb_state;
 
 /* The state of the module `m` (the `self` of every module-level function). */
@@ -184,6 +186,16 @@ typedef struct {
     int at_resolution;          /* the 'ci' rule stopped at a CI one timer step wide, short of
                                  * the target: the median is good to one step */
 } kb_loop_result;
+
+/* One measuring loop at a time per process: benches started from several threads at once
+ * would time each other. A backend's entry point brackets kb_loop_run with these; acquire
+ * waits with the GIL released and stays interruptible (-1 with KeyboardInterrupt), and
+ * refuses a bench started inside a measurement in the same thread (-1, KbenchError).
+ * init/free: module init and m_free (the lock lives in the module state). */
+int kb_measure_lock_init(kb_state *st);
+void kb_measure_lock_free(kb_state *st);
+int kb_measure_lock_acquire(PyObject *m);
+void kb_measure_lock_release(PyObject *m);
 
 /* Fill cfg with defaults, then override from the dict kw (may be NULL), DELETING every key it
  * consumes, so a caller can reject what is left as unexpected. Keys: warmup_s, warmup_min,

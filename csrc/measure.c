@@ -190,6 +190,62 @@ int kb_finish_options(PyObject *opts, const char *func, kb_loop_config *cfg)
     return -1;
 }
 
+/* ------------------------------------------------------------------ one loop at a time */
+
+int kb_measure_lock_init(kb_state *st)
+{
+    st->measure_lock = PyThread_allocate_lock();
+    if (st->measure_lock == NULL) {
+        PyErr_SetString(PyExc_MemoryError, "cannot allocate kbench's measurement lock");
+        return -1;
+    }
+    st->measure_owner = 0;
+    return 0;
+}
+
+void kb_measure_lock_free(kb_state *st)
+{
+    if (st->measure_lock != NULL)
+        PyThread_free_lock(st->measure_lock);
+    st->measure_lock = NULL;
+}
+
+int kb_measure_lock_acquire(PyObject *m)
+{
+    kb_state *st = kb_get_state(m);
+    unsigned long me = PyThread_get_thread_ident();
+    /* measure_owner is read and written with the GIL held only. */
+    if (st->measure_owner == me) {
+        PyErr_SetString(st->KbenchError,
+                        "kbench cannot measure inside a measurement: the benchmarked callable "
+                        "(or its check) started another kbench bench in the same thread");
+        return -1;
+    }
+    if (!PyThread_acquire_lock(st->measure_lock, NOWAIT_LOCK)) {
+        /* Another thread is measuring: wait for it with the GIL released, and stay
+         * interruptible (a timed wait, then a signal check). */
+        for (;;) {
+            PyLockStatus got;
+            Py_BEGIN_ALLOW_THREADS
+            got = PyThread_acquire_lock_timed(st->measure_lock, 50000, 0);   /* 50 ms */
+            Py_END_ALLOW_THREADS
+            if (got == PY_LOCK_ACQUIRED)
+                break;
+            if (PyErr_CheckSignals() < 0)
+                return -1;
+        }
+    }
+    st->measure_owner = me;
+    return 0;
+}
+
+void kb_measure_lock_release(PyObject *m)
+{
+    kb_state *st = kb_get_state(m);
+    st->measure_owner = 0;
+    PyThread_release_lock(st->measure_lock);
+}
+
 static int reserve(kb_loop_result *res, Py_ssize_t need)
 {
     if (need <= res->cap)

@@ -210,7 +210,12 @@ static PyObject *measure_host(PyObject *self, PyObject *args, PyObject *kw)
     kb_backend backend = {.name = "host", .ctx = &ctx, .run_batch = host_run_batch,
                           .keep_warming = ctx.keep_warming ? host_keep_warming : NULL,
                           .resolution_s = host_clock_step_s()};
-    if (kb_loop_run(&backend, &cfg, &res) < 0)
+    /* One measuring loop at a time: two benches on the CPU at once would time each other. */
+    if (kb_measure_lock_acquire(self) < 0)
+        goto error;
+    int rc = kb_loop_run(&backend, &cfg, &res);
+    kb_measure_lock_release(self);
+    if (rc < 0)
         goto error;
 
     out = kb_loop_result_to_dict(&res, &cfg);
@@ -246,4 +251,9 @@ static PyMethodDef host_methods[] = {
     {NULL, NULL, 0, NULL},
 };
 
-int kb_measure_host_module_init(PyObject *m) { return PyModule_AddFunctions(m, host_methods); }
+int kb_measure_host_module_init(PyObject *m)
+{
+    if (kb_measure_lock_init(kb_get_state(m)) < 0)
+        return -1;
+    return PyModule_AddFunctions(m, host_methods);
+}

@@ -329,3 +329,48 @@ def test_rotation_whose_sets_cannot_evict_the_cache_is_refused():
     check_rotation_footprint([llc] * 3, llc)                      # two others: 2x the cache
     with pytest.raises(ValueError, match="cannot evict"):
         check_rotation_footprint([llc] * 2, llc)
+
+
+def test_benches_from_two_threads_are_serialised_and_both_sane():
+    import threading
+    log = []            # (thread name, perf_counter) of every call, in call order
+
+    def work(tag):
+        def f():
+            log.append((tag, time.perf_counter()))
+            sum(range(200))
+        return f
+
+    results, errors = {}, []
+
+    def run(tag):
+        try:
+            results[tag] = kbench.bench(work(tag), warmup_s=0.05, max_time_s=0.3,
+                                        cold_cache=None, target=1e-9)
+        except BaseException as e:      # noqa: BLE001 -- reported below
+            errors.append(e)
+
+    threads = [threading.Thread(target=run, args=(t,)) for t in "AB"]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(60)
+    assert not errors and set(results) == {"A", "B"}
+    # one run's calls all come before the other's: the loops did not interleave
+    tags = [t for t, _ in log]
+    switches = sum(1 for x, y in zip(tags, tags[1:]) if x != y)
+    assert switches == 1, f"the two benches interleaved ({switches} switches)"
+    for r in results.values():
+        assert r.n >= 10 and r.median > 0
+    # both timed the same work alone: their medians agree within a factor of 3
+    ma, mb = results["A"].median, results["B"].median
+    assert max(ma, mb) / min(ma, mb) < 3
+
+
+def test_a_bench_inside_a_benchmarked_callable_is_refused_not_deadlocked():
+    def nested():
+        kbench.bench(lambda: None, **FAST)
+
+    with pytest.raises(_core.KbenchError, match="inside a measurement"):
+        kbench.bench(nested, **FAST)
+    assert kbench.bench(lambda: None, **FAST).n > 0
