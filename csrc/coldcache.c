@@ -68,14 +68,45 @@ static int sysfs_caches(cache_level *out, int cap)
     return n;
 }
 
-size_t kb_cpu_llc_bytes(void)
+#define KB_LLC_MAX_BYTES (1ull << 40)   /* 1 TiB: past any cache, and 2x it still fits */
+
+/* $KBENCH_LLC_BYTES: digits with an optional K, M or G suffix (powers of 1024), 1 B .. 1 TiB.
+ * No sign, no fraction, no other suffix: a value that does not parse exactly would size the
+ * flush wrongly and still be called cold. */
+static int parse_llc_env(const char *s, size_t *bytes)
 {
-    const char *env = getenv("KBENCH_LLC_BYTES");
-    if (env != NULL && *env) {
-        size_t v = parse_size(env);
-        if (v > 0)
-            return v;
+    unsigned long long v = 0;
+    const char *p = s;
+    int digits = 0, shift = 0, ok = 1;
+    for (; *p >= '0' && *p <= '9'; p++, digits++) {
+        if (v > KB_LLC_MAX_BYTES)   /* already too big: stop before it can overflow */
+            ok = 0;
+        else
+            v = v * 10 + (unsigned long long)(*p - '0');
     }
+    switch (*p) {
+    case 'K': case 'k': shift = 10; p++; break;
+    case 'M': case 'm': shift = 20; p++; break;
+    case 'G': case 'g': shift = 30; p++; break;
+    default: break;
+    }
+    if (digits == 0 || *p != '\0' || !ok || v == 0 || v > (KB_LLC_MAX_BYTES >> shift)) {
+        PyErr_Format(PyExc_ValueError,
+                     "KBENCH_LLC_BYTES='%.100s' is not a cache size: give a whole number of "
+                     "bytes from 1 to 1 TiB, optionally with a K, M or G suffix (e.g. 33554432 "
+                     "or 32M), or unset it to read the size from sysfs", s);
+        return -1;
+    }
+    *bytes = (size_t)(v << shift);
+    return 0;
+}
+
+int kb_cpu_llc_bytes(size_t *bytes)
+{
+    *bytes = 0;
+    const char *env = getenv("KBENCH_LLC_BYTES");
+    if (env != NULL && *env)
+        return parse_llc_env(env, bytes);
     cache_level lv[16];
     int n = sysfs_caches(lv, 16), best_level = 0;
     size_t best = 0;
@@ -87,17 +118,21 @@ size_t kb_cpu_llc_bytes(void)
             best = lv[i].bytes;
         }
     }
-    if (best > 0)
-        return best;
+    if (best > 0) {
+        *bytes = best;
+        return 0;
+    }
 #ifdef _SC_LEVEL3_CACHE_SIZE
     long l3 = sysconf(_SC_LEVEL3_CACHE_SIZE);
-    if (l3 > 0)
-        return (size_t)l3;
+    if (l3 > 0) {
+        *bytes = (size_t)l3;
+        return 0;
+    }
 #endif
 #ifdef _SC_LEVEL2_CACHE_SIZE
     long l2 = sysconf(_SC_LEVEL2_CACHE_SIZE);
     if (l2 > 0)
-        return (size_t)l2;
+        *bytes = (size_t)l2;
 #endif
     return 0;
 }
@@ -160,8 +195,10 @@ static PyObject *cpu_cache_info(PyObject *self, PyObject *unused)
         Py_DECREF(d);
     }
     const char *env = getenv("KBENCH_LLC_BYTES");
-    out = Py_BuildValue("{s:O,s:n,s:s}", "levels", levels, "llc_bytes",
-                        (Py_ssize_t)kb_cpu_llc_bytes(), "source",
+    size_t llc;
+    if (kb_cpu_llc_bytes(&llc) < 0)
+        goto error;
+    out = Py_BuildValue("{s:O,s:n,s:s}", "levels", levels, "llc_bytes", (Py_ssize_t)llc, "source",
                         (env && *env) ? "KBENCH_LLC_BYTES" : (n ? "sysfs" : "sysconf"));
 error:
     Py_DECREF(levels);

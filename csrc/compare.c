@@ -26,6 +26,7 @@
 #endif
 
 #define CMP_CHUNK 512          /* elements decoded per step: three double buffers on the stack */
+#define CMP_SIGNAL_CHUNKS 2048 /* chunks (1M elements, a few ms) between two Ctrl-C checks */
 
 /* ------------------------------------------------------------------ decoding to double */
 
@@ -371,12 +372,15 @@ static void process_chunk(cmp_acc *acc, double *x, double *y, double *d, npy_int
 
 /* ------------------------------------------------------------------ the iteration */
 
-/* Run the comparison of a and b (already broadcast-compatible). The GIL is released inside. */
+/* Run the comparison of a and b (already broadcast-compatible). The GIL is released inside,
+ * and taken back every CMP_SIGNAL_CHUNKS chunks to check for Ctrl-C: a broadcast pair can hold
+ * 2^62 elements, and nothing else would stop it. -1 with KeyboardInterrupt then. */
 static int compare_arrays(PyArrayObject *a, PyArrayObject *b, cmp_load_fn load_a,
                           cmp_load_fn load_b, cmp_acc *acc)
 {
     PyArrayObject *ops[2] = {a, b};
     npy_uint32 op_flags[2] = {NPY_ITER_READONLY, NPY_ITER_READONLY};
+    int interrupted = 0;
     /* C order, never reversed axes: iteration order == flat C index of the broadcast shape. */
     NpyIter *it = NpyIter_MultiNew(2, ops, NPY_ITER_EXTERNAL_LOOP | NPY_ITER_ZEROSIZE_OK,
                                    NPY_CORDER, NPY_NO_CASTING, op_flags, NULL);
@@ -395,6 +399,7 @@ static int compare_arrays(PyArrayObject *a, PyArrayObject *b, cmp_load_fn load_a
     Py_BEGIN_ALLOW_THREADS
     double xb[CMP_CHUNK], yb[CMP_CHUNK], db[CMP_CHUNK];
     npy_intp filled = 0;
+    unsigned chunks = 0;
     do {
         const char *pa = dataptr[0], *pb = dataptr[1];
         npy_intp sa = strides[0], sb = strides[1], left = *sizep;
@@ -410,12 +415,22 @@ static int compare_arrays(PyArrayObject *a, PyArrayObject *b, cmp_load_fn load_a
             if (filled == CMP_CHUNK) {
                 process_chunk(acc, xb, yb, db, filled);
                 filled = 0;
+                if (++chunks == CMP_SIGNAL_CHUNKS) {
+                    chunks = 0;
+                    Py_BLOCK_THREADS
+                    interrupted = PyErr_CheckSignals() < 0;
+                    Py_UNBLOCK_THREADS
+                    if (interrupted)
+                        break;
+                }
             }
         }
-    } while (iternext(it));
-    if (filled > 0)
+    } while (!interrupted && iternext(it));
+    if (filled > 0 && !interrupted)
         process_chunk(acc, xb, yb, db, filled);
     Py_END_ALLOW_THREADS
+    if (interrupted)
+        goto error;
 
 done:
     if (NpyIter_Deallocate(it) != NPY_SUCCEED)

@@ -156,11 +156,15 @@ static int ci_is_finished(kb_criterion *c, const double *samples, Py_ssize_t n)
     double mid_lo = select_union(a, na, b, nb, (n - 1) / 2);
     double median = n % 2 ? mid_lo : kb_lerp(mid_lo, select_union(a, na, b, nb, n / 2), 0.5);
     c->achieved = kb_rel_halfwidth(lo, hi, median);
-    /* A CI no wider than one timer step is the most such samples can say. */
-    double floor = c->resolution > 0 && median > 0
-                       ? 0.5 * c->resolution / median * (1.0 + 1e-9)   /* rounding */
-                       : 0.0;
-    return c->achieved <= (floor > c->target ? floor : c->target);
+    /* A CI no wider than one timer step is the most such samples can say: it stops the rule,
+     * and a narrower one (samples that agree because they sit on one step: zero width) is
+     * reported as one step wide, never as a precision the timer cannot read. */
+    double step = c->resolution > 0 && median > 0 ? 0.5 * c->resolution / median : 0.0;
+    double floor = step * (1.0 + 1e-9);     /* rounding */
+    int done = c->achieved <= (floor > c->target ? floor : c->target);
+    if (c->achieved < step)
+        c->achieved = step;
+    return done;
 }
 
 static void ci_destroy(kb_criterion *c)
@@ -418,7 +422,8 @@ PyDoc_STRVAR(criterion_check_doc,
 "rule's measured value (relative CI half-width for 'ci', |entropy slope| for 'entropy';\n"
 "inf when there are too few samples). With step > 0 the rule first sees the prefixes of\n"
 "step, 2*step, ... samples, as in the timing loop; the answer must not depend on step.\n"
-"resolution: the step the samples come in (0: none); 'ci' then stops at a CI one step wide.");
+"resolution: the step the samples come in (0: none); 'ci' then stops at a CI one step wide,\n"
+"and reports a narrower CI as half a step relative to the median.");
 
 static PyObject *py_criterion_check(PyObject *self, PyObject *args, PyObject *kw)
 {

@@ -47,6 +47,8 @@ typedef struct {
     void *cuda_builtins[64];    /* kb_builtin_kernels* per device, for launch_empty */
     double gpu_warm_until;      /* kb_now_s() time until which the GPU counts as warmed up */
     char cupti_detach[192];     /* how the last CUPTI trace left CUPTI (cupti_trace.c) */
+    PyThread_type_lock measure_lock;  /* held while a timing loop runs: one at a time */
+    unsigned long measure_owner;      /* thread ident of its holder, 0 when free (GIL held) */
 } kb_state;
 
 /* The state of the module `m` (the `self` of every module-level function). */
@@ -181,7 +183,19 @@ typedef struct {
     kb_stop stop;
     double achieved;            /* the criterion's last value */
     double resolution_s;        /* the backend's timer step, when it reported one */
+    int at_resolution;          /* the 'ci' rule stopped at a CI one timer step wide, short of
+                                 * the target: the median is good to one step */
 } kb_loop_result;
+
+/* One measuring loop at a time per process: benches started from several threads at once
+ * would time each other. A backend's entry point brackets kb_loop_run with these; acquire
+ * waits with the GIL released and stays interruptible (-1 with KeyboardInterrupt), and
+ * refuses a bench started inside a measurement in the same thread (-1, KbenchError).
+ * init/free: module init and m_free (the lock lives in the module state). */
+int kb_measure_lock_init(kb_state *st);
+void kb_measure_lock_free(kb_state *st);
+int kb_measure_lock_acquire(PyObject *m);
+void kb_measure_lock_release(PyObject *m);
 
 /* Fill cfg with defaults, then override from the dict kw (may be NULL), DELETING every key it
  * consumes, so a caller can reject what is left as unexpected. Keys: warmup_s, warmup_min,
@@ -191,7 +205,8 @@ int kb_loop_config_parse(PyObject *kw, kb_loop_config *cfg);
 int kb_loop_run(kb_backend *b, const kb_loop_config *cfg, kb_loop_result *res);
 void kb_loop_result_free(kb_loop_result *res);
 /* {"samples": float64 ndarray (copied), "stop": str, "warmup_iters", "warmup_s", "sampling_s",
- *  "criterion", "target", "achieved"} -- new reference or NULL. */
+ *  "criterion", "target", "achieved", "ci_level", "min_samples", "max_samples", "max_time_s",
+ *  "resolution_s", "at_resolution"} -- new reference or NULL. */
 PyObject *kb_loop_result_to_dict(const kb_loop_result *res, const kb_loop_config *cfg);
 
 /* ------------------------------------------------------------------ steady.c */
@@ -253,9 +268,10 @@ int kb_finish_options(PyObject *opts, const char *func, kb_loop_config *cfg);
 
 /* ------------------------------------------------------------------ coldcache.c */
 
-/* Size in bytes of the largest (last-level) CPU cache: $KBENCH_LLC_BYTES when set, else sysfs,
- * else sysconf; 0 when unknown. */
-size_t kb_cpu_llc_bytes(void);
+/* Size in bytes of the largest (last-level) CPU cache into *bytes: $KBENCH_LLC_BYTES when set
+ * (digits with an optional K, M or G suffix, at most 1 TiB; anything else is a ValueError
+ * naming the variable and its value), else sysfs, else sysconf; 0 when unknown. */
+int kb_cpu_llc_bytes(size_t *bytes);
 
 typedef struct {
     unsigned char *buf;         /* the buffer written before each sample */

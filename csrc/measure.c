@@ -15,7 +15,14 @@
 #include <string.h>
 
 
-static int pop_double(PyObject *kw, const char *key, double *out, double lo, int lo_open)
+/* The longest warm-up and sampling time an option may ask for: past these a value is a mistake
+ * (1e300, a unit slip), not a plan, and a loop that runs for it cannot be told from a hang. */
+#define KB_MAX_WARMUP_S 3600.0
+#define KB_MAX_TIME_S 86400.0
+
+/* Pop kw[key] as a finite double in [lo, hi] (lo excluded when lo_open). Absent: *out untouched. */
+static int pop_double(PyObject *kw, const char *key, double *out, double lo, int lo_open,
+                      double hi)
 {
     if (kw == NULL)
         return 0;
@@ -23,21 +30,30 @@ static int pop_double(PyObject *kw, const char *key, double *out, double lo, int
     if (v == NULL)
         return 0;
     double d = PyFloat_AsDouble(v);
+    if (d == -1.0 && PyErr_Occurred() && PyErr_ExceptionMatches(PyExc_OverflowError)) {
+        PyErr_Format(PyExc_ValueError, "%s must be finite, got an int beyond a float's range",
+                     key);
+        return -1;
+    }
     if (d == -1.0 && PyErr_Occurred()) {
         PyErr_Format(PyExc_TypeError, "%s must be a number, got %.100s", key, Py_TYPE(v)->tp_name);
         return -1;
     }
-    if (isnan(d) || (lo_open ? d <= lo : d < lo)) {
-        char bound[32];   /* PyErr_Format has no %g */
-        snprintf(bound, sizeof bound, "%g", lo);
-        PyErr_Format(PyExc_ValueError, "%s must be %s %s, got %R", key, lo_open ? ">" : ">=",
-                     bound, v);
+    if (!isfinite(d) || (lo_open ? d <= lo : d < lo) || d > hi) {
+        char bounds[64];   /* PyErr_Format has no %g */
+        if (isfinite(hi))
+            snprintf(bounds, sizeof bounds, "%s %g and <= %g", lo_open ? ">" : ">=", lo, hi);
+        else
+            snprintf(bounds, sizeof bounds, "%s %g and finite", lo_open ? ">" : ">=", lo);
+        PyErr_Format(PyExc_ValueError, "%s must be %s, got %R", key, bounds, v);
         return -1;
     }
     *out = d;
     return PyDict_DelItemString(kw, key);
 }
 
+/* Pop kw[key] as an integer >= lo: a Python int or anything with __index__ (numpy integers),
+ * never a bool or a float. Absent: *out untouched. */
 static int pop_count(PyObject *kw, const char *key, Py_ssize_t *out, Py_ssize_t lo)
 {
     if (kw == NULL)
@@ -45,15 +61,15 @@ static int pop_count(PyObject *kw, const char *key, Py_ssize_t *out, Py_ssize_t 
     PyObject *v = PyDict_GetItemString(kw, key);
     if (v == NULL)
         return 0;
-    if (!PyLong_Check(v)) {
+    if (PyBool_Check(v) || !PyIndex_Check(v)) {
         PyErr_Format(PyExc_TypeError, "%s must be an int, got %.100s", key, Py_TYPE(v)->tp_name);
         return -1;
     }
-    Py_ssize_t n = PyLong_AsSsize_t(v);
+    Py_ssize_t n = PyNumber_AsSsize_t(v, NULL);   /* clamps past the range: the bound says it */
     if (n == -1 && PyErr_Occurred())
         return -1;
     if (n < lo) {
-        PyErr_Format(PyExc_ValueError, "%s must be >= %zd, got %zd", key, lo, n);
+        PyErr_Format(PyExc_ValueError, "%s must be >= %zd, got %R", key, lo, v);
         return -1;
     }
     *out = n;
@@ -73,13 +89,13 @@ int kb_loop_config_parse(PyObject *kw, kb_loop_config *cfg)
     cfg->batch_max = 1 << 20;
 
     int target_given = kw != NULL && PyDict_GetItemString(kw, "target") != NULL;
-    if (pop_double(kw, "warmup_s", &cfg->warmup_s, 0.0, 0) < 0 ||
+    if (pop_double(kw, "warmup_s", &cfg->warmup_s, 0.0, 0, KB_MAX_WARMUP_S) < 0 ||
         pop_count(kw, "warmup_min", &cfg->warmup_min, 0) < 0 ||
         pop_count(kw, "min_samples", &cfg->min_samples, 1) < 0 ||
         pop_count(kw, "max_samples", &cfg->max_samples, 1) < 0 ||
-        pop_double(kw, "max_time_s", &cfg->max_time_s, 0.0, 1) < 0 ||
-        pop_double(kw, "target", &cfg->target, 0.0, 1) < 0 ||
-        pop_double(kw, "ci_level", &cfg->ci_level, 0.0, 1) < 0 ||
+        pop_double(kw, "max_time_s", &cfg->max_time_s, 0.0, 1, KB_MAX_TIME_S) < 0 ||
+        pop_double(kw, "target", &cfg->target, 0.0, 1, INFINITY) < 0 ||
+        pop_double(kw, "ci_level", &cfg->ci_level, 0.0, 1, INFINITY) < 0 ||
         pop_count(kw, "batch_max", &cfg->batch_max, 1) < 0)
         return -1;
     if (cfg->ci_level >= 1.0) {
@@ -174,6 +190,62 @@ int kb_finish_options(PyObject *opts, const char *func, kb_loop_config *cfg)
     return -1;
 }
 
+/* ------------------------------------------------------------------ one loop at a time */
+
+int kb_measure_lock_init(kb_state *st)
+{
+    st->measure_lock = PyThread_allocate_lock();
+    if (st->measure_lock == NULL) {
+        PyErr_SetString(PyExc_MemoryError, "cannot allocate kbench's measurement lock");
+        return -1;
+    }
+    st->measure_owner = 0;
+    return 0;
+}
+
+void kb_measure_lock_free(kb_state *st)
+{
+    if (st->measure_lock != NULL)
+        PyThread_free_lock(st->measure_lock);
+    st->measure_lock = NULL;
+}
+
+int kb_measure_lock_acquire(PyObject *m)
+{
+    kb_state *st = kb_get_state(m);
+    unsigned long me = PyThread_get_thread_ident();
+    /* measure_owner is read and written with the GIL held only. */
+    if (st->measure_owner == me) {
+        PyErr_SetString(st->KbenchError,
+                        "kbench cannot measure inside a measurement: the benchmarked callable "
+                        "(or its check) started another kbench bench in the same thread");
+        return -1;
+    }
+    if (!PyThread_acquire_lock(st->measure_lock, NOWAIT_LOCK)) {
+        /* Another thread is measuring: wait for it with the GIL released, and stay
+         * interruptible (a timed wait, then a signal check). */
+        for (;;) {
+            PyLockStatus got;
+            Py_BEGIN_ALLOW_THREADS
+            got = PyThread_acquire_lock_timed(st->measure_lock, 50000, 0);   /* 50 ms */
+            Py_END_ALLOW_THREADS
+            if (got == PY_LOCK_ACQUIRED)
+                break;
+            if (PyErr_CheckSignals() < 0)
+                return -1;
+        }
+    }
+    st->measure_owner = me;
+    return 0;
+}
+
+void kb_measure_lock_release(PyObject *m)
+{
+    kb_state *st = kb_get_state(m);
+    st->measure_owner = 0;
+    PyThread_release_lock(st->measure_lock);
+}
+
 static int reserve(kb_loop_result *res, Py_ssize_t need)
 {
     if (need <= res->cap)
@@ -189,6 +261,10 @@ static int reserve(kb_loop_result *res, Py_ssize_t need)
     return 0;
 }
 
+/* Ctrl-C: the loop checks for signals after every batch (a flag test, no syscall), so a
+ * KeyboardInterrupt ends it between batches; a backend whose batches run long checks inside them
+ * too (measure_host.c). Either way the loop returns -1 with the exception set, and the backend's
+ * caller releases what it holds as on any other error. */
 int kb_loop_run(kb_backend *b, const kb_loop_config *cfg, kb_loop_result *res)
 {
     kb_criterion crit;
@@ -228,7 +304,7 @@ int kb_loop_run(kb_backend *b, const kb_loop_config *cfg, kb_loop_result *res)
             scratch_cap = batch;
         }
         double tb = kb_now_s();
-        if (b->run_batch(b, batch, scratch, 1) < 0)
+        if (b->run_batch(b, batch, scratch, 1) < 0 || PyErr_CheckSignals() < 0)
             goto error;
         per_call = (kb_now_s() - tb) / (double)batch;
         res->warmup_iters += batch;
@@ -261,7 +337,7 @@ int kb_loop_run(kb_backend *b, const kb_loop_config *cfg, kb_loop_result *res)
             k = cfg->min_samples - res->n;
         if (reserve(res, res->n + k) < 0)
             goto error;
-        if (b->run_batch(b, k, res->samples + res->n, 0) < 0)
+        if (b->run_batch(b, k, res->samples + res->n, 0) < 0 || PyErr_CheckSignals() < 0)
             goto error;
         res->n += k;
         double elapsed = kb_now_s() - t0;
@@ -298,6 +374,8 @@ int kb_loop_run(kb_backend *b, const kb_loop_config *cfg, kb_loop_result *res)
             res->achieved = crit.achieved;
     }
     res->sampling_s = kb_now_s() - t0;
+    res->at_resolution = res->stop == KB_STOP_PRECISION && res->resolution_s > 0 &&
+                         strcmp(cfg->criterion, "ci") == 0 && res->achieved > cfg->target;
     free(scratch);
     kb_criterion_fini(&crit);
     return 0;
@@ -322,11 +400,11 @@ PyObject *kb_loop_result_to_dict(const kb_loop_result *res, const kb_loop_config
     if (arr == NULL)
         return NULL;
     PyObject *out = Py_BuildValue(
-        "{s:N,s:s,s:n,s:d,s:d,s:s,s:d,s:d,s:d,s:n,s:n,s:d,s:d}", "samples", arr, "stop",
+        "{s:N,s:s,s:n,s:d,s:d,s:s,s:d,s:d,s:d,s:n,s:n,s:d,s:d,s:O}", "samples", arr, "stop",
         kb_stop_name(res->stop), "warmup_iters", res->warmup_iters, "warmup_s", res->warmup_s,
         "sampling_s", res->sampling_s, "criterion", cfg->criterion, "target", cfg->target,
         "achieved", res->achieved, "ci_level", cfg->ci_level, "min_samples", cfg->min_samples,
         "max_samples", cfg->max_samples, "max_time_s", cfg->max_time_s, "resolution_s",
-        res->resolution_s);
+        res->resolution_s, "at_resolution", res->at_resolution ? Py_True : Py_False);
     return out;
 }

@@ -6,7 +6,12 @@
  */
 #include "kbench.h"
 
+#include <stdlib.h>
 #include <string.h>
+
+/* How often the inner loop checks for Ctrl-C, on the host clock it reads anyway: a flag test
+ * (no syscall) every 10 ms keeps an interrupt prompt without a cost per sample. */
+#define KB_SIGNAL_CHECK_NS 10000000ull
 
 typedef struct {
     PyObject *fn;           /* the callable (borrowed) */
@@ -17,6 +22,7 @@ typedef struct {
     kb_cold_mode cold;
     kb_cpu_flusher flusher;
     Py_ssize_t iteration;   /* iterations run so far, warm-up included (for error messages) */
+    uint64_t next_signal_check_ns;  /* host clock time of the next PyErr_CheckSignals */
     PyObject *keep_warming; /* tests only: the loop's settle hook, from Python (borrowed) */
 } host_ctx;
 
@@ -46,8 +52,60 @@ static int host_run_batch(kb_backend *b, Py_ssize_t n, double *out, int warmup)
         Py_DECREF(r);
         c->iteration++;
         out[i] = (double)(t1 - t0) * 1e-9;
+        /* A C callable (np.add with out=) never runs the interpreter's own signal check. */
+        if (t1 >= c->next_signal_check_ns) {
+            if (PyErr_CheckSignals() < 0)
+                return -1;
+            c->next_signal_check_ns = t1 + KB_SIGNAL_CHECK_NS;
+        }
     }
     return 0;
+}
+
+static int cmp_u64(const void *a, const void *b)
+{
+    uint64_t x = *(const uint64_t *)a, y = *(const uint64_t *)b;
+    return (x > y) - (x < y);
+}
+
+/* The step the host clock reads in, in seconds, probed from back-to-back reads (~50 us):
+ *  - when reads repeat, the clock is coarser than a read: the smallest move is its step;
+ *  - else the moves sit on levels one step apart (a VM's clock at 10 ns steps read in ~25 ns
+ *    moves by 20 or 30 ns): the smallest gap between levels that hold at least 1/256 of the
+ *    moves (values within 2 ns are one level: conversions round);
+ *  - a clock whose moves spread without gaps reads in 1 ns, the unit of the samples.
+ * 0 when the clock never moved. Samples on such steps can agree exactly, and a CI of zero
+ * width from them says nothing finer than one step (kb_criterion.resolution). */
+static double host_clock_step_s(void)
+{
+    enum { READS = 2049 };
+    uint64_t t[READS], d[READS - 1];
+    for (int i = 0; i < READS; i++)
+        t[i] = kb_now_ns();
+    size_t n = 0, repeats = 0;
+    for (int i = 0; i + 1 < READS; i++) {
+        if (t[i + 1] > t[i])
+            d[n++] = t[i + 1] - t[i];
+        else
+            repeats++;
+    }
+    if (n == 0)
+        return 0.0;
+    qsort(d, n, sizeof d[0], cmp_u64);
+    if (repeats > 0)
+        return (double)d[0] * 1e-9;
+    size_t min_count = n / 256 > 4 ? n / 256 : 4;
+    uint64_t level = 0, gap = 0;
+    for (size_t i = 0, j; i < n; i = j) {
+        for (j = i + 1; j < n && d[j] - d[j - 1] <= 2; j++)
+            ;
+        if (j - i < min_count)
+            continue;
+        if (level > 0 && (gap == 0 || d[i] - level < gap))
+            gap = d[i] - level;
+        level = d[i];
+    }
+    return (double)(gap > 0 ? gap : 1) * 1e-9;
 }
 
 /* The loop's keep_warming hook, driven from Python so the settling path of measure.c (used by
@@ -126,8 +184,21 @@ static PyObject *measure_host(PyObject *self, PyObject *args, PyObject *kw)
                         "cold='rotate' needs at least 2 argument sets to rotate through");
         goto error;
     }
+    int evicts = 1;     /* flush mode: the flush is at least the last-level cache */
     if (ctx.cold == KB_COLD_FLUSH) {
-        size_t bytes = flush_bytes ? (size_t)flush_bytes : 2 * kb_cpu_llc_bytes();
+        size_t llc = 0;
+        if (kb_cpu_llc_bytes(&llc) < 0)
+            goto error;
+        size_t bytes = flush_bytes ? (size_t)flush_bytes : 2 * llc;
+        if (flush_bytes && (size_t)flush_bytes < llc) {
+            /* Kept (a smaller flush still evicts the inner caches), but not called cold. */
+            evicts = 0;
+            if (PyErr_WarnFormat(PyExc_UserWarning, 1,
+                                 "flush_bytes=%zd is smaller than the %zu-byte CPU last-level "
+                                 "cache: the flush cannot evict it, so the samples are not cold "
+                                 "(the default flushes 2x the cache)", flush_bytes, llc) < 0)
+                goto error;
+        }
         if (kb_cpu_flusher_init(&ctx.flusher, bytes) < 0)
             goto error;
     }
@@ -137,8 +208,14 @@ static PyObject *measure_host(PyObject *self, PyObject *args, PyObject *kw)
     ctx.kwargs = kwargs == Py_None ? NULL : kwargs;
     ctx.n_sets = PyTuple_GET_SIZE(arg_sets);
     kb_backend backend = {.name = "host", .ctx = &ctx, .run_batch = host_run_batch,
-                          .keep_warming = ctx.keep_warming ? host_keep_warming : NULL};
-    if (kb_loop_run(&backend, &cfg, &res) < 0)
+                          .keep_warming = ctx.keep_warming ? host_keep_warming : NULL,
+                          .resolution_s = host_clock_step_s()};
+    /* One measuring loop at a time: two benches on the CPU at once would time each other. */
+    if (kb_measure_lock_acquire(self) < 0)
+        goto error;
+    int rc = kb_loop_run(&backend, &cfg, &res);
+    kb_measure_lock_release(self);
+    if (rc < 0)
         goto error;
 
     out = kb_loop_result_to_dict(&res, &cfg);
@@ -149,6 +226,9 @@ static PyObject *measure_host(PyObject *self, PyObject *args, PyObject *kw)
                                                                  : "none",
                                        "flush_bytes", (Py_ssize_t)ctx.flusher.bytes, "arg_sets",
                                        ctx.n_sets);
+        if (cold != NULL && ctx.cold == KB_COLD_FLUSH &&
+            kb_dict_set_steal(cold, "evicts", PyBool_FromLong(evicts)) < 0)
+            Py_CLEAR(cold);     /* an exception is set: kb_dict_set_steal below says so */
         if (kb_dict_set_steal(out, "cold", cold) < 0 ||
             kb_dict_set_steal(out, "backend", PyUnicode_FromString(backend.name)) < 0)
             Py_CLEAR(out);
@@ -171,4 +251,9 @@ static PyMethodDef host_methods[] = {
     {NULL, NULL, 0, NULL},
 };
 
-int kb_measure_host_module_init(PyObject *m) { return PyModule_AddFunctions(m, host_methods); }
+int kb_measure_host_module_init(PyObject *m)
+{
+    if (kb_measure_lock_init(kb_get_state(m)) < 0)
+        return -1;
+    return PyModule_AddFunctions(m, host_methods);
+}

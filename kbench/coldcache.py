@@ -47,20 +47,54 @@ def clone_arg(obj: Any) -> Any:
     return obj
 
 
+#: The most argument sets a rotation makes by cloning (more would cost more memory than a flush).
+MAX_ROTATION_SETS = 4096
+
+
 def rotation_count(set_bytes: int, cache_bytes: int, margin: float = 2.0,
-                   minimum: int = 2, maximum: int = 4096) -> int:
+                   minimum: int = 2, maximum: int = MAX_ROTATION_SETS) -> int:
     """Sets needed so that `margin` x cache is exceeded by the sets other than the current one:
-    with K sets, K-1 other sets' traffic evicts a set before its next use."""
+    with K sets, K-1 other sets' traffic evicts a set before its next use. ValueError when even
+    `maximum` sets cannot do it: a rotation that small is not cold, and is not run as if it were."""
     if set_bytes <= 0:
         raise ValueError("cold_cache='rotate' needs array arguments: the argument set has no "
                          "measurable footprint (pass arrays/tensors, or arg_sets=)")
     k = math.ceil(margin * cache_bytes / set_bytes) + 1
-    return max(minimum, min(maximum, k))
+    if k > maximum:
+        check_rotation_footprint([set_bytes] * maximum, cache_bytes, margin,
+                                 what=f"{maximum} copies (the most kbench makes)")
+    return max(minimum, k)
+
+
+def check_rotation_footprint(set_bytes: Sequence[int], cache_bytes: int, margin: float = 2.0,
+                             what: str = "the argument sets") -> None:
+    """ValueError unless the sets other than any one of them (the traffic between two uses of a
+    set) hold at least `margin` x the cache: otherwise the rotation cannot evict the cache and the
+    samples would be labelled cold while the data stays cached. A cache size of 0 (unknown)
+    cannot be judged and passes."""
+    total = sum(set_bytes)
+    between = total - max(set_bytes, default=0)
+    need = margin * cache_bytes
+    if cache_bytes > 0 and between < need:
+        raise ValueError(
+            f"cold_cache='rotate' cannot evict the {_fmt_bytes(cache_bytes)} cache: "
+            f"{what} of {_fmt_bytes(max(set_bytes, default=0))} hold {_fmt_bytes(total)} in "
+            f"all, and the traffic between two uses of a set must be at least {margin:g}x the cache "
+            f"({_fmt_bytes(need)}). Use cold_cache='flush', or pass arg_sets= with larger or "
+            f"more sets")
+
+
+def _fmt_bytes(n: float) -> str:
+    for unit, scale in (("GB", 1e9), ("MB", 1e6), ("kB", 1e3)):
+        if n >= scale:
+            return f"{n / scale:.3g} {unit}"
+    return f"{int(n)} B"
 
 
 def make_rotation_sets(args: Tuple[Any, ...], cache_bytes: int, margin: float = 2.0,
                        max_bytes: int = 0) -> List[Tuple[Any, ...]]:
-    """Clone `args` until the sets exceed margin x cache. `max_bytes` > 0 caps the total."""
+    """Clone `args` until the sets exceed margin x cache. `max_bytes` > 0 caps the total.
+    ValueError when MAX_ROTATION_SETS copies cannot exceed it (see check_rotation_footprint)."""
     per = footprint(args)
     k = rotation_count(per, cache_bytes, margin)
     if max_bytes and per * k > max_bytes:

@@ -63,10 +63,17 @@ _ALIASES = {
 }
 
 
+# Complex dtypes are compared as (real, imag) pairs at the tolerance of their parts' format.
+_COMPLEX_PARTS = {"complex64": "fp32", "complex128": "fp64",
+                  "complex32": "fp16", "bcomplex32": "bf16"}    # the last two: ml_dtypes
+
+
 def _tolerance_key(name: str) -> Optional[str]:
     """The DEFAULT_TOLERANCES key for a kbench dtype name (None when there is none)."""
     if name in DEFAULT_TOLERANCES:
         return name
+    if name in _COMPLEX_PARTS:
+        return _COMPLEX_PARTS[name]
     if name == "bool" or name.startswith(("int", "uint")):
         return "int"
     if name.startswith("float8_e4m3"):      # fnuz / b11 variants decoded through numpy
@@ -104,9 +111,18 @@ def _dtype_name_of(dtype: Any) -> str:
 
 
 def _from_numpy(arr: np.ndarray) -> Tuple[np.ndarray, Optional[str], str]:
-    """(array for the C core, kind or None, kbench dtype name)."""
+    """(array for the C core, kind or None, kbench dtype name). Complex arrays come back as
+    they are: compare() splits them into (real, imag) parts once the shapes are checked."""
     dt = arr.dtype
+    if dt.kind in "biufc" and not dt.isbuiltin:
+        # numpy's own types in a non-canonical descriptor: big-endian data becomes its values
+        # in native order, and a native one is named as what it is
+        canonical = np.dtype(dt.newbyteorder("=").str)
+        arr = arr.astype(canonical) if not dt.isnative else arr.view(canonical)
+        dt = arr.dtype
     from_ml_dtypes = getattr(dt.type, "__module__", "") == "ml_dtypes"
+    if _is_complex(arr):
+        return arr, None, dt.name
     if from_ml_dtypes and dt.name in _BIT_FORMATS:
         name, kind, view = _BIT_FORMATS[dt.name]
         return arr.view(view), kind, name
@@ -117,6 +133,20 @@ def _from_numpy(arr: np.ndarray) -> Tuple[np.ndarray, Optional[str], str]:
         target = np.int8 if dt.name.startswith(("int", "uint")) else np.float64
         return arr.astype(target), None, dt.name
     return arr, None, dt.name               # unsupported dtypes are named by the C core
+
+
+def _is_complex(arr: np.ndarray) -> bool:
+    return arr.dtype.kind == "c" or arr.dtype.name in _COMPLEX_PARTS
+
+
+def _as_parts(arr: np.ndarray, kind: Optional[str]) -> np.ndarray:
+    """A complex array as its (real, imag) parts on a new last axis; a real one with zero
+    imaginary parts (a zero bit pattern is +0.0 in every format `kind` names)."""
+    if not _is_complex(arr):
+        return np.stack([arr, np.zeros_like(arr)], axis=-1)
+    if arr.dtype.kind != "c":               # ml_dtypes complex32/bcomplex32: exact in complex64
+        arr = arr.astype(np.complex64)
+    return np.stack([arr.real, arr.imag], axis=-1)
 
 
 def _from_torch(t: Any) -> Tuple[np.ndarray, Optional[str], str]:
@@ -173,7 +203,7 @@ class Comparison:
     pairs where both values are finite; see docs/tolerances.md for each field."""
 
     ok: bool
-    n: int                          # elements compared (after broadcasting)
+    n: int                          # elements compared (complex: real and imaginary parts)
     n_bad: int
     frac_bad: float
     max_abs_err: float              # max |out - ref| over finite pairs
@@ -198,7 +228,7 @@ class Comparison:
     out_dtype: str
     ref_dtype: str
     tolerance_source: str           # dtype whose defaults were used, or "explicit"
-    shape: Tuple[int, ...]
+    shape: Tuple[int, ...]          # compared shape; complex inputs add a last axis of 2 (re, im)
 
     def __repr__(self) -> str:
         status = "ok" if self.ok else "FAILED"
@@ -262,15 +292,27 @@ class Comparison:
 
 
 def compare(out: Any, ref: Any, rtol: Optional[float] = None, atol: Optional[float] = None, *,
-            equal_nan: bool = False, dtype: Any = None) -> Comparison:
-    """Compare ``out`` against ``ref`` (numpy broadcasting) and return a :class:`Comparison`.
+            equal_nan: bool = False, dtype: Any = None, broadcast: bool = False) -> Comparison:
+    """Compare ``out`` against ``ref`` and return a :class:`Comparison`.
 
-    Tolerances not given default to ``DEFAULT_TOLERANCES`` of the lower-precision dtype of
-    ``out`` and ``ref`` (elementwise max of their (rtol, atol), as torch.testing does), or of
-    ``dtype`` when given -- e.g. ``dtype="tf32"`` for an fp32 output computed with TF32.
+    The shapes must be equal (ValueError naming both otherwise): an output of the wrong shape,
+    or a scalar reference, would pass by broadcasting. ``broadcast=True`` compares with numpy
+    broadcasting instead. Tolerances not given default to ``DEFAULT_TOLERANCES`` of the
+    lower-precision dtype of ``out`` and ``ref`` (elementwise max of their (rtol, atol), as
+    torch.testing does), or of ``dtype`` when given -- e.g. ``dtype="tf32"`` for an fp32 output
+    computed with TF32. Big-endian arrays are read as their values. Complex arrays (numpy's,
+    ml_dtypes' complex32/bcomplex32) are compared part by part: real and imaginary parts each
+    against the rule, as a last axis of 2 in ``shape`` and ``worst_index``, at the tolerances
+    of the parts' format.
     """
     a, a_kind, a_name = _to_array(out, "out")
     b, b_kind, b_name = _to_array(ref, "ref")
+    if a.shape != b.shape and not broadcast:
+        raise ValueError(f"compare: out shape {tuple(a.shape)} and ref shape {tuple(b.shape)} "
+                         f"differ; shapes must be equal (pass broadcast=True to compare with "
+                         f"numpy broadcasting)")
+    if _is_complex(a) or _is_complex(b):
+        a, b = _as_parts(a, a_kind), _as_parts(b, b_kind)
 
     if rtol is None or atol is None:
         if dtype is not None:
@@ -307,10 +349,10 @@ def compare(out: Any, ref: Any, rtol: Optional[float] = None, atol: Optional[flo
 
 def assert_close(out: Any, ref: Any, rtol: Optional[float] = None,
                  atol: Optional[float] = None, *, equal_nan: bool = False, dtype: Any = None,
-                 msg: Optional[str] = None) -> Comparison:
+                 broadcast: bool = False, msg: Optional[str] = None) -> Comparison:
     """:func:`compare`, raising AssertionError with the report when any element is bad.
     Returns the Comparison when all are close."""
-    c = compare(out, ref, rtol, atol, equal_nan=equal_nan, dtype=dtype)
+    c = compare(out, ref, rtol, atol, equal_nan=equal_nan, dtype=dtype, broadcast=broadcast)
     if not c.ok:
         text = c.report()
         raise AssertionError(f"{msg}\n{text}" if msg else text)

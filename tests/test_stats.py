@@ -626,3 +626,18 @@ def test_ci_rule_stops_at_one_timer_step_when_told_the_step():
     assert not core.criterion_check("ci", wide, 0.005, resolution=32e-9)[0]
     with pytest.raises(ValueError, match="resolution"):
         core.criterion_check("ci", x, 0.005, resolution=-1.0)
+
+
+def test_ci_rule_reports_a_zero_width_ci_on_one_timer_step_as_one_step_wide():
+    # 40 ns samples on a 10 ns clock that all read the same: the CI of the median has zero
+    # width, which says nothing finer than the clock's step
+    x = np.full(25, 40e-9)
+    assert core.criterion_check("ci", x, 1e-9) == (True, 0.0)          # no step known
+    done, achieved = core.criterion_check("ci", x, 1e-9, resolution=10e-9)
+    assert done and achieved == pytest.approx(0.125)                   # half a step / median
+    # a CI wider than a step is reported as it is, and a target above the step rules
+    y = np.array([30, 40, 50] * 9) * 1e-9
+    done, achieved = core.criterion_check("ci", y, 0.9, resolution=10e-9)
+    assert done and achieved == pytest.approx(0.25)
+    done, achieved = core.criterion_check("ci", y, 1e-9, resolution=10e-9)
+    assert not done and achieved == pytest.approx(0.25)

@@ -1,0 +1,96 @@
+"""Ctrl-C stops kbench's C loops promptly, and the process stays usable (issue 12, item 1).
+
+Each case runs in a child process: it prints GO as it enters the loop, the test sends SIGINT a
+moment later, and the child reports when KeyboardInterrupt reached it (CLOCK_MONOTONIC, shared by
+both processes), then makes the same kind of call again and prints a marker. A C callable (np.add
+with out=) never runs the interpreter's own signal check, so only kbench's checks can stop it.
+"""
+import os
+import signal
+import subprocess
+import sys
+import textwrap
+import time
+
+import pytest
+
+pytestmark = pytest.mark.skipif(sys.platform == "win32", reason="POSIX signals")
+
+LATENCY_S = 0.5          # the issue's bound: KeyboardInterrupt within 0.5 s of the signal
+SIGNAL_AFTER_S = 0.4     # well inside the loop: warm-up and sampling would run for minutes
+
+PRELUDE = """
+import sys, time
+import numpy as np
+import kbench
+a = np.ones(1 << 16); b = np.ones(1 << 16); c = np.empty(1 << 16)
+def go():
+    print("GO", flush=True)
+def interrupted(run):
+    try:
+        run()
+    except KeyboardInterrupt:
+        print("KI", time.monotonic(), flush=True)
+    else:
+        print("FINISHED", flush=True)
+"""
+
+CASES = {
+    # the timed loop: a million samples of a ~20 us C call would take most of a minute
+    "sampling": """
+        go()
+        interrupted(lambda: kbench.bench(np.add, a, b, kwargs={"out": c}, cold_cache=None,
+                                         warmup_s=0.0, min_samples=10**6, max_samples=10**7,
+                                         max_time_s=3000))
+        r = kbench.bench(np.add, a, b, kwargs={"out": c}, cold_cache=None, warmup_s=0.0,
+                         max_time_s=0.05)
+        print("NEXT OK", r.n, flush=True)
+    """,
+    # the warm-up, with the default cold flush (the flush runs with the GIL released)
+    "warmup": """
+        go()
+        interrupted(lambda: kbench.bench(np.add, a, b, kwargs={"out": c}, warmup_s=3000))
+        r = kbench.bench(np.add, a, b, kwargs={"out": c}, warmup_s=0.0, max_time_s=0.05)
+        print("NEXT OK", r.n, flush=True)
+    """,
+    # 2^62 broadcast elements: numpy.isclose refuses this at once, compare walks it
+    "compare": """
+        big_a = np.broadcast_to(1.0, (2**31, 1)); big_b = np.broadcast_to(1.0, (1, 2**31))
+        go()
+        interrupted(lambda: kbench.compare(big_a, big_b, broadcast=True))
+        r = kbench.compare(np.ones(1000), np.ones(1000))
+        print("NEXT OK", r.n, flush=True)
+    """,
+}
+
+
+@pytest.mark.parametrize("case", sorted(CASES))
+def test_sigint_stops_the_loop_within_half_a_second_and_the_next_call_works(case):
+    code = PRELUDE + textwrap.dedent(CASES[case])
+    env = dict(os.environ, PYTHONUNBUFFERED="1")
+    proc = subprocess.Popen([sys.executable, "-c", code], stdout=subprocess.PIPE,
+                            stderr=subprocess.PIPE, text=True, env=env)
+    try:
+        line = proc.stdout.readline()
+        assert line.strip() == "GO", f"child did not start: {line!r} {proc.stderr.read()}"
+        time.sleep(SIGNAL_AFTER_S)
+        sent = time.monotonic()
+        os.kill(proc.pid, signal.SIGINT)
+        try:
+            out, err = proc.communicate(timeout=30)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            out, err = proc.communicate()
+            pytest.fail(f"{case}: SIGINT was ignored for 30 s (output {out!r})")
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
+    assert proc.returncode == 0, f"{case}: child failed:\n{out}\n{err}"
+    lines = out.splitlines()
+    ki = [ln for ln in lines if ln.startswith("KI ")]
+    assert ki, f"{case}: the loop ended without KeyboardInterrupt:\n{out}\n{err}"
+    latency = float(ki[0].split()[1]) - sent
+    assert 0 <= latency < LATENCY_S, f"{case}: KeyboardInterrupt came {latency:.3f} s after SIGINT"
+    next_ok = [ln for ln in lines if ln.startswith("NEXT OK ")]
+    assert next_ok and int(next_ok[0].split()[2]) > 0, f"{case}: next call failed:\n{out}\n{err}"
