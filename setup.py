@@ -191,15 +191,27 @@ core = Extension(
 
 
 class BuildExt(build_ext):
-    """build_ext without the interpreter's own -Wl,-rpath (a pyenv or conda Python puts its lib/
-    there): _core needs no run path -- it links only libc, libdl, libpthread and libm -- and a
-    wheel should not carry the build machine's directories."""
+    """build_ext that
+    - drops the interpreter's own -Wl,-rpath (a pyenv or conda Python puts its lib/ there):
+      _core needs no run path -- it links only libc, libdl, libpthread and libm -- and a wheel
+      should not carry the build machine's directories;
+    - rebuilds when the configuration changed (KBENCH_NO_CUDA, the headers, a knob), not only
+      when a file is newer: build/ is reused by in-tree builds (pip wheel, pip install
+      --no-build-isolation, setup.py build_ext), and a stale _core would say it was built
+      otherwise."""
 
     def build_extensions(self):
         ld = getattr(self.compiler, "linker_so", None)
         if ld:
             self.compiler.linker_so = [a for a in ld if not a.startswith(("-Wl,-rpath", "-Wl,-R"))]
+        stamp = Path(self.build_temp) / "kbench-build-config.txt"
+        config = repr([(e.name, e.sources, e.define_macros, e.include_dirs, e.extra_compile_args,
+                        e.extra_link_args) for e in self.extensions])
+        if not stamp.is_file() or stamp.read_text() != config:
+            self.force = True
         super().build_extensions()
+        stamp.parent.mkdir(parents=True, exist_ok=True)
+        stamp.write_text(config)
 
 
 setup(ext_modules=[core], cmdclass={"build_ext": BuildExt})

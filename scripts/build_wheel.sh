@@ -96,7 +96,7 @@ build_one() {
   if [ -n "${OFFLINE:-}" ]; then
     "$py" -m pip wheel --no-build-isolation --no-deps -v -w "$dist" "$ROOT" > "$WORK/build-$tag.log" 2>&1 \
       || { tail -40 "$WORK/build-$tag.log"; echo "FAIL: the build failed" >&2; return 1; }
-    grep "^kbench: " "$WORK/build-$tag.log" | tail -1
+    { grep -E "^\s*kbench: " "$WORK/build-$tag.log" || echo "(the build printed no kbench line)"; } | tail -1 | sed "s/^\s*//"
     venv=""
   else
     venv=$WORK/venv-$tag
@@ -105,7 +105,7 @@ build_one() {
       > "$WORK/tools-$tag.log" 2>&1 || { cat "$WORK/tools-$tag.log"; return 1; }
     "$venv/bin/python" -m build -o "$dist" "$ROOT" > "$WORK/build-$tag.log" 2>&1 \
       || { tail -40 "$WORK/build-$tag.log"; echo "FAIL: the build failed" >&2; return 1; }
-    grep "^kbench: " "$WORK/build-$tag.log" | tail -1
+    { grep -E "^\s*kbench: " "$WORK/build-$tag.log" || echo "(the build printed no kbench line)"; } | tail -1 | sed "s/^\s*//"
     cp "$dist"/*.tar.gz "$OUT/"
   fi
   whl=$(ls "$dist"/kbench-*-"$tag"-"$tag"-linux_*.whl)
