@@ -10,6 +10,10 @@
 #include <stdarg.h>
 #ifdef KB_HAVE_CUDA
 #include <cuda.h>
+#include <cupti_version.h>
+#ifndef KB_BUILD_HEADERS
+#define KB_BUILD_HEADERS "unknown (not built by setup.py)"
+#endif
 #endif
 
 int kb_dict_set_steal(PyObject *d, const char *key, PyObject *value)
@@ -69,6 +73,45 @@ static PyObject *bases_of(PyObject *a, PyObject *b)
     return b ? PyTuple_Pack(2, a, b) : PyTuple_Pack(1, a);
 }
 
+/* kbench._core.BUILD: what this build compiled and from which headers (setup.py passes
+ * KB_BUILD_HEADERS, where cuda.h and cupti.h came from). */
+static int add_build_info(PyObject *m)
+{
+    PyObject *d = PyDict_New();
+    if (d == NULL)
+        return -1;
+#ifdef KB_HAVE_CUDA
+    if (kb_dict_set_steal(d, "backends", Py_BuildValue("(ss)", "host", "cuda")) < 0 ||
+        kb_dict_set_steal(d, "cuda_version", PyLong_FromLong(CUDA_VERSION)) < 0 ||
+        kb_dict_set_steal(d, "cupti_api_version", PyLong_FromLong(CUPTI_API_VERSION)) < 0 ||
+        kb_dict_set_steal(d, "headers", PyUnicode_FromString(KB_BUILD_HEADERS)) < 0)
+        goto error;
+#else
+    if (kb_dict_set_steal(d, "backends", Py_BuildValue("(s)", "host")) < 0 ||
+        PyDict_SetItemString(d, "cuda_version", Py_None) < 0 ||
+        PyDict_SetItemString(d, "cupti_api_version", Py_None) < 0 ||
+        PyDict_SetItemString(d, "headers", Py_None) < 0)
+        goto error;
+#endif
+#if defined(__clang__)
+    if (kb_dict_set_steal(d, "compiler", PyUnicode_FromString("clang " __clang_version__)) < 0)
+        goto error;
+#elif defined(__GNUC__)
+    if (kb_dict_set_steal(d, "compiler", PyUnicode_FromString("gcc " __VERSION__)) < 0)
+        goto error;
+#endif
+    if (kb_dict_set_steal(d, "python", PyUnicode_FromString(PY_VERSION)) < 0)
+        goto error;
+    if (PyModule_AddObjectRef(m, "BUILD", d) < 0)
+        goto error;
+    Py_DECREF(d);
+    return 0;
+
+error:
+    Py_DECREF(d);
+    return -1;
+}
+
 static int core_exec(PyObject *m)
 {
     kb_state *st = kb_get_state(m);
@@ -116,7 +159,8 @@ static int core_exec(PyObject *m)
     if (kb_clock_module_init(m) < 0 || kb_stats_module_init(m) < 0 ||
         kb_criterion_module_init(m) < 0 || kb_measure_host_module_init(m) < 0 ||
         kb_coldcache_module_init(m) < 0 || kb_compare_module_init(m) < 0 ||
-        kb_cpu_kernels_module_init(m) < 0 || kb_steady_module_init(m) < 0)
+        kb_cpu_kernels_module_init(m) < 0 || kb_steady_module_init(m) < 0 ||
+        add_build_info(m) < 0)
         goto error;
 #ifdef KB_HAVE_CUDA
     if (kb_gpu_module_init(m) < 0 || kb_measure_cuda_module_init(m) < 0)

@@ -3,6 +3,9 @@ from typing import Any, Callable, Dict, List, Optional, Sequence, Tuple
 
 HAVE_CUDA: int
 CUDA_HEADERS_VERSION: int
+# what the build compiled: backends ("host"[, "cuda"]), cuda_version (CUDA_VERSION of cuda.h),
+# cupti_api_version, headers (where setup.py found them), compiler, python (headers' version)
+BUILD: Dict[str, Any]
 
 class KbenchError(RuntimeError): ...
 class LibraryNotFound(KbenchError, OSError): ...

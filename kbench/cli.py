@@ -240,9 +240,11 @@ def cmd_info(args: argparse.Namespace) -> int:
     md = collect_host_metadata()
     timer = _core.host_timer_info(lambda: None, calls=20000)
     caches = _core.cpu_cache_info()
+    from ._build import build_info, describe_build
     info: Dict[str, Any] = {"host": md, "host_timer": timer, "cpu_caches": caches,
                             "cuda_backend_built": bool(_core.HAVE_CUDA),
-                            "cuda_headers_version": _core.CUDA_HEADERS_VERSION}
+                            "cuda_headers_version": _core.CUDA_HEADERS_VERSION,
+                            "build": build_info()}
     if _core.HAVE_CUDA:
         info["gpu_libraries"] = _core.gpu_library_status()
         try:
@@ -262,8 +264,8 @@ def cmd_info(args: argparse.Namespace) -> int:
     print(f"host timer: {timer['clock']}, resolution {timer['resolution_ns']} ns, read "
           f"{timer['read_cost_ns']:.1f} ns, per-sample overhead around an empty call "
           f"{timer['call_overhead_min_ns']} ns (min) / {timer['call_overhead_mean_ns']:.0f} ns (mean)")
+    print(describe_build())
     if not _core.HAVE_CUDA:
-        print("CUDA backend: not built (no cuda.h/cupti.h at build time)")
         return 0
     print(f"CUDA backend: built against CUDA headers {_core.CUDA_HEADERS_VERSION}")
     for lib, st in info["gpu_libraries"].items():

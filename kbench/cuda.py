@@ -45,8 +45,12 @@ def available() -> bool:
 def require_backend() -> None:
     if not _core.HAVE_CUDA:
         raise _core.LibraryNotFound(
-            "this kbench was built without the CUDA backend (no cuda.h/cupti.h under "
-            "$CUDA_HOME or /usr/local/cuda at build time); rebuild with the CUDA toolkit headers")
+            "this kbench was built without the CUDA backend (KBENCH_NO_CUDA=1 at build time); "
+            "reinstall it with KBENCH_NO_CUDA unset: `pip install --force-reinstall --no-deps "
+            "kbench-*.whl` (every kbench wheel has the CUDA backend), or `pip install .` in a "
+            "kbench checkout or sdist -- pip then fetches the CUDA headers from the "
+            "nvidia-cuda-runtime, nvidia-cuda-cupti and nvidia-cuda-crt packages; no CUDA "
+            "toolkit is needed")
 
 
 def device_ordinal(device: str) -> int:
