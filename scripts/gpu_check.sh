@@ -88,6 +88,24 @@ if [ "$mode" = regime ]; then
   echo "== regime benchmark"
   (cd benchmarks && timeout 330 $PY gpu_regime.py --out "$OUT/h200_regime.json" --md "$OUT/h200_regime.md" 2>&1 | tail -40)
 fi
+if [ "$mode" = final ]; then
+  echo "== peaks"; timeout 150 $PY -m kbench peaks --seconds 2 2>&1 | tee "$OUT/peaks.txt" | tail -5
+  echo "== GPU tests (pytest -m gpu)"
+  timeout 260 $PY -m pytest -q -rfEs --tb=short --timeout=120 -m gpu tests/ 2>&1 \
+    | tee "$OUT/pytest_gpu.log" | grep -E "^(FAILED|ERROR)|^E |passed|failed" | head -30
+  echo "== regression gate: save, then compare three times (8%)"
+  rm -f "$LOGS/gate_base.json"
+  { timeout 60 $PY -m pytest -q -p no:cacheprovider benchmarks/regime_gate --kbench-save="$LOGS/gate_base.json" 2>&1 | tail -1
+    for i in 1 2 3; do
+      timeout 60 $PY -m pytest -q -p no:cacheprovider benchmarks/regime_gate --kbench-compare="$LOGS/gate_base.json" \
+        --kbench-fail=8% 2>&1 | grep -E "test_gemm|passed|failed" | tail -4; echo "gate run $i rc=${PIPESTATUS[0]}"
+    done; } 2>&1 | tee "$OUT/gate.txt"
+  echo "== regime benchmark"
+  (cd benchmarks && timeout 240 $PY gpu_regime.py --out "$OUT/h200_regime.json" --md "$OUT/h200_regime.md" 2>&1 | tail -34)
+fi
+if [ "$mode" = soak ]; then
+  timeout 400 $PY benchmarks/gpu_soak.py --benches 250 --rounds 4 --out "$OUT/h200_soak.json" 2>&1 | grep -E "growth|round"
+fi
 if [ "$mode" = leak ]; then
   echo "== GPU tests"
   timeout 200 $PY -m pytest -q -rfEs --tb=short --timeout=120 tests/test_gpu_regime.py \
