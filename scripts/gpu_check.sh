@@ -104,7 +104,15 @@ if [ "$mode" = final ]; then
   (cd benchmarks && timeout 240 $PY gpu_regime.py --out "$OUT/h200_regime.json" --md "$OUT/h200_regime.md" 2>&1 | tail -34)
 fi
 if [ "$mode" = soak ]; then
-  timeout 400 $PY benchmarks/gpu_soak.py --benches 250 --rounds 4 --out "$OUT/h200_soak.json" 2>&1 | grep -E "growth|round"
+  echo "== peaks (burst)"; timeout 150 $PY -m kbench peaks --seconds 2 2>&1 | tee "$OUT/peaks.txt" | tail -4
+  echo "== CUPTI attach tests"
+  timeout 150 $PY -m pytest -q -rfEs --tb=short --timeout=120 tests/test_gpu_regime.py \
+    tests/test_gpu_bench.py -k "detach or back_to_back or profiler or regime or burst" 2>&1 \
+    | tee "$OUT/pytest_gpu_attach.log" | grep -E "^(FAILED|ERROR)|^E |passed|failed" | head -20
+  echo "== soak: 1000 benches per mode"
+  timeout 260 $PY benchmarks/gpu_soak.py --benches 250 --rounds 4 --out "$OUT/h200_soak.json" 2>&1 | grep -E "growth|round"
+  echo "== regime benchmark"
+  (cd benchmarks && timeout 200 $PY gpu_regime.py --out "$OUT/h200_regime.json" --md "$OUT/h200_regime.md" 2>&1 | grep -E "^\| (sus|bur|clamp)|^- " | head -40)
 fi
 if [ "$mode" = leak ]; then
   echo "== GPU tests"

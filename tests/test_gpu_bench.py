@@ -358,6 +358,7 @@ x = torch.ones(1 << 20, device="cuda")
 kw = dict(mode="cupti", cold_cache=None, warmup_s=0.1, max_time_s=0.3)
 r1 = kbench.bench(torch.add, x, 1.0, **kw)
 r2 = kbench.bench(torch.add, x, 1.0, **kw)
+import time; time.sleep(1.5)    # r2 followed r1: CUPTI lingers 1 s, then its thread detaches
 with profile(activities=[ProfilerActivity.CUDA]) as p:
     torch.add(x, 1.0)
     torch.cuda.synchronize()
@@ -381,9 +382,17 @@ def _detach_run(env_extra):
 
 
 def test_cupti_is_detached_after_a_run_when_kbench_was_its_only_client():
-    # A clean process: kbench detaches CUPTI at the end of each run, attaches again for the
-    # next, and a torch.profiler session afterwards still records the kernel.
+    # A clean process: a lone run detaches CUPTI at its end; a run that follows another within
+    # 1 s leaves it attached for the next (each attach/finalize cycle leaks device memory in
+    # CUPTI), and a background thread detaches it 1 s after the last, so a torch.profiler
+    # session afterwards still records the kernel.
     out = _detach_run({"KBENCH_CUPTI_DETACH": "1"})
+    assert out["d"][0] == "detached" and out["d"][1].startswith("lingering"), out["d"]
+    assert out["k"][0] == out["k"][1] == {"min": 1.0, "max": 1.0}
+    assert out["m"][1] == pytest.approx(out["m"][0], rel=0.2)
+    assert out["n_prof"] >= 1
+    # KBENCH_CUPTI_LINGER_S=0: every run detaches at its end
+    out = _detach_run({"KBENCH_CUPTI_DETACH": "1", "KBENCH_CUPTI_LINGER_S": "0"})
     assert out["d"] == ["detached", "detached"]
     assert out["k"][0] == out["k"][1] == {"min": 1.0, "max": 1.0}
     assert out["m"][1] == pytest.approx(out["m"][0], rel=0.2)
