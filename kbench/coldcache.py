@@ -6,7 +6,7 @@ argument sets a rotation needs so their total footprint exceeds the cache by a m
 from __future__ import annotations
 
 import math
-from typing import Any, Callable, List, Sequence, Tuple, Union
+from typing import Any, Callable, List, Optional, Sequence, Tuple, Union
 
 import numpy as np
 
@@ -66,22 +66,30 @@ def rotation_count(set_bytes: int, cache_bytes: int, margin: float = 2.0,
     return max(minimum, k)
 
 
-def check_rotation_footprint(set_bytes: Sequence[int], cache_bytes: int, margin: float = 2.0,
-                             what: str = "the argument sets") -> None:
-    """ValueError unless the sets other than any one of them (the traffic between two uses of a
-    set) hold at least `margin` x the cache: otherwise the rotation cannot evict the cache and the
-    samples would be labelled cold while the data stays cached. A cache size of 0 (unknown)
-    cannot be judged and passes."""
+def rotation_shortfall(set_bytes: Sequence[int], cache_bytes: int, margin: float = 2.0,
+                       what: str = "the argument sets") -> Optional[str]:
+    """Why a rotation through sets of these sizes cannot evict the cache, or None when it can:
+    the sets other than any one of them (the traffic between two uses of a set) must hold at
+    least `margin` x the cache, else the data stays cached while the samples are labelled cold.
+    A cache size of 0 (unknown) cannot be judged: None."""
     total = sum(set_bytes)
     between = total - max(set_bytes, default=0)
     need = margin * cache_bytes
-    if cache_bytes > 0 and between < need:
-        raise ValueError(
-            f"cold_cache='rotate' cannot evict the {_fmt_bytes(cache_bytes)} cache: "
-            f"{what} of {_fmt_bytes(max(set_bytes, default=0))} hold {_fmt_bytes(total)} in "
-            f"all, and the traffic between two uses of a set must be at least {margin:g}x the cache "
-            f"({_fmt_bytes(need)}). Use cold_cache='flush', or pass arg_sets= with larger or "
-            f"more sets")
+    if cache_bytes <= 0 or between >= need:
+        return None
+    return (f"cold_cache='rotate' cannot evict the {_fmt_bytes(cache_bytes)} cache: {what} of "
+            f"{_fmt_bytes(max(set_bytes, default=0))} hold {_fmt_bytes(total)} in all, and the "
+            f"traffic between two uses of a set must be at least {margin:g}x the cache "
+            f"({_fmt_bytes(need)})")
+
+
+def check_rotation_footprint(set_bytes: Sequence[int], cache_bytes: int, margin: float = 2.0,
+                             what: str = "the argument sets") -> None:
+    """ValueError with :func:`rotation_shortfall`'s reason when the rotation cannot evict."""
+    why = rotation_shortfall(set_bytes, cache_bytes, margin, what)
+    if why is not None:
+        raise ValueError(f"{why}. Use cold_cache='flush', or pass arg_sets= with larger or "
+                         f"more sets")
 
 
 def _fmt_bytes(n: float) -> str:

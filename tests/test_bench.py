@@ -546,3 +546,12 @@ def test_a_bench_inside_a_benchmarked_callable_is_refused_not_deadlocked():
     with pytest.raises(_core.KbenchError, match="inside a measurement"):
         kbench.bench(nested, **FAST)
     assert kbench.bench(lambda: None, **FAST).n > 0
+
+
+def test_rotation_shortfall_names_what_given_sets_lack():
+    from kbench.coldcache import rotation_shortfall
+    llc = _core.cpu_cache_info()["llc_bytes"]
+    why = rotation_shortfall([32, 32, 32], llc, what="3 arg_sets")
+    assert why.startswith("cold_cache='rotate' cannot evict the ") and "3 arg_sets of 32 B" in why
+    assert rotation_shortfall([llc] * 3, llc) is None
+    assert rotation_shortfall([32, 32], 0) is None          # unknown cache: not judged

@@ -634,7 +634,7 @@ def test_torch_tensors():
         assert c.out_dtype == "fp8_e4m3" and c.ok
 
 
-# ------------------------------------------------------------------ issue 12: shapes, byte order, complex
+# ------------------------------------------------------------ issue 12: shapes, byte order, complex
 
 
 @pytest.mark.parametrize("out, ref", [
