@@ -68,10 +68,10 @@ BENCH_CASES = [
      "must not exceed max_samples"),
     ("max_time_s 0", bench(np.sum, A, max_time_s=0), ValueError, "max_time_s must be >"),
     ("max_time_s nan", bench(np.sum, A, max_time_s=float("nan")), ValueError,
-     "max_time_s must be > 0, got nan"),
+     "max_time_s must be > 0.*got nan"),
     ("warmup_s negative", bench(np.sum, A, warmup_s=-1), ValueError, "warmup_s must be >= 0"),
     ("warmup_s nan", bench(np.sum, A, warmup_s=float("nan")), ValueError,
-     "warmup_s must be >= 0, got nan"),
+     "warmup_s must be >= 0.*got nan"),
     ("warmup_s str", bench(np.sum, A, warmup_s="1"), TypeError,
      "warmup_s must be a number, got str"),
     ("target 0", bench(np.sum, A, target=0), ValueError, "target must be > 0"),
@@ -126,10 +126,10 @@ BENCH_CASES = [
      "check= was given but the callable returned None"),
     ("check: closure returned None", bench(lambda: None, check=lambda: A * 2.0), TypeError,
      "callable returned None.*closure that writes a captured array must return it"),
-    ("check: reference is text", bench(np.cumsum, A, check="abc"), TypeError,
-     "unsupported dtype <U3 of ref"),
-    ("check: output is text", bench(lambda: "abc", check=A), TypeError,
-     "unsupported dtype <U3 of out"),
+    ("check: reference is text", bench(np.cumsum, A, check="abc"), ValueError,
+     "shapes must be equal"),
+    ("check: output is text", bench(lambda: "abc", check=A), ValueError,
+     "shapes must be equal"),
     ("check: shapes that do not broadcast", bench(np.cumsum, A, check=np.ones(5)), ValueError,
      r"shape \(64,\) and ref shape \(5,\)"),
     ("check: negative rtol", bench(np.cumsum, A, check=np.cumsum(A), rtol=-1), ValueError,
@@ -161,12 +161,12 @@ def test_a_callable_that_raises_in_the_check_keeps_its_exception_and_says_where(
 # ------------------------------------------------------------------ kbench.compare
 
 COMPARE_CASES = [
-    ("text", lambda: kbench.compare("abc", A), TypeError, "unsupported dtype <U3 of out"),
-    ("None", lambda: kbench.compare(None, A), TypeError, "unsupported dtype object of out"),
+    ("text", lambda: kbench.compare(np.array(["abc"] * A.size), A), TypeError,
+     "unsupported dtype <U3 of out"),
+    ("None", lambda: kbench.compare(np.array([None] * A.size), A), TypeError,
+     "unsupported dtype object of out"),
     ("objects", lambda: kbench.compare(np.array([object()]), A[:1]), TypeError,
      "unsupported dtype object"),
-    ("complex vs real", lambda: kbench.compare(A.astype(complex), A), TypeError,
-     "unsupported dtype complex128"),
     ("negative rtol", lambda: kbench.compare(A, A, rtol=-1), ValueError,
      "rtol must be finite and >= 0"),
     ("nan atol", lambda: kbench.compare(A, A, atol=float("nan")), ValueError,
@@ -398,7 +398,6 @@ def test_cli_refuses_before_measuring(argv, match, capsys):
 
 # ------------------------------------------------------------------ fixed on branch robust-c
 
-@pytest.mark.xfail(strict=True, reason=ROBUST_C)
 def test_a_warmup_that_never_ends_is_refused():
     """warmup_s=inf and 1e300, in two subprocesses at once with a timeout: before the fix the
     warm-up runs forever."""
@@ -429,7 +428,6 @@ def test_a_warmup_that_never_ends_is_refused():
                 p.wait()
 
 
-@pytest.mark.xfail(strict=True, reason=ROBUST_C)
 @pytest.mark.parametrize("value", ["1.5M", "1T", "-1", "99999999999999999999", "abc"])
 def test_an_unparseable_llc_size_is_refused(value, monkeypatch):
     monkeypatch.setenv("KBENCH_LLC_BYTES", value)
@@ -439,7 +437,6 @@ def test_an_unparseable_llc_size_is_refused(value, monkeypatch):
         monkeypatch.delenv("KBENCH_LLC_BYTES")
 
 
-@pytest.mark.xfail(strict=True, reason=ROBUST_C)
 @pytest.mark.parametrize("out,ref", [
     (np.full((1000, 1), 2.0), np.full(1000, 2.0)),
     (np.float64(3.0), np.full(1000, 3.0)),
@@ -448,17 +445,14 @@ def test_compare_refuses_different_shapes(out, ref):
     raises(lambda: kbench.compare(out, ref), ValueError, "shape")
 
 
-@pytest.mark.xfail(strict=True, reason=ROBUST_C)
 def test_check_refuses_a_wrongly_shaped_output():
     raises(bench(lambda: np.ones((4, 1)), check=np.ones(4)), ValueError, "shape")
 
 
-@pytest.mark.xfail(strict=True, reason=ROBUST_C)
 def test_compare_reads_big_endian_floats():
     assert kbench.compare(np.ones(3, ">f8"), np.ones(3)).ok
 
 
-@pytest.mark.xfail(strict=True, reason=ROBUST_C)
 def test_rotation_that_cannot_evict_the_cache_is_refused_or_flagged():
     try:
         r = kbench.bench(np.sum, np.ones(1), cold_cache="rotate", warmup_s=0.0, max_time_s=0.05)
