@@ -610,7 +610,7 @@ static PyObject *measure_cuda(PyObject *m, PyObject *args, PyObject *kw)
     cuda_ctx c;
     kb_loop_config cfg;
     kb_loop_result res;
-    int pushed = 0, foreign = 0;
+    int pushed = 0, foreign = 0, locked = 0;
     size_t persisting_limit = 0;
     double busy_s_done = 0.0;
     memset(&c, 0, sizeof c);
@@ -742,6 +742,11 @@ static PyObject *measure_cuda(PyObject *m, PyObject *args, PyObject *kw)
     }
     if (kb_finish_options(opts, "measure_cuda", &cfg) < 0)
         goto error;
+    /* One measuring loop at a time in the process (measure.c): benches from two threads
+     * would share the GPU, the gate and CUPTI, and each would time the other's work. */
+    if (kb_measure_lock_acquire(m) < 0)
+        goto error;
+    locked = 1;
     if (busy_warmup < 0)
         busy_warmup = cfg.warmup_s;
     /* The busy kernel brings the clocks up; the callable's own warm-up then only needs to
@@ -974,6 +979,8 @@ error:
                     c.cu->cuEventDestroy(c.ev[i]);
             kb_ctx_leave(c.cu, pushed);
         }
+        if (locked)
+            kb_measure_lock_release(m);
         PyErr_Restore(et, ev, etb);
     }
     free(c.ev);

@@ -106,7 +106,7 @@ def bench(fn: Callable[..., Any], *args: Any,
         raw, cold, extra = _run_host(fn, sets, kwargs, cold_cache, flush_bytes, loop)
         device_name, backend, peaks = "cpu", "host", _cpu_peaks()
         if host_note:
-            extra["warnings"] = [host_note]
+            extra.setdefault("warnings", []).append(host_note)
     else:
         from . import cuda as _cuda          # imported only when a GPU is asked for
         raw, cold, extra, device_name, peaks = _cuda.run(
@@ -125,7 +125,7 @@ def bench(fn: Callable[..., Any], *args: Any,
     stats = _core.summarize(samples, ci_level)
     stop = {k: raw[k] for k in ("stop", "criterion", "target", "achieved", "warmup_iters",
                                 "warmup_s", "sampling_s", "min_samples", "max_samples",
-                                "max_time_s", "resolution_s") if k in raw}
+                                "max_time_s", "resolution_s", "at_resolution") if k in raw}
     result = Result(name=name, device=device_name, backend=backend, samples=samples,
                     stats=stats, stop=stop, cold_cache=cold, flops=flops, bytes=bytes,
                     correctness=correctness, extra=extra)
@@ -283,10 +283,24 @@ def _run_host(fn, sets, kwargs, cold_cache, flush_bytes, loop):
     cold = dict(raw["cold"])
     cold["cache_bytes"] = llc
     cold["cache"] = "CPU last-level cache"
+    extra: Dict[str, Any] = {}
     if cold_cache == "rotate":
         cold["footprint_bytes"] = sum(footprint(s) for s in sets)
         cold["set_bytes"] = footprint(sets[0])
-    return raw, cold, {}
+        _flag_rotation(cold, sets, llc, extra.setdefault("warnings", []))
+    return raw, cold, extra
+
+
+def _flag_rotation(cold: Dict[str, Any], sets: List[Tuple[Any, ...]], cache_bytes: int,
+                   warn: List[str]) -> None:
+    """User-given argument sets that cannot evict the cache are run as given, but not called
+    cold (kbench's own rotation sets are sized to evict, or refused)."""
+    from .coldcache import rotation_shortfall
+    why = rotation_shortfall([footprint(s) for s in sets], cache_bytes,
+                             what=f"{len(sets)} arg_sets")
+    cold["evicts"] = why is None
+    if why:
+        warn.append(why + ": run as given, not cold")
 
 
 def _cpu_peaks() -> Optional[Dict[str, float]]:

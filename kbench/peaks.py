@@ -59,12 +59,9 @@ def llc_bytes() -> tuple[int, str]:
 
     $KBENCH_LLC_BYTES wins; then ``_core.cpu_cache_info()`` when the core has it; then sysfs.
     """
-    env = os.environ.get("KBENCH_LLC_BYTES")
-    if env:
-        try:
-            return int(env), "KBENCH_LLC_BYTES"
-        except ValueError:
-            pass
+    if os.environ.get("KBENCH_LLC_BYTES"):
+        # parsed (and refused when malformed) in one place: the core's cache info
+        return int(_core.cpu_cache_info()["llc_bytes"]), "KBENCH_LLC_BYTES"
     info = getattr(_core, "cpu_cache_info", None)
     if info is not None:
         try:

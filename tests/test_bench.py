@@ -555,3 +555,17 @@ def test_rotation_shortfall_names_what_given_sets_lack():
     assert why.startswith("cold_cache='rotate' cannot evict the ") and "3 arg_sets of 32 B" in why
     assert rotation_shortfall([llc] * 3, llc) is None
     assert rotation_shortfall([32, 32], 0) is None          # unknown cache: not judged
+
+
+def test_user_arg_sets_that_cannot_evict_are_run_but_not_called_cold():
+    a = np.ones(1000)
+    sets = [(a.copy(),), (a.copy(),)]
+    r = kbench.bench(np.sum, arg_sets=sets, cold_cache="rotate", max_time_s=0.05, warmup_s=0)
+    assert r.cold_cache["evicts"] is False
+    assert any("cannot evict" in w and "not cold" in w for w in r.warnings), r.warnings
+
+
+def test_a_bench_at_the_timer_resolution_says_so_in_its_stop_record():
+    r = kbench.bench(lambda: None, min_samples=25, max_samples=25, warmup_s=0, target=1e-9,
+                     cold_cache=None)
+    assert "at_resolution" in r.stop
