@@ -45,7 +45,7 @@ def test_clock_summary_flags_a_power_cap_and_a_fall():
 
 
 def _fake_run(monkeypatch, events_s, sampling_s, reasons, settle=None, between=None,
-              keep_busy=None, sm=None):
+              keep_busy=None, sm=None, regime=None):
     """cuda.run over a canned measure_cuda result: the Python side of the backend, no GPU."""
     import numpy as np
 
@@ -68,6 +68,8 @@ def _fake_run(monkeypatch, events_s, sampling_s, reasons, settle=None, between=N
         raw["cuda"]["between_batches"] = between
     if keep_busy is not None:
         raw["cuda"]["keep_busy"] = keep_busy
+    if regime is not None:
+        raw["cuda"]["regime"] = regime
 
     class FakeCore:
         measure_cuda = staticmethod(lambda *a, **k: raw)
@@ -176,3 +178,29 @@ def test_a_settled_or_unjudged_warm_up_does_not_warn(monkeypatch):
                           "min_sampling_s": 0.0})
     assert unjudged["clock_settle"]["at_s"] is None and unjudged["clock_settle"]["sm_mhz"] is None
     assert not any("settled" in w for w in unjudged["warnings"])
+
+
+def test_the_result_names_its_regime_and_locked_clocks_need_no_settling(monkeypatch):
+    import kbench._core as real  # noqa: F401
+    extra = _fake_run(monkeypatch, [1e-3] * 50, 0.052, [0] * 20, sm=[1410.0] * 20,
+                      settle={"settled": None, "at_s": NAN, "sm_mhz": NAN, "max_s": 3.0,
+                              "min_sampling_s": 0.0},
+                      regime={"name": "sustained", "clocks_locked": True, "loaded_s": 0.0})
+    assert extra["regime"]["held"] is True
+    assert "locked by the user" in extra["regime"]["note"]
+
+
+def test_burst_batches_that_started_unrecovered_break_the_regime(monkeypatch):
+    burst = {"batches": 40, "unrecovered": 3, "wait_s": 6.0, "batch_s": 0.005, "rest": 3.0,
+             "sm_mhz_min": 1980.0, "sm_mhz_mean": 1980.0, "sm_mhz_max": 1980.0}
+    extra = _fake_run(monkeypatch, [1e-3] * 50, 0.5, [0] * 20, sm=[1980.0] * 20,
+                      regime={"name": "burst", "clocks_locked": False, "burst": burst})
+    assert extra["regime"]["held"] is False
+    assert any("3 of 40 batches started before the GPU had recovered" in w
+               for w in extra["warnings"])
+    # batch starts at one clock, all recovered: held, and the idle clocks between batches
+    # do not make the clocks "moved"
+    ok = _fake_run(monkeypatch, [1e-3] * 50, 0.5, [0] * 20,
+                   regime={"name": "burst", "clocks_locked": False,
+                           "burst": dict(burst, unrecovered=0)})
+    assert ok["regime"]["held"] is True and ok["clocks"]["steady"] is True
