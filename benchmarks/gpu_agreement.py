@@ -23,7 +23,7 @@ idled before it: `host` (each call launched from Python as it comes: a tiny kern
 GPU idle, as with kbench's gate=False) and `queued` (the calls queued behind torch.cuda._sleep,
 back to back, as behind kbench's gate).
 The host-side launch cost of the callable is timed before the profile, after it and after
-kbench (benchmarks/gpu_launch_residue.py is the careful, clean-process version of that check).
+kbench.
 kbench mode=cupti is compared with the regime it runs in: gated -> queued, gate=False -> host.
 
     python benchmarks/gpu_agreement.py --out benchmarks/results/h200_agreement.json \

@@ -1,20 +1,13 @@
 #!/usr/bin/env bash
-# Device runs, batched: bash scripts/gpu_check.sh tests|bench|all|empty|probe|flush
+# Device runs, batched: bash scripts/gpu_check.sh tests|bench|all|regime|final|soak|last|leak
 #   tests: build, kbench info, kbench peaks, the whole pytest suite (GPU tests included)
 #   bench: build, benchmarks/gpu_agreement.py, the vLLM-style drop-in script twice, the GPU notebook
-#   empty: build, tests/test_gpu_bench.py, the agreement protocol on the two empty kernels only
-#          (with the profile of kbench's own stream) and the gate-gap diagnosis
-#   flush: build, tests/test_gpu_bench.py, benchmarks/gpu_flush_bridges.py, the agreement on the
-#          four sub-10-us cases (after the default-flush change)
-#   probe: build, the GPU tests that raise, and benchmarks/cupti_config_probe.sh (which CUPTI
-#          setting lengthens an empty kernel's record)
 #   regime: build, kbench peaks, the GPU tests, benchmarks/gpu_regime.py (figures against the
 #          GPU's history, both regimes; graph-cold) and a pytest regression gate re-run three
 #          times against its own baseline
 # Prints a short table last. Results land in $OUT (the device tool brings back at most 8 files,
 # so logs that only matter on failure stay in $LOGS and are tailed here instead).
 # KBENCH_GIT_COMMIT: the commit being tested, from the sender (a copied tree's .git can lag).
-# SKIP_RESIDUE=1: leave out the launch-cost probes (tests mode).
 set -uo pipefail
 cd "$(dirname "$0")/.."
 OUT=${OUT:-/tmp/kbench_out}; mkdir -p "$OUT"
@@ -35,39 +28,6 @@ if [ "$mode" = tests ] || [ "$mode" = all ]; then
   echo "== tests"
   timeout 240 $PY -m pytest -q -rfEs --tb=short --timeout=90 tests/ 2>&1 | tee "$OUT/pytest.log" \
     | grep -E "^(FAILED|ERROR|SKIPPED)|^E |passed|failed" | head -60
-  if [ -z "${SKIP_RESIDUE:-}" ]; then
-    echo "== launch cost around kbench's CUPTI sessions"
-    timeout 120 $PY benchmarks/gpu_launch_residue.py --out "$OUT/launch_residue.json" 2>&1 | tail -14
-    timeout 120 $PY benchmarks/gpu_launch_residue.py --paired --out "$OUT/launch_paired.json" 2>&1 | tail -2
-  fi
-fi
-if [ "$mode" = empty ]; then
-  echo "== GPU bench tests"
-  timeout 150 $PY -m pytest -q -rfEs --tb=short --timeout=120 tests/test_gpu_bench.py 2>&1 \
-    | tee "$OUT/pytest_gpu.log" | grep -E "^(FAILED|ERROR)|^E |passed|failed" | head -30
-  echo "== empty kernels"
-  timeout 240 $PY benchmarks/gpu_agreement.py --cases "triton empty,ptx empty" \
-    --out "$OUT/h200_empty_kernels.json" --md "$OUT/h200_empty_kernels.md" 2>&1 | tail -16
-  echo "== gate gap"
-  timeout 150 $PY benchmarks/gpu_gate_gap.py --out "$OUT/gate_gap.json" 2>&1 | tail -14
-fi
-if [ "$mode" = probe ]; then
-  echo "== the failed-capture and keep-busy-raise tests"
-  timeout 150 $PY -m pytest -q -rfEs --tb=short --timeout=120 tests/test_gpu_bench.py \
-    -k "synchronizes_during_capture or keep_busy_bridge or raises" 2>&1 \
-    | tee "$OUT/pytest_probe.log" | grep -E "^(FAILED|ERROR)|^E |passed|failed" | head -30
-  echo "== CUPTI configurations against an empty kernel"
-  timeout 200 bash benchmarks/cupti_config_probe.sh "$OUT/cupti_probe.jsonl" 2>&1 | tail -30
-fi
-if [ "$mode" = flush ]; then
-  echo "== GPU bench tests"
-  timeout 150 $PY -m pytest -q -rfEs --tb=short --timeout=120 tests/test_gpu_bench.py 2>&1 \
-    | tee "$OUT/pytest_gpu.log" | grep -E "^(FAILED|ERROR)|^E |passed|failed" | head -30
-  echo "== bridged kernels: device records off while a bridge is queued, or on"
-  (cd benchmarks && timeout 150 $PY gpu_flush_bridges.py --out "$OUT/flush_bridges.json" 2>&1 | tail -8)
-  echo "== agreement on the sub-10-us cases"
-  timeout 240 $PY benchmarks/gpu_agreement.py --cases "triton empty,ptx empty,add 1K f32,mul 1M f32" \
-    --out "$OUT/h200_small_kernels.json" --md "$OUT/h200_small_kernels.md" 2>&1 | tail -22
 fi
 if [ "$mode" = regime ]; then
   echo "== peaks"; timeout 150 $PY -m kbench peaks --seconds 2 2>&1 | tee "$OUT/peaks.txt" | tail -6
