@@ -89,6 +89,8 @@ if [ "$mode" = last ]; then
      --out "$OUT/h200_wheel_wheel.json" | cut -c1-600)
   (cd /tmp && timeout 90 $PY "$REPO/benchmarks/gpu_wheel_check.py" --label source \
      --out "$OUT/h200_wheel_source.json" | cut -c1-600)
+  echo "== time to a figure (sweep and single cases, kbench and do_bench)"
+  timeout 120 $PY benchmarks/gpu_time_to_figure.py --out "$OUT/h200_time_to_figure.json" 2>&1 | tail -6
 fi
 if [ "$mode" = leak ]; then
   echo "== GPU tests"
