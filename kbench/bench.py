@@ -133,6 +133,8 @@ def bench(fn: Callable[..., Any], *args: Any,
     result.warnings.extend(_warnings(result))
     result.warnings.extend(extra.pop("warnings", []))
     result.metadata = _metadata(device_name, result, extra)
+    from .provenance import collect
+    result.metadata["harness"] = collect(fn, sets[0], kwargs)
     return result
 
 

@@ -244,6 +244,10 @@ class Result:
                                         f"{c.get('max_abs_err', float('nan')):.3g}, rel L2 "
                                         f"{c.get('rel_l2', float('nan')):.3g} "
                                         f"(rtol {c.get('rtol')}, atol {c.get('atol')})"])
+        from .provenance import summary as harness_text
+        harness = harness_text(self.metadata.get("harness") or {})
+        if harness:
+            rows.append(["Harness", harness])
         for w in self.warnings:
             rows.append(["Warning", w])
         return rows
