@@ -17,7 +17,7 @@ from kbench import provenance
 from kbench.cli import main as cli_main
 from kbench.result import Result
 
-QUICK = dict(warmup_s=0.01, max_time_s=0.05, min_samples=5, cold_cache=None)
+QUICK = dict(warmup_s=0.01, max_time_s=0.05, min_samples=5, cold_cache=None, memory=False)
 
 
 def scale(x):
