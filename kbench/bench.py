@@ -55,6 +55,7 @@ def bench(fn: Callable[..., Any], *args: Any,
           ci_level: float = 0.95,
           criterion: str = "ci",
           memory: bool = True,
+          profile: Optional[bool] = None,
           **backend_options: Any) -> Result:
     """Benchmark ``fn(*args, **kwargs)``; see the README for every option.
 
@@ -66,7 +67,9 @@ def bench(fn: Callable[..., Any], *args: Any,
     defaults per dtype) before anything is timed. The output is what fn returns, or the
     argument named by out_arg (a position in args, or a keyword of kwargs) for a kernel that
     writes in place and returns None, or kwargs["out"]; it is poisoned (NaN) before the check.
-    memory: measure the peak memory of one untimed call (kbench.memory).
+    memory: measure the peak memory of one untimed call (kbench.memory). profile: run once for
+    a profiler instead of timing (kbench.profile; None: KBENCH_PROFILE=1, or a GPU case under
+    a profiler's CUDA_INJECTION64_PATH).
     """
     if not callable(fn):
         raise TypeError(f"kbench.bench: fn must be callable, got {type(fn).__name__} "
@@ -106,6 +109,13 @@ def bench(fn: Callable[..., Any], *args: Any,
     if check is not None:
         correctness = _check_before_timing(fn, sets[0], kwargs, check, rtol, atol, name,
                                            out_arg)
+    from . import profile as _profile
+    why = _profile.wanted(profile, dev)
+    if why:
+        return _profile.run_once(fn, sets, kwargs, name=name, device=dev, why=why,
+                                 cold_cache=cold_cache, flush_bytes=flush_bytes,
+                                 warmup_s=warmup_s, correctness=correctness,
+                                 stream=backend_options.get("stream"))
     mem = None
     if memory:
         from .memory import measure as _measure_memory
