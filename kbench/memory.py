@@ -200,7 +200,13 @@ def measure(fn: Callable[..., Any], args: Tuple[Any, ...], kwargs: Dict[str, Any
     allocations are not counted. Never raises for a measurement it cannot make (the result
     says why); the callable's own exception propagates."""
     def call() -> Any:
-        return fn(*args, **kwargs)
+        try:
+            return fn(*args, **kwargs)
+        except Exception as e:
+            if hasattr(e, "add_note"):          # Python >= 3.11
+                e.add_note("raised by the benchmarked callable in kbench's untimed memory "
+                           "call, before timing; nothing was timed (memory=False skips it)")
+            raise
 
     if not called_before:
         call()

@@ -251,8 +251,10 @@ def summary(h: Dict[str, Any]) -> str:
     s, c = h.get("script") or {}, h.get("callable") or {}
     if "cell_md5" in s:
         where = f"notebook {s.get('notebook')} cell md5 {_short(s.get('cell_md5'))}"
+    elif s.get("path") and s.get("md5"):
+        where = f"{s['path']}:{s.get('line')} (md5 {_short(s['md5'])})"
     elif s.get("path"):
-        where = f"{s['path']}:{s.get('line')} (md5 {_short(s.get('md5'))})"
+        where = f"{s['path']}:{s.get('line')} (no file to hash)"
     else:
         where = "unknown caller"
     src = f"source md5 {_short(c['source_md5'])}" if c.get("source_md5") else "no source"
