@@ -51,7 +51,7 @@ ROOT = Path(__file__).parent
 CUDA_ONLY = {"loader_common.c", "loader_cuda.c", "loader_cupti.c", "loader_nvml.c",
              "loader_nvrtc.c", "cuda_device.c", "nvml_sampler.c", "cuda_context.c",
              "measure_cuda.c", "cupti_trace.c", "gate.c", "graph.c", "coldcache_cuda.c",
-             "cuda_kernels.c"}
+             "cuda_kernels.c", "profile.c"}
 # The packages pyproject.toml pins for the headers (keep the two in step).
 HEADER_PACKAGES = ("nvidia-cuda-runtime", "nvidia-cuda-cupti", "nvidia-cuda-crt")
 HEADER_PINS = " ".join(f"'{n}==13.0.48'" for n in HEADER_PACKAGES)   # as pyproject.toml
@@ -176,6 +176,8 @@ if san:
 if os.environ.get("KBENCH_COVERAGE"):
     cflags += ["--coverage"]
     ldflags += ["--coverage"]
+# kbench._core.BUILD["cflags"]: results record how the core that timed them was compiled
+define_macros.append(("KB_BUILD_CFLAGS", c_string(" ".join(cflags))))
 
 core = Extension(
     "kbench._core",

@@ -13,6 +13,7 @@
  *   kernels/cpu/    the CPU reference kernels (STREAM copy/triad, FMA loop)
  *   loader_*.c      lazy dlopen of libcuda, libcupti, libnvidia-ml, libnvrtc  (CUDA build)
  *   measure_cuda.c, cupti_trace.c, graph.c, coldcache_cuda.c, nvml_sampler.c  (CUDA build)
+ *   profile.c       cuProfilerStart/Stop and the device-memory probe around one call  (CUDA)
  *
  * Every function that can fail returns -1 (or NULL) with a Python exception set,
  * and 0 (or a new reference) otherwise, unless its comment says differently.
@@ -67,6 +68,7 @@ int kb_steady_module_init(PyObject *m);
 #ifdef KB_HAVE_CUDA
 int kb_gpu_module_init(PyObject *m);   /* loader_*.c, cuda_device.c: library status, device info */
 int kb_measure_cuda_module_init(PyObject *m);
+int kb_profile_module_init(PyObject *m);  /* profile.c: profiler range, device memory probe */
 void kb_gpu_state_free(kb_state *st);  /* loader.c: frees st->gpu */
 #endif
 

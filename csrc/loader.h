@@ -61,7 +61,13 @@
     X(cuDevicePrimaryCtxGetState, 0) X(cuCtxGetStreamPriorityRange, 0)                         \
     X(cuStreamCreateWithPriority, 0) X(cuLaunchHostFunc, 0) X(cuEventRecordWithFlags, 0)       \
     X(cuMemcpyHtoDAsync, 0) X(cuMemcpyDtoDAsync, 0) X(cuMemsetD8, 0) X(cuFuncSetAttribute, 0)  \
-    X(cuOccupancyMaxActiveBlocksPerMultiprocessor, 0) X(cuModuleGetGlobal, 0)
+    X(cuOccupancyMaxActiveBlocksPerMultiprocessor, 0) X(cuModuleGetGlobal, 0)                  \
+    X(cuProfilerStart, 0) X(cuProfilerStop, 0) /* profile.c: the range ncu/nsys capture */
+
+/* cudaProfiler.h's two functions (that header is not in the nvidia-cuda-* header packages):
+ * declared here only to type the table. */
+CUresult CUDAAPI cuProfilerStart(void);
+CUresult CUDAAPI cuProfilerStop(void);
 
 #define KB_CUDA_FIELD_(name, abi_since) __typeof__(&name) name;
 typedef struct {

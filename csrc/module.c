@@ -102,6 +102,10 @@ static int add_build_info(PyObject *m)
 #endif
     if (kb_dict_set_steal(d, "python", PyUnicode_FromString(PY_VERSION)) < 0)
         goto error;
+#ifdef KB_BUILD_CFLAGS
+    if (kb_dict_set_steal(d, "cflags", PyUnicode_FromString(KB_BUILD_CFLAGS)) < 0)
+        goto error;
+#endif
     if (PyModule_AddObjectRef(m, "BUILD", d) < 0)
         goto error;
     Py_DECREF(d);
@@ -163,7 +167,8 @@ static int core_exec(PyObject *m)
         add_build_info(m) < 0)
         goto error;
 #ifdef KB_HAVE_CUDA
-    if (kb_gpu_module_init(m) < 0 || kb_measure_cuda_module_init(m) < 0)
+    if (kb_gpu_module_init(m) < 0 || kb_measure_cuda_module_init(m) < 0 ||
+        kb_profile_module_init(m) < 0)
         goto error;
     if (PyModule_AddIntConstant(m, "HAVE_CUDA", 1) < 0)
         goto error;

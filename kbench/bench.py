@@ -1,9 +1,11 @@
 """kbench.bench: check correctness, then time a callable with the C core's loop."""
 from __future__ import annotations
 
+import functools
 import math
 import numbers
 import sys
+import threading
 from typing import Any, Callable, Dict, List, Optional, Tuple, Union
 
 import numpy as np
@@ -15,8 +17,21 @@ from .result import Result
 _LOOP_KEYS = ("warmup_s", "min_samples", "max_samples", "max_time_s", "target", "ci_level",
               "criterion")
 _host_timer_cache: Optional[Dict[str, Any]] = None
+# One bench at a time per process, its untimed calls (check, memory probe) included: the C
+# loop holds its own lock only while timing, and a memory probe overlapping another thread's
+# loop would disturb its times and read its allocations (peak RSS is per process).
+_bench_lock = threading.RLock()
 
 
+def _one_at_a_time(f: Callable[..., Result]) -> Callable[..., Result]:
+    @functools.wraps(f)
+    def serialised(*args: Any, **kwargs: Any) -> Result:
+        with _bench_lock:
+            return f(*args, **kwargs)
+    return serialised
+
+
+@_one_at_a_time
 def bench(fn: Callable[..., Any], *args: Any,
           flops: Optional[float] = None,
           bytes: Optional[float] = None,
@@ -39,6 +54,8 @@ def bench(fn: Callable[..., Any], *args: Any,
           target: Optional[float] = None,
           ci_level: float = 0.95,
           criterion: str = "ci",
+          memory: bool = True,
+          profile: Optional[bool] = None,
           **backend_options: Any) -> Result:
     """Benchmark ``fn(*args, **kwargs)``; see the README for every option.
 
@@ -50,6 +67,9 @@ def bench(fn: Callable[..., Any], *args: Any,
     defaults per dtype) before anything is timed. The output is what fn returns, or the
     argument named by out_arg (a position in args, or a keyword of kwargs) for a kernel that
     writes in place and returns None, or kwargs["out"]; it is poisoned (NaN) before the check.
+    memory: measure the peak memory of one untimed call (kbench.memory). profile: run once for
+    a profiler instead of timing (kbench.profile; None: KBENCH_PROFILE=1, or a GPU case under
+    a profiler's CUDA_INJECTION64_PATH).
     """
     if not callable(fn):
         raise TypeError(f"kbench.bench: fn must be callable, got {type(fn).__name__} "
@@ -89,6 +109,17 @@ def bench(fn: Callable[..., Any], *args: Any,
     if check is not None:
         correctness = _check_before_timing(fn, sets[0], kwargs, check, rtol, atol, name,
                                            out_arg)
+    from . import profile as _profile
+    why = _profile.wanted(profile, dev)
+    if why:
+        return _profile.run_once(fn, sets, kwargs, name=name, device=dev, why=why,
+                                 cold_cache=cold_cache, flush_bytes=flush_bytes,
+                                 warmup_s=warmup_s, correctness=correctness,
+                                 stream=backend_options.get("stream"))
+    mem = None
+    if memory:
+        from .memory import measure as _measure_memory
+        mem = _measure_memory(fn, sets[0], kwargs, dev, called_before=check is not None)
 
     if dev == "cpu":
         if device == "auto" and _gpu_initialized():
@@ -128,11 +159,13 @@ def bench(fn: Callable[..., Any], *args: Any,
                                 "max_time_s", "resolution_s", "at_resolution") if k in raw}
     result = Result(name=name, device=device_name, backend=backend, samples=samples,
                     stats=stats, stop=stop, cold_cache=cold, flops=flops, bytes=bytes,
-                    correctness=correctness, extra=extra)
+                    correctness=correctness, extra=extra, memory=mem)
     result.throughput = throughput(stats["median"], flops, bytes, peaks)
     result.warnings.extend(_warnings(result))
     result.warnings.extend(extra.pop("warnings", []))
     result.metadata = _metadata(device_name, result, extra)
+    from .provenance import collect
+    result.metadata["harness"] = collect(fn, sets[0], kwargs)
     return result
 
 

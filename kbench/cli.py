@@ -289,9 +289,12 @@ def cmd_compare(args: argparse.Namespace) -> int:
         raise CliError(str(e).removeprefix("kbench compare: ")) from None
     if len(old) == 1 and len(new) == 1 and set(old) != set(new):
         old = {next(iter(new)): next(iter(old.values()))}   # two single results, renamed
-    cmp = compare_sets(old, new, args.fail or 0.0, old_label="old", new_label="new")
+    cmp = compare_sets(old, new, args.fail or 0.0, old_label="old", new_label="new",
+                       mem_threshold=args.fail_mem)
     print(cmp)
-    return 1 if (args.fail is not None and cmp.failures) else 0
+    time_failed = args.fail is not None and any(d.verdict in ("slower", "invalid")
+                                                for d in cmp.deltas)
+    return 1 if (time_failed or cmp.memory_regressions) else 0
 
 
 def _threshold(text: str) -> float:
@@ -334,6 +337,9 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
                    help="exit 1 when a benchmark is slower by more than this (8%% or 0.08; a "
                         "bare 8 is refused as ambiguous) or has an invalid median; without "
                         "it, only report")
+    c.add_argument("--fail-mem", type=_threshold, default=None, metavar="THRESHOLD",
+                   help="exit 1 when a benchmark's peak memory of one call (Result.memory) grew "
+                        "by more than this (10%% or 0.1); without it, only report")
     c.set_defaults(func=cmd_compare)
     args = p.parse_args(argv)
     if getattr(args, "cmd", None) == "demo" and args.gpu is None:

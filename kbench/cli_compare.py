@@ -13,6 +13,18 @@ Verdict rules, per benchmark present in both files, with delta = new median / ol
   "invalid"         either median is NaN, infinite, zero or negative: not a time
 "slower" is a regression; "slower" and "invalid" are failures (the plugin fails the session on
 them, and so does `kbench compare --fail`).
+
+Peak memory (Result.memory, kbench.memory), per benchmark with a figure in both files, with
+growth = new peak - old peak:
+  "more memory"     growth > mem_threshold x old peak and > the method's resolution (512 B for
+                    the torch/CuPy allocators, 1 MiB for the CPU's RSS, 2 MiB for the driver)
+  "less memory"     the same, shrinking;   "same memory": otherwise
+  "not comparable"  measured by different methods (torch allocator vs driver, ...)
+"more memory" fails `kbench compare --fail-mem 10%` and the plugin's --kbench-fail-mem=10%.
+
+Harness provenance (metadata["harness"], kbench.provenance): a benchmark whose two results
+came from different harnesses (script or notebook cell md5, callable, arguments) gets a note;
+it is reported, not failed.
 """
 from __future__ import annotations
 
@@ -21,7 +33,8 @@ import math
 from dataclasses import dataclass, field
 from typing import Any, Dict, List, Optional, Union
 
-from ._format import fmt_time, html_table, text_table
+from ._format import fmt_bytes, fmt_time, html_table, text_table
+from .provenance import different
 
 SESSION_SCHEMA = "kbench.session/1"
 RESULT_SCHEMA = "kbench.result/1"
@@ -121,6 +134,12 @@ class Delta:
     note: str = ""
     old_ci: Optional[List[float]] = None
     new_ci: Optional[List[float]] = None
+    old_mem: Optional[int] = None        # peak bytes of one call (Result.memory)
+    new_mem: Optional[int] = None
+    mem_delta: Optional[float] = None    # new / old - 1 (None: not both, or old 0)
+    mem_verdict: str = ""                # "more memory", "less memory", "same memory", ...
+    mem_failure: bool = False            # more memory beyond the --fail-mem threshold
+    harness: List[str] = field(default_factory=list)   # how the two harnesses differ
 
     @property
     def regression(self) -> bool:
@@ -128,13 +147,17 @@ class Delta:
 
     @property
     def failure(self) -> bool:
-        """Slower, or a median that is not a time (NaN, infinite, zero, negative)."""
-        return self.verdict in ("slower", "invalid")
+        """Slower, a median that is not a time (NaN, infinite, zero, negative), or more peak
+        memory beyond the memory threshold."""
+        return self.verdict in ("slower", "invalid") or self.mem_failure
 
     def to_dict(self) -> Dict[str, Any]:
         return dict(key=self.key, old_median_s=self.old_median, new_median_s=self.new_median,
                     delta=self.delta, verdict=self.verdict, note=self.note,
-                    old_ci_s=self.old_ci, new_ci_s=self.new_ci)
+                    old_ci_s=self.old_ci, new_ci_s=self.new_ci, old_peak_bytes=self.old_mem,
+                    new_peak_bytes=self.new_mem, mem_delta=self.mem_delta,
+                    mem_verdict=self.mem_verdict, mem_failure=self.mem_failure,
+                    harness=list(self.harness))
 
 
 @dataclass
@@ -146,6 +169,7 @@ class Comparison:
     old_label: str = "baseline"
     new_label: str = "current"
     extra: Dict[str, Any] = field(default_factory=dict)
+    mem_threshold: Optional[float] = None    # None: memory is reported, not gated
 
     @property
     def regressions(self) -> List[Delta]:
@@ -161,20 +185,40 @@ class Comparison:
         return [d for d in self.deltas if d.failure]
 
     @property
+    def memory_regressions(self) -> List[Delta]:
+        return [d for d in self.deltas if d.mem_failure]
+
+    @property
+    def different_harness(self) -> List[Delta]:
+        return [d for d in self.deltas if d.harness]
+
+    @property
     def ok(self) -> bool:
         return not self.failures
 
+    def _has_memory(self) -> bool:
+        return any(d.old_mem is not None or d.new_mem is not None for d in self.deltas)
+
     def _cells(self) -> List[List[str]]:
         rows = []
+        mem = self._has_memory()
         for d in self.deltas:
             delta = "-" if d.delta is None else f"{100 * d.delta:+.1f}%"
-            verdict = d.verdict.upper() if d.failure else d.verdict
-            rows.append([d.key, fmt_time(d.old_median), fmt_time(d.new_median), delta,
-                         verdict + (f" ({d.note})" if d.note else "")])
+            verdict = d.verdict.upper() if d.verdict in ("slower", "invalid") else d.verdict
+            if d.harness:
+                verdict += " [different harness]"
+            row = [d.key, fmt_time(d.old_median), fmt_time(d.new_median), delta,
+                   verdict + (f" ({d.note})" if d.note else "")]
+            if mem:
+                row.append(_mem_cell(d))
+            rows.append(row)
         return rows
 
     def headers(self) -> List[str]:
-        return ["benchmark", self.old_label, self.new_label, "delta", "verdict"]
+        h = ["benchmark", self.old_label, self.new_label, "delta", "verdict"]
+        if self._has_memory():
+            h.append("peak memory")
+        return h
 
     def table(self) -> str:
         return text_table(self.headers(), self._cells())
@@ -192,10 +236,29 @@ class Comparison:
         if bad:
             text += (f"; {len(bad)} with an invalid median (not a time): "
                      + ", ".join(f"{d.key} ({d.note})" for d in bad))
+        more = [d for d in self.deltas if d.mem_verdict == "more memory"]
+        if self.mem_threshold is not None:
+            mthr = f"{100 * self.mem_threshold:g}%"
+            gated = self.memory_regressions
+            if gated:
+                text += (f"; {len(gated)} using more peak memory than {self.old_label} beyond "
+                         f"{mthr}: " + ", ".join(d.key for d in gated))
+            else:
+                n_mem = len([d for d in self.deltas if d.mem_verdict and
+                             d.mem_verdict not in ("no figure", "not comparable")])
+                text += f"; none using more peak memory beyond {mthr} ({n_mem} compared)"
+        elif more:
+            text += (f"; {len(more)} using more peak memory (not gated: --fail-mem): "
+                     + ", ".join(d.key for d in more))
         return text
 
+    def harness_lines(self) -> List[str]:
+        """One line per benchmark whose two results came from different harnesses."""
+        return [f"different harness: {d.key}: {'; '.join(d.harness)}"
+                for d in self.different_harness]
+
     def __str__(self) -> str:
-        return self.table() + "\n" + self.summary()
+        return "\n".join([self.table(), self.summary()] + self.harness_lines())
 
     __repr__ = __str__
 
@@ -203,8 +266,55 @@ class Comparison:
         return html_table(self.headers(), self._cells(), caption=self.summary())
 
     def to_dict(self) -> Dict[str, Any]:
-        return dict(threshold=self.threshold, ok=self.ok,
+        return dict(threshold=self.threshold, mem_threshold=self.mem_threshold, ok=self.ok,
                     deltas=[d.to_dict() for d in self.deltas])
+
+
+def _mem_cell(d: Delta) -> str:
+    if d.old_mem is None and d.new_mem is None:
+        return "-"
+    fig = f"{fmt_bytes(d.old_mem) if d.old_mem is not None else '-'} -> " \
+          f"{fmt_bytes(d.new_mem) if d.new_mem is not None else '-'}"
+    if d.mem_delta is not None:
+        fig += f" ({100 * d.mem_delta:+.1f}%)"
+    verdict = d.mem_verdict.upper() if d.mem_failure else d.mem_verdict
+    return f"{fig} {verdict}".strip()
+
+
+def _peak(d: Optional[Dict[str, Any]]) -> Any:
+    """(peak bytes, method, resolution) of a result dict; peak None when not measured."""
+    mem = (d or {}).get("memory")
+    if not isinstance(mem, dict) or not _is_number(mem.get("peak_bytes")):
+        return None, None, None
+    res = mem.get("resolution_bytes")
+    return int(mem["peak_bytes"]), mem.get("method"), (int(res) if _is_number(res) else 0)
+
+
+def memory_verdict(old: Optional[Dict[str, Any]], new: Optional[Dict[str, Any]],
+                   mem_threshold: Optional[float]) -> Dict[str, Any]:
+    """The peak-memory fields of a Delta for two result dicts (see the module docstring)."""
+    (om, o_method, o_res), (nm, n_method, n_res) = _peak(old), _peak(new)
+    out: Dict[str, Any] = {"old_mem": om, "new_mem": nm, "mem_delta": None, "mem_verdict": "",
+                           "mem_failure": False}
+    if om is None or nm is None:
+        if (om is None) != (nm is None) and old is not None:
+            out["mem_verdict"] = "no figure"
+        return out
+    if o_method != n_method:
+        out["mem_verdict"] = f"not comparable ({o_method} -> {n_method})"
+        return out
+    growth = nm - om
+    out["mem_delta"] = (nm / om - 1.0) if om > 0 else None
+    frac = mem_threshold or 0.0
+    floor = max(o_res or 0, n_res or 0)
+    if growth > max(frac * om, floor):
+        out["mem_verdict"] = "more memory"
+        out["mem_failure"] = mem_threshold is not None
+    elif -growth > max(frac * om, floor):
+        out["mem_verdict"] = "less memory"
+    else:
+        out["mem_verdict"] = "same memory"
+    return out
 
 
 def _median_and_ci(d: Dict[str, Any]):
@@ -233,8 +343,11 @@ def _where(d: Dict[str, Any]) -> str:
 
 
 def compare_sets(old: ResultSet, new: ResultSet, threshold: float = 0.0,
-                 old_label: str = "baseline", new_label: str = "current") -> Comparison:
+                 old_label: str = "baseline", new_label: str = "current",
+                 mem_threshold: Any = None) -> Comparison:
+    """Deltas of medians (and of peak memory: gated only when mem_threshold is given)."""
     threshold = parse_threshold(threshold)
+    mem_threshold = None if mem_threshold is None else parse_threshold(mem_threshold)
     deltas: List[Delta] = []
     for key, nd in new.items():
         new_med, new_ci = _median_and_ci(nd)
@@ -242,16 +355,19 @@ def compare_sets(old: ResultSet, new: ResultSet, threshold: float = 0.0,
         old_med, old_ci = _median_and_ci(od) if od is not None else (None, None)
         bad = [p for p in (_median_problem(old_label, old_med),
                            _median_problem(new_label, new_med)) if p]
+        mem = memory_verdict(od, nd, mem_threshold)
+        harness = different(od, nd) if od is not None else []
         if bad:     # a NaN median compares as neither slower nor faster: it must not pass
             deltas.append(Delta(key, old_med, new_med, None, "invalid", "; ".join(bad),
-                                old_ci=old_ci, new_ci=new_ci))
+                                old_ci=old_ci, new_ci=new_ci, harness=harness, **mem))
             continue
         if od is None:
-            deltas.append(Delta(key, None, new_med, None, "no baseline", new_ci=new_ci))
+            deltas.append(Delta(key, None, new_med, None, "no baseline", new_ci=new_ci, **mem))
             continue
         if not old_med or new_med is None:
             deltas.append(Delta(key, old_med, new_med, None, "no baseline",
-                                note="baseline has no median", old_ci=old_ci, new_ci=new_ci))
+                                note="baseline has no median", old_ci=old_ci, new_ci=new_ci,
+                                harness=harness, **mem))
             continue
         delta = new_med / old_med - 1.0
         overlap = (old_ci is None or new_ci is None
@@ -270,15 +386,16 @@ def compare_sets(old: ResultSet, new: ResultSet, threshold: float = 0.0,
         if _where(od) != _where(nd):
             notes.append(f"{_where(od)} -> {_where(nd)}")
         deltas.append(Delta(key, old_med, new_med, delta, verdict, "; ".join(notes),
-                            old_ci, new_ci))
+                            old_ci, new_ci, harness=harness, **mem))
     for key, od in old.items():
         if key not in new:
             old_med, old_ci = _median_and_ci(od)
             deltas.append(Delta(key, old_med, None, None, "not run", old_ci=old_ci))
-    return Comparison(deltas, threshold, old_label, new_label)
+    return Comparison(deltas, threshold, old_label, new_label, mem_threshold=mem_threshold)
 
 
-def compare_files(old_path: str, new_path: str, threshold: float = 0.0) -> str:
+def compare_files(old_path: str, new_path: str, threshold: float = 0.0,
+                  mem_threshold: Any = None) -> str:
     """The deltas table with verdicts for two saved JSON files (Result or session files).
 
     threshold: a fraction (0.08) or text ('8%'): differences within it are "unchanged".
@@ -288,5 +405,6 @@ def compare_files(old_path: str, new_path: str, threshold: float = 0.0) -> str:
         # two single results: compare them even when the benchmark was renamed
         (old_key, od), = old.items()
         old = {next(iter(new)): od}
-    cmp = compare_sets(old, new, threshold, old_label="old", new_label="new")
+    cmp = compare_sets(old, new, threshold, old_label="old", new_label="new",
+                       mem_threshold=mem_threshold)
     return str(cmp)

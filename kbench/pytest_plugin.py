@@ -27,6 +27,12 @@ fixture; both plugins load side by side):
     benchmark is *slower*: its median grew by more than the threshold and the two medians'
     confidence intervals do not overlap (see :mod:`kbench.cli_compare` for the verdicts).
     New benchmarks are listed as "no baseline". ``--kbench-fail=off`` only reports.
+``--kbench-fail-mem=10%``
+    with ``--kbench-compare``: also fail the session when a benchmark's peak memory of one call
+    (``Result.memory``, see :mod:`kbench.memory`) grew beyond the threshold (and beyond the
+    measuring method's resolution). Without it, memory is reported in the table, not gated.
+    The table also says when a benchmark's baseline came from a different harness (script
+    or cell md5, callable, arguments: :mod:`kbench.provenance`).
 ``--kbench-disable``
     run each benchmarked callable exactly once, untimed: the fixture checks ``check=`` if given
     (a wrong answer still fails the test) and returns a :class:`DisabledRun`: a Result with no
@@ -59,12 +65,9 @@ from typing import Any, Dict, List, Optional, Tuple
 import numpy as np
 import pytest
 
-from .result import Result
+from .result import Result, untimed_stats
 
 SESSION_SCHEMA = "kbench.session/1"
-
-_NAN_STATS_KEYS = ("min", "max", "mean", "median", "std", "q1", "q3", "iqr", "mad", "cv",
-                   "ci_low", "ci_high", "rel_ci_halfwidth")
 
 
 @dataclass(repr=False)
@@ -79,10 +82,8 @@ class DisabledRun(Result):
     @classmethod
     def of_call(cls, name: str, output: Any,
                 correctness: Optional[Dict[str, Any]]) -> "DisabledRun":
-        stats: Dict[str, Any] = {k: float("nan") for k in _NAN_STATS_KEYS}
-        stats.update(n=0, ci_level=0.95, outliers_low=0, outliers_high=0)
         return cls(name=name, device="none", backend="disabled",
-                   samples=np.empty(0, dtype=np.float64), stats=stats,
+                   samples=np.empty(0, dtype=np.float64), stats=untimed_stats(),
                    stop={"stop": "disabled", "criterion": None},
                    cold_cache={"mode": "none"}, correctness=correctness,
                    warnings=["--kbench-disable: called once, not timed"], output=output)
@@ -98,6 +99,7 @@ class _State:
     save: Optional[str] = None
     compare: Optional[str] = None
     threshold: Optional[float] = 0.08        # None: report only
+    mem_threshold: Optional[float] = None    # --kbench-fail-mem; None: report only
     disabled: bool = False
     max_time_s: Optional[float] = None
     results: Dict[str, Any] = field(default_factory=dict)   # key -> Result
@@ -105,6 +107,7 @@ class _State:
     compare_error: Optional[str] = None
     saved: Optional[str] = None
     gpu_status: Optional[Tuple[bool, str]] = None
+    profiled: List[str] = field(default_factory=list)       # keys run in profile mode
 
 
 _STATE_KEY = pytest.StashKey[_State]()
@@ -122,6 +125,10 @@ def pytest_addoption(parser: pytest.Parser) -> None:
                     help="with --kbench-compare: fail the session when a benchmark is slower "
                          "than its baseline beyond THRESHOLD (e.g. 8%% or 0.08; 'off' only "
                          "reports). Default: 8%%")
+    group.addoption("--kbench-fail-mem", metavar="THRESHOLD", default=None,
+                    help="with --kbench-compare: also fail the session when a benchmark's peak "
+                         "memory of one call grew beyond THRESHOLD (e.g. 10%% or 0.1). Default: "
+                         "report only")
     group.addoption("--kbench-disable", action="store_true", default=False,
                     help="run each benchmarked callable once without timing (correctness "
                          "checks still run); the fixture returns a DisabledRun stub")
@@ -141,6 +148,12 @@ def pytest_configure(config: pytest.Config) -> None:
             else parse_threshold(fail)
     except ValueError as e:
         raise pytest.UsageError(f"--kbench-fail: {e}") from None
+    fail_mem = config.getoption("kbench_fail_mem")
+    try:
+        mem_threshold = None if fail_mem is None or str(fail_mem).strip().lower() in \
+            ("off", "none", "") else parse_threshold(fail_mem)
+    except ValueError as e:
+        raise pytest.UsageError(f"--kbench-fail-mem: {e}") from None
     max_time = config.getoption("kbench_max_time")
     if max_time is not None and not max_time > 0:
         raise pytest.UsageError(f"--kbench-max-time must be a positive number of seconds, "
@@ -150,6 +163,7 @@ def pytest_configure(config: pytest.Config) -> None:
         raise pytest.UsageError(f"--kbench-compare: no such baseline file: {compare}")
     config.stash[_STATE_KEY] = _State(save=config.getoption("kbench_save"), compare=compare,
                                       threshold=threshold,
+                                      mem_threshold=mem_threshold,
                                       disabled=config.getoption("kbench_disable"),
                                       max_time_s=max_time)
 
@@ -202,8 +216,11 @@ class KbenchFixture:
             options["max_time_s"] = self._state.max_time_s
         key = self._key(options.get("name"))
         result = bench(fn, *args, flops=flops, bytes=bytes, check=check, **options)
-        self._state.results[key] = result
         self.results.append(result)
+        if getattr(result, "profile", False) is True:
+            self._state.profiled.append(key)     # one call for a profiler: nothing to compare
+            return result
+        self._state.results[key] = result
         self._node.user_properties.append((f"kbench_median_s[{key}]", result.median))
         return result
 
@@ -270,6 +287,14 @@ def _write_session(path: str, config: pytest.Config, results: Dict[str, Any]) ->
     os.replace(tmp, path)        # a crashed run never leaves half a baseline
 
 
+def session_failed(state: _State, cmp: Any) -> bool:
+    """Slower or invalid with a time threshold (--kbench-fail), or more peak memory with a
+    memory threshold (--kbench-fail-mem)."""
+    time_failed = state.threshold is not None and any(d.verdict in ("slower", "invalid")
+                                                      for d in cmp.deltas)
+    return bool(time_failed or cmp.memory_regressions)
+
+
 @pytest.hookimpl(tryfirst=True)
 def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
     state = session.config.stash.get(_STATE_KEY, None)
@@ -287,12 +312,12 @@ def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
             session.exitstatus = pytest.ExitCode.USAGE_ERROR
             return
         current = {k: r.to_dict() for k, r in state.results.items()}
-        cmp = compare_sets(baseline, current, state.threshold or 0.0)
+        cmp = compare_sets(baseline, current, state.threshold or 0.0,
+                           mem_threshold=state.mem_threshold)
         # "not run" rows are noise when only some tests were selected: keep them out
         cmp.deltas = [d for d in cmp.deltas if d.verdict != "not run"]
         state.comparison = cmp
-        if state.threshold is not None and cmp.failures and \
-                session.exitstatus == pytest.ExitCode.OK:
+        if session_failed(state, cmp) and session.exitstatus == pytest.ExitCode.OK:
             session.exitstatus = pytest.ExitCode.TESTS_FAILED
 
 
@@ -307,9 +332,13 @@ def pytest_terminal_summary(terminalreporter, exitstatus: int, config: pytest.Co
             tr.write_line("kbench: --kbench-disable ran each benchmark once without timing; "
                           "nothing was saved or compared")
         return
+    if state.profiled:
+        tr.write_sep("-", "kbench")
+        tr.write_line(f"kbench: {len(state.profiled)} benchmark(s) ran once for a profiler "
+                      f"(profile mode), not timed: " + ", ".join(state.profiled))
     if not state.results:
         return
-    from ._format import fmt_ci, fmt_rate, fmt_time, text_table
+    from ._format import fmt_bytes, fmt_ci, fmt_rate, fmt_time, text_table
     tr.write_sep("-", f"kbench: {len(state.results)} benchmark(s)")
     if state.comparison is None:
         rows = []
@@ -318,19 +347,22 @@ def pytest_terminal_summary(terminalreporter, exitstatus: int, config: pytest.Co
             rate = "; ".join(fmt_rate(tp[k], u) for k, u in (("bytes_per_s", "B"),
                                                              ("flops_per_s", "FLOP"))
                              if tp.get(k) is not None) or "-"
+            peak = (r.memory or {}).get("peak_bytes")
             rows.append([key, fmt_time(s["median"]),
                          fmt_ci(s.get("median"), s.get("ci_low"), s.get("ci_high")),
-                         str(s["n"]), rate, str(r.stop.get("stop"))])
+                         str(s["n"]), rate, fmt_bytes(peak), str(r.stop.get("stop"))])
         tr.write_line(text_table(["benchmark", "median", "CI95 of median", "n", "throughput",
-                                  "stop"], rows))
+                                  "peak memory", "stop"], rows))
     if state.compare_error:
         tr.write_line(f"kbench: cannot compare: {state.compare_error}", red=True)
     if state.comparison is not None:
         cmp = state.comparison
         tr.write_line(f"compared with {state.compare}:")
         tr.write_line(cmp.table())
-        failing = state.threshold is not None and cmp.failures
+        failing = session_failed(state, cmp)
         tr.write_line(("FAILED: " if failing else "") + cmp.summary(),
                       red=bool(failing), green=not failing)
+        for line in cmp.harness_lines():
+            tr.write_line(line, yellow=True)
     if state.saved:
         tr.write_line(f"kbench: saved {len(state.results)} result(s) to {state.saved}")

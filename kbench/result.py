@@ -85,6 +85,7 @@ class Result:
     metadata: Dict[str, Any] = field(default_factory=dict)
     warnings: List[str] = field(default_factory=list)
     extra: Dict[str, Any] = field(default_factory=dict)   # backend specifics (kernels, clocks, floor)
+    memory: Optional[Dict[str, Any]] = None  # peak memory of one untimed call (kbench.memory)
 
     # -- the numbers people ask for first
     @property
@@ -121,6 +122,7 @@ class Result:
             "metadata": _jsonable(self.metadata),
             "warnings": list(self.warnings),
             "extra": _jsonable(self.extra),
+            "memory": _jsonable(self.memory),
         }
 
     def to_json(self, path: Optional[str] = None, indent: int = 1) -> str:
@@ -151,7 +153,8 @@ class Result:
                    stop=d["stop"], cold_cache=d["cold_cache"], flops=d.get("flops"),
                    bytes=d.get("bytes"), throughput=d.get("throughput") or {},
                    correctness=d.get("correctness"), metadata=d.get("metadata") or {},
-                   warnings=list(d.get("warnings") or []), extra=d.get("extra") or {})
+                   warnings=list(d.get("warnings") or []), extra=d.get("extra") or {},
+                   memory=d.get("memory") if isinstance(d.get("memory"), dict) else None)
 
     @classmethod
     def from_json(cls, text: str) -> "Result":
@@ -238,12 +241,20 @@ class Result:
                                   f"{fmt_pct(st.get('target'))} after {s['n']} samples "
                                   f"in {st.get('sampling_s', 0):.2f} s; warm-up "
                                   f"{st.get('warmup_iters')} iters / {st.get('warmup_s', 0):.2f} s"])
+        from .memory import fmt as memory_text
+        mem = memory_text(self.memory)
+        if mem:
+            rows.append(["Memory", mem])
         if self.correctness is not None:
             c = self.correctness
             rows.append(["Correctness", f"{'ok' if c.get('ok') else 'FAILED'}: max abs "
                                         f"{c.get('max_abs_err', float('nan')):.3g}, rel L2 "
                                         f"{c.get('rel_l2', float('nan')):.3g} "
                                         f"(rtol {c.get('rtol')}, atol {c.get('atol')})"])
+        from .provenance import summary as harness_text
+        harness = harness_text(self.metadata.get("harness") or {})
+        if harness:
+            rows.append(["Harness", harness])
         for w in self.warnings:
             rows.append(["Warning", w])
         return rows
@@ -257,6 +268,18 @@ class Result:
     def _repr_html_(self) -> str:
         return html_table(["", ""], self._rows(),
                           caption=f"kbench {self.name} [{self.device}, {self.backend} timer]")
+
+
+# The statistics of a result with no samples (DisabledRun, ProfileRun): NaN figures, so code
+# reading r.median or r.stats runs, and a timing assertion on them is false.
+NAN_STATS_KEYS = ("min", "max", "mean", "median", "std", "q1", "q3", "iqr", "mad", "cv",
+                  "ci_low", "ci_high", "rel_ci_halfwidth")
+
+
+def untimed_stats() -> Dict[str, Any]:
+    stats: Dict[str, Any] = {k: float("nan") for k in NAN_STATS_KEYS}
+    stats.update(n=0, ci_level=0.95, outliers_low=0, outliers_high=0)
+    return stats
 
 
 _REQUIRED = {"name": str, "device": str, "backend": str, "samples_s": list, "stats": dict,

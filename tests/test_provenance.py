@@ -1,0 +1,138 @@
+"""Harness provenance in every result (kbench.provenance): the calling file and its md5, or the
+notebook cell's; the callable's name and source md5; the arguments' shapes; kbench's version and
+build flags; the project's git commit. `kbench compare` says when two results came from
+different harnesses."""
+import functools
+import hashlib
+import inspect
+import json
+import linecache
+import os
+
+import numpy as np
+import pytest
+
+import kbench
+from kbench import provenance
+from kbench.cli import main as cli_main
+from kbench.result import Result
+
+QUICK = dict(warmup_s=0.01, max_time_s=0.05, min_samples=5, cold_cache=None, memory=False)
+
+
+def scale(x):
+    return x * 2.0
+
+
+def md5_of(path):
+    with open(path, "rb") as f:
+        return hashlib.md5(f.read()).hexdigest()
+
+
+@pytest.fixture(scope="module")
+def result():
+    return kbench.bench(scale, np.ones(1000, dtype=np.float32), **QUICK)
+
+
+def test_every_result_names_the_calling_file_the_callable_and_kbench(result):
+    h = result.metadata["harness"]
+    assert h["script"]["path"] == os.path.abspath(__file__)
+    assert h["script"]["md5"] == md5_of(__file__)
+    assert h["callable"]["qualname"] == "scale"
+    assert h["callable"]["module"] == __name__
+    assert h["callable"]["source_md5"] == hashlib.md5(inspect.getsource(scale).encode()).hexdigest()
+    assert h["args"]["signature"] == "ndarray[float32](1000,)"
+    assert h["kbench"]["version"] == kbench.__version__
+    build = h["kbench"]["build"]
+    assert "host" in build["backends"] and "-O" in build["cflags"]
+    # the project's git commit and dirty flag: this test runs inside kbench's own checkout
+    git = h["git"]
+    if git is not None:
+        assert len(git["commit"]) >= 7 and "dirty" in git
+
+
+def test_provenance_survives_json_and_is_printed(result, tmp_path):
+    path = tmp_path / "r.json"
+    result.to_json(str(path))
+    back = Result.load(str(path))
+    assert back.metadata["harness"] == json.loads(json.dumps(result.metadata["harness"]))
+    assert "Harness:" in repr(result) and "test_provenance.py" in repr(result)
+
+
+class Functor:
+    def __call__(self, x):
+        return x
+
+
+def test_callable_info_unwraps_partials_methods_and_reads_a_functors_class():
+    part = provenance.callable_info(functools.partial(scale, 1.0))
+    assert part["qualname"] == "scale" and part["wrapped"] == ["partial"]
+    assert part["source_md5"] == provenance.callable_info(scale)["source_md5"]
+    fun = provenance.callable_info(Functor())
+    assert fun["qualname"] == "Functor" and fun["source_md5"]
+    ufunc = provenance.callable_info(np.add)
+    assert ufunc["source_md5"] is None and ufunc["source_why"]
+
+
+def test_an_ipython_cell_is_recorded_by_notebook_name_and_cell_md5():
+    filename = "/tmp/ipykernel_4242/1234567.py"
+    source = "import sys\nframe = sys._getframe()\n"
+    linecache.cache[filename] = (len(source), None, source.splitlines(True), filename)
+    try:
+        ns = {"__session__": "/home/u/kernels.ipynb"}
+        exec(compile(source, filename, "exec"), ns)
+        s = provenance.script_of(ns["frame"])
+    finally:
+        linecache.cache.pop(filename, None)
+    assert s["notebook"] == "/home/u/kernels.ipynb"
+    assert s["cell_md5"] == hashlib.md5(source.encode()).hexdigest()
+    assert "path" not in s
+
+
+def doc(script_md5="a" * 32, qualname="scale", source="b" * 32, args="c" * 32):
+    return {"metadata": {"harness": {
+        "script": {"path": "/x/bench_add.py", "md5": script_md5},
+        "callable": {"qualname": qualname, "module": "bench_add", "source_md5": source},
+        "args": {"signature": "ndarray[float32](1000,)", "md5": args}}}}
+
+
+def test_different_names_what_differs_between_two_harnesses():
+    assert provenance.different(doc(), doc()) == []
+    assert provenance.different(doc(), {"metadata": {}}) == []     # an older result: unknown
+    (line,) = provenance.different(doc(), doc(script_md5="d" * 32))
+    assert line.startswith("different harness script (bench_add.py: md5 aaaaaaaa -> dddddddd")
+    (line,) = provenance.different(doc(), doc(qualname="scale_v2"))
+    assert "different callable (bench_add.scale -> bench_add.scale_v2)" == line
+    (line,) = provenance.different(doc(), doc(source="e" * 32))
+    assert line.startswith("callable source changed")
+    (line,) = provenance.different(doc(), doc(args="f" * 32))
+    assert line.startswith("different arguments")
+
+
+def _saved(tmp_path, name, harness_doc, median=1e-3):
+    r = kbench.bench(scale, np.ones(100), **QUICK)
+    d = r.to_dict()
+    d["name"] = "case"
+    d["stats"]["median"] = median
+    d["metadata"]["harness"].update(harness_doc["metadata"]["harness"])
+    path = tmp_path / name
+    path.write_text(json.dumps(d))
+    return str(path)
+
+
+def test_kbench_compare_says_when_two_results_came_from_different_harnesses(tmp_path, capsys):
+    old = _saved(tmp_path, "old.json", doc())
+    same = _saved(tmp_path, "same.json", doc())
+    other = _saved(tmp_path, "new.json", doc(script_md5="d" * 32))
+    assert cli_main(["compare", old, same]) == 0
+    assert "different harness" not in capsys.readouterr().out
+    assert cli_main(["compare", old, other, "--fail", "8%"]) == 0   # reported, not failed
+    out = capsys.readouterr().out
+    assert "[different harness]" in out
+    assert "different harness: case: different harness script (bench_add.py" in out
+
+
+def test_a_sweep_records_the_script_that_called_it_not_kbench():
+    res = kbench.sweep(lambda n: (scale, (np.ones(n),)), axes={"n": [10]}, **QUICK)
+    r = res.results[0]
+    assert r.metadata["harness"]["script"]["path"] == os.path.abspath(__file__)
