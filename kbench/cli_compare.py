@@ -11,6 +11,9 @@ Verdict rules, per benchmark present in both files, with delta = new median / ol
   "unchanged"       the intervals do not overlap but |delta| <= threshold
   "no baseline"     only in the new file;  "not run": only in the old file
   "invalid"         either median is NaN, infinite, zero or negative: not a time
+  "not comparable"  GPU figures taken in different clock regimes (sustained vs burst): they
+                    differ by design for a power-capped kernel; reported, never gated. A regime
+                    that did not hold on either side is noted.
 "slower" is a regression; "slower" and "invalid" are failures (the plugin fails the session on
 them, and so does `kbench compare --fail`).
 
@@ -342,6 +345,11 @@ def _where(d: Dict[str, Any]) -> str:
     return f"{d.get('device')}/{d.get('backend')}"
 
 
+def _regime(d: Optional[Dict[str, Any]]) -> Dict[str, Any]:
+    """A GPU result's clock regime ({} for results without one: CPU, older files)."""
+    return ((d or {}).get("extra") or {}).get("regime") or {}
+
+
 def compare_sets(old: ResultSet, new: ResultSet, threshold: float = 0.0,
                  old_label: str = "baseline", new_label: str = "current",
                  mem_threshold: Any = None) -> Comparison:
@@ -369,6 +377,14 @@ def compare_sets(old: ResultSet, new: ResultSet, threshold: float = 0.0,
                                 note="baseline has no median", old_ci=old_ci, new_ci=new_ci,
                                 harness=harness, **mem))
             continue
+        ro, rn = _regime(od).get("name"), _regime(nd).get("name")
+        if ro and rn and ro != rn:
+            # a sustained and a burst figure of a power-capped kernel differ by design: not a
+            # change of the code, so neither gated nor called faster or slower
+            deltas.append(Delta(key, old_med, new_med, new_med / old_med - 1.0,
+                                "not comparable", f"clock regime {ro} -> {rn}", old_ci, new_ci,
+                                harness=harness, **mem))
+            continue
         delta = new_med / old_med - 1.0
         overlap = (old_ci is None or new_ci is None
                    or (new_ci[0] <= old_ci[1] and old_ci[0] <= new_ci[1]))
@@ -385,6 +401,10 @@ def compare_sets(old: ResultSet, new: ResultSet, threshold: float = 0.0,
             notes.append("CIs overlap")
         if _where(od) != _where(nd):
             notes.append(f"{_where(od)} -> {_where(nd)}")
+        unheld = [lab for lab, r in ((old_label, _regime(od)), (new_label, _regime(nd)))
+                  if r.get("held") is False]
+        if unheld:
+            notes.append(f"{' and '.join(unheld)}: clock regime did not hold")
         deltas.append(Delta(key, old_med, new_med, delta, verdict, "; ".join(notes),
                             old_ci, new_ci, harness=harness, **mem))
     for key, od in old.items():

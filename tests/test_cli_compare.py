@@ -146,3 +146,31 @@ def test_load_results_names_the_file_and_the_bad_field(doc, match, tmp_path):
     with pytest.raises(ValueError, match=match) as ei:
         load_results(str(p))
     assert str(p) in str(ei.value)
+
+
+def _gpu_result(median, regime, held=True):
+    import numpy as np
+
+    import kbench
+    from kbench import _core
+    samples = np.full(50, median) * (1 + 1e-4 * np.arange(50))
+    r = kbench.Result(name="gemm", device="cuda:0", backend="cupti", samples=samples,
+                      stats=_core.summarize(samples, 0.95), stop={"stop": "precision"},
+                      cold_cache={"mode": "flush"},
+                      extra={"regime": {"name": regime, "held": held}})
+    return r.to_dict()
+
+
+def test_figures_of_different_clock_regimes_are_not_compared_and_never_fail():
+    from kbench.cli_compare import compare_sets
+    old = {"gemm": _gpu_result(450e-6, "burst")}
+    new = {"gemm": _gpu_result(540e-6, "sustained")}
+    cmp = compare_sets(old, new, threshold="8%")
+    (d,) = cmp.deltas
+    assert d.verdict == "not comparable" and "burst -> sustained" in d.note
+    assert not d.failure
+    # the same regime on both sides is compared, and a regime that did not hold is noted
+    same = compare_sets({"gemm": _gpu_result(450e-6, "sustained")},
+                        {"gemm": _gpu_result(540e-6, "sustained", held=False)}, threshold="8%")
+    (d,) = same.deltas
+    assert d.verdict == "slower" and "current: clock regime did not hold" in d.note
