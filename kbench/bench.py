@@ -4,6 +4,7 @@ from __future__ import annotations
 import math
 import numbers
 import sys
+import time
 from typing import Any, Callable, Dict, List, Optional, Tuple, Union
 
 import numpy as np
@@ -51,6 +52,7 @@ def bench(fn: Callable[..., Any], *args: Any,
     argument named by out_arg (a position in args, or a keyword of kwargs) for a kernel that
     writes in place and returns None, or kwargs["out"]; it is poisoned (NaN) before the check.
     """
+    t_start = time.perf_counter()
     if not callable(fn):
         raise TypeError(f"kbench.bench: fn must be callable, got {type(fn).__name__} "
                         f"({fn!r:.60})")
@@ -133,6 +135,9 @@ def bench(fn: Callable[..., Any], *args: Any,
     result.warnings.extend(_warnings(result))
     result.warnings.extend(extra.pop("warnings", []))
     result.metadata = _metadata(device_name, result, extra)
+    # where the time went: r.stop's warmup_s and sampling_s are parts of wall_s, this call's
+    stop.update({k: raw[k] for k in ("warmup_stable", "warmup_tol") if k in raw},
+                wall_s=time.perf_counter() - t_start)
     return result
 
 
