@@ -302,9 +302,10 @@ def markdown(res: Dict[str, Any]) -> str:
                   f"{case}: warm-up {t['kbench']['last']['warmup_s']:.2f} s + sampling "
                   f"{t['kbench']['last']['sampling_s']:.2f} s, stop={t['kbench']['last']['stop']}"
                   for case, t in res["time_to_result"].items()) + ".",
-              "", "A relative CI of 0.00% for the empty callable is real arithmetic, not a "
-              "rounding: its samples are whole nanoseconds with many ties, so both order "
-              "statistics that bound the CI of the median equal the median.",
+              "", "The empty callable's samples are whole nanoseconds on a clock that reads "
+              "in steps of ~10 ns, with many ties: its CI of the median is as narrow as one "
+              "timer step (0.00% when both bounds equal the median), and the stop rule stops "
+              "there (stop.resolution_s).",
               "", "kbench's warm-up on the CPU ends once per-call times have stopped falling: "
               "after a first call, windows of >= 5 calls and >= 5 ms, until one is no more than "
               "2% (warmup_tol) faster than the one before; warmup_s (1.0) is its limit. "

@@ -355,9 +355,9 @@ static int warm_up(kb_backend *b, const kb_loop_config *cfg, kb_loop_result *res
         }
         if (judge && !settling) {
             double want = per_call > 0 ? ceil(KB_WARM_WINDOW_S / per_call) : 4096.0;
-            batch = want < KB_WARM_WINDOW_MIN ? KB_WARM_WINDOW_MIN
-                    : want > 4096             ? 4096
-                                              : (Py_ssize_t)want;
+            batch = want < KB_WARM_WINDOW_MIN      ? KB_WARM_WINDOW_MIN
+                    : want > (double)cfg->batch_max ? cfg->batch_max
+                                                    : (Py_ssize_t)want;
         }
         else if (batch < cfg->batch_max && batch < 4096)
             batch *= 2;
