@@ -92,6 +92,8 @@ def kbench_run(fn, **kw) -> Dict[str, Any]:
         "warmup_s": r.stop.get("warmup_s"),
         "sampling_s": r.stop.get("sampling_s"),
         "warmup_iters": r.stop.get("warmup_iters"),
+        "warmup_stable": r.stop.get("warmup_stable"),
+        "bench_wall_s": r.stop.get("wall_s"),
     }
 
 
@@ -300,12 +302,15 @@ def markdown(res: Dict[str, Any]) -> str:
                   f"{case}: warm-up {t['kbench']['last']['warmup_s']:.2f} s + sampling "
                   f"{t['kbench']['last']['sampling_s']:.2f} s, stop={t['kbench']['last']['stop']}"
                   for case, t in res["time_to_result"].items()) + ".",
-              "", "A relative CI of 0.00% for the empty callable is real arithmetic, not a "
-              "rounding: its samples are whole nanoseconds with many ties, so both order "
-              "statistics that bound the CI of the median equal the median.",
-              "", "kbench's warm-up (default warmup_s=1.0) runs batches of 1, 2, 4, ... up to "
-              "4096 calls and checks the time between batches, so a callable slower than "
-              "~warmup_s/4096 overruns it by up to one batch (the doubling's last step).",
+              "", "The empty callable's samples are whole nanoseconds on a clock that reads "
+              "in steps of ~10 ns, with many ties: its CI of the median is as narrow as one "
+              "timer step (0.00% when both bounds equal the median), and the stop rule stops "
+              "there (stop.resolution_s).",
+              "", "kbench's warm-up on the CPU ends once per-call times have stopped falling: "
+              "after a first call, windows of >= 5 calls and >= 5 ms, until one is no more than "
+              "2% (warmup_tol) faster than the one before; warmup_s (1.0) is its limit. "
+              "Sampling stops at the first check of the stop rule that is met (checks every "
+              "n/16 samples).",
               "", "pytest-benchmark sets rounds = max_time / (duration of its calibration "
               "measurement); a slow first call (cold caches, page faults) makes that estimate "
               "large and the run short.", ""]

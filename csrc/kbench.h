@@ -142,8 +142,13 @@ void kb_criterion_fini(kb_criterion *c);
 /* ------------------------------------------------------------------ measure.c */
 
 typedef struct {
-    double warmup_s;            /* busy warm-up before the first kept sample (default 1.0) */
+    double warmup_s;            /* the longest warm-up before the first kept sample (default
+                                 * 1.0); a backend that times its warm-up stops it earlier once
+                                 * per-call times are stable (warmup_tol) */
     Py_ssize_t warmup_min;      /* at least this many warm-up iterations (default 1) */
+    double warmup_tol;          /* stable: a warm-up window's median per-call time no more than
+                                 * this fraction below the window's before it (default 0.02);
+                                 * 0 warms for warmup_s */
     Py_ssize_t min_samples;     /* never stop before this many samples (default 10) */
     Py_ssize_t max_samples;     /* iteration cap (default 100000) */
     double max_time_s;          /* sampling time cap, wall clock (default 10.0) */
@@ -174,6 +179,14 @@ struct kb_backend {
     /* Set by the backend (0 otherwise): the step its timer reads in, in seconds. A CI one
      * step wide is as precise as such samples get (kb_criterion.resolution). */
     double resolution_s;
+    /* Set by the backend (0 otherwise): run_batch writes true per-call times during warm-up
+     * too, so the loop may end the warm-up as soon as they are stable (warmup_tol). The CUDA
+     * backends time nothing while warming and warm by time, then keep_warming. */
+    int warmup_timed;
+    /* Set by the backend (0 otherwise): starting a batch costs it nothing, so a sampling batch
+     * never runs past the stop rule's next check and the loop stops within that check's 1/16
+     * of the samples. The CUDA backends keep their long batches (a batch costs a collection). */
+    int prompt_stop;
 };
 
 typedef struct {
@@ -181,6 +194,8 @@ typedef struct {
     Py_ssize_t n, cap;
     Py_ssize_t warmup_iters;
     double warmup_s;            /* wall time spent warming up */
+    int warmup_stable;          /* the warm-up ended because per-call times were stable (1),
+                                 * not at warmup_s or by keep_warming (0) */
     double sampling_s;          /* wall time spent sampling */
     kb_stop stop;
     double achieved;            /* the criterion's last value */
@@ -201,12 +216,13 @@ void kb_measure_lock_release(PyObject *m);
 
 /* Fill cfg with defaults, then override from the dict kw (may be NULL), DELETING every key it
  * consumes, so a caller can reject what is left as unexpected. Keys: warmup_s, warmup_min,
- * min_samples, max_samples, max_time_s, target, ci_level, criterion, batch_max. Bad values raise
- * ValueError/TypeError naming the key. */
+ * warmup_tol, min_samples, max_samples, max_time_s, target, ci_level, criterion, batch_max.
+ * Bad values raise ValueError/TypeError naming the key. */
 int kb_loop_config_parse(PyObject *kw, kb_loop_config *cfg);
 int kb_loop_run(kb_backend *b, const kb_loop_config *cfg, kb_loop_result *res);
 void kb_loop_result_free(kb_loop_result *res);
-/* {"samples": float64 ndarray (copied), "stop": str, "warmup_iters", "warmup_s", "sampling_s",
+/* {"samples": float64 ndarray (copied), "stop": str, "warmup_iters", "warmup_s", "warmup_stable",
+ *  "warmup_tol", "sampling_s",
  *  "criterion", "target", "achieved", "ci_level", "min_samples", "max_samples", "max_time_s",
  *  "resolution_s", "at_resolution"} -- new reference or NULL. */
 PyObject *kb_loop_result_to_dict(const kb_loop_result *res, const kb_loop_config *cfg);

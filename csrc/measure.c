@@ -1,7 +1,8 @@
 /* measure.c -- the backend-independent timing loop.
  *
- * Warm up by time, then ask the backend for batches of samples, growing the batch while the
- * stopping rule is not met, until the rule is satisfied or a cap is reached. Backends (host,
+ * Warm up (until per-call times are stable, or by time, or until the backend has settled), then
+ * ask the backend for batches of samples, growing the batch while the stopping rule is not met,
+ * until the rule is satisfied or a cap is reached. Backends (host,
  * CUDA events, CUPTI, graph replay) only time batches; everything about when to stop lives here,
  * so every backend stops by the same rules and reports the same way.
  */
@@ -80,6 +81,7 @@ int kb_loop_config_parse(PyObject *kw, kb_loop_config *cfg)
 {
     cfg->warmup_s = 1.0;
     cfg->warmup_min = 1;
+    cfg->warmup_tol = 0.02;
     cfg->min_samples = 10;
     cfg->max_samples = 100000;
     cfg->max_time_s = 10.0;
@@ -91,6 +93,7 @@ int kb_loop_config_parse(PyObject *kw, kb_loop_config *cfg)
     int target_given = kw != NULL && PyDict_GetItemString(kw, "target") != NULL;
     if (pop_double(kw, "warmup_s", &cfg->warmup_s, 0.0, 0, KB_MAX_WARMUP_S) < 0 ||
         pop_count(kw, "warmup_min", &cfg->warmup_min, 0) < 0 ||
+        pop_double(kw, "warmup_tol", &cfg->warmup_tol, 0.0, 0, 1.0) < 0 ||
         pop_count(kw, "min_samples", &cfg->min_samples, 1) < 0 ||
         pop_count(kw, "max_samples", &cfg->max_samples, 1) < 0 ||
         pop_double(kw, "max_time_s", &cfg->max_time_s, 0.0, 1, KB_MAX_TIME_S) < 0 ||
@@ -261,27 +264,61 @@ static int reserve(kb_loop_result *res, Py_ssize_t need)
     return 0;
 }
 
-/* Ctrl-C: the loop checks for signals after every batch (a flag test, no syscall), so a
- * KeyboardInterrupt ends it between batches; a backend whose batches run long checks inside them
- * too (measure_host.c). Either way the loop returns -1 with the exception set, and the backend's
- * caller releases what it holds as on any other error. */
-int kb_loop_run(kb_backend *b, const kb_loop_config *cfg, kb_loop_result *res)
-{
-    kb_criterion crit;
-    double *scratch = NULL;
-    memset(res, 0, sizeof *res);
-    if (kb_criterion_init(&crit, cfg->criterion, cfg->target, cfg->ci_level) < 0)
-        return -1;
+/* The timed warm-up's windows: after the first call, batches of at least this many calls and
+ * this long, each compared with the one before. */
+#define KB_WARM_WINDOW_MIN 5
+#define KB_WARM_WINDOW_S 0.005
 
-    /* Warm-up: batches grow 1, 2, 4, ... so a slow callable is not overrun and a fast one does
-     * not pay a clock read per call; samples are discarded. */
-    Py_ssize_t batch = 1;
+/* The median of x[0..n), n >= 1, by selection; permutes x. The upper median when n is even:
+ * windows are only compared with one another. */
+static double median_inplace(double *x, Py_ssize_t n)
+{
+    Py_ssize_t k = n / 2, lo = 0, hi = n - 1;
+    while (lo < hi) {
+        double pivot = x[lo + (hi - lo) / 2];
+        Py_ssize_t i = lo, j = hi;
+        while (i <= j) {
+            while (x[i] < pivot)
+                i++;
+            while (x[j] > pivot)
+                j--;
+            if (i <= j) {
+                double t = x[i];
+                x[i++] = x[j];
+                x[j--] = t;
+            }
+        }
+        if (k <= j)
+            hi = j;
+        else if (k >= i)
+            lo = i;
+        else
+            break;
+    }
+    return x[k];
+}
+
+/* Warm-up, samples discarded. It ends once the loop's own rule is met and the backend's
+ * keep_warming (if any) says done. The loop's rule: warmup_min iterations, and either warmup_s
+ * has passed or -- for a backend whose warm-up calls are timed (warmup_timed) -- the per-call
+ * times have stopped falling: the median of a window of calls is no more than warmup_tol below
+ * the median of the window before it. Warm-up makes calls faster (page faults, lazy set-up,
+ * cold code, clocks ramping up); a window that is not faster than the last is past that, and
+ * one that is slower is noise or a slowdown that more warming would not cure.
+ * Untimed warm-up batches grow 1, 2, 4, ... so a slow callable is not overrun and a fast one
+ * does not pay a clock read per call; timed ones are windows of >= 5 calls and >= 5 ms after a
+ * first call of its own (first calls pay for page faults, lazy set-up and cold code). */
+static int warm_up(kb_backend *b, const kb_loop_config *cfg, kb_loop_result *res)
+{
+    int judge = b->warmup_timed && cfg->warmup_tol > 0 && cfg->warmup_s > 0;
+    Py_ssize_t batch = 1, scratch_cap = 0;
+    double *scratch = NULL;
     double t_start = kb_now_s();
-    Py_ssize_t scratch_cap = 0;
     int settling = 0;   /* past the loop's own rule, warming on until the backend settles */
-    double per_call = 0.0;
+    double per_call = 0.0, last_median = -1.0;
     for (;;) {
-        if (res->warmup_iters >= cfg->warmup_min && kb_now_s() - t_start >= cfg->warmup_s) {
+        if (res->warmup_iters >= cfg->warmup_min &&
+            (res->warmup_stable || kb_now_s() - t_start >= cfg->warmup_s)) {
             if (b->keep_warming == NULL)
                 break;
             int more = b->keep_warming(b, kb_now_s() - t_start);
@@ -310,7 +347,19 @@ int kb_loop_run(kb_backend *b, const kb_loop_config *cfg, kb_loop_result *res)
         res->warmup_iters += batch;
         if (cfg->warmup_s <= 0 && res->warmup_iters >= cfg->warmup_min)
             break;
-        if (batch < cfg->batch_max && batch < 4096)
+        if (judge && !res->warmup_stable && batch >= KB_WARM_WINDOW_MIN) {
+            double m = median_inplace(scratch, batch);
+            if (last_median > 0 && m >= (1.0 - cfg->warmup_tol) * last_median)
+                res->warmup_stable = 1;
+            last_median = m;
+        }
+        if (judge && !settling) {
+            double want = per_call > 0 ? ceil(KB_WARM_WINDOW_S / per_call) : 4096.0;
+            batch = want < KB_WARM_WINDOW_MIN      ? KB_WARM_WINDOW_MIN
+                    : want > (double)cfg->batch_max ? cfg->batch_max
+                                                    : (Py_ssize_t)want;
+        }
+        else if (batch < cfg->batch_max && batch < 4096)
             batch *= 2;
         if (batch > cfg->batch_max)
             batch = cfg->batch_max;
@@ -322,10 +371,30 @@ int kb_loop_run(kb_backend *b, const kb_loop_config *cfg, kb_loop_result *res)
         }
     }
     res->warmup_s = kb_now_s() - t_start;
+    free(scratch);
+    return 0;
+
+error:
+    free(scratch);
+    return -1;
+}
+
+/* Ctrl-C: the loop checks for signals after every batch (a flag test, no syscall), so a
+ * KeyboardInterrupt ends it between batches; a backend whose batches run long checks inside them
+ * too (measure_host.c). Either way the loop returns -1 with the exception set, and the backend's
+ * caller releases what it holds as on any other error. */
+int kb_loop_run(kb_backend *b, const kb_loop_config *cfg, kb_loop_result *res)
+{
+    kb_criterion crit;
+    memset(res, 0, sizeof *res);
+    if (kb_criterion_init(&crit, cfg->criterion, cfg->target, cfg->ci_level) < 0)
+        return -1;
+    if (warm_up(b, cfg, res) < 0)
+        goto error;
 
     /* Sampling. The rule is checked when the count has grown by ~1/16 since the last check,
      * so its O(n log n) cost stays a small fraction of the loop. */
-    batch = 1;
+    Py_ssize_t batch = 1;
     Py_ssize_t next_check = cfg->min_samples;
     double t0 = kb_now_s();
     res->stop = KB_STOP_RUNNING;
@@ -335,6 +404,9 @@ int kb_loop_run(kb_backend *b, const kb_loop_config *cfg, kb_loop_result *res)
             k = cfg->max_samples - res->n;
         if (res->n < cfg->min_samples && k > cfg->min_samples - res->n && res->n > 0)
             k = cfg->min_samples - res->n;
+        /* A backend that starts batches for free never runs one past the rule's next check. */
+        if (b->prompt_stop && res->n >= cfg->min_samples && k > next_check - res->n)
+            k = next_check - res->n > 1 ? next_check - res->n : 1;
         if (reserve(res, res->n + k) < 0)
             goto error;
         if (b->run_batch(b, k, res->samples + res->n, 0) < 0 || PyErr_CheckSignals() < 0)
@@ -376,12 +448,10 @@ int kb_loop_run(kb_backend *b, const kb_loop_config *cfg, kb_loop_result *res)
     res->sampling_s = kb_now_s() - t0;
     res->at_resolution = res->stop == KB_STOP_PRECISION && res->resolution_s > 0 &&
                          strcmp(cfg->criterion, "ci") == 0 && res->achieved > cfg->target;
-    free(scratch);
     kb_criterion_fini(&crit);
     return 0;
 
 error:
-    free(scratch);
     kb_criterion_fini(&crit);
     kb_loop_result_free(res);
     return -1;
@@ -400,9 +470,10 @@ PyObject *kb_loop_result_to_dict(const kb_loop_result *res, const kb_loop_config
     if (arr == NULL)
         return NULL;
     PyObject *out = Py_BuildValue(
-        "{s:N,s:s,s:n,s:d,s:d,s:s,s:d,s:d,s:d,s:n,s:n,s:d,s:d,s:O}", "samples", arr, "stop",
-        kb_stop_name(res->stop), "warmup_iters", res->warmup_iters, "warmup_s", res->warmup_s,
-        "sampling_s", res->sampling_s, "criterion", cfg->criterion, "target", cfg->target,
+        "{s:N,s:s,s:n,s:d,s:O,s:d,s:d,s:s,s:d,s:d,s:d,s:n,s:n,s:d,s:d,s:O}", "samples", arr,
+        "stop", kb_stop_name(res->stop), "warmup_iters", res->warmup_iters, "warmup_s",
+        res->warmup_s, "warmup_stable", res->warmup_stable ? Py_True : Py_False, "warmup_tol",
+        cfg->warmup_tol, "sampling_s", res->sampling_s, "criterion", cfg->criterion, "target", cfg->target,
         "achieved", res->achieved, "ci_level", cfg->ci_level, "min_samples", cfg->min_samples,
         "max_samples", cfg->max_samples, "max_time_s", cfg->max_time_s, "resolution_s",
         res->resolution_s, "at_resolution", res->at_resolution ? Py_True : Py_False);

@@ -23,6 +23,7 @@ typedef struct {
     kb_cpu_flusher flusher;
     Py_ssize_t iteration;   /* iterations run so far, warm-up included (for error messages) */
     uint64_t next_signal_check_ns;  /* host clock time of the next PyErr_CheckSignals */
+    uint64_t flush_ns[2];   /* time spent flushing: [0] while sampling, [1] while warming up */
     PyObject *keep_warming; /* tests only: the loop's settle hook, from Python (borrowed) */
 } host_ctx;
 
@@ -31,9 +32,11 @@ static int host_run_batch(kb_backend *b, Py_ssize_t n, double *out, int warmup)
     host_ctx *c = b->ctx;
     for (Py_ssize_t i = 0; i < n; i++) {
         if (c->cold == KB_COLD_FLUSH) {
+            uint64_t f0 = kb_now_ns();
             Py_BEGIN_ALLOW_THREADS
             kb_cpu_flush(&c->flusher);
             Py_END_ALLOW_THREADS
+            c->flush_ns[warmup != 0] += kb_now_ns() - f0;
         }
         PyObject *args = PyTuple_GET_ITEM(c->arg_sets, c->next_set);
         if (++c->next_set == c->n_sets)
@@ -185,6 +188,7 @@ static PyObject *measure_host(PyObject *self, PyObject *args, PyObject *kw)
         goto error;
     }
     int evicts = 1;     /* flush mode: the flush is at least the last-level cache */
+    uint64_t setup_ns = 0;
     if (ctx.cold == KB_COLD_FLUSH) {
         size_t llc = 0;
         if (kb_cpu_llc_bytes(&llc) < 0)
@@ -199,8 +203,15 @@ static PyObject *measure_host(PyObject *self, PyObject *args, PyObject *kw)
                                  "(the default flushes 2x the cache)", flush_bytes, llc) < 0)
                 goto error;
         }
+        /* Set-up, reported apart from the flushes: allocating the buffer and its first pass,
+         * which faults its pages in (about 8x a later pass). */
+        uint64_t s0 = kb_now_ns();
         if (kb_cpu_flusher_init(&ctx.flusher, bytes) < 0)
             goto error;
+        Py_BEGIN_ALLOW_THREADS
+        kb_cpu_flush(&ctx.flusher);
+        Py_END_ALLOW_THREADS
+        setup_ns = kb_now_ns() - s0;
     }
 
     ctx.fn = fn;
@@ -209,7 +220,8 @@ static PyObject *measure_host(PyObject *self, PyObject *args, PyObject *kw)
     ctx.n_sets = PyTuple_GET_SIZE(arg_sets);
     kb_backend backend = {.name = "host", .ctx = &ctx, .run_batch = host_run_batch,
                           .keep_warming = ctx.keep_warming ? host_keep_warming : NULL,
-                          .resolution_s = host_clock_step_s()};
+                          .resolution_s = host_clock_step_s(), .warmup_timed = 1,
+                          .prompt_stop = 1};
     /* One measuring loop at a time: two benches on the CPU at once would time each other. */
     if (kb_measure_lock_acquire(self) < 0)
         goto error;
@@ -226,8 +238,14 @@ static PyObject *measure_host(PyObject *self, PyObject *args, PyObject *kw)
                                                                  : "none",
                                        "flush_bytes", (Py_ssize_t)ctx.flusher.bytes, "arg_sets",
                                        ctx.n_sets);
+        /* Where a flush's time went: flush_s while sampling (outside the timed calls, inside
+         * the sampling time), flush_warmup_s while warming up, setup_s before either. */
         if (cold != NULL && ctx.cold == KB_COLD_FLUSH &&
-            kb_dict_set_steal(cold, "evicts", PyBool_FromLong(evicts)) < 0)
+            (kb_dict_set_steal(cold, "evicts", PyBool_FromLong(evicts)) < 0 ||
+             kb_dict_set_steal(cold, "flush_s", PyFloat_FromDouble(ctx.flush_ns[0] * 1e-9)) < 0 ||
+             kb_dict_set_steal(cold, "flush_warmup_s",
+                               PyFloat_FromDouble(ctx.flush_ns[1] * 1e-9)) < 0 ||
+             kb_dict_set_steal(cold, "setup_s", PyFloat_FromDouble(setup_ns * 1e-9)) < 0))
             Py_CLEAR(cold);     /* an exception is set: kb_dict_set_steal below says so */
         if (kb_dict_set_steal(out, "cold", cold) < 0 ||
             kb_dict_set_steal(out, "backend", PyUnicode_FromString(backend.name)) < 0)
@@ -245,7 +263,7 @@ error:
 static PyMethodDef host_methods[] = {
     {"measure_host", (PyCFunction)(void (*)(void))measure_host, METH_VARARGS | METH_KEYWORDS,
      "measure_host(fn, arg_sets, kwargs=None, *, cold=None|'flush'|'rotate', flush_bytes=0, "
-     "warmup_s=1.0, warmup_min=1, min_samples=10, max_samples=100000, max_time_s=10.0, "
+     "warmup_s=1.0, warmup_min=1, warmup_tol=0.02, min_samples=10, max_samples=100000, max_time_s=10.0, "
      "target=0.005, ci_level=0.95, criterion='ci', batch_max) -> dict\n\n"
      "Time calls fn(*arg_sets[i % len(arg_sets)], **kwargs) with the host clock."},
     {NULL, NULL, 0, NULL},

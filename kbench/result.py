@@ -27,6 +27,20 @@ def _settle_text(settle: Optional[Dict[str, Any]]) -> str:
     return f"NOT settled after {where}{clock}, gave up at settle_max_s={settle.get('max_s')}{held}"
 
 
+def _time_text(st: Dict[str, Any], cc: Dict[str, Any]) -> str:
+    """Where the bench's wall time went: warm-up, sampling, the flushes inside each (outside
+    the timed calls), and the rest (the flush buffer's set-up, the check, metadata)."""
+    warm, samp, wall = st.get("warmup_s") or 0.0, st.get("sampling_s") or 0.0, st["wall_s"]
+    w_note = [f"flush {cc['flush_warmup_s']:.2f}"] if cc.get("flush_warmup_s") else []
+    if st.get("warmup_stable") is not None:
+        w_note.append("stable" if st["warmup_stable"] else "to its limit")
+    w_note_s = f" ({'; '.join(w_note)})" if w_note else ""
+    s_note = f" (flush {cc['flush_s']:.2f})" if cc.get("flush_s") is not None else ""
+    o_note = f" (flush buffer set-up {cc['setup_s']:.2f})" if cc.get("setup_s") else ""
+    return (f"{wall:.2f} s: warm-up {warm:.2f}{w_note_s}, sampling {samp:.2f}{s_note}, "
+            f"overhead {max(wall - warm - samp, 0.0):.2f}{o_note}")
+
+
 def _regime_text(regime: Optional[Dict[str, Any]]) -> str:
     """The clock/power regime and whether it held ('' for results without one)."""
     if not regime or not regime.get("name"):
@@ -245,6 +259,8 @@ class Result:
         mem = memory_text(self.memory)
         if mem:
             rows.append(["Memory", mem])
+        if st.get("wall_s") is not None:
+            rows.append(["Time", _time_text(st, cc)])
         if self.correctness is not None:
             c = self.correctness
             rows.append(["Correctness", f"{'ok' if c.get('ok') else 'FAILED'}: max abs "

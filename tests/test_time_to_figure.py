@@ -1,0 +1,122 @@
+"""Time to a figure on the CPU (issue 17): the warm-up ends once per-call times have stopped
+falling, sampling ends at the first check of the stop rule that is met, and the result says
+where the wall time went. Behaviour only: callables whose cost the test sets (a spin), no
+timing targets."""
+import math
+import random
+import time
+
+import numpy as np
+import pytest
+
+import kbench
+from kbench import _core
+
+MS = 1e-3
+
+
+def spin(seconds):
+    end = time.perf_counter() + seconds
+    while time.perf_counter() < end:
+        pass
+
+
+def schedule(cost_of_call):
+    """A callable whose i-th call spins for cost_of_call(i) seconds."""
+    calls = [0]
+
+    def fn():
+        spin(cost_of_call(calls[0]))
+        calls[0] += 1
+    return fn
+
+
+def test_a_stable_callable_stops_warming_long_before_warmup_s():
+    r = _core.measure_host(schedule(lambda i: 1 * MS), ((),), None, warmup_s=3.0,
+                           min_samples=5, target=0.5)
+    assert r["warmup_stable"] is True
+    assert r["warmup_s"] < 1.5          # the rule needs 11 calls; 3 s is only the limit
+    assert r["warmup_iters"] >= 11      # a first call, then two windows of >= 5 calls
+
+
+def test_warming_runs_on_while_per_call_times_still_fall():
+    # 4 ms falling by 0.1 ms a call to a floor of 1 ms at call 30: every window of 5 calls is
+    # >= 10% faster than the one before it until then
+    falling = schedule(lambda i: max(1 * MS, 4 * MS - 0.1 * MS * i))
+    r = _core.measure_host(falling, ((),), None, warmup_s=3.0, min_samples=5, target=0.5)
+    assert r["warmup_iters"] >= 30
+    assert r["warmup_stable"] is True and r["warmup_s"] < 3.0   # and then it stopped
+
+
+def test_warmup_s_is_the_limit_when_times_never_settle():
+    # 1% faster every call, a window of 5 calls 5% faster than the last, for 0.5 s in all:
+    # still falling at the 0.25 s limit
+    r = _core.measure_host(schedule(lambda i: 5 * MS * 0.99 ** i), ((),), None, warmup_s=0.25,
+                           min_samples=5, target=0.5)
+    assert r["warmup_stable"] is False and r["warmup_s"] >= 0.25
+
+
+def test_warmup_tol_0_warms_for_the_whole_warmup_s():
+    r = _core.measure_host(schedule(lambda i: 1 * MS), ((),), None, warmup_s=0.2,
+                           warmup_tol=0.0, min_samples=5, target=0.5)
+    assert r["warmup_stable"] is False and r["warmup_s"] >= 0.2 and r["warmup_tol"] == 0.0
+
+
+@pytest.mark.parametrize("bad, exc", [(-0.1, ValueError), (1.5, ValueError),
+                                      (float("nan"), ValueError), ("x", TypeError)])
+def test_a_bad_warmup_tol_is_refused(bad, exc):
+    with pytest.raises(exc, match="warmup_tol"):
+        _core.measure_host(lambda: None, ((),), None, warmup_tol=bad)
+
+
+def test_sampling_stops_at_the_first_check_where_the_rule_is_met():
+    rng = random.Random(7)
+    noisy = schedule(lambda i: 0.2 * MS * (1 + rng.random()))      # needs many samples
+    target, min_samples = 0.02, 10
+    r = _core.measure_host(noisy, ((),), None, warmup_s=0.0, min_samples=min_samples,
+                           target=target, max_time_s=20.0)
+    assert r["stop"] == "precision"
+    x = np.asarray(r["samples"])
+    # the loop's check schedule: at min_samples, then each time n has grown by n/16 (>= 1)
+    n, first_met = min_samples, None
+    while n <= x.size:
+        if _core.summarize(x[:n], 0.95)["rel_ci_halfwidth"] <= target:
+            first_met = n
+            break
+        n += max(n // 16, 1)
+    assert first_met == x.size          # not one batch later
+
+
+def test_the_time_breakdown_adds_up():
+    a = np.ones(1 << 16, dtype=np.float32)
+    t0 = time.perf_counter()
+    r = kbench.bench(np.sum, a, warmup_s=0.2, max_time_s=0.1, min_samples=10)
+    outside = time.perf_counter() - t0
+    st, cc = r.stop, r.cold_cache
+    assert cc["mode"] == "flush"
+    assert 0 < st["warmup_s"] + st["sampling_s"] <= st["wall_s"] <= outside
+    assert 0 < cc["flush_s"] <= st["sampling_s"]
+    assert 0 < cc["flush_warmup_s"] <= st["warmup_s"]
+    assert 0 < cc["setup_s"] <= st["wall_s"] - st["warmup_s"] - st["sampling_s"]
+    row = dict((k.strip(":"), v) for k, v in
+               (line.strip().split(None, 1) for line in repr(r).splitlines()[1:]))["Time"]
+    assert row.startswith(f"{st['wall_s']:.2f} s: warm-up {st['warmup_s']:.2f} ")
+    assert f"sampling {st['sampling_s']:.2f} (flush {cc['flush_s']:.2f})" in row
+    over = st["wall_s"] - st["warmup_s"] - st["sampling_s"]
+    assert f"overhead {over:.2f} (flush buffer set-up {cc['setup_s']:.2f})" in row
+
+
+def test_a_hot_result_has_no_flush_in_its_time_row_and_survives_json():
+    r = kbench.bench(np.sum, np.ones(1000), warmup_s=0.05, max_time_s=0.05, cold_cache=None)
+    row = [line for line in repr(r).splitlines() if line.strip().startswith("Time:")]
+    assert len(row) == 1 and "flush" not in row[0]
+    back = kbench.Result.from_json(r.to_json())
+    assert math.isclose(back.stop["wall_s"], r.stop["wall_s"])
+    assert "Time:" in repr(back)
+
+
+def test_a_result_saved_without_the_breakdown_prints_no_time_row():
+    r = kbench.bench(np.sum, np.ones(1000), warmup_s=0.0, max_time_s=0.05, cold_cache=None)
+    d = r.to_dict()
+    del d["stop"]["wall_s"]
+    assert "Time:" not in repr(kbench.Result.from_dict(d))
