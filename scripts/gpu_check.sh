@@ -76,21 +76,21 @@ if [ "$mode" = soak ]; then
 fi
 if [ "$mode" = last ]; then
   echo "== GPU tests (pytest -m gpu)"
-  timeout 240 $PY -m pytest -q -rfEs --tb=short --timeout=120 -m gpu tests/ 2>&1 \
+  timeout 220 $PY -m pytest -q -rfEs --tb=short --timeout=120 -m gpu tests/ 2>&1 \
     | tee "$OUT/pytest_gpu.log" | grep -E "^(FAILED|ERROR)|^E |passed|failed" | head -30
-  echo "== graph soak: 1000 benches"
-  timeout 150 $PY benchmarks/gpu_soak.py --modes graph --benches 250 --rounds 4 \
-    --out "$OUT/h200_soak_graph.json" 2>&1 | grep -E "growth|round"
   echo "== the cp312 wheel installed with --no-deps, against the source build"
   rm -rf /tmp/kbwheel
   $PY -m pip install -q --no-deps --no-index --target /tmp/kbwheel .whl/kbench-*-cp312-*.whl 2>&1 | tail -2
   REPO=$PWD
   (cd /tmp && PYTHONPATH=/tmp/kbwheel timeout 90 $PY "$REPO/benchmarks/gpu_wheel_check.py" --label wheel \
-     --out "$OUT/h200_wheel_wheel.json" | cut -c1-600)
+     --out "$OUT/h200_wheel_wheel.json" | cut -c1-400)
   (cd /tmp && timeout 90 $PY "$REPO/benchmarks/gpu_wheel_check.py" --label source \
-     --out "$OUT/h200_wheel_source.json" | cut -c1-600)
+     --out "$OUT/h200_wheel_source.json" | cut -c1-400)
+  echo "== graph soak: 1000 benches"
+  timeout 130 $PY benchmarks/gpu_soak.py --modes graph --benches 250 --rounds 4 \
+    --out "$OUT/h200_soak_graph.json" 2>&1 | grep -E "growth|round"
   echo "== time to a figure (sweep and single cases, kbench and do_bench)"
-  timeout 120 $PY benchmarks/gpu_time_to_figure.py --out "$OUT/h200_time_to_figure.json" 2>&1 | tail -6
+  timeout 80 $PY benchmarks/gpu_time_to_figure.py --out "$OUT/h200_time_to_figure.json" 2>&1 | tail -6
 fi
 if [ "$mode" = leak ]; then
   echo "== GPU tests"
