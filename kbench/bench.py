@@ -107,6 +107,8 @@ def bench(fn: Callable[..., Any], *args: Any,
     if target is not None:     # else the rule's own default: 0.5% CI half-width, or entropy's
         loop["target"] = target
 
+    if dev != "cpu":
+        _refuse_capture()
     correctness = None
     if check is not None:
         correctness = _check_before_timing(fn, sets[0], kwargs, check, rtol, atol, name,
@@ -273,6 +275,16 @@ def _returned_none(name: str, args: Tuple[Any, ...], kwargs: Dict[str, Any]) -> 
     return TypeError(f"kbench.bench({name}): check= was given but the callable returned None, so "
                      f"there is no output to compare; nothing was timed. If it writes its "
                      f"output in place, {how}.")
+
+
+def _refuse_capture() -> None:
+    """Before any untimed call (check, memory probe): inside someone else's stream capture
+    they would be captured too, and a synchronize there invalidates the capture."""
+    torch = sys.modules.get("torch")
+    if torch is not None and torch.cuda.is_initialized() and \
+            torch.cuda.is_current_stream_capturing():
+        raise _core.CaptureError("the current stream is being captured into a CUDA graph: "
+                                 "kbench cannot measure inside a capture")
 
 
 def _check_before_timing(fn, args, kwargs, check, rtol, atol, name,
