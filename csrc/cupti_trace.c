@@ -294,6 +294,25 @@ static int session_detach(cupti_session *se, const char **why, int *code)
     return -1;
 }
 
+/* Has another tool registered its own CUPTI timestamp callback since (torch.profiler's Kineto
+ * does at every profile start)? Then finalizing would tear down its live state: the linger
+ * thread leaves CUPTI attached and only unsubscribes. The unit check of calibrate(), without
+ * Python; unreadable counts as foreign. */
+static int foreign_clock(const cupti_session *se)
+{
+    uint64_t c0 = 0, c1 = 0, n0 = kb_now_ns(), n1;
+    if (se->api->cuptiGetTimestamp(&c0) != CUPTI_SUCCESS)
+        return 1;
+    do
+        n1 = kb_now_ns();
+    while (n1 - n0 < 2000000);
+    if (se->api->cuptiGetTimestamp(&c1) != CUPTI_SUCCESS)
+        return 1;
+    n1 = kb_now_ns();
+    double r = c1 > c0 ? (double)(c1 - c0) / (double)(n1 - n0) : 1.0;
+    return !(r > 0.995 && r < 1.005);
+}
+
 /* The linger thread: detaches the session once its deadline passes with no trace begun. */
 static void *linger_main(void *arg)
 {
@@ -303,7 +322,7 @@ static void *linger_main(void *arg)
         if (se->lingering && kb_now_s() >= se->deadline) {
             const char *why = NULL;
             int code = 0;
-            if (session_detach(se, &why, &code) < 0)
+            if (foreign_clock(se) || session_detach(se, &why, &code) < 0)
                 se->api->cuptiUnsubscribe(se->sub);   /* at least let another tool subscribe */
             se->lingering = 0;
             continue;
@@ -796,7 +815,9 @@ static PyObject *cupti_release(PyObject *m, PyObject *unused)
     Py_BEGIN_ALLOW_THREADS
     pthread_mutex_lock(&g_session.mu);
     if (g_session.lingering) {
-        if (session_detach(&g_session, &failed, &code) < 0)
+        if (foreign_clock(&g_session))
+            failed = "another tool's timestamp callback (left attached)";
+        if (failed != NULL || session_detach(&g_session, &failed, &code) < 0)
             g_session.api->cuptiUnsubscribe(g_session.sub);
         g_session.lingering = 0;
         released = 1;
