@@ -11,10 +11,12 @@
  * load is settled, judged at the latest reading, when:
  *   - the callable has loaded the GPU for at least min_load_s and two SM clock windows inside
  *     that load agree (rel_tol, at least one 15 MHz step); and
- *   - with instantaneous power: either it stays under `headroom` of the power limit with no
- *     limit reason (the average converges under the limit: nothing will cap), or the averaged
- *     power has caught up with the instantaneous (within power_tol or 15 W), so the controller
- *     acts on the load itself, not on the idle before it;
+ *   - with instantaneous power (its mean over the load's last averaging window): either it
+ *     stays under `headroom` of the power limit with no limit reason (the average converges
+ *     under the limit: nothing will cap), or the averaged power has caught up with it (within
+ *     power_tol or 15 W), so the controller acts on the load itself, not on the idle before it.
+ *     The mean, not the median: a load with gaps (events mode, host turnarounds) reads bimodal,
+ *     and an average catches up with its mean (a 576 W add never settled against a median);
  *   - without it: the load has lasted a whole averaging window and the average is not rising.
  *
  * Burst (opt-in): reproducible peak-clock figures. Each short batch starts only once the GPU has
@@ -49,6 +51,22 @@ static double window_median(const double *t, const double *v, size_t n, double l
     return kb_quantile_sorted(scratch, (Py_ssize_t)k, 0.5);
 }
 
+/* Mean of the finite v[i] with t[i] in (lo, hi]; NAN when there is none. The board's averaged
+ * power is a mean over its window, so this is what it converges to. */
+static double window_mean(const double *t, const double *v, size_t n, double lo, double hi)
+{
+    double sum = 0.0;
+    size_t k = 0;
+    if (v == NULL)
+        return NAN;
+    for (size_t i = 0; i < n; i++)
+        if (t[i] > lo && t[i] <= hi && isfinite(v[i])) {
+            sum += v[i];
+            k++;
+        }
+    return k ? sum / (double)k : NAN;
+}
+
 static uint64_t reasons_since(const kb_clock_trace *tr, double lo)
 {
     uint64_t seen = 0;
@@ -80,7 +98,7 @@ int kb_clock_settled(const kb_clock_trace *tr, double load_start_s, double power
     int settled = limited ? KB_SETTLED_UNDER_LIMIT : KB_SETTLED;
     double from = now - rule->avg_window_s > load_start_s ? now - rule->avg_window_s
                                                            : load_start_s;
-    double inst = window_median(t, tr->power_inst_w, n, from, now, scratch);
+    double inst = window_mean(t, tr->power_inst_w, n, from, now);
     double avg = window_median(t, tr->power_avg_w, n, now - w, now, scratch);
     if (isfinite(inst)) {
         if (!limited && isfinite(power_limit_w) && inst < rule->headroom * power_limit_w)
