@@ -428,6 +428,9 @@ def _ceiling(peaks: Optional[Dict[str, Any]], key: str) -> Optional[float]:
     return None
 
 
+COMPUTE_CEILING_SLACK = 1.10
+
+
 def _warnings(r: Result) -> List[str]:
     out = []
     st = r.stop
@@ -448,7 +451,10 @@ def _warnings(r: Result) -> List[str]:
             out.append(f"hot cache: {pct * 100:.0f}% of the {ceiling} memory ceiling -- the data "
                        f"is served from cache, not memory")
     cpct = tp.get("compute_pct_peak")
-    if cpct is not None and cpct > 1.0:
+    # The compute ceiling is one reference kernel (FMA chains, a bf16 8192^3 GEMM): another
+    # shape can run a few % faster (a burst 4000x4096x11008 GEMM read 101% on the H200), so only
+    # what no shape can explain is said.
+    if cpct is not None and cpct > COMPUTE_CEILING_SLACK:
         out.append(f"{cpct * 100:.0f}% of the measured compute ceiling: the FLOP count is too "
                    f"high, or the ceiling was measured on a busy machine (re-run kbench peaks)")
     return out

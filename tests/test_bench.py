@@ -569,3 +569,18 @@ def test_a_bench_at_the_timer_resolution_says_so_in_its_stop_record():
     r = kbench.bench(lambda: None, min_samples=25, max_samples=25, warmup_s=0, target=1e-9,
                      cold_cache=None)
     assert "at_resolution" in r.stop
+
+
+def test_a_figure_a_few_percent_over_one_reference_kernel_is_not_flagged():
+    from kbench.bench import COMPUTE_CEILING_SLACK, throughput, _warnings
+    from kbench.result import Result
+    samples = np.full(20, 1e-3)
+    r = Result(name="gemm", device="cuda:0", backend="cupti", samples=samples,
+               stats=kbench._core.summarize(samples, 0.95), stop={"stop": "precision"},
+               cold_cache={"mode": "none"})
+    # a GEMM shape 1% faster than the reference GEMM the ceiling was measured on
+    r.throughput = throughput(1e-3, 1.01e12, None, {"flops_per_s": 1e15, "bytes_per_s": None})
+    assert not any("compute ceiling" in w for w in _warnings(r))
+    r.throughput = throughput(1e-3, (COMPUTE_CEILING_SLACK + 0.05) * 1e12, None,
+                              {"flops_per_s": 1e15, "bytes_per_s": None})
+    assert any("compute ceiling" in w for w in _warnings(r))
