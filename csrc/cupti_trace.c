@@ -348,6 +348,17 @@ static void *linger_main(void *arg)
     return NULL;
 }
 
+/* A forked child has no linger thread (only the forking thread survives a fork): forget it,
+ * so the child's module teardown never joins a thread it does not have. */
+static void session_atfork_child(void)
+{
+    pthread_mutex_init(&g_session.mu, NULL);
+    pthread_cond_init(&g_session.wake, NULL);
+    g_session.thread_started = 0;
+    g_session.lingering = 0;
+    g_session.quit = 0;
+}
+
 static double linger_s(void)
 {
     const char *v = getenv("KBENCH_CUPTI_LINGER_S");
@@ -745,6 +756,9 @@ static void detach(PyObject *m, kb_cupti_trace *t)
             sigset_t all, old;
             sigfillset(&all);       /* signals (Ctrl-C) stay with Python's threads */
             pthread_sigmask(SIG_SETMASK, &all, &old);
+            static int atfork_registered;
+            if (!atfork_registered)
+                atfork_registered = pthread_atfork(NULL, NULL, session_atfork_child) == 0;
             g_session.thread_started =
                 pthread_create(&g_session.thread, NULL, linger_main, &g_session) == 0;
             pthread_sigmask(SIG_SETMASK, &old, NULL);
