@@ -4,7 +4,7 @@ Every build compiles the CUDA backend; a CPU-only build happens only when asked 
 KBENCH_NO_CUDA=1. kbench never links against a GPU library -- libcuda, CUPTI, NVML and NVRTC are
 opened lazily with dlopen at run time -- so the build needs only headers: cuda.h, cupti.h and
 what cupti.h includes (crt/host_defines.h among them); NVML and NVRTC are declared in
-csrc/loader.h. They are taken, all from one place, from the first of:
+csrc/loaders/loader.h. They are taken, all from one place, from the first of:
 
   1. $KBENCH_CUDA_INCLUDE: directories (separated by ':') that hold cuda.h and cupti.h. An
      explicit choice, e.g. a newer toolkit's include/ and extras/CUPTI/include.
@@ -23,7 +23,7 @@ pinned packages give every build the same, lowest CUDA 13 floors whatever the bu
     accept every CUDA 13 CUPTI; a toolkit's 13.x headers would refuse an older 13.y CUPTI.
   - CUDA_VERSION: driver functions are resolved with cuGetProcAddress at min(CUDA_VERSION,
     driver version), so older headers cost nothing but functions kbench does not use, and a
-    driver older or newer than the headers is handled at run time (csrc/loader_cuda.c).
+    driver older or newer than the headers is handled at run time (csrc/loaders/loader_cuda.c).
   - the major version picks the libcupti soname (libcupti.so.13).
 
 The build prints what it built: backends, where the headers came from and their versions
@@ -47,11 +47,11 @@ from setuptools import Extension, setup
 from setuptools.command.build_ext import build_ext
 
 ROOT = Path(__file__).parent
-# Files of the CUDA backend: left out only of a KBENCH_NO_CUDA=1 build.
-CUDA_ONLY = {"loader_common.c", "loader_cuda.c", "loader_cupti.c", "loader_nvml.c",
-             "loader_nvrtc.c", "cuda_device.c", "nvml_sampler.c", "cuda_context.c",
-             "measure_cuda.c", "cupti_trace.c", "gate.c", "graph.c", "coldcache_cuda.c",
-             "cuda_kernels.c", "profile.c"}
+# The C core's folders: core (module, loop, statistics, stop rules, comparison, the regimes'
+# rules), host (the CPU backend and its cold cache), and the CUDA backend (cuda) with the lazily
+# opened GPU libraries (loaders), both left out only of a KBENCH_NO_CUDA=1 build.
+CORE_DIRS = ("core", "host")
+CUDA_DIRS = ("cuda", "loaders")
 # The packages pyproject.toml pins for the headers (keep the two in step).
 HEADER_PACKAGES = ("nvidia-cuda-runtime", "nvidia-cuda-cupti", "nvidia-cuda-crt")
 HEADER_PINS = " ".join(f"'{n}==13.0.48'" for n in HEADER_PACKAGES)   # as pyproject.toml
@@ -151,11 +151,9 @@ else:
              + ", ".join(map(str, cuda_incs)) + ")")
 print(built, file=sys.stderr, flush=True)
 
-sources = []
-for p in sorted((ROOT / "csrc").glob("*.c")):
-    if p.name in CUDA_ONLY and not cuda_incs:
-        continue
-    sources.append(str(p.relative_to(ROOT)))
+src_dirs = CORE_DIRS + (CUDA_DIRS if cuda_incs else ())
+sources = [str(p.relative_to(ROOT)) for d in src_dirs
+           for p in sorted((ROOT / "csrc" / d).glob("*.c"))]
 sources += [str(p.relative_to(ROOT)) for p in sorted((ROOT / "kernels" / "cpu").glob("*.c"))]
 
 define_macros = [("NPY_NO_DEPRECATED_API", "NPY_1_7_API_VERSION")]
@@ -182,12 +180,13 @@ define_macros.append(("KB_BUILD_CFLAGS", c_string(" ".join(cflags))))
 core = Extension(
     "kbench._core",
     sources=sources,
-    include_dirs=["csrc", numpy.get_include()] + [str(d) for d in cuda_incs],
+    include_dirs=[f"csrc/{d}" for d in CORE_DIRS + CUDA_DIRS] + [numpy.get_include()]
+    + [str(d) for d in cuda_incs],
     define_macros=define_macros,
     extra_compile_args=cflags,
     extra_link_args=ldflags,
     libraries=["dl", "pthread", "m"],
-    depends=[str(p.relative_to(ROOT)) for p in (ROOT / "csrc").glob("*.h")],
+    depends=[str(p.relative_to(ROOT)) for p in (ROOT / "csrc").rglob("*.h")],
 )
 
 

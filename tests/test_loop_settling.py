@@ -1,4 +1,4 @@
-"""The timing loop's settling path (csrc/measure.c), driven through the host backend.
+"""The timing loop's settling path (csrc/core/measure.c), driven through the host backend.
 
 On a GPU the CUDA backend keeps the warm-up going until the SM clock settles and, under a power
 limit, asks for a minimum sampling time. The loop's side of that (ask after each warm-up batch,
