@@ -12,7 +12,7 @@ from typing import Any, Callable, Dict, List, Optional, Tuple, Union
 import numpy as np
 
 from . import _core
-from .coldcache import footprint, make_rotation_sets, normalize_arg_sets
+from .coldcache import flag_rotation, footprint, make_rotation_sets, normalize_arg_sets
 from .result import Result
 
 _LOOP_KEYS = ("warmup_s", "min_samples", "max_samples", "max_time_s", "target", "ci_level",
@@ -337,20 +337,9 @@ def _run_host(fn, sets, kwargs, cold_cache, flush_bytes, loop):
     if cold_cache == "rotate":
         cold["footprint_bytes"] = sum(footprint(s) for s in sets)
         cold["set_bytes"] = footprint(sets[0])
-        _flag_rotation(cold, sets, llc, extra.setdefault("warnings", []))
+        flag_rotation(cold, [footprint(s) for s in sets], llc,
+                      extra.setdefault("warnings", []))
     return raw, cold, extra
-
-
-def _flag_rotation(cold: Dict[str, Any], sets: List[Tuple[Any, ...]], cache_bytes: int,
-                   warn: List[str]) -> None:
-    """User-given argument sets that cannot evict the cache are run as given, but not called
-    cold (kbench's own rotation sets are sized to evict, or refused)."""
-    from .coldcache import rotation_shortfall
-    why = rotation_shortfall([footprint(s) for s in sets], cache_bytes,
-                             what=f"{len(sets)} arg_sets")
-    cold["evicts"] = why is None
-    if why:
-        warn.append(why + ": run as given, not cold")
 
 
 def _cpu_peaks() -> Optional[Dict[str, float]]:

@@ -6,7 +6,7 @@ argument sets a rotation needs so their total footprint exceeds the cache by a m
 from __future__ import annotations
 
 import math
-from typing import Any, Callable, List, Optional, Sequence, Tuple, Union
+from typing import Any, Callable, Dict, List, Optional, Sequence, Tuple, Union
 
 import numpy as np
 
@@ -128,3 +128,14 @@ def normalize_arg_sets(arg_sets: ArgSets, count: int = 0) -> List[Tuple[Any, ...
     if not out:
         raise ValueError("arg_sets is empty")
     return out
+
+
+def flag_rotation(cold: Dict[str, Any], set_bytes: Sequence[int], cache_bytes: int,
+                  warn: List[str]) -> None:
+    """User-given argument sets that cannot evict the cache are run as given, but not called
+    cold: cold["evicts"] says so, and a warning says why (kbench's own rotation sets are sized
+    to evict, or refused)."""
+    why = rotation_shortfall(set_bytes, cache_bytes, what=f"{len(set_bytes)} arg_sets")
+    cold["evicts"] = why is None
+    if why:
+        warn.append(why + ": run as given, not cold")

@@ -14,7 +14,7 @@ from typing import Any, Callable, Dict, List, Optional, Tuple
 import numpy as np
 
 from . import _core
-from .coldcache import footprint, make_rotation_sets
+from .coldcache import flag_rotation, footprint, make_rotation_sets
 
 MODES = ("cupti", "events", "graph")
 # An events/graph floor at or above this share of a figure puts the figure at risk.
@@ -351,8 +351,7 @@ def run(fn: Callable[..., Any], sets: List[Tuple[Any, ...]], kwargs: Dict[str, A
         cold["footprint_bytes"] = sum(footprint(a) for a in sets)
         cold["set_bytes"] = footprint(sets[0])
         cold["arg_sets"] = len(sets)
-        from .bench import _flag_rotation
-        _flag_rotation(cold, sets, l2, warn)
+        flag_rotation(cold, [footprint(a) for a in sets], l2, warn)
 
     timer = mode if mode != "graph" else ("cupti" if cupti_ok else "events")
     common = dict(stream=s, device=ordinal, gate=gate, keep_busy=keep_busy, gate_batch=gate_batch,

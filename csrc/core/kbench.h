@@ -69,7 +69,10 @@ int kb_steady_module_init(PyObject *m);
 int kb_gpu_module_init(PyObject *m);   /* loader_*.c, cuda_device.c: library status, device info */
 int kb_measure_cuda_module_init(PyObject *m);
 int kb_profile_module_init(PyObject *m);  /* profile.c: profiler range, device memory probe */
-void kb_gpu_state_free(kb_state *st);  /* loader.c: frees st->gpu */
+void kb_gpu_state_free(kb_state *st);  /* loader_common.c: frees st->gpu */
+/* Stop the thread that detaches a lingering CUPTI subscriber (cupti_trace.c; module free,
+ * before kb_gpu_state_free). No Python. */
+void kb_cupti_session_shutdown(void);
 #endif
 
 /* ------------------------------------------------------------------ clock.c */

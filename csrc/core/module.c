@@ -223,6 +223,7 @@ static void core_free(void *m)
     for (size_t i = 0; i < sizeof st->cuda_builtins / sizeof st->cuda_builtins[0]; i++)
         PyMem_RawFree(st->cuda_builtins[i]);   /* the CUDA module goes with the process */
 #ifdef KB_HAVE_CUDA
+    kb_cupti_session_shutdown();    /* the CUPTI linger thread, before the libraries go */
     kb_gpu_state_free(kb_get_state((PyObject *)m));
 #endif
 }

@@ -211,7 +211,6 @@ void kb_gpu_state_free(kb_state *st)
     if (g == NULL)
         return;
     st->gpu = NULL;
-    kb_cupti_session_shutdown();
     if (g->nvml_initialized && g->nvml.nvmlShutdown != NULL)
         g->nvml.nvmlShutdown();         /* reference-counted by NVML: other users keep theirs */
     /* libcuda and libcupti stay mapped: the driver and CUPTI keep hooks into each other and
