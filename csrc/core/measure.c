@@ -269,40 +269,22 @@ static int reserve(kb_loop_result *res, Py_ssize_t need)
 #define KB_WARM_WINDOW_MIN 5
 #define KB_WARM_WINDOW_S 0.005
 
-/* The median of x[0..n), n >= 1, by selection; permutes x. The upper median when n is even:
- * windows are only compared with one another. */
-static double median_inplace(double *x, Py_ssize_t n)
+/* The fastest call of a window: interference (preemption, another process) only adds time,
+ * so a window's minimum is its cost without it. A window's median moved with a loaded machine:
+ * two CPU hogs on two cores ended the warm-up of a still-falling callable after 11 calls. */
+static double window_min(const double *x, Py_ssize_t n)
 {
-    Py_ssize_t k = n / 2, lo = 0, hi = n - 1;
-    while (lo < hi) {
-        double pivot = x[lo + (hi - lo) / 2];
-        Py_ssize_t i = lo, j = hi;
-        while (i <= j) {
-            while (x[i] < pivot)
-                i++;
-            while (x[j] > pivot)
-                j--;
-            if (i <= j) {
-                double t = x[i];
-                x[i++] = x[j];
-                x[j--] = t;
-            }
-        }
-        if (k <= j)
-            hi = j;
-        else if (k >= i)
-            lo = i;
-        else
-            break;
-    }
-    return x[k];
+    double m = x[0];
+    for (Py_ssize_t i = 1; i < n; i++)
+        m = x[i] < m ? x[i] : m;
+    return m;
 }
 
 /* Warm-up, samples discarded. It ends once the loop's own rule is met and the backend's
  * keep_warming (if any) says done. The loop's rule: warmup_min iterations, and either warmup_s
  * has passed or -- for a backend whose warm-up calls are timed (warmup_timed) -- the per-call
- * times have stopped falling: the median of a window of calls is no more than warmup_tol below
- * the median of the window before it. Warm-up makes calls faster (page faults, lazy set-up,
+ * times have stopped falling: the fastest call of a window is no more than warmup_tol below
+ * the fastest of the window before it. Warm-up makes calls faster (page faults, lazy set-up,
  * cold code, clocks ramping up); a window that is not faster than the last is past that, and
  * one that is slower is noise or a slowdown that more warming would not cure.
  * Untimed warm-up batches grow 1, 2, 4, ... so a slow callable is not overrun and a fast one
@@ -315,7 +297,7 @@ static int warm_up(kb_backend *b, const kb_loop_config *cfg, kb_loop_result *res
     double *scratch = NULL;
     double t_start = kb_now_s();
     int settling = 0;   /* past the loop's own rule, warming on until the backend settles */
-    double per_call = 0.0, last_median = -1.0;
+    double per_call = 0.0, last_min = -1.0;
     for (;;) {
         if (res->warmup_iters >= cfg->warmup_min &&
             (res->warmup_stable || kb_now_s() - t_start >= cfg->warmup_s)) {
@@ -348,10 +330,10 @@ static int warm_up(kb_backend *b, const kb_loop_config *cfg, kb_loop_result *res
         if (cfg->warmup_s <= 0 && res->warmup_iters >= cfg->warmup_min)
             break;
         if (judge && !res->warmup_stable && batch >= KB_WARM_WINDOW_MIN) {
-            double m = median_inplace(scratch, batch);
-            if (last_median > 0 && m >= (1.0 - cfg->warmup_tol) * last_median)
+            double m = window_min(scratch, batch);
+            if (last_min > 0 && m >= (1.0 - cfg->warmup_tol) * last_min)
                 res->warmup_stable = 1;
-            last_median = m;
+            last_min = m;
         }
         if (judge && !settling) {
             double want = per_call > 0 ? ceil(KB_WARM_WINDOW_S / per_call) : 4096.0;
