@@ -2,6 +2,7 @@
 from typing import Any, Callable, Dict, List, Optional, Sequence, Tuple
 
 HAVE_CUDA: int
+LOOP_DEFAULTS: dict[str, Any]   # the timing loop's defaults (csrc/core/measure.c): the only place they are written
 CUDA_HEADERS_VERSION: int
 # what the build compiled: backends ("host"[, "cuda"]), cuda_version (CUDA_VERSION of cuda.h),
 # cupti_api_version, headers (where setup.py found them), compiler, python (headers' version),

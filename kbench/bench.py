@@ -48,13 +48,13 @@ def bench(fn: Callable[..., Any], *args: Any,
           atol: Optional[float] = None,
           name: Optional[str] = None,
           out_arg: Union[int, str, None] = None,
-          warmup_s: float = 1.0,
-          min_samples: int = 10,
-          max_samples: int = 100_000,
-          max_time_s: float = 10.0,
+          warmup_s: Optional[float] = None,
+          min_samples: Optional[int] = None,
+          max_samples: Optional[int] = None,
+          max_time_s: Optional[float] = None,
           target: Optional[float] = None,
-          ci_level: float = 0.95,
-          criterion: str = "ci",
+          ci_level: Optional[float] = None,
+          criterion: Optional[str] = None,
           memory: bool = True,
           profile: Optional[bool] = None,
           **backend_options: Any) -> Result:
@@ -102,10 +102,12 @@ def bench(fn: Callable[..., Any], *args: Any,
     _named_output(sets[0], kwargs, out_arg)       # a bad out_arg fails before anything runs
     name = name or _name_of(fn)
     dev = _resolve_device(device, sets[0], kwargs)
-    loop = dict(warmup_s=warmup_s, min_samples=min_samples, max_samples=max_samples,
-                max_time_s=max_time_s, ci_level=ci_level, criterion=criterion)
-    if target is not None:     # else the rule's own default: 0.5% CI half-width, or entropy's
-        loop["target"] = target
+    # Only what the caller gave crosses to C: the loop's defaults live in the C core alone
+    # (_core.LOOP_DEFAULTS), which also validates every value.
+    loop = {k: v for k, v in dict(warmup_s=warmup_s, min_samples=min_samples,
+                                  max_samples=max_samples, max_time_s=max_time_s, target=target,
+                                  ci_level=ci_level, criterion=criterion).items()
+            if v is not None}
 
     if dev != "cpu":
         _refuse_capture()
@@ -118,7 +120,9 @@ def bench(fn: Callable[..., Any], *args: Any,
     if why:
         return _profile.run_once(fn, sets, kwargs, name=name, device=dev, why=why,
                                  cold_cache=cold_cache, flush_bytes=flush_bytes,
-                                 warmup_s=warmup_s, correctness=correctness,
+                                 warmup_s=loop.get("warmup_s",
+                                                   _core.LOOP_DEFAULTS["warmup_s"]),
+                                 correctness=correctness,
                                  stream=backend_options.get("stream"))
     mem = None
     if memory:
@@ -157,7 +161,7 @@ def bench(fn: Callable[..., Any], *args: Any,
                      **peaks}
 
     samples = np.asarray(raw["samples"], dtype=np.float64)
-    stats = _core.summarize(samples, ci_level)
+    stats = _core.summarize(samples, raw.get("ci_level", _core.LOOP_DEFAULTS["ci_level"]))
     stop = {k: raw[k] for k in ("stop", "criterion", "target", "achieved", "warmup_iters",
                                 "warmup_s", "sampling_s", "min_samples", "max_samples",
                                 "max_time_s", "resolution_s", "at_resolution") if k in raw}

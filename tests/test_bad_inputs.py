@@ -81,7 +81,7 @@ BENCH_CASES = [
     ("ci_level 1.5", bench(np.sum, A, ci_level=1.5), ValueError, "ci_level"),
     ("criterion word", bench(np.sum, A, criterion="magic"), ValueError,
      "unknown stopping rule .magic."),
-    ("criterion None", bench(np.sum, A, criterion=None), TypeError, "criterion must be a str"),
+    ("criterion int", bench(np.sum, A, criterion=3), TypeError, "criterion must be a str"),
     ("flops negative", bench(np.sum, A, flops=-1), ValueError,
      "flops must be a non-negative number"),
     ("flops inf", bench(np.sum, A, flops=float("inf")), ValueError,

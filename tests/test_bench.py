@@ -584,3 +584,17 @@ def test_a_figure_a_few_percent_over_one_reference_kernel_is_not_flagged():
     r.throughput = throughput(1e-3, (COMPUTE_CEILING_SLACK + 0.05) * 1e12, None,
                               {"flops_per_s": 1e15, "bytes_per_s": None})
     assert any("compute ceiling" in w for w in _warnings(r))
+
+
+def test_the_loop_defaults_are_the_c_cores_own():
+    """Written once, in csrc/core/measure.c: bench passes on only what it was given."""
+    import inspect
+    d = kbench._core.LOOP_DEFAULTS
+    assert d["warmup_s"] == 1.0 and d["min_samples"] == 10 and d["target"] == 0.005
+    sig = inspect.signature(kbench.bench).parameters
+    for k in ("warmup_s", "min_samples", "max_samples", "max_time_s", "target", "ci_level",
+              "criterion"):
+        assert sig[k].default is None, k
+    r = kbench.bench(np.sum, np.ones(100), warmup_s=0.0, cold_cache=None)
+    assert r.stop["max_time_s"] == d["max_time_s"] and r.stop["min_samples"] == d["min_samples"]
+    assert r.stop["target"] == d["target"] and r.stats["ci_level"] == d["ci_level"]

@@ -222,6 +222,9 @@ void kb_measure_lock_release(PyObject *m);
  * warmup_tol, min_samples, max_samples, max_time_s, target, ci_level, criterion, batch_max.
  * Bad values raise ValueError/TypeError naming the key. */
 int kb_loop_config_parse(PyObject *kw, kb_loop_config *cfg);
+/* _core.LOOP_DEFAULTS: the loop's defaults, for Python code that needs a value it was not
+ * given (module exec). */
+int kb_loop_module_init(PyObject *m);
 int kb_loop_run(kb_backend *b, const kb_loop_config *cfg, kb_loop_result *res);
 void kb_loop_result_free(kb_loop_result *res);
 /* {"samples": float64 ndarray (copied), "stop": str, "warmup_iters", "warmup_s", "warmup_stable",

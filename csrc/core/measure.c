@@ -77,7 +77,8 @@ static int pop_count(PyObject *kw, const char *key, Py_ssize_t *out, Py_ssize_t 
     return PyDict_DelItemString(kw, key);
 }
 
-int kb_loop_config_parse(PyObject *kw, kb_loop_config *cfg)
+/* The loop's defaults, written here and only here: Python reads them as _core.LOOP_DEFAULTS. */
+static void loop_config_defaults(kb_loop_config *cfg)
 {
     cfg->warmup_s = 1.0;
     cfg->warmup_min = 1;
@@ -89,6 +90,28 @@ int kb_loop_config_parse(PyObject *kw, kb_loop_config *cfg)
     cfg->ci_level = 0.95;
     strcpy(cfg->criterion, "ci");
     cfg->batch_max = 1 << 20;
+}
+
+int kb_loop_module_init(PyObject *m)
+{
+    kb_loop_config cfg;
+    loop_config_defaults(&cfg);
+    PyObject *d = Py_BuildValue("{s:d,s:n,s:d,s:n,s:n,s:d,s:d,s:d,s:s,s:n}", "warmup_s",
+                                cfg.warmup_s, "warmup_min", cfg.warmup_min, "warmup_tol",
+                                cfg.warmup_tol, "min_samples", cfg.min_samples, "max_samples",
+                                cfg.max_samples, "max_time_s", cfg.max_time_s, "target",
+                                cfg.target, "ci_level", cfg.ci_level, "criterion", cfg.criterion,
+                                "batch_max", cfg.batch_max);
+    if (d == NULL)
+        return -1;
+    int rc = PyModule_AddObjectRef(m, "LOOP_DEFAULTS", d);
+    Py_DECREF(d);
+    return rc;
+}
+
+int kb_loop_config_parse(PyObject *kw, kb_loop_config *cfg)
+{
+    loop_config_defaults(cfg);
 
     int target_given = kw != NULL && PyDict_GetItemString(kw, "target") != NULL;
     if (pop_double(kw, "warmup_s", &cfg->warmup_s, 0.0, 0, KB_MAX_WARMUP_S) < 0 ||
