@@ -443,3 +443,51 @@ def test_cupti_copy_renamed_by_a_wheel_is_found_in_process(tmp_path):
     entry = json.loads(run_python(code, KBENCH_CUPTI_PATH=None))
     assert entry["loaded"] is True and entry["from_process"] is True
     assert entry["path"] == str(renamed)
+
+
+def _typedefs_header() -> Path:
+    """cudaTypedefs.h of the headers this checkout builds against (or the toolkit's)."""
+    import importlib.util
+    cands = []
+    if os.environ.get("KBENCH_CUDA_INCLUDE"):
+        cands.append(Path(os.environ["KBENCH_CUDA_INCLUDE"]))
+    spec = importlib.util.find_spec("nvidia")
+    for base in (spec.submodule_search_locations or []) if spec else []:
+        cands.append(Path(base) / "cu13" / "include")
+    cands.append(Path("/usr/local/cuda/include"))
+    for c in cands:
+        if (c / "cudaTypedefs.h").is_file():
+            return c / "cudaTypedefs.h"
+    pytest.skip("no cudaTypedefs.h (nvidia-cuda-runtime headers or a CUDA toolkit) here")
+
+
+def test_every_driver_function_is_looked_up_at_the_abi_of_its_prototype():
+    """cuGetProcAddress hands out the newest ABI at the lookup version (CUDA_VERSION of the
+    headers). A function that gained a new ABI after 12.9 (cuCtxSynchronize_v13000 takes a
+    context) must be in KB_CUDA_REQUIRED_PRE13 (looked up at 12.9) or name that version as its
+    abi_since; otherwise kbench calls the new ABI with the old arguments."""
+    loader = (ROOT / "csrc" / "loaders" / "loader.h").read_text()
+    header = _typedefs_header()
+    typedefs = "".join(f.read_text() for f in (header, header.parent / "cudaProfilerTypedefs.h")
+                       if f.is_file())
+    lists = {}
+    for lst in ("KB_CUDA_REQUIRED", "KB_CUDA_OPTIONAL", "KB_CUDA_REQUIRED_PRE13"):
+        body = re.search(r"#define %s\(X\)(.*?)(?:\n\n|\n#define|\n/\*)" % lst, loader, re.S).group(1)
+        lists[lst] = dict((n, int(v)) for n, v in re.findall(r"X\((\w+), (\d+)\)", body))
+    cap = int(re.search(r"#define KB_CUDA_PRE13_LOOKUP (\d+)", loader).group(1))
+    assert lists["KB_CUDA_REQUIRED"] and lists["KB_CUDA_REQUIRED_PRE13"]
+    header_version = int(re.search(r"#define CUDA_VERSION (\d+)",
+                                   (header.parent / "cuda.h").read_text()).group(1))
+    wrong = []
+    for lst, funcs in lists.items():
+        for name, abi_since in funcs.items():
+            versions = [int(v) for v in re.findall(r"PFN_%s_v(\d+)\)" % name, typedefs)]
+            assert versions, f"{name}: no PFN_{name}_v* in cudaTypedefs.h"
+            lookup = min(cap, header_version) if lst.endswith("PRE13") else header_version
+            served = max(v for v in versions if v <= lookup)
+            if lst.endswith("PRE13"):
+                if max(versions) <= cap:
+                    wrong.append(f"{name} has no ABI newer than {cap}: move it back to its list")
+            elif served > cap and served != abi_since:
+                wrong.append(f"{name}: the driver serves its {served} ABI at {lookup}")
+    assert not wrong, wrong

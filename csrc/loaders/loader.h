@@ -40,7 +40,7 @@
     X(cuDeviceGetAttribute, 0) X(cuDeviceTotalMem, 0) X(cuDeviceGetUuid, 0)                    \
     X(cuDeviceGetPCIBusId, 0) X(cuDevicePrimaryCtxRetain, 0) X(cuDevicePrimaryCtxRelease, 0)   \
     X(cuCtxGetCurrent, 0) X(cuCtxSetCurrent, 0) X(cuCtxPushCurrent, 0) X(cuCtxPopCurrent, 0)   \
-    X(cuCtxGetDevice, 0) X(cuCtxSynchronize, 0) X(cuCtxGetLimit, 0) X(cuCtxSetLimit, 0)        \
+    X(cuCtxGetLimit, 0) X(cuCtxSetLimit, 0)                                                    \
     X(cuCtxResetPersistingL2Cache, 0)                                                          \
     X(cuStreamCreate, 0) X(cuStreamDestroy, 0) X(cuStreamSynchronize, 0) X(cuStreamQuery, 0)   \
     X(cuStreamGetCtx, 0) X(cuStreamWaitValue32, 0) X(cuStreamWriteValue32, 0)                  \
@@ -55,6 +55,16 @@
     X(cuGraphDestroy, 0) X(cuGraphGetNodes, 0) X(cuGraphNodeGetType, 0)                        \
     X(cuModuleLoadData, 0) X(cuModuleGetFunction, 0) X(cuModuleUnload, 0)                      \
     X(cuLaunchKernel, 0) X(cuFuncGetAttribute, 0)
+
+/* Required functions whose prototype in cuda.h is the ABI from before CUDA 13.0, while the
+ * driver hands out a new ABI at 13.0 under the same name: cuGetProcAddress at 13000 returns
+ * cuCtxSynchronize_v13000(CUcontext) and cuCtxGetDevice_v13000(CUdevice *, CUcontext), which
+ * called with the old arguments read a garbage context (CUDA_ERROR_CONTEXT_IS_DESTROYED from
+ * cuCtxSynchronize once torch.profiler had run). These are looked up at no later than
+ * KB_CUDA_PRE13_LOOKUP; loader_cuda.c asserts the prototypes against cudaTypedefs.h, and
+ * tests/test_gpu_loaders.py fails when a listed function gains a new ABI no list accounts for. */
+#define KB_CUDA_PRE13_LOOKUP 12090
+#define KB_CUDA_REQUIRED_PRE13(X) X(cuCtxGetDevice, 0) X(cuCtxSynchronize, 0)
 
 #define KB_CUDA_OPTIONAL(X)                                                                    \
     X(cuStreamGetCaptureInfo, 12030) /* _v3: 7 arguments since CUDA 12.3 */                    \
@@ -72,6 +82,7 @@ CUresult CUDAAPI cuProfilerStop(void);
 #define KB_CUDA_FIELD_(name, abi_since) __typeof__(&name) name;
 typedef struct {
     KB_CUDA_REQUIRED(KB_CUDA_FIELD_)
+    KB_CUDA_REQUIRED_PRE13(KB_CUDA_FIELD_)
     KB_CUDA_OPTIONAL(KB_CUDA_FIELD_)
     /* the entry point itself, for files that need a symbol not listed above: call it with
      * the base name, kb_gpu_libs.cuda_lookup_version and CU_GET_PROC_ADDRESS_LEGACY_STREAM */

@@ -7,6 +7,7 @@
  */
 #define _GNU_SOURCE
 #include "loader_impl.h"
+#include <cudaTypedefs.h>
 
 #include <dlfcn.h>
 #include <stdio.h>
@@ -23,6 +24,14 @@ static const char *const cuda_dirs[] = {
 };
 
 typedef __typeof__(&cuGetProcAddress) get_proc_fn;
+
+/* The pre-13.0 ABIs that KB_CUDA_REQUIRED_PRE13 looks up (loader.h). */
+_Static_assert(__builtin_types_compatible_p(__typeof__(&cuCtxSynchronize),
+                                            PFN_cuCtxSynchronize_v2000),
+               "cuda.h's cuCtxSynchronize is not the pre-13.0 ABI: revisit KB_CUDA_REQUIRED_PRE13");
+_Static_assert(__builtin_types_compatible_p(__typeof__(&cuCtxGetDevice),
+                                            PFN_cuCtxGetDevice_v2000),
+               "cuda.h's cuCtxGetDevice is not the pre-13.0 ABI: revisit KB_CUDA_REQUIRED_PRE13");
 
 /* Resolve one driver function into *slot (NULL when unavailable); a required one that is
  * unavailable is added to `missing` with the reason. */
@@ -104,6 +113,13 @@ static int cuda_resolve(kb_gpu_libs *g, void *h, const char *path, kb_strbuf *ms
                 &api->name, &missing);
     KB_CUDA_REQUIRED(KB_RESOLVE_REQUIRED_)
     KB_CUDA_OPTIONAL(KB_RESOLVE_OPTIONAL_)
+#define KB_RESOLVE_PRE13_(name, abi_since)                                                    \
+    resolve_one(api->cuGetProcAddress, #name,                                                 \
+                g->cuda_lookup_version < KB_CUDA_PRE13_LOOKUP ? g->cuda_lookup_version        \
+                                                              : KB_CUDA_PRE13_LOOKUP,         \
+                abi_since, 1, &api->name, &missing);
+    KB_CUDA_REQUIRED_PRE13(KB_RESOLVE_PRE13_)
+#undef KB_RESOLVE_PRE13_
 #undef KB_RESOLVE_REQUIRED_
 #undef KB_RESOLVE_OPTIONAL_
 
