@@ -643,11 +643,14 @@ def _run_graph(fn, sets, kwargs, s, ordinal, timer, cold_arg, unroll, loop, comm
             for i in range(3):
                 fn(*sets[i % len(sets)], **kwargs)
         torch.cuda.current_stream(ordinal).wait_stream(side)
-        pool = _graph_pool(torch, ordinal)
+        # Each graph gets torch's default private pool, freed with it. A pool shared across
+        # benches stays "recording" after a capture that failed, and every later capture into
+        # it raised "beginAllocateToPool: already recording" (and sharing did not stop the RSS
+        # growth it was meant to stop).
         for gi in range(n_graphs):
             g = torch.cuda.CUDAGraph()
             try:
-                with torch.cuda.graph(g, stream=side, pool=pool):
+                with torch.cuda.graph(g, stream=side):
                     out = None
                     for u in range(unroll):
                         out = fn(*sets[(gi * unroll + u) % len(sets)], **kwargs)
@@ -700,19 +703,6 @@ def _run_graph(fn, sets, kwargs, s, ordinal, timer, cold_arg, unroll, loop, comm
                         f"eager {eager} vs replayed {replay} per call (a device-to-device copy "
                         f"becomes a copy-engine memcpy node in a graph, for example)")
     return raw, extra
-
-
-_graph_pools: Dict[int, Any] = {}
-
-
-def _graph_pool(torch: Any, ordinal: int) -> Any:
-    """One torch graph memory pool per device for all of kbench's captures: each capture into a
-    pool of its own left host memory behind after its graph was freed (RSS +56 MB over 750
-    graph benches on the H200). kbench's graphs of one bench replay in capture order, and are
-    gone before the next bench captures, which is what sharing a pool asks."""
-    if ordinal not in _graph_pools:
-        _graph_pools[ordinal] = torch.cuda.graph_pool_handle()
-    return _graph_pools[ordinal]
 
 
 def _kinds(names: Dict[str, Any], n: int, unroll: int) -> Dict[str, float]:
