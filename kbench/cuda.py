@@ -322,11 +322,15 @@ def _resolve_mode(mode: Optional[str], warn: List[str]) -> Tuple[str, bool]:
 def run(fn: Callable[..., Any], sets: List[Tuple[Any, ...]], kwargs: Dict[str, Any], *,
         cold_cache: Optional[str], flush_bytes: Optional[int], mode: Optional[str],
         device: str, loop: Dict[str, Any], check: Any = None, rtol=None, atol=None,
-        stream: Any = None, gate: bool = True, keep_busy: bool = True, gate_batch: int = 32,
-        gate_timeout_s: float = 1.0, unroll: Optional[int] = None,
+        stream: Any = None, unroll: Optional[int] = None,
         expected_launches: Optional[int] = None, floor: bool = True,
-        sample_clocks: bool = True, rotate_margin: float = 2.0, compute_peak: str = "fp32",
-        settle_max_s: float = 3.0, regime: str = "sustained", output: Any = None):
+        rotate_margin: float = 2.0, compute_peak: str = "fp32", output: Any = None,
+        gate: Optional[bool] = None, keep_busy: Optional[bool] = None,
+        gate_batch: Optional[int] = None, gate_timeout_s: Optional[float] = None,
+        sample_clocks: Optional[bool] = None, settle_max_s: Optional[float] = None,
+        regime: Optional[str] = None, pre_sample: Optional[Callable[[], Any]] = None):
+    """Time fn on a CUDA device. The timer's options (gate .. pre_sample) cross to C only when
+    the caller gave them: their defaults are _core.CUDA_DEFAULTS and C validates them."""
     require_backend()
     warn: List[str] = []
     ordinal = device_ordinal(device)
@@ -354,9 +358,10 @@ def run(fn: Callable[..., Any], sets: List[Tuple[Any, ...]], kwargs: Dict[str, A
         flag_rotation(cold, [footprint(a) for a in sets], l2, warn)
 
     timer = mode if mode != "graph" else ("cupti" if cupti_ok else "events")
-    common = dict(stream=s, device=ordinal, gate=gate, keep_busy=keep_busy, gate_batch=gate_batch,
-                  gate_timeout_s=gate_timeout_s, sample_clocks=sample_clocks,
-                  settle_max_s=settle_max_s, regime=regime,
+    given = dict(gate=gate, keep_busy=keep_busy, gate_batch=gate_batch,
+                 gate_timeout_s=gate_timeout_s, sample_clocks=sample_clocks,
+                 settle_max_s=settle_max_s, regime=regime, pre_sample=pre_sample)
+    common = dict({k: v for k, v in given.items() if v is not None}, stream=s, device=ordinal,
                   cupti_allow_foreign=True, flush_bytes=int(flush_bytes or 0))
     cold_arg = cold_cache if cold_cache in ("flush", "rotate") else None
 
@@ -474,7 +479,8 @@ def run(fn: Callable[..., Any], sets: List[Tuple[Any, ...]], kwargs: Dict[str, A
                     f"{extra['regime']['why']}; {extra['clocks']['summary']}")
     if floor:
         try:
-            extra["floor"] = dict(mode_floor(mode, ordinal, s if s else 0, gate, cupti_ok))
+            extra["floor"] = dict(mode_floor(mode, ordinal, s if s else 0, bool(g["enabled"]),
+                                             cupti_ok))
             med = float(np.median(np.asarray(raw["samples"])))
             # cupti's floor is the empty kernel's own duration, not a blind spot of the timer:
             # a kernel near it is simply that short, measured exactly. An event pair's floor is
@@ -599,12 +605,14 @@ def _gpu_peaks(info: Dict[str, Any], compute_peak: str) -> Optional[Dict[str, fl
             "source": f"{d.get('source')}, compute peak {compute_peak}"}
 
 
-def _estimate_eager(fn, sets, kwargs, s, ordinal, timer) -> Tuple[float, Dict[str, Any]]:
+def _estimate_eager(fn, sets, kwargs, s, ordinal, timer,
+                    pre_sample=None) -> Tuple[float, Dict[str, Any]]:
     # No gate: a callable that cannot be captured (it synchronizes) must reach the capture and
     # fail there with CaptureError; the unroll estimate does not need launch-gap-free timing.
     raw = _core.measure_cuda(fn, tuple(sets), kwargs or None, stream=s, device=ordinal,
                              mode=timer, cold=None, busy_warmup_s=0.0, sample_clocks=False,
-                             cupti_allow_foreign=True, gate=False, **_loop_for_probe(0.3))
+                             cupti_allow_foreign=True, gate=False, pre_sample=pre_sample,
+                             **_loop_for_probe(0.3))
     return float(np.median(np.asarray(raw["samples"]))), raw
 
 
@@ -614,7 +622,8 @@ def _run_graph(fn, sets, kwargs, s, ordinal, timer, cold_arg, unroll, loop, comm
     if s == 0 and not torch_path:
         raise ValueError("mode='graph' needs a non-default stream for capture: pass stream= "
                          "(a torch/CuPy stream or handle)")
-    eager_t, eager_raw = _estimate_eager(fn, sets, kwargs, s, ordinal, timer)
+    pre_sample = common.get("pre_sample")     # before every call of fn that runs, never in a capture
+    eager_t, eager_raw = _estimate_eager(fn, sets, kwargs, s, ordinal, timer, pre_sample)
     if cold_arg == "flush":
         # The flush runs between replays: every call after the first inside an unrolled
         # replay would find the previous call's data in L2 and read warm.
@@ -641,6 +650,8 @@ def _run_graph(fn, sets, kwargs, s, ordinal, timer, cold_arg, unroll, loop, comm
         side.wait_stream(torch.cuda.current_stream(ordinal))
         with torch.cuda.stream(side):          # warm-up on the capture stream, as torch asks
             for i in range(3):
+                if pre_sample is not None:
+                    pre_sample()
                 fn(*sets[i % len(sets)], **kwargs)
         torch.cuda.current_stream(ordinal).wait_stream(side)
         pool = _graph_pool(torch, ordinal)
