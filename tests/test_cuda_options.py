@@ -86,7 +86,7 @@ def _captured_run(monkeypatch, **options):
                         "device_info": lambda o: {"l2_bytes": 1 << 26},
                         "_resolve_mode": lambda m, w: ("events", False),
                         "stream_handle": lambda s, o: 0, "_uses_torch": lambda *a: False,
-                        "_gpu_neighbours": lambda o: {}, "_core": FakeCore}.items():
+                        "gpu_neighbours": lambda o: {}, "_core": FakeCore}.items():
         monkeypatch.setattr(cuda, name, value)
     with pytest.raises(Stop):
         cuda.run(lambda: None, [()], {}, cold_cache=None, flush_bytes=None, mode="events",

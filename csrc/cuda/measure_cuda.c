@@ -767,12 +767,12 @@ static int step_sample(cuda_ctx *c, const kb_loop_config *cfg, kb_loop_result *r
 static PyObject *regime_dict(const cuda_ctx *c)
 {
     return Py_BuildValue(
-        "{s:s,s:O,s:d,s:n,s:{s:n,s:n,s:d,s:d,s:d,s:N,s:N,s:N}}", "name",
+        "{s:s,s:O,s:d,s:n,s:{s:n,s:n,s:d,s:d,s:d,s:d,s:N,s:N,s:N}}", "name",
         c->opt.regime == KB_REGIME_BURST ? "burst" : "sustained", "clocks_locked",
         c->clocks_locked ? Py_True : Py_False, "loaded_s", c->loaded_s, "warmup_watchdog_fired",
         c->warmup_fired, "burst", "batches", c->burst_batches, "unrecovered",
         c->burst_unrecovered, "wait_s", c->burst_wait_s, "batch_s", BURST_BATCH_S, "rest",
-        BURST_REST, "sm_mhz_min",
+        BURST_REST, "recover_max_s", BURST_RECOVER_MAX_S, "sm_mhz_min",
         c->burst_sm_n ? PyFloat_FromDouble(c->burst_sm_min) : Py_NewRef(Py_None), "sm_mhz_mean",
         c->burst_sm_n ? PyFloat_FromDouble(c->burst_sm_sum / (double)c->burst_sm_n)
                       : Py_NewRef(Py_None),
