@@ -289,8 +289,10 @@ def run(fn: Callable[..., Any], sets: List[Tuple[Any, ...]], kwargs: Dict[str, A
     given = dict(gate=gate, keep_busy=keep_busy, gate_batch=gate_batch,
                  gate_timeout_s=gate_timeout_s, sample_clocks=sample_clocks,
                  settle_max_s=settle_max_s, regime=regime, pre_sample=pre_sample)
+    if flush_bytes is not None:
+        given["flush_bytes"] = int(flush_bytes)
     common = dict({k: v for k, v in given.items() if v is not None}, stream=s, device=ordinal,
-                  cupti_allow_foreign=True, flush_bytes=int(flush_bytes or 0))
+                  cupti_allow_foreign=True)
     cold_arg = cold_cache if cold_cache in ("flush", "rotate") else None
 
     # the output to poison and re-check: named by bench's out_arg, else an out= keyword
