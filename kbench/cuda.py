@@ -17,7 +17,7 @@ import numpy as np
 from . import _core
 from .coldcache import flag_rotation, footprint, make_rotation_sets
 from .cuda_report import (busy_fraction, clock_summary, floor_share, gpu_neighbours, gpu_peaks,
-                          kinds, read_record, regime_report, theoretical_bandwidth,
+                          kinds, read_cold, read_record, regime_report, theoretical_bandwidth,
                           timed_fraction)
 
 # kept under their old names: benchmarks/gpu_agreement.py and older scripts read them here
@@ -307,35 +307,13 @@ def run(fn: Callable[..., Any], sets: List[Tuple[Any, ...]], kwargs: Dict[str, A
             _poison(out_kw)
         raw = _core.measure_cuda(fn, tuple(sets), kwargs or None, mode=timer, cold=cold_arg,
                                  **common, **loop)
-    cuda = raw["cuda"]
-    cold["flush_bytes"] = cuda["flush_bytes"]
-    if cold_arg == "flush" and l2 and cuda["flush_bytes"] < l2:
-        # kept (it still evicts part of L2), but not called cold
-        cold["evicts"] = False
-        warn.append(f"flush_bytes={cuda['flush_bytes']} is smaller than the {l2}-byte L2: the "
-                    f"flush cannot evict it, so the figure is not cold")
-    if cuda.get("persisting_l2_limit_bytes"):
-        # a fact of the context (its default limit, or a library's), not a risk: kbench resets
-        # the persisting lines before measuring, so the flush evicts them
-        cold["persisting_l2_limit_bytes"] = cuda["persisting_l2_limit_bytes"]
-        cold["persisting_l2_note"] = "persisting lines reset to normal before measuring"
+    read_cold(cold, raw["cuda"], cold_arg, l2, warn)
 
     # Re-check outputs after the timed run: a skipped kernel or stale output cannot pass.
+    post = extra.pop("_static_out", None)
     if check is not None:
-        post = extra.pop("_static_out", None)
-        if post is None and out_kw is not None:
-            post = out_kw
-        if post is not None:
-            _sync(ordinal)
-            from .compare import compare
-            ref = check(*sets[0]) if callable(check) else check
-            cmp = compare(post, ref, rtol=rtol, atol=atol)
-            extra["post_check"] = {"ok": cmp.ok, "max_abs_err": cmp.max_abs_err}
-            if not cmp.ok:
-                raise AssertionError("kbench: the output after the timed run does not match "
-                                     "the reference (a captured kernel was skipped or the "
-                                     f"output is stale):\n{cmp.report()}")
-    extra.pop("_static_out", None)
+        _check_after(post if post is not None else out_kw, sets, check, rtol, atol, ordinal,
+                     extra)
 
     read_record(raw, extra, warn, info=info, timer=timer, cold_arg=cold_arg,
                 expected_launches=expected_launches)
@@ -351,6 +329,22 @@ def run(fn: Callable[..., Any], sets: List[Tuple[Any, ...]], kwargs: Dict[str, A
     extra["warnings"] = warn
     peaks = gpu_peaks(info, compute_peak)
     return raw, cold, extra, f"cuda:{ordinal}", peaks
+
+
+def _check_after(post: Any, sets: List[Tuple[Any, ...]], check: Any, rtol: Any, atol: Any,
+                 ordinal: int, extra: Dict[str, Any]) -> None:
+    """Compare the output the timed run left (post; None: nothing to compare) with check."""
+    if post is None:
+        return
+    _sync(ordinal)
+    from .compare import compare
+    ref = check(*sets[0]) if callable(check) else check
+    cmp = compare(post, ref, rtol=rtol, atol=atol)
+    extra["post_check"] = {"ok": cmp.ok, "max_abs_err": cmp.max_abs_err}
+    if not cmp.ok:
+        raise AssertionError("kbench: the output after the timed run does not match the "
+                             "reference (a captured kernel was skipped or the output is "
+                             f"stale):\n{cmp.report()}")
 
 
 def _estimate_eager(fn, sets, kwargs, s, ordinal, timer,

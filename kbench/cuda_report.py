@@ -159,6 +159,22 @@ def kinds(names: Dict[str, Any], n: int, unroll: int) -> Dict[str, float]:
     return {name: round(d["count"] / n, 2) for name, d in sorted(names.items())}
 
 
+def read_cold(cold: Dict[str, Any], cuda: Dict[str, Any], cold_arg: Optional[str], l2: int,
+              warn: List[str]) -> None:
+    """The cold-cache fields C settled: the flush buffer it used, the persisting-L2 limit."""
+    cold["flush_bytes"] = cuda["flush_bytes"]
+    if cold_arg == "flush" and l2 and cuda["flush_bytes"] < l2:
+        # kept (it still evicts part of L2), but not called cold
+        cold["evicts"] = False
+        warn.append(f"flush_bytes={cuda['flush_bytes']} is smaller than the {l2}-byte L2: the "
+                    f"flush cannot evict it, so the figure is not cold")
+    if cuda.get("persisting_l2_limit_bytes"):
+        # a fact of the context (its default limit, or a library's), not a risk: kbench resets
+        # the persisting lines before measuring, so the flush evicts them
+        cold["persisting_l2_limit_bytes"] = cuda["persisting_l2_limit_bytes"]
+        cold["persisting_l2_note"] = "persisting lines reset to normal before measuring"
+
+
 def read_record(raw: Dict[str, Any], extra: Dict[str, Any], warn: List[str], *,
                 info: Dict[str, Any], timer: str, cold_arg: Optional[str],
                 expected_launches: Optional[int]) -> None:
