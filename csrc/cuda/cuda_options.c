@@ -39,8 +39,8 @@ int kb_cuda_options_module_init(PyObject *m)
     return rc;
 }
 
-/* Take opts[key] out of opts: *v borrowed from `held` (a reference the caller releases), NULL
- * when absent. */
+/* Take opts[key] out of opts into *v (a new reference the caller releases): 1 when present,
+ * 0 when absent, -1 with an exception. */
 static int take(PyObject *opts, const char *key, PyObject **v)
 {
     *v = PyDict_GetItemString(opts, key);
@@ -51,15 +51,16 @@ static int take(PyObject *opts, const char *key, PyObject **v)
         Py_CLEAR(*v);
         return -1;
     }
-    return 0;
+    return 1;
 }
 
 /* An integer option >= lo (anything with __index__; a bool is refused). */
 static int opt_count(PyObject *opts, const char *key, Py_ssize_t *out, Py_ssize_t lo)
 {
     PyObject *v;
-    if (take(opts, key, &v) < 0 || v == NULL)
-        return v == NULL && !PyErr_Occurred() ? 0 : -1;
+    int present = take(opts, key, &v);
+    if (present <= 0)
+        return present;
     int rc = -1;
     if (PyBool_Check(v) || !PyIndex_Check(v))
         PyErr_Format(PyExc_TypeError, "measure_cuda: %s must be an int, got %.100s", key,
@@ -84,8 +85,9 @@ static int opt_count(PyObject *opts, const char *key, Py_ssize_t *out, Py_ssize_
 static int opt_float(PyObject *opts, const char *key, double *out, double lo, int open)
 {
     PyObject *v;
-    if (take(opts, key, &v) < 0 || v == NULL)
-        return v == NULL && !PyErr_Occurred() ? 0 : -1;
+    int present = take(opts, key, &v);
+    if (present <= 0)
+        return present;
     int rc = 0;
     if (v != Py_None) {
         double d = PyFloat_AsDouble(v);
@@ -111,8 +113,9 @@ static int opt_float(PyObject *opts, const char *key, double *out, double lo, in
 static int opt_bool(PyObject *opts, const char *key, int *out)
 {
     PyObject *v;
-    if (take(opts, key, &v) < 0 || v == NULL)
-        return v == NULL && !PyErr_Occurred() ? 0 : -1;
+    int present = take(opts, key, &v);
+    if (present <= 0)
+        return present;
     int b = PyObject_IsTrue(v);
     Py_DECREF(v);
     if (b < 0)
@@ -126,8 +129,9 @@ static int opt_choice(PyObject *opts, const char *key, const char *a, const char
                       int *out)
 {
     PyObject *v;
-    if (take(opts, key, &v) < 0 || v == NULL)
-        return v == NULL && !PyErr_Occurred() ? 0 : -1;
+    int present = take(opts, key, &v);
+    if (present <= 0)
+        return present;
     int rc = 0;
     if (PyUnicode_Check(v) && PyUnicode_CompareWithASCIIString(v, a) == 0)
         *out = 0;
@@ -144,9 +148,10 @@ static int opt_choice(PyObject *opts, const char *key, const char *a, const char
 static int opt_stream(PyObject *opts, kb_cuda_options *o)
 {
     PyObject *v;
-    if (take(opts, "stream", &v) < 0)
+    int present = take(opts, "stream", &v);
+    if (present < 0)
         return -1;
-    if (v == NULL) {
+    if (!present) {
         PyErr_SetString(PyExc_TypeError, "measure_cuda needs stream= (the stream handle the "
                                          "callable launches on; 0 for the legacy default)");
         return -1;
@@ -162,9 +167,10 @@ static int opt_stream(PyObject *opts, kb_cuda_options *o)
 static int opt_pre_sample(PyObject *opts, kb_cuda_options *o)
 {
     PyObject *v;
-    if (take(opts, "pre_sample", &v) < 0)
+    int present = take(opts, "pre_sample", &v);
+    if (present < 0)
         return -1;
-    if (v == NULL || v == Py_None) {
+    if (!present || v == Py_None) {
         Py_XDECREF(v);
         return 0;
     }
