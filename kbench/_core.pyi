@@ -58,9 +58,27 @@ def nvml_snapshot(ordinal: int = ...) -> Dict[str, Any]: ...
 def nvml_sampler_start(ordinal: int = ..., period_s: float = ...) -> Any: ...
 def nvml_sampler_stop(sampler: Any) -> Dict[str, Any]: ...
 def nvml_clock_event_reason_names(mask: int) -> List[str]: ...
+# measure_cuda's options and their defaults, written once (csrc/cuda/cuda_options.c): device,
+# mode ('events'|'cupti'), cold (None|'flush'|'rotate'), flush_bytes (0: 2x L2), unroll (calls
+# per launch), gate, keep_busy, gate_batch, gate_timeout_s, busy_warmup_s (None: the loop's
+# warmup_s), cupti_allow_foreign, sample_clocks, clock_period_s, settle_max_s, regime
+# ('sustained'|'burst'), pre_sample (None); and, not options, callable_warmup_max_s /
+# callable_warmup_min: the bounds the callable's own warm-up is held to on CUDA (the busy kernel
+# has warmed the clocks; the loop's warmup_s is clamped to the first).
+CUDA_DEFAULTS: Dict[str, Any]
 def measure_cuda(fn: Any, arg_sets: Tuple[Tuple[Any, ...], ...],
-                 kwargs: Optional[Dict[str, Any]] = ..., *, stream: int,
-                 **options: Any) -> Dict[str, Any]: ...
+                 kwargs: Optional[Dict[str, Any]] = ..., *, stream: int, device: int = ...,
+                 mode: str = ..., cold: Optional[str] = ..., flush_bytes: int = ...,
+                 unroll: float = ..., gate: bool = ..., keep_busy: bool = ...,
+                 gate_batch: int = ..., gate_timeout_s: float = ...,
+                 busy_warmup_s: Optional[float] = ..., cupti_allow_foreign: bool = ...,
+                 sample_clocks: bool = ..., clock_period_s: float = ...,
+                 settle_max_s: float = ..., regime: str = ...,
+                 # called with no arguments before every call of fn (priming and warm-up
+                 # included), outside the timed part and CUPTI's attribution; turns the
+                 # keep-busy bridges off; an exception from it aborts the measurement
+                 pre_sample: Optional[Callable[[], Any]] = ...,
+                 **loop: Any) -> Dict[str, Any]: ...
 def graph_capture(fn: Callable[..., Any], arg_sets: Tuple[Tuple[Any, ...], ...],
                   kwargs: Optional[Dict[str, Any]] = ..., stream: int = ..., device: int = ...,
                   unroll: int = ...) -> "CudaGraph": ...

@@ -80,7 +80,7 @@ def _fake_run(monkeypatch, events_s, sampling_s, reasons, settle=None, between=N
                         "device_info": lambda o: {"l2_bytes": 1 << 26, "max_sm_clock_mhz": 1980},
                         "_resolve_mode": lambda m, w: ("cupti", True),
                         "stream_handle": lambda s, o: 0, "_uses_torch": lambda *a: False,
-                        "_gpu_neighbours": lambda o: {}, "_gpu_peaks": lambda *a: None,
+                        "gpu_neighbours": lambda o: {}, "gpu_peaks": lambda *a: None,
                         "mode_floor": lambda *a: {"median_s": 1e-7}, "_core": FakeCore}.items():
         monkeypatch.setattr(cuda, name, value)
     return cuda.run(lambda: None, [()], {}, cold_cache=None, flush_bytes=None, mode="cupti",
@@ -192,11 +192,13 @@ def test_the_result_names_its_regime_and_locked_clocks_need_no_settling(monkeypa
 
 def test_burst_batches_that_started_unrecovered_break_the_regime(monkeypatch):
     burst = {"batches": 40, "unrecovered": 3, "wait_s": 6.0, "batch_s": 0.005, "rest": 3.0,
+             "recover_max_s": 2.0,
              "sm_mhz_min": 1980.0, "sm_mhz_mean": 1980.0, "sm_mhz_max": 1980.0}
     extra = _fake_run(monkeypatch, [1e-3] * 50, 0.5, [0] * 20, sm=[1980.0] * 20,
                       regime={"name": "burst", "clocks_locked": False, "burst": burst})
     assert extra["regime"]["held"] is False
-    assert any("3 of 40 batches started before the GPU had recovered" in w
+    assert any("3 of 40 batches started before the GPU had recovered (waited at most 2 s each)"
+               in w
                for w in extra["warnings"])
     # batch starts at one clock, all recovered: held, and the idle clocks between batches
     # do not make the clocks "moved"

@@ -5,13 +5,17 @@
  *   cupti_trace.c     CUPTI activity tracing attributed to iterations by external correlation
  *   graph.c           CUDA graph capture / replay for callables that are not PyTorch's
  *   cuda_kernels.c    built-in PTX kernels (empty, busy), NVRTC-compiled kernels, device buffers
- *   measure_cuda.c    the events / cupti backends of the timing loop, and measure_cuda()
+ *   cuda_options.c    measure_cuda's options: one typed struct, its defaults (CUDA_DEFAULTS)
+ *   gpu_timer.h       the GPU timer interface; timer_events.c, timer_cupti.c, timer_graph.c
+ *   measure_cuda.c    measure_cuda(): the pipeline parse, set up, settle, sample, read, bridge,
+ *                     result, tear down, around the timing loop of measure.c
  */
 #ifndef KB_CUDA_BACKEND_H
 #define KB_CUDA_BACKEND_H
 
 #include "kbench.h"
 #include "loader.h"
+#include "gpu_timer.h"
 
 #include <pthread.h>
 
@@ -156,5 +160,64 @@ typedef struct {
 int kb_graph_module_init(PyObject *m);
 int kb_graph_check(PyObject *m, PyObject *obj);           /* 1 when obj is a CudaGraph */
 int kb_graph_launch(PyObject *m, const kb_cuda_api *cu, kb_graph_object *g, CUstream s);
+
+/* ---------------------------------------------------------------- cuda_options.c */
+
+typedef enum { KB_GPU_EVENTS = 0, KB_GPU_CUPTI = 1 } kb_gpu_mode;
+/* The clock/power state a figure is taken in (steady.c). */
+typedef enum { KB_REGIME_SUSTAINED = 0, KB_REGIME_BURST = 1 } kb_regime;
+
+/* measure_cuda's options, parsed once; the defaults are written in cuda_options.c only
+ * (_core.CUDA_DEFAULTS). */
+typedef struct {
+    CUstream stream;            /* required: the stream the callable launches on (0: legacy) */
+    int device;                 /* ordinal (0) */
+    kb_gpu_mode mode;           /* 'events' */
+    kb_cold_mode cold;          /* None */
+    Py_ssize_t flush_bytes;     /* the L2 flush buffer, 0: 2x the device's L2 */
+    double unroll;              /* calls per launch (1): samples are divided by it */
+    int gate;                   /* queue each batch behind a device gate (1) */
+    int keep_busy;              /* keep-busy bridges between batches (1; 0 in burst or with
+                                 * pre_sample: a bridge is extra calls of fn) */
+    Py_ssize_t gate_batch;      /* samples per gated batch at most (32) */
+    double gate_timeout_s;      /* the gate's watchdog (1.0) */
+    double busy_warmup_s;       /* clock ramp-up before the callable's warm-up; < 0 (None): the
+                                 * loop's warmup_s */
+    int cupti_allow_foreign;    /* take CUPTI beside another subscriber (0) */
+    int sample_clocks;          /* NVML clock sampling (1) */
+    double clock_period_s;      /* its period (0.005) */
+    double settle_max_s;        /* the warm-up waits at most this long for the clock (3.0) */
+    kb_regime regime;           /* 'sustained' */
+    PyObject *pre_sample;       /* called before every call of fn, outside the timed part;
+                                 * None (NULL); a strong reference */
+} kb_cuda_options;
+
+/* The callable's own warm-up on CUDA: the busy kernel has brought the clocks up, so it needs
+ * only its caches, allocator and JIT warm: at most this long (the loop's warmup_s is clamped,
+ * and the result says so), at least this many calls. */
+#define KB_CUDA_CALLABLE_WARMUP_MAX_S 0.1
+#define KB_CUDA_CALLABLE_WARMUP_MIN 3
+
+/* Parse from opts (the caller's keywords, copied), DELETING each key it consumes: the loop's
+ * keys are left for kb_finish_options. Bad values raise TypeError/ValueError naming the option.
+ * fn_is_graph and n_sets: cold='rotate' needs two argument sets unless fn is a CudaGraph. */
+int kb_cuda_options_parse(PyObject *opts, int fn_is_graph, Py_ssize_t n_sets,
+                          kb_cuda_options *o);
+void kb_cuda_options_fini(kb_cuda_options *o);
+int kb_cuda_options_module_init(PyObject *m);      /* _core.CUDA_DEFAULTS */
+
+/* ---------------------------------------------------------------- timers (gpu_timer.h) */
+
+/* Events on `stream`, cap samples a batch at most. */
+int kb_timer_events_init(kb_gpu_timer *t, PyObject *m, const kb_cuda_api *cu, CUstream stream,
+                         Py_ssize_t cap);
+/* CUPTI around `inner` (the events timer): takes CUPTI (kb_cupti_begin) and, on success, owns
+ * inner (its teardown tears inner down). On failure inner is left to the caller. */
+int kb_timer_cupti_init(kb_gpu_timer *t, kb_gpu_timer *inner, PyObject *m,
+                        const kb_cuda_api *cu, CUstream stream, Py_ssize_t cap, int ordinal,
+                        int allow_foreign_subscriber);
+/* Graph replay around `inner`: samples divided by the `unroll` calls a launch runs. Owns inner
+ * on success. */
+int kb_timer_graph_init(kb_gpu_timer *t, kb_gpu_timer *inner, double unroll);
 
 #endif

@@ -16,88 +16,89 @@
  */
 #include "cuda_backend.h"
 
-typedef enum { KB_PROFILER_START, KB_PROFILER_STOP } kb_profiler_op;
+typedef enum { KB_PROFILER_START, KB_PROFILER_STOP, KB_SYNCHRONIZE, KB_MEM_INFO } kb_ctx_op;
 
-static PyObject *profiler_call(PyObject *m, PyObject *args, PyObject *kw, kb_profiler_op op)
+/* The pattern every function here shares: the device's context made current, one driver call
+ * (two for the profiler's stop) without the GIL, the context left, the first error raised. */
+static int in_device_context(PyObject *m, int device, kb_ctx_op op, size_t *free_b,
+                             size_t *total_b)
 {
-    static char *kwlist[] = {"device", NULL};
-    int device = 0, pushed = 0;
-    const char *fmt = op == KB_PROFILER_START ? "|i:cuda_profiler_start"
-                                              : "|i:cuda_profiler_stop";
-    if (!PyArg_ParseTupleAndKeywords(args, kw, fmt, kwlist, &device))
-        return NULL;
+    int pushed = 0;
     const kb_cuda_api *cu = kb_cuda(m);
     if (cu == NULL)
-        return NULL;
-    if (op == KB_PROFILER_START ? cu->cuProfilerStart == NULL : cu->cuProfilerStop == NULL) {
-        kb_state *st = kb_get_state(m);
-        PyErr_Format(st->LibraryNotFound, "the CUDA driver does not provide %s (through "
-                     "cuGetProcAddress): profile mode cannot mark its range for ncu/nsys",
-                     op == KB_PROFILER_START ? "cuProfilerStart" : "cuProfilerStop");
-        return NULL;
+        return -1;
+    if ((op == KB_PROFILER_START && cu->cuProfilerStart == NULL) ||
+        (op == KB_PROFILER_STOP && cu->cuProfilerStop == NULL)) {
+        PyErr_Format(kb_get_state(m)->LibraryNotFound, "the CUDA driver does not provide %s "
+                     "(through cuGetProcAddress): profile mode cannot mark its range for "
+                     "ncu/nsys", op == KB_PROFILER_START ? "cuProfilerStart" : "cuProfilerStop");
+        return -1;
     }
     if (kb_ctx_enter(m, cu, device, &pushed) < 0)
-        return NULL;
+        return -1;
     kb_deferred d = KB_DEFERRED_INIT;
     Py_BEGIN_ALLOW_THREADS
-    if (op == KB_PROFILER_START) {
+    switch (op) {
+    case KB_PROFILER_START:
         KB_DEFER(&d, cu->cuProfilerStart());
-    } else {
+        break;
+    case KB_PROFILER_STOP:
         KB_DEFER(&d, cu->cuCtxSynchronize());
         KB_DEFER(&d, cu->cuProfilerStop());
+        break;
+    case KB_SYNCHRONIZE:
+        KB_DEFER(&d, cu->cuCtxSynchronize());
+        break;
+    case KB_MEM_INFO:
+        KB_DEFER(&d, cu->cuMemGetInfo(free_b, total_b));
+        break;
     }
     Py_END_ALLOW_THREADS
     kb_ctx_leave(cu, pushed);
-    if (KB_CU_RAISE(m, &d) < 0)
-        return NULL;
-    Py_RETURN_NONE;
+    return KB_CU_RAISE(m, &d);
+}
+
+/* The device= argument of each function; -1 with the parse error. */
+static int device_arg(PyObject *args, PyObject *kw, const char *fmt, int *device)
+{
+    static char *kwlist[] = {"device", NULL};
+    *device = 0;
+    return PyArg_ParseTupleAndKeywords(args, kw, fmt, kwlist, device) ? 0 : -1;
 }
 
 static PyObject *cuda_profiler_start(PyObject *m, PyObject *args, PyObject *kw)
 {
-    return profiler_call(m, args, kw, KB_PROFILER_START);
+    int device;
+    if (device_arg(args, kw, "|i:cuda_profiler_start", &device) < 0 ||
+        in_device_context(m, device, KB_PROFILER_START, NULL, NULL) < 0)
+        return NULL;
+    Py_RETURN_NONE;
 }
 
 static PyObject *cuda_profiler_stop(PyObject *m, PyObject *args, PyObject *kw)
 {
-    return profiler_call(m, args, kw, KB_PROFILER_STOP);
+    int device;
+    if (device_arg(args, kw, "|i:cuda_profiler_stop", &device) < 0 ||
+        in_device_context(m, device, KB_PROFILER_STOP, NULL, NULL) < 0)
+        return NULL;
+    Py_RETURN_NONE;
 }
 
 static PyObject *cuda_synchronize(PyObject *m, PyObject *args, PyObject *kw)
 {
-    static char *kwlist[] = {"device", NULL};
-    int device = 0, pushed = 0;
-    if (!PyArg_ParseTupleAndKeywords(args, kw, "|i:cuda_synchronize", kwlist, &device))
-        return NULL;
-    const kb_cuda_api *cu = kb_cuda(m);
-    if (cu == NULL || kb_ctx_enter(m, cu, device, &pushed) < 0)
-        return NULL;
-    kb_deferred d = KB_DEFERRED_INIT;
-    Py_BEGIN_ALLOW_THREADS
-    KB_DEFER(&d, cu->cuCtxSynchronize());
-    Py_END_ALLOW_THREADS
-    kb_ctx_leave(cu, pushed);
-    if (KB_CU_RAISE(m, &d) < 0)
+    int device;
+    if (device_arg(args, kw, "|i:cuda_synchronize", &device) < 0 ||
+        in_device_context(m, device, KB_SYNCHRONIZE, NULL, NULL) < 0)
         return NULL;
     Py_RETURN_NONE;
 }
 
 static PyObject *cuda_mem_info(PyObject *m, PyObject *args, PyObject *kw)
 {
-    static char *kwlist[] = {"device", NULL};
-    int device = 0, pushed = 0;
+    int device;
     size_t free_b = 0, total_b = 0;
-    if (!PyArg_ParseTupleAndKeywords(args, kw, "|i:cuda_mem_info", kwlist, &device))
-        return NULL;
-    const kb_cuda_api *cu = kb_cuda(m);
-    if (cu == NULL || kb_ctx_enter(m, cu, device, &pushed) < 0)
-        return NULL;
-    kb_deferred d = KB_DEFERRED_INIT;
-    Py_BEGIN_ALLOW_THREADS
-    KB_DEFER(&d, cu->cuMemGetInfo(&free_b, &total_b));
-    Py_END_ALLOW_THREADS
-    kb_ctx_leave(cu, pushed);
-    if (KB_CU_RAISE(m, &d) < 0)
+    if (device_arg(args, kw, "|i:cuda_mem_info", &device) < 0 ||
+        in_device_context(m, device, KB_MEM_INFO, &free_b, &total_b) < 0)
         return NULL;
     return Py_BuildValue("(nn)", (Py_ssize_t)free_b, (Py_ssize_t)total_b);
 }

@@ -1,0 +1,205 @@
+/* timer_cupti.c -- the CUPTI GPU timer: sample i = the summed duration of the kernels, memcpys
+ * and memsets CUPTI attributes to it through its external correlation id (cupti_trace.c).
+ *
+ *   [flush]  [event a_i]  push(i) fn() pop  [event b_i]   ...   push(s) empty() pop
+ *
+ * It wraps the events timer, whose pairs it records too, for comparison. The flush carries no id
+ * and is never attributed. After the batch kbench's empty kernel runs under its own id, the
+ * sentinel whose record coming back shows that every record of the batch did. Untimed work
+ * queued between batches (keep-busy bridges) runs with the device records switched off, so a
+ * forced flush does not wait on it (KBENCH_CUPTI_BRIDGE_RECORDS=on keeps them on: a diagnosis).
+ */
+#include "cuda_backend.h"
+
+#include <stdlib.h>
+#include <string.h>
+
+typedef struct {
+    PyObject *m;
+    const kb_cuda_api *cu;
+    CUstream stream;
+    int ordinal;
+    kb_cupti_trace *trace;
+    kb_builtin_kernels *builtins;   /* the empty kernel that ends each batch */
+    int foreign;                    /* another CUPTI subscriber was present */
+    int bridge_records;             /* keep device records on while bridges are queued */
+    int records_off;
+    kb_iter_activity *acts;         /* cap */
+    uint64_t next_id;               /* external correlation id of the next sample */
+    uint64_t first_id, sentinel_id; /* of the batch being queued */
+    Py_ssize_t unattributed;        /* kept samples with no attributed activity */
+} cupti_timer;
+
+static int cupti_batch_begin(kb_gpu_timer *t, Py_ssize_t n)
+{
+    cupti_timer *c = t->impl;
+    c->first_id = c->next_id;
+    c->sentinel_id = 0;
+    return t->inner->batch_begin(t->inner, n);
+}
+
+static int cupti_sample_start(kb_gpu_timer *t, Py_ssize_t i)
+{
+    cupti_timer *c = t->impl;
+    if (t->inner->sample_start(t->inner, i) < 0)
+        return -1;
+    return kb_cupti_push(c->m, c->trace, c->next_id);
+}
+
+static int cupti_sample_end(kb_gpu_timer *t, Py_ssize_t i, int ok)
+{
+    cupti_timer *c = t->impl;
+    if (!ok)
+        kb_cupti_pop_quiet(c->trace);   /* without clobbering the callable's exception */
+    else if (kb_cupti_pop(c->m, c->trace) < 0)
+        ok = 0;
+    c->next_id++;
+    return t->inner->sample_end(t->inner, i, ok);
+}
+
+static int cupti_batch_end(kb_gpu_timer *t)
+{
+    cupti_timer *c = t->impl;
+    if (kb_cupti_push(c->m, c->trace, c->next_id) < 0)
+        return -1;
+    int failed = KB_CU(c->m, c->cu->cuLaunchKernel(c->builtins->empty, 1, 1, 1, 32, 1, 1, 0,
+                                                   c->stream, NULL, NULL)) < 0;
+    if (failed)
+        kb_cupti_pop_quiet(c->trace);
+    else if (kb_cupti_pop(c->m, c->trace) < 0)
+        failed = 1;
+    c->sentinel_id = c->next_id++;
+    if (failed)
+        return -1;
+    return t->inner->batch_end(t->inner);
+}
+
+static int cupti_untimed(kb_gpu_timer *t, int begin)
+{
+    cupti_timer *c = t->impl;
+    if (begin && !c->bridge_records) {
+        if (kb_cupti_device_records(c->m, c->trace, 0) < 0)
+            return -1;
+        c->records_off = 1;
+    }
+    else if (!begin && c->records_off) {
+        c->records_off = 0;
+        if (kb_cupti_device_records(c->m, c->trace, 1) < 0)
+            return -1;
+    }
+    return t->inner->untimed(t->inner, begin);
+}
+
+static int cupti_read(kb_gpu_timer *t, Py_ssize_t n, int flags, kb_gpu_sample *out)
+{
+    cupti_timer *c = t->impl;
+    if (t->inner->read(t->inner, n, flags, out) < 0)
+        return -1;
+    if (kb_cupti_collect(c->m, c->trace, c->first_id, n, c->acts, (flags & KB_READ_NAMES) != 0,
+                         c->sentinel_id) < 0)
+        return -1;
+    double ticks = kb_cupti_ticks_per_ns(c->trace);
+    for (Py_ssize_t i = 0; i < n; i++) {
+        const kb_iter_activity *a = &c->acts[i];
+        out[i].kernels = a->kernels;
+        out[i].copies = a->memcpys + a->memsets;
+        out[i].span_s = a->last_end > a->first_start && a->first_start != UINT64_MAX
+                            ? (double)(a->last_end - a->first_start) * 1e-9 / ticks
+                            : 0.0;
+        out[i].time_s = (double)a->sum_ns * 1e-9;
+        if ((flags & KB_READ_KEEP) && a->kernels + a->memcpys + a->memsets == 0)
+            c->unattributed++;
+    }
+    return 0;
+}
+
+static int cupti_check(kb_gpu_timer *t)
+{
+    cupti_timer *c = t->impl;
+    if (c->unattributed == 0)
+        return t->inner->check(t->inner);
+    size_t acts = 0, ext = 0;
+    kb_cupti_last_counts(c->trace, &acts, &ext);
+    PyErr_Format(kb_get_state(c->m)->KbenchError,
+                 "CUPTI attributed no kernel, memcpy or memset to %zd timed iteration(s): the "
+                 "callable launched no GPU work on device %d in this thread (work on "
+                 "another device or thread cannot be attributed; for a CPU callable pass "
+                 "device='cpu'); the last batch had %zu activity and %zu "
+                 "external-correlation records",
+                 c->unattributed, c->ordinal, acts, ext);
+    return -1;
+}
+
+static void *cupti_start_mark(kb_gpu_timer *t, Py_ssize_t i)
+{
+    return t->inner->start_mark(t->inner, i);
+}
+
+static int cupti_report(kb_gpu_timer *t, PyObject *cuda)
+{
+    cupti_timer *c = t->impl;
+    uint64_t by_default = 0, forced = 0;
+    kb_cupti_flush_counts(c->trace, &by_default, &forced);
+    if (kb_dict_set_steal(cuda, "names", kb_cupti_names(c->trace)) < 0 ||
+        kb_dict_set_steal(cuda, "cupti_foreign_subscriber", PyBool_FromLong(c->foreign)) < 0 ||
+        kb_dict_set_steal(cuda, "cupti_ticks_per_ns",
+                          PyFloat_FromDouble(kb_cupti_ticks_per_ns(c->trace))) < 0 ||
+        kb_dict_set_steal(cuda, "cupti_dropped", PyLong_FromUnsignedLongLong(
+                                                     kb_cupti_dropped(c->trace))) < 0 ||
+        kb_dict_set_steal(cuda, "cupti_flushes",
+                          Py_BuildValue("{s:K,s:K,s:O}", "default",
+                                        (unsigned long long)by_default, "forced",
+                                        (unsigned long long)forced, "bridge_records",
+                                        c->bridge_records ? Py_True : Py_False)) < 0)
+        return -1;
+    return t->inner->report(t->inner, cuda);
+}
+
+static void cupti_teardown(kb_gpu_timer *t)
+{
+    cupti_timer *c = t->impl;
+    if (c != NULL) {
+        kb_cupti_end(c->m, c->trace);
+        free(c->acts);
+        free(c);
+        t->impl = NULL;
+    }
+    if (t->inner != NULL)
+        t->inner->teardown(t->inner);
+}
+
+int kb_timer_cupti_init(kb_gpu_timer *t, kb_gpu_timer *inner, PyObject *m,
+                        const kb_cuda_api *cu, CUstream stream, Py_ssize_t cap, int ordinal,
+                        int allow_foreign_subscriber)
+{
+    cupti_timer *c = calloc(1, sizeof *c);
+    kb_iter_activity *acts = calloc((size_t)cap, sizeof *acts);
+    if (c == NULL || acts == NULL) {
+        free(c);
+        free(acts);
+        PyErr_NoMemory();
+        return -1;
+    }
+    *c = (cupti_timer){.m = m, .cu = cu, .stream = stream, .ordinal = ordinal, .acts = acts,
+                       .next_id = 1};
+    if (kb_cupti_begin(m, allow_foreign_subscriber, &c->trace, &c->foreign) < 0) {
+        free(acts);
+        free(c);
+        return -1;
+    }
+    if ((c->builtins = kb_builtin_get(m, cu, ordinal)) == NULL) {
+        kb_cupti_end(m, c->trace);
+        free(acts);
+        free(c);
+        return -1;
+    }
+    const char *br = getenv("KBENCH_CUPTI_BRIDGE_RECORDS");   /* a diagnosis */
+    c->bridge_records = br != NULL && strcmp(br, "on") == 0;
+    *t = (kb_gpu_timer){.name = "cupti", .impl = c, .inner = inner, .stepped = 1,
+                        .batch_begin = cupti_batch_begin, .sample_start = cupti_sample_start,
+                        .sample_end = cupti_sample_end, .batch_end = cupti_batch_end,
+                        .untimed = cupti_untimed, .read = cupti_read, .check = cupti_check,
+                        .start_mark = cupti_start_mark, .report = cupti_report,
+                        .teardown = cupti_teardown};
+    return 0;
+}

@@ -1,0 +1,118 @@
+"""measure_cuda's options: written once in C (_core.CUDA_DEFAULTS), validated there before the
+GPU is touched, and passed by kbench.cuda only when the caller gave them. No GPU needed: every
+bad value below is refused while parsing, before libcuda is opened."""
+import pytest
+
+from kbench import _core
+
+needs_cuda_build = pytest.mark.skipif(not _core.HAVE_CUDA,
+                                      reason="kbench built without the CUDA backend")
+
+
+def _noop():
+    return None
+
+
+@needs_cuda_build
+def test_cuda_defaults_are_published_once_by_the_core():
+    d = _core.CUDA_DEFAULTS
+    assert d["mode"] == "events" and d["regime"] == "sustained" and d["cold"] is None
+    assert d["gate"] is True and d["keep_busy"] is True and d["pre_sample"] is None
+    assert d["gate_batch"] >= 1 and d["gate_timeout_s"] > 0 and d["unroll"] == 1.0
+    assert 0 < d["callable_warmup_max_s"] <= _core.LOOP_DEFAULTS["warmup_s"]
+    assert d["callable_warmup_min"] >= 1
+
+
+@needs_cuda_build
+@pytest.mark.parametrize("option, value, error, message", [
+    ("gate_batch", 0, ValueError, "gate_batch must be >= 1, got 0"),
+    ("gate_batch", 2.5, TypeError, "gate_batch must be an int, got float"),
+    ("flush_bytes", -1, ValueError, "flush_bytes must be >= 0"),
+    ("device", True, TypeError, "device must be an int, got bool"),
+    ("device", 99, ValueError, "device must be a CUDA ordinal"),
+    ("gate_timeout_s", 0.0, ValueError, "gate_timeout_s must be > 0"),
+    ("gate_timeout_s", float("inf"), ValueError, "gate_timeout_s must be > 0 and finite"),
+    ("unroll", 0.5, ValueError, "unroll must be >= 1"),
+    ("clock_period_s", "fast", TypeError, "clock_period_s must be a number, got str"),
+    ("settle_max_s", -1.0, ValueError, "settle_max_s must be >= 0"),
+    ("busy_warmup_s", float("nan"), ValueError, "busy_warmup_s must be >= 0"),
+    ("mode", "graph", ValueError, "mode must be 'events' or 'cupti', got 'graph'"),
+    ("regime", "hot", ValueError, "regime must be 'sustained' or 'burst', got 'hot'"),
+    ("cold", "evict", ValueError, "cold must be None, 'flush' or 'rotate'"),
+    ("pre_sample", 3, TypeError, "pre_sample must be a callable or None, got int"),
+    ("bogus", 1, TypeError, r"unexpected keyword arguments \['bogus'\]"),
+])
+def test_a_bad_option_names_itself_before_the_gpu_is_touched(option, value, error, message):
+    with pytest.raises(error, match=message):
+        _core.measure_cuda(_noop, ((),), None, stream=0, **{option: value})
+
+
+@needs_cuda_build
+def test_stream_is_required_and_rotate_needs_two_sets():
+    with pytest.raises(TypeError, match="needs stream="):
+        _core.measure_cuda(_noop, ((),), None)
+    with pytest.raises(ValueError, match="at least 2 argument sets"):
+        _core.measure_cuda(_noop, ((),), None, stream=0, cold="rotate")
+
+
+@needs_cuda_build
+def test_a_refused_pre_sample_does_not_leak_it():
+    import sys
+    hook = lambda: None   # noqa: E731
+    before = sys.getrefcount(hook)
+    for _ in range(50):
+        with pytest.raises(ValueError):
+            _core.measure_cuda(_noop, ((),), None, stream=0, pre_sample=hook, gate_batch=0)
+    assert sys.getrefcount(hook) == before
+    if not _gpu_present():
+        # parsed, then the set-up fails (no driver here): the tear-down releases the hook too
+        for _ in range(50):
+            with pytest.raises(_core.KbenchError):
+                _core.measure_cuda(_noop, ((),), None, stream=0, pre_sample=hook)
+        assert sys.getrefcount(hook) == before
+
+
+def _gpu_present() -> bool:
+    try:
+        return _core.cuda_device_count() > 0
+    except _core.KbenchError:
+        return False
+
+
+def _captured_run(monkeypatch, **options):
+    """kbench.cuda.run over a fake core that records what crosses to measure_cuda."""
+    from kbench import cuda
+    seen = {}
+
+    class Stop(Exception):
+        pass
+
+    class FakeCore:
+        KbenchError = _core.KbenchError
+
+        @staticmethod
+        def measure_cuda(fn, sets, kwargs, **kw):
+            seen.update(kw)
+            raise Stop
+
+    for name, value in {"require_backend": lambda: None,
+                        "device_info": lambda o: {"l2_bytes": 1 << 26},
+                        "_resolve_mode": lambda m, w: ("events", False),
+                        "stream_handle": lambda s, o: 0, "_uses_torch": lambda *a: False,
+                        "gpu_neighbours": lambda o: {}, "_core": FakeCore}.items():
+        monkeypatch.setattr(cuda, name, value)
+    with pytest.raises(Stop):
+        cuda.run(lambda: None, [()], {}, cold_cache=None, flush_bytes=None, mode="events",
+                 device="cuda", loop={}, **options)
+    return seen
+
+
+def test_only_the_options_the_caller_gave_cross_to_c(monkeypatch):
+    seen = _captured_run(monkeypatch)
+    for name in ("gate", "keep_busy", "gate_batch", "gate_timeout_s", "sample_clocks",
+                 "settle_max_s", "regime", "pre_sample"):
+        assert name not in seen, f"{name} crossed to C although the caller did not give it"
+    hook = lambda: None   # noqa: E731
+    seen = _captured_run(monkeypatch, gate=False, gate_batch=8, regime="burst", pre_sample=hook)
+    assert seen["gate"] is False and seen["gate_batch"] == 8 and seen["regime"] == "burst"
+    assert seen["pre_sample"] is hook
