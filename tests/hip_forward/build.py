@@ -1,0 +1,30 @@
+"""Build the HIP-on-CUDA forwarding library (hip_forward.c) with gcc: no CUDA or HIP header is
+needed, libcuda is opened at run time. `python tests/hip_forward/build.py OUT_DIR` prints the
+path; tests and benchmarks import build()."""
+from __future__ import annotations
+
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+SOURCE = Path(__file__).with_name("hip_forward.c")
+
+
+def build(out_dir: Path) -> Path:
+    """Compile libhip_forward.so into out_dir and return its path; RuntimeError with gcc's output
+    when it does not compile."""
+    cc = shutil.which("gcc") or shutil.which("cc")
+    if cc is None:
+        raise RuntimeError("no C compiler (gcc or cc) on PATH to build the HIP forwarder")
+    out = Path(out_dir) / "libhip_forward.so"
+    cmd = [cc, "-shared", "-fPIC", "-O2", "-Wall", "-Wextra", "-Wno-unused-parameter",
+           "-fvisibility=hidden", "-o", str(out), str(SOURCE), "-ldl", "-lpthread"]
+    proc = subprocess.run(cmd, capture_output=True, text=True)
+    if proc.returncode != 0:
+        raise RuntimeError(f"building the HIP forwarder failed: {' '.join(cmd)}\n{proc.stderr}")
+    return out
+
+
+if __name__ == "__main__":
+    print(build(Path(sys.argv[1] if len(sys.argv) > 1 else ".")))
