@@ -1,0 +1,343 @@
+"""The HIP backend: loader, selection, cold-cache arithmetic, errors without an AMD GPU, and --
+on an NVIDIA GPU, through the HIP-on-CUDA forwarder of tests/hip_forward/ -- real measurements
+through kbench's HIP code path.
+
+The loader remembers its outcome per process, so every test that sets KBENCH_HIP_LIBRARY runs
+in a fresh interpreter.
+"""
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import subprocess
+import sys
+import textwrap
+import types
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+import kbench
+from kbench import _core, hip
+from kbench.coldcache import make_rotation_sets, rotation_count, rotation_shortfall
+
+HERE = Path(__file__).resolve().parent
+sys.path.insert(0, str(HERE / "hip_forward"))
+from build import build as build_forwarder  # noqa: E402
+
+needs_hip_build = pytest.mark.skipif(not getattr(_core, "HAVE_HIP", 0),
+                                     reason="kbench._core built with KBENCH_NO_CUDA=1: no HIP "
+                                            "backend")
+needs_gcc = pytest.mark.skipif(shutil.which("gcc") is None, reason="needs gcc to build a "
+                                                                   "test library")
+
+
+def run_py(code: str, env_extra: dict, timeout: int = 120) -> subprocess.CompletedProcess:
+    env = dict(os.environ, **env_extra)
+    return subprocess.run([sys.executable, "-c", textwrap.dedent(code)], capture_output=True,
+                          text=True, timeout=timeout, env=env)
+
+
+# ------------------------------------------------------------------ loader
+
+
+@needs_hip_build
+def test_import_opens_no_hip_library():
+    p = run_py("""
+        import json, kbench, kbench._core as c
+        print(json.dumps(c.hip_library_status()))
+        maps = open('/proc/self/maps').read()
+        print('amdhip64' in maps, 'rocm_smi' in maps)
+    """, {})
+    assert p.returncode == 0, p.stderr
+    status, mapped = p.stdout.splitlines()
+    st = json.loads(status)
+    assert st["hip"]["state"] == "not tried" and st["rocm_smi"]["state"] == "not tried"
+    assert mapped == "False False"
+
+
+@needs_hip_build
+def test_missing_library_named_by_the_setting():
+    p = run_py("""
+        import kbench._core as c
+        for _ in range(2):          # remembered: the same error again
+            try:
+                c.hip_device_count()
+            except c.LibraryNotFound as e:
+                print(type(e).__name__, '|', e)
+        print(c.hip_library_status()['hip']['state'])
+    """, {"KBENCH_HIP_LIBRARY": "/nonexistent/libnothere.so"})
+    assert p.returncode == 0, p.stderr
+    lines = p.stdout.strip().splitlines()
+    assert lines[0].startswith("LibraryNotFound | KBENCH_HIP_LIBRARY=/nonexistent/libnothere.so")
+    assert "test-only setting" in lines[0]
+    assert "/nonexistent/libnothere.so" in lines[1]
+    assert lines[-1] == "failed"
+
+
+@needs_hip_build
+@needs_gcc
+def test_library_missing_a_symbol_is_named(tmp_path):
+    src = tmp_path / "partial.c"
+    src.write_text("unsigned int hipInit(unsigned int f) { return 0; }\n"
+                   "const char *hipGetErrorName(unsigned int e) { return \"x\"; }\n")
+    lib = tmp_path / "libpartial.so"
+    subprocess.run(["gcc", "-shared", "-fPIC", "-o", str(lib), str(src)], check=True)
+    p = run_py("""
+        import kbench._core as c
+        try:
+            c.hip_device_count()
+        except c.LibraryNotFound as e:
+            print(e)
+    """, {"KBENCH_HIP_LIBRARY": str(lib)})
+    assert p.returncode == 0, p.stderr
+    msg = p.stdout
+    assert "lacks HIP functions kbench needs" in msg
+    assert "hipGetErrorString" in msg and "hipStreamBeginCapture" in msg
+    assert "hipInit," not in msg and "hipGetErrorName," not in msg   # those it has
+
+
+def _libcuda_loadable() -> bool:
+    import ctypes
+    try:
+        ctypes.CDLL("libcuda.so.1")
+        return True
+    except OSError:
+        return False
+
+
+@needs_hip_build
+@needs_gcc
+@pytest.mark.skipif(_libcuda_loadable(), reason="libcuda is here: the forwarder would find a GPU")
+def test_no_gpu_error_through_the_forwarder(tmp_path):
+    """The forwarder loads (every symbol resolves) and hipInit reports no device: kbench says
+    there is no AMD GPU, and the process stays usable."""
+    lib = build_forwarder(tmp_path)
+    p = run_py("""
+        import kbench._core as c
+        from kbench import hip
+        try:
+            hip.device_info(0)
+        except c.HipError as e:
+            print('HipError |', e)
+        st = hip.status()
+        print(st['libraries']['hip']['state'], st['libraries']['hip']['requested_by'])
+        print(st['devices'], '|', st['why_no_devices'])
+        import numpy as np, kbench
+        r = kbench.bench(np.add, np.ones(8), np.ones(8), max_time_s=0.2, memory=False)
+        print('cpu still works', r.backend)
+    """, {"KBENCH_HIP_LIBRARY": str(lib)})
+    assert p.returncode == 0, p.stderr
+    out = p.stdout.splitlines()
+    assert out[0].startswith("HipError | kbench's HIP backend needs an AMD GPU")
+    assert "hipErrorNoDevice" in out[0] and "libcuda.so.1" in out[0]
+    assert out[1] == "loaded KBENCH_HIP_LIBRARY"
+    assert out[2].startswith("0 | no AMD GPU is visible")
+    assert out[3] == "cpu still works host"
+
+
+@needs_hip_build
+def test_argument_errors_before_any_library():
+    with pytest.raises(ValueError, match="at least one HipGraph"):
+        _core.measure_hip((), stream=1)
+    with pytest.raises(TypeError, match="needs stream="):
+        _core.measure_hip((object(),))
+    with pytest.raises(TypeError, match="unexpected keyword"):
+        _core.measure_hip((object(),), stream=1, bogus=3)
+    with pytest.raises(ValueError, match="gate_batch"):
+        _core.measure_hip((object(),), stream=1, gate_batch=0)
+    with pytest.raises(ValueError, match="non-default stream"):
+        _core.hip_graph_capture(lambda: None, ((),), None, stream=0)
+    with pytest.raises(ValueError, match="capture_mode"):
+        _core.hip_graph_capture(lambda: None, ((),), None, stream=1, capture_mode="loose")
+    with pytest.raises(TypeError, match="tuple"):
+        _core.hip_graph_capture(lambda: None, [()], None, stream=1)
+
+
+# ------------------------------------------------------------------ selection
+
+
+def fake_torch(hip_version):
+    return types.SimpleNamespace(version=types.SimpleNamespace(hip=hip_version,
+                                                               cuda=None if hip_version
+                                                               else "13.0"))
+
+
+def test_rocm_torch_picks_hip(monkeypatch):
+    monkeypatch.setitem(sys.modules, "torch", fake_torch("6.2.41133"))
+    assert hip.is_rocm_torch()
+    opts = {"backend": None, "gate": True}
+    assert hip.selected(opts) is True
+    assert opts == {"gate": True}           # popped, the rest left for the backend
+    assert hip.selected({"backend": "cuda"}) is False
+
+
+def test_cuda_torch_keeps_cuda(monkeypatch):
+    monkeypatch.setitem(sys.modules, "torch", fake_torch(None))
+    assert not hip.is_rocm_torch()
+    assert hip.selected({}) is False
+    assert hip.selected({"backend": "auto"}) is False
+    assert hip.selected({"backend": "hip"}) is True     # forced: the forwarder test's way
+
+
+def test_no_torch_and_bad_backend(monkeypatch):
+    monkeypatch.delitem(sys.modules, "torch", raising=False)
+    assert hip.selected({}) is False
+    with pytest.raises(ValueError, match="backend must be one of"):
+        hip.selected({"backend": "rocm"})
+
+
+def test_bench_dispatches_to_hip(monkeypatch):
+    """bench(..., backend='hip') goes to kbench.hip.run with the backend's own options."""
+    seen = {}
+
+    def fake_run(fn, sets, kwargs, **kw):
+        seen.update(kw)
+        samples = np.full(20, 1e-5)
+        raw = {"samples": samples, "backend": "hip", "stop": "precision", "ci_level": 0.95}
+        return raw, {"mode": "none"}, {"warnings": [hip.NO_ATTRIBUTION]}, "Fake MI300X", None
+
+    monkeypatch.setattr(hip, "run", fake_run)
+    r = kbench.bench(lambda: None, device="cuda", backend="hip", gate_batch=8, memory=False,
+                     cold_cache=None)
+    assert r.backend == "hip" and r.device == "Fake MI300X"
+    assert seen["gate_batch"] == 8 and "backend" not in seen
+    assert any("no per-kernel attribution" in w for w in r.warnings)
+
+
+def test_hip_run_refuses_cupti_mode_and_unknown_options():
+    with pytest.raises(ValueError, match="not available on HIP"):
+        hip.run(lambda: None, [()], {}, cold_cache=None, flush_bytes=None, mode="cupti",
+                device="cuda", loop={})
+    with pytest.raises(TypeError, match="unexpected options for the HIP backend"):
+        hip.run(lambda: None, [()], {}, cold_cache=None, flush_bytes=None, mode=None,
+                device="cuda", loop={}, keep_busy=True)
+
+
+def test_rccl_capture_warning(monkeypatch):
+    monkeypatch.setitem(sys.modules, "torch", fake_torch("6.2"))
+    monkeypatch.delenv("TORCH_NCCL_BLOCKING_WAIT", raising=False)
+    assert "TORCH_NCCL_BLOCKING_WAIT=1" in hip.rccl_capture_warning()
+    monkeypatch.setenv("TORCH_NCCL_BLOCKING_WAIT", "1")
+    assert hip.rccl_capture_warning() is None
+    monkeypatch.setitem(sys.modules, "torch", fake_torch(None))
+    monkeypatch.delenv("TORCH_NCCL_BLOCKING_WAIT")
+    assert hip.rccl_capture_warning() is None
+
+
+# ------------------------------------------------------------------ last-level cache, rotation
+
+MiB = 1 << 20
+
+
+@pytest.mark.parametrize("name,l2,expect,what", [
+    ("AMD Instinct MI300X", 4 * MiB, 256 * MiB, "Infinity Cache"),
+    ("AMD Instinct MI300A", 4 * MiB, 256 * MiB, "Infinity Cache"),
+    ("AMD Instinct MI250X", 8 * MiB, 8 * MiB, "GPU L2"),      # the attribute, equal to the table
+    ("AMD Instinct MI210", 0, 8 * MiB, "MI210"),
+    ("AMD Radeon RX 7900 XTX", 6 * MiB, 96 * MiB, "Infinity Cache"),
+    ("Some future GPU", 16 * MiB, 16 * MiB, "GPU L2"),
+    ("NVIDIA H200", 60 * MiB, 60 * MiB, "GPU L2"),          # the forwarder: the L2 attribute
+])
+def test_llc_table(name, l2, expect, what):
+    size, desc = hip.last_level_cache({"name": name, "l2_bytes": l2})
+    assert size == expect and what in desc
+
+
+def test_llc_unknown():
+    size, desc = hip.last_level_cache({"name": "mystery", "l2_bytes": None})
+    assert size == 0 and desc.startswith("unknown")
+
+
+def test_rotation_past_the_infinity_cache():
+    """The rotation is sized from the Infinity Cache, not the 4 MB L2 attribute: with the L2
+    alone, the sets would fit in the MALL and read warm."""
+    llc, _ = hip.last_level_cache({"name": "AMD Instinct MI300X", "l2_bytes": 4 * MiB})
+    set_bytes = 48 * MiB
+    k = rotation_count(set_bytes, llc, margin=2.0)
+    assert (k - 1) * set_bytes >= 2 * llc and (k - 2) * set_bytes < 2 * llc
+    l2_only = rotation_count(set_bytes, 4 * MiB, margin=2.0)
+    assert rotation_shortfall([set_bytes] * l2_only, llc) is not None   # not cold on MI300
+    assert rotation_shortfall([set_bytes] * k, llc) is None
+
+
+def test_rotation_sets_are_distinct_copies():
+    a = np.ones(1 << 16, dtype=np.float32)
+    sets = make_rotation_sets((a,), cache_bytes=1 << 20, margin=2.0)
+    assert len(sets) == rotation_count(a.nbytes, 1 << 20)
+    assert len({s[0].ctypes.data for s in sets}) == len(sets)
+
+
+def test_info_shows_hip(tmp_path):
+    p = subprocess.run([sys.executable, "-m", "kbench", "info"], capture_output=True, text=True,
+                       timeout=120, env=dict(os.environ, KBENCH_HIP_LIBRARY="/nonexistent.so"))
+    assert p.returncode == 0, p.stderr
+    lines = [ln for ln in p.stdout.splitlines() if "HIP" in ln or ln.startswith("  hip")]
+    if getattr(_core, "HAVE_HIP", 0):
+        assert any("no per-kernel attribution" in ln for ln in lines)
+        assert any(ln.startswith("  hip ") and "KBENCH_HIP_LIBRARY=/nonexistent.so" in ln
+                   for ln in lines)
+    else:
+        assert any("not built" in ln for ln in lines)
+
+
+# ------------------------------------------------------------------ on a GPU, forwarded
+
+GPU_SCRIPT = """
+import json, sys, torch, kbench
+assert torch.cuda.is_available()
+out = {}
+n = 1 << 24
+x = torch.randn(n, device="cuda"); y = torch.randn(n, device="cuda")
+add = lambda a, b: a + b
+for cold in (None, "rotate", "flush"):
+    r = kbench.bench(add, x, y, backend="hip", cold_cache=cold, check=lambda a, b: a + b,
+                     bytes=3 * 4 * n, max_time_s=3, memory=False)
+    out[f"add_{cold}"] = {"median": r.median, "backend": r.backend, "cold": r.cold_cache,
+                          "hip": r.extra["hip"], "post": r.extra.get("post_check"),
+                          "warnings": r.warnings, "n": len(r.samples)}
+m = 4096
+a = torch.randn(m, m, device="cuda", dtype=torch.bfloat16)
+b = torch.randn(m, m, device="cuda", dtype=torch.bfloat16)
+r = kbench.bench(torch.matmul, a, b, backend="hip", cold_cache="rotate",
+                 check=lambda a, b: (a.float() @ b.float()).to(torch.bfloat16), rtol=2e-2,
+                 atol=2e-1, flops=2 * m ** 3, max_time_s=3, memory=False)
+out["gemm"] = {"median": r.median, "backend": r.backend, "post": r.extra.get("post_check"),
+               "tflops": 2 * m ** 3 / r.median / 1e12, "cold": r.cold_cache}
+print("RESULT" + json.dumps(out, default=str))
+"""
+
+
+def _torch_cuda_reason():
+    try:
+        import torch
+    except ImportError:
+        return "needs torch"
+    if not torch.cuda.is_available():
+        return "needs a GPU visible to torch"
+    if getattr(torch.version, "hip", None):
+        return "a ROCm torch: test_hip_on_amd covers this machine"
+    return None
+
+
+@pytest.mark.gpu
+@needs_hip_build
+@pytest.mark.skipif(_torch_cuda_reason() is not None, reason=str(_torch_cuda_reason()))
+def test_hip_backend_through_forwarder(tmp_path):
+    lib = build_forwarder(tmp_path)
+    p = run_py(GPU_SCRIPT, {"KBENCH_HIP_LIBRARY": str(lib)}, timeout=600)
+    assert p.returncode == 0, p.stderr[-4000:]
+    res = json.loads(p.stdout.split("RESULT", 1)[1])
+    for key in ("add_None", "add_rotate", "add_flush"):
+        r = res[key]
+        assert r["backend"] == "hip" and r["post"]["ok"], r
+        assert r["hip"]["gate"]["gated"], r["hip"]["gate"]
+        assert any("not AMD figures" in w for w in r["warnings"])
+        # 16M floats, 3 arrays: 200 MB at most ~4.8 TB/s on an H200 is >= 40 us
+        assert 20e-6 < r["median"] < 5e-3, r
+    assert res["add_rotate"]["cold"]["evicts"] is True
+    assert res["add_flush"]["hip"]["flush_bytes"] > 0
+    assert res["gemm"]["backend"] == "hip" and res["gemm"]["post"]["ok"]
+    assert 50 < res["gemm"]["tflops"] < 1500, res["gemm"]
