@@ -190,6 +190,18 @@ def _clocks(ordinal: int) -> Dict[str, Any]:
         return {"available": False, "why": str(e).splitlines()[0]}
 
 
+def _clock_summary(clocks: Dict[str, Any]) -> str:
+    b, a = clocks["before"], clocks["after"]
+    if not b.get("available"):
+        return f"no clock readings: {b.get('why')}"
+
+    def fmt(d: Dict[str, Any]) -> str:
+        parts = [f"{d[k]:.0f} {unit}" for k, unit in (("sclk_mhz", "MHz"), ("power_w", "W"),
+                                                      ("temp_c", "C")) if d.get(k) is not None]
+        return ", ".join(parts) or "no readings"
+    return f"ROCm SMI before: {fmt(b)}; after: {fmt(a) if a.get('available') else a.get('why')}"
+
+
 def _options(backend_options: Dict[str, Any]) -> Dict[str, Any]:
     unknown = sorted(set(backend_options) - set(_KNOWN_OPTIONS))
     if unknown:
@@ -295,8 +307,7 @@ def run(fn: Callable[..., Any], sets: List[Tuple[Any, ...]], kwargs: Dict[str, A
                                      f"match the reference:\n{cmp.report()}")
     extra["clocks"] = {"before": clocks_before, "after": _clocks(ordinal),
                        "source": "ROCm SMI (librocm_smi64), one reading before and after"}
-    if not clocks_before.get("available"):
-        extra["clocks"]["summary"] = f"no clock readings: {clocks_before.get('why')}"
+    extra["clocks"]["summary"] = _clock_summary(extra["clocks"])
     extra["device"] = dict(info, llc_bytes=llc, llc=llc_what, backend="hip")
     extra["warnings"] = warn
     return raw, cold, extra, str(info.get("name") or f"HIP device {ordinal}"), None

@@ -25,7 +25,7 @@ from kbench.coldcache import make_rotation_sets, rotation_count, rotation_shortf
 
 HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE / "hip_forward"))
-from build import build as build_forwarder  # noqa: E402
+from build_forwarder import build as build_forwarder  # noqa: E402
 
 needs_hip_build = pytest.mark.skipif(not getattr(_core, "HAVE_HIP", 0),
                                      reason="kbench._core built with KBENCH_NO_CUDA=1: no HIP "
@@ -341,3 +341,26 @@ def test_hip_backend_through_forwarder(tmp_path):
     assert res["add_flush"]["hip"]["flush_bytes"] > 0
     assert res["gemm"]["backend"] == "hip" and res["gemm"]["post"]["ok"]
     assert 50 < res["gemm"]["tflops"] < 1500, res["gemm"]
+
+
+def _rocm_torch_reason():
+    try:
+        import torch
+    except ImportError:
+        return "needs torch"
+    if not getattr(torch.version, "hip", None):
+        return "needs a ROCm build of torch and an AMD GPU"
+    if not torch.cuda.is_available():
+        return "a ROCm torch, but no AMD GPU visible"
+    return None
+
+
+# not marked gpu: conftest's gpu skip asks for a CUDA device, which an AMD machine lacks
+@needs_hip_build
+@pytest.mark.skipif(_rocm_torch_reason() is not None, reason=str(_rocm_torch_reason()))
+def test_hip_on_amd():
+    """On a ROCm machine: the same cases with the real libamdhip64 (shared with torch's)."""
+    p = run_py(GPU_SCRIPT.replace('backend="hip"', 'backend="auto"'), {}, timeout=600)
+    assert p.returncode == 0, p.stderr[-4000:]
+    res = json.loads(p.stdout.split("RESULT", 1)[1])
+    assert all(res[k]["backend"] == "hip" and res[k]["post"]["ok"] for k in res)

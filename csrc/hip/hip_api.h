@@ -77,7 +77,11 @@ int kb_measure_hip_module_init(PyObject *m);    /* measure_hip.c */
 /* hip_graph.c: the HipGraph object, for measure_hip.c. */
 int kb_hip_graph_unpack(PyObject *m, PyObject *obj, kb_hipGraphExec_t *exec, int *device);
 
-/* hip_device.c: make `ordinal` the calling thread's device (ValueError when out of range). */
-int kb_hip_use_device(PyObject *m, const kb_hip_api *hip, int ordinal);
+/* hip_device.c: make `ordinal` the calling thread's device (ValueError when out of range);
+ * *prev (may be NULL) gets the device that was current, for kb_hip_restore_device: a ROCm
+ * torch shares this runtime and its current device must not move under it. */
+int kb_hip_use_device(PyObject *m, const kb_hip_api *hip, int ordinal, int *prev);
+/* Make `prev` current again (prev < 0: nothing to do); a failure is ignored (no exception). */
+void kb_hip_restore_device(const kb_hip_api *hip, int prev);
 
 #endif /* KBENCH_HIP_API_H */

@@ -6,9 +6,11 @@
 
 #include <string.h>
 
-int kb_hip_use_device(PyObject *m, const kb_hip_api *hip, int ordinal)
+int kb_hip_use_device(PyObject *m, const kb_hip_api *hip, int ordinal, int *prev)
 {
     int n = 0;
+    if (prev != NULL && hip->hipGetDevice(prev) != KB_hipSuccess)
+        *prev = -1;
     if (KB_HIP(m, hip->hipGetDeviceCount(&n)) < 0)
         return -1;
     if (ordinal < 0 || ordinal >= n) {
@@ -17,7 +19,16 @@ int kb_hip_use_device(PyObject *m, const kb_hip_api *hip, int ordinal)
                      ordinal, n);
         return -1;
     }
+    if (prev != NULL && *prev == ordinal)
+        return 0;
     return KB_HIP(m, hip->hipSetDevice(ordinal));
+}
+
+void kb_hip_restore_device(const kb_hip_api *hip, int prev)
+{
+    int now = -1;
+    if (prev >= 0 && (hip->hipGetDevice(&now) != KB_hipSuccess || now != prev))
+        hip->hipSetDevice(prev);
 }
 
 static PyObject *hip_device_count(PyObject *m, PyObject *Py_UNUSED(ignored))
@@ -45,14 +56,24 @@ static int put_attr(PyObject *m, const kb_hip_api *hip, PyObject *d, const char 
     return kb_dict_set_steal(d, key, PyLong_FromLongLong((long long)v * scale));
 }
 
+static PyObject *device_dict(PyObject *m, const kb_hip_api *hip, int dev);
+
 static PyObject *hip_device_info(PyObject *m, PyObject *arg)
 {
     int dev = PyLong_AsLong(arg);
     if (dev == -1 && PyErr_Occurred())
         return NULL;
     const kb_hip_api *hip = kb_hip(m);
-    if (hip == NULL || kb_hip_use_device(m, hip, dev) < 0)
+    int prev = -1;
+    if (hip == NULL || kb_hip_use_device(m, hip, dev, &prev) < 0)
         return NULL;
+    PyObject *d = device_dict(m, hip, dev);
+    kb_hip_restore_device(hip, prev);
+    return d;
+}
+
+static PyObject *device_dict(PyObject *m, const kb_hip_api *hip, int dev)
+{
     char name[256] = {0};
     size_t total = 0, free_b = 0, total2 = 0;
     if (KB_HIP(m, hip->hipDeviceGetName(name, (int)sizeof name - 1, dev)) < 0 ||

@@ -150,6 +150,10 @@ static PyObject *record_calls(PyObject *m, const kb_hip_api *hip, kb_hipStream_t
     return outs;
 }
 
+static PyObject *capture(PyObject *m, const kb_hip_api *hip, PyObject *fn, PyObject *sets,
+                         PyObject *kwd, kb_hipStream_t s, kb_hipStreamCaptureMode mode,
+                         int device);
+
 static PyObject *hip_graph_capture(PyObject *m, PyObject *args, PyObject *kw)
 {
     static char *kwlist[] = {"fn", "arg_sets", "kwargs", "stream", "device", "capture_mode",
@@ -170,10 +174,20 @@ static PyObject *hip_graph_capture(PyObject *m, PyObject *args, PyObject *kw)
         return PyErr_Format(PyExc_ValueError, "HIP graph capture needs a non-default stream "
                             "(the null stream cannot be captured): pass stream=<handle>");
     const kb_hip_api *hip = kb_hip(m);
-    if (hip == NULL || kb_hip_use_device(m, hip, device) < 0)
+    int prev = -1;
+    if (hip == NULL || kb_hip_use_device(m, hip, device, &prev) < 0)
         return NULL;
-    kb_hipStream_t s = (kb_hipStream_t)(uintptr_t)stream;
-    PyObject *kwd = kwargs == Py_None ? NULL : kwargs;
+    PyObject *g = capture(m, hip, fn, sets, kwargs == Py_None ? NULL : kwargs,
+                          (kb_hipStream_t)(uintptr_t)stream, mode, device);
+    kb_hip_restore_device(hip, prev);
+    return g;
+}
+
+/* The capture itself, on the device made current by the caller. */
+static PyObject *capture(PyObject *m, const kb_hip_api *hip, PyObject *fn, PyObject *sets,
+                         PyObject *kwd, kb_hipStream_t s, kb_hipStreamCaptureMode mode,
+                         int device)
+{
     if (KB_HIP(m, hip->hipStreamBeginCapture(s, mode)) < 0)
         return NULL;
     PyObject *outs = record_calls(m, hip, s, fn, sets, kwd);

@@ -210,7 +210,7 @@ static PyObject *measure_hip(PyObject *m, PyObject *args, PyObject *kw)
     hip_opts o;
     kb_loop_config cfg;
     kb_loop_result res;
-    int locked = 0;
+    int locked = 0, prev = -1;
     memset(&c, 0, sizeof c);
     memset(&res, 0, sizeof res);
     if (!PyArg_ParseTuple(args, "O!:measure_hip", &PyTuple_Type, &graphs))
@@ -227,7 +227,7 @@ static PyObject *measure_hip(PyObject *m, PyObject *args, PyObject *kw)
     c.unroll = o.unroll;
     c.flush_bytes = (size_t)o.flush_bytes;
     c.chunk = c.chunk0 = o.gate_batch;
-    if ((c.hip = kb_hip(m)) == NULL || kb_hip_use_device(m, c.hip, (int)o.device) < 0)
+    if ((c.hip = kb_hip(m)) == NULL || kb_hip_use_device(m, c.hip, (int)o.device, &prev) < 0)
         goto done;
     if (ctx_init(&c, graphs, (int)o.device, o.gate_timeout, o.gate) < 0)
         goto done;
@@ -245,6 +245,8 @@ done:
     if (locked)
         kb_measure_lock_release(m);
     ctx_fini(&c);
+    if (c.hip != NULL)
+        kb_hip_restore_device(c.hip, prev);
     kb_loop_result_free(&res);
     Py_XDECREF(opts);
     return out;

@@ -1,5 +1,5 @@
 """Build the HIP-on-CUDA forwarding library (hip_forward.c) with gcc: no CUDA or HIP header is
-needed, libcuda is opened at run time. `python tests/hip_forward/build.py OUT_DIR` prints the
+needed, libcuda is opened at run time. `python tests/hip_forward/build_forwarder.py OUT_DIR` prints the
 path; tests and benchmarks import build()."""
 from __future__ import annotations
 
