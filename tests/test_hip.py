@@ -25,7 +25,7 @@ from kbench.coldcache import make_rotation_sets, rotation_count, rotation_shortf
 
 HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE / "hip_forward"))
-from build_forwarder import build as build_forwarder  # noqa: E402
+from build_forwarder import FAKE, build as build_forwarder  # noqa: E402
 
 needs_hip_build = pytest.mark.skipif(not getattr(_core, "HAVE_HIP", 0),
                                      reason="kbench._core built with KBENCH_NO_CUDA=1: no HIP "
@@ -154,6 +154,82 @@ def test_argument_errors_before_any_library():
         _core.hip_graph_capture(lambda: None, ((),), None, stream=1, capture_mode="loose")
     with pytest.raises(TypeError, match="tuple"):
         _core.hip_graph_capture(lambda: None, [()], None, stream=1)
+
+
+# ------------------------------------------------------------------ the whole path on the CPU
+
+FAKE_SCRIPT = """
+import json, numpy as np, kbench, kbench._core as c
+out = {}
+a = np.arange(1 << 16, dtype=np.float32)
+calls = []
+def add(x, y):
+    calls.append(x.ctypes.data)
+    return x + y
+for cold in (None, "rotate", "flush"):
+    calls.clear()
+    r = kbench.bench(add, a, a, device="cuda", backend="hip", stream=1, cold_cache=cold,
+                     check=lambda x, y: x + y, max_time_s=0.3, memory=False)
+    out[str(cold)] = {"backend": r.backend, "device": r.device, "median": r.median,
+                      "n": len(r.samples), "hip": r.extra["hip"], "cold": r.cold_cache,
+                      "graphs": r.extra["graph"]["graphs"], "unroll": r.extra["unroll"],
+                      "distinct_captured": len(set(calls)), "post": r.extra.get("post_check"),
+                      "warnings": r.warnings, "attribution": r.extra["attribution"],
+                      "clocks": r.extra["clocks"]["summary"], "gpu": r.metadata.get("gpu", {})}
+try:
+    kbench.bench(add, a, a, device="cuda", backend="hip", stream=1, unroll=4,
+                 cold_cache="flush", memory=False)
+except ValueError as e:
+    out["flush_unroll"] = str(e)
+g = c.hip_graph_capture(add, ((a, a), (a, a)), None, stream=1)
+out["graph_calls"] = g.calls
+try:
+    c.hip_graph_capture(lambda: 1 / 0, ((),), None, stream=1)
+except ZeroDivisionError as e:
+    out["raised_in_capture"] = e.__notes__[0]
+g2 = c.hip_graph_capture(add, ((a, a),), None, stream=1)     # the capture was ended
+out["after_failed_capture"] = g2.calls
+print("RESULT" + json.dumps(out, default=str))
+"""
+
+
+@needs_hip_build
+@needs_gcc
+@pytest.mark.parametrize("gated", [True, False])
+def test_whole_hip_path_on_a_fake_runtime(tmp_path, gated):
+    """Loader, capture, gate, the shared loop, flush, rotation and the report, through a CPU
+    stand-in of libamdhip64 (tests/hip_forward/hip_fake.c: a 'launch' busy-waits 20 us)."""
+    lib = build_forwarder(tmp_path, FAKE)
+    env = {"KBENCH_HIP_LIBRARY": str(lib)}
+    if not gated:
+        env["KB_FAKE_NO_WAIT"] = "1"
+    p = run_py(FAKE_SCRIPT, env, timeout=300)
+    assert p.returncode == 0, p.stderr[-4000:]
+    res = json.loads(p.stdout.split("RESULT", 1)[1])
+    for cold in ("None", "rotate", "flush"):
+        r = res[cold]
+        assert r["backend"] == "hip" and r["device"] == "kbench fake HIP device"
+        assert r["post"]["ok"] and r["n"] >= 10
+        # each sample is one replay's event time / calls in it: ~20 us of busy-wait per call
+        assert 15e-6 < r["median"] < 200e-6, r["median"]
+        assert r["hip"]["gate"]["gated"] is gated
+        if not gated:
+            assert any("ungated" in w and "hipStreamWaitValue32" in w for w in r["warnings"])
+        assert "no per-kernel attribution" in r["attribution"]
+        assert "no clock readings" in r["clocks"]
+        assert r["gpu"]["llc_bytes"] == 4 << 20 and r["gpu"]["backend"] == "hip"
+        assert any("not AMD figures" in w for w in r["warnings"])
+    rot = res["rotate"]
+    # 4 MB cache, 512 KB sets: ceil(2 x 4 MB / 512 KB) + 1 sets, one graph each (unroll 1)
+    assert rot["cold"]["arg_sets"] == 17 and rot["cold"]["evicts"] is True
+    assert rot["graphs"] == 17 and rot["distinct_captured"] == 17
+    assert res["flush"]["hip"]["flush_bytes"] == 8 << 20
+    assert res["flush"]["cold"]["flush_bytes"] == 8 << 20
+    assert res["None"]["hip"]["flush_bytes"] == 0 and res["None"]["graphs"] == 1
+    assert "unroll=4" in res["flush_unroll"]
+    assert res["graph_calls"] == 2
+    assert "during HIP graph capture" in res["raised_in_capture"]
+    assert res["after_failed_capture"] == 1
 
 
 # ------------------------------------------------------------------ selection
