@@ -172,7 +172,7 @@ def _capture(fn, sets, kwargs, unroll: int, n_graphs: int, stream: int, ordinal:
     graphs = []
     for gi in range(n_graphs):
         chunk = tuple(sets[(gi * unroll + u) % len(sets)] for u in range(unroll))
-        if torch is not None:
+        if side is not None:
             with torch.cuda.stream(side):
                 g = _core.hip_graph_capture(fn, chunk, kwargs or None, stream=stream,
                                             device=ordinal, capture_mode=capture_mode)
@@ -225,14 +225,16 @@ def run(fn: Callable[..., Any], sets: List[Tuple[Any, ...]], kwargs: Dict[str, A
     info = device_info(ordinal)
     llc, llc_what = last_level_cache(info)
     torch = _torch_for(sets, kwargs)
+    # side: the torch stream the callable's work goes to (made current around its calls)
     stream, side = opts.get("stream"), None
     if torch is not None and stream is None:
         side = torch.cuda.Stream(device=ordinal)
-        side.wait_stream(torch.cuda.current_stream(ordinal))
         stream = int(side.cuda_stream)
     elif stream is not None and not isinstance(stream, int):
-        side = stream
+        side = stream if torch is not None else None
         stream = int(getattr(stream, "cuda_stream", getattr(stream, "ptr", 0)))
+    elif torch is not None and stream:
+        side = torch.cuda.ExternalStream(stream, device=ordinal)
     if not stream:
         raise ValueError("the HIP backend captures graphs, which needs a non-default stream: "
                          "pass stream= (a hipStream_t handle or a torch stream), or torch "
@@ -251,8 +253,11 @@ def run(fn: Callable[..., Any], sets: List[Tuple[Any, ...]], kwargs: Dict[str, A
                     arg_sets=len(sets))
         flag_rotation(cold, [footprint(a) for a in sets], llc, warn)
 
+    # the capture stream must see what the caller's stream queued (the rotation's clones)
+    if torch is not None and side is not None:
+        side.wait_stream(torch.cuda.current_stream(ordinal))
     # warm-up on the capture stream, so the allocator holds the blocks the capture will use
-    eager_t = _eager_estimate(fn, sets, kwargs, torch, side) if torch is not None else 0.0
+    eager_t = _eager_estimate(fn, sets, kwargs, torch, side) if side is not None else 0.0
     unroll = opts.get("unroll")
     if cold_cache == "flush":
         if unroll not in (None, 1):
@@ -267,7 +272,11 @@ def run(fn: Callable[..., Any], sets: List[Tuple[Any, ...]], kwargs: Dict[str, A
     last_out = graphs[-1].outputs[-1]
     out_kw = output if output is not None else kwargs.get("out")
     from .cuda import _poison           # torch/CuPy fill; a ROCm torch's tensors too
-    _poison(last_out if last_out is not None else out_kw)
+    if torch is not None and side is not None:
+        with torch.cuda.stream(side):   # queued before the replays, on their stream
+            _poison(last_out if last_out is not None else out_kw)
+    else:
+        _poison(last_out if last_out is not None else out_kw)
 
     fbytes = int(flush_bytes or 2 * llc) if cold_cache == "flush" else 0
     clocks_before = _clocks(ordinal)
