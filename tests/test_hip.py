@@ -200,7 +200,9 @@ def test_whole_hip_path_on_a_fake_runtime(tmp_path, gated):
     """Loader, capture, gate, the shared loop, flush, rotation and the report, through a CPU
     stand-in of libamdhip64 (tests/hip_forward/hip_fake.c: a 'launch' busy-waits 20 us)."""
     lib = build_forwarder(tmp_path, FAKE)
-    env = {"KBENCH_HIP_LIBRARY": str(lib)}
+    subprocess.run(["gcc", "-shared", "-fPIC", "-o", str(tmp_path / "librocm_smi64.so"),
+                    str(HERE / "hip_forward" / "rsmi_fake.c")], check=True)
+    env = {"KBENCH_HIP_LIBRARY": str(lib), "LD_LIBRARY_PATH": str(tmp_path)}
     if not gated:
         env["KB_FAKE_NO_WAIT"] = "1"
     p = run_py(FAKE_SCRIPT, env, timeout=300)
@@ -216,7 +218,7 @@ def test_whole_hip_path_on_a_fake_runtime(tmp_path, gated):
         if not gated:
             assert any("ungated" in w and "hipStreamWaitValue32" in w for w in r["warnings"])
         assert "no per-kernel attribution" in r["attribution"]
-        assert "no clock readings" in r["clocks"]
+        assert r["clocks"].startswith("ROCm SMI before: 2100 MHz, 350 W, 65 C")
         assert r["gpu"]["llc_bytes"] == 4 << 20 and r["gpu"]["backend"] == "hip"
         assert any("not AMD figures" in w for w in r["warnings"])
     rot = res["rotate"]
@@ -230,6 +232,79 @@ def test_whole_hip_path_on_a_fake_runtime(tmp_path, gated):
     assert res["graph_calls"] == 2
     assert "during HIP graph capture" in res["raised_in_capture"]
     assert res["after_failed_capture"] == 1
+
+
+@needs_hip_build
+@needs_gcc
+def test_gate_watchdog_opens_a_blocked_queue(tmp_path):
+    """A host blocked in a launch behind its own closed gate (a full queue; simulated by the
+    fake) is freed by the watchdog: batches shrink to one iteration, the run ends, and the
+    result says so."""
+    lib = build_forwarder(tmp_path, FAKE)
+    p = run_py("""
+        import json, numpy as np, kbench
+        a = np.ones(1024, dtype=np.float32)
+        r = kbench.bench(lambda x: x * 2, a, device="cuda", backend="hip", stream=1,
+                         cold_cache=None, gate_timeout_s=0.02, warmup_s=0.05, max_time_s=0.3,
+                         memory=False)
+        print("RESULT" + json.dumps({"gate": r.extra["hip"]["gate"], "n": len(r.samples),
+                                     "warnings": r.warnings}))
+    """, {"KBENCH_HIP_LIBRARY": str(lib), "KB_FAKE_FULL_QUEUE": "1"}, timeout=120)
+    assert p.returncode == 0, p.stderr[-4000:]
+    res = json.loads(p.stdout.split("RESULT", 1)[1])
+    g = res["gate"]
+    assert g["gated"] and g["watchdog_fired"] > 0
+    assert g["batch"] == 32 and g["batch_final"] == 1 and g["fired_kept"] > 0
+    assert res["n"] >= 10
+    assert any("watchdog fired" in w for w in res["warnings"])
+
+
+def test_forwarders_export_what_the_loader_resolves(tmp_path):
+    """Every hip* name in KB_HIP_REQUIRED / KB_HIP_OPTIONAL is exported by the forwarder and by
+    the CPU stand-in (a name added to the table without them would fail only on the GPU)."""
+    import re
+    decls = (HERE.parent / "csrc" / "hip" / "hip_decls.h")
+    if not decls.is_file() or shutil.which("gcc") is None or shutil.which("nm") is None:
+        pytest.skip("needs a source checkout, gcc and nm")
+    text = decls.read_text()
+    table = text[text.index("#define KB_HIP_REQUIRED"):text.index("#define KB_HIP_FN_TYPE_")]
+    names = set(re.findall(r"X\((hip\w+),", table))
+    assert len(names) >= 30
+    for src in (FAKE, FAKE.with_name("hip_forward.c")):
+        lib = build_forwarder(tmp_path, src)
+        nm = subprocess.run(["nm", "-D", "--defined-only", str(lib)], capture_output=True,
+                            text=True, check=True).stdout
+        exported = set(re.findall(r" T (hip\w+)$", nm, re.M))
+        assert names <= exported, f"{src.name} lacks {sorted(names - exported)}"
+
+
+@needs_hip_build
+@needs_gcc
+@pytest.mark.parametrize("layout", ["5", "6"])
+def test_rocm_smi_readings_both_layouts(tmp_path, layout):
+    """ROCm SMI is opened lazily and read through either rsmi_frequencies_t layout (ROCm 6 put a
+    bool first); a stand-in librocm_smi64 on LD_LIBRARY_PATH answers."""
+    src = HERE / "hip_forward" / "rsmi_fake.c"
+    subprocess.run(["gcc", "-shared", "-fPIC", "-o", str(tmp_path / "librocm_smi64.so"),
+                    str(src)], check=True)
+    p = run_py("""
+        import json, kbench._core as c
+        before = c.hip_library_status()["rocm_smi"]["state"]
+        snap = c.rocm_smi_snapshot(0)
+        try:
+            c.rocm_smi_snapshot(3)
+        except ValueError as e:
+            bad = str(e)
+        print(json.dumps({"before": before, "snap": snap, "bad": bad,
+                          "after": c.hip_library_status()["rocm_smi"]["state"]}))
+    """, {"LD_LIBRARY_PATH": str(tmp_path), "KB_FAKE_RSMI_LAYOUT": layout})
+    assert p.returncode == 0, p.stderr
+    res = json.loads(p.stdout)
+    assert res["before"] == "not tried" and res["after"] == "loaded"
+    snap = res["snap"]
+    assert snap["sclk_mhz"] == 2100 and snap["mclk_mhz"] == 1300
+    assert snap["power_w"] == 350 and snap["temp_c"] == 65
+    assert "sees 1 device" in res["bad"]
 
 
 # ------------------------------------------------------------------ selection

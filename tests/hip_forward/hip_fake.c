@@ -3,7 +3,9 @@
  * whose "kernels" are the host: a graph launch busy-waits `KB_FAKE_LAUNCH_NS` (20 us), an event
  * records the host clock, a memset writes host memory. It lets the whole HIP path (loader,
  * capture, gate, loop, flush, rotation, report) run without a GPU; its times say nothing about
- * any GPU. KB_FAKE_NO_WAIT=1 in the environment hides hipStreamWaitValue32 (ungated path).
+ * any GPU. KB_FAKE_NO_WAIT=1 in the environment makes hipStreamWaitValue32 fail (the ungated
+ * path); KB_FAKE_FULL_QUEUE=1 makes a launch behind a closed gate wait for the gate to open, as
+ * a host blocked in a full launch queue does (only the gate's watchdog can then open it).
  *
  * Build: gcc -shared -fPIC -O2 -o libhip_fake.so hip_fake.c
  */
@@ -79,8 +81,16 @@ EXPORT hipError_t hipGraphInstantiate(void **e, void *g, void **n, char *log, si
     *e = malloc(8);
     return 0;
 }
+static volatile uint32_t *wait_ptr;     /* KB_FAKE_FULL_QUEUE: the pending gate */
+static uint32_t wait_value;
+
 EXPORT hipError_t hipGraphLaunch(void *e, void *s)
 {
+    if (wait_ptr != NULL) {
+        while (__atomic_load_n(wait_ptr, __ATOMIC_SEQ_CST) < wait_value)
+            ;
+        wait_ptr = NULL;
+    }
     uint64_t end = now_ns() + KB_FAKE_LAUNCH_NS;
     while (now_ns() < end)
         ;
@@ -110,6 +120,12 @@ EXPORT hipError_t hipHostFree(void *p) { free(p); return 0; }
 EXPORT hipError_t hipHostGetDevicePointer(void **d, void *h, unsigned int f) { *d = h; return 0; }
 EXPORT hipError_t hipStreamWaitValue32(void *s, void *p, uint32_t v, unsigned int f, uint32_t m)
 {
-    return getenv("KB_FAKE_NO_WAIT") ? 801 : 0;     /* hipErrorNotSupported: ungated */
+    if (getenv("KB_FAKE_NO_WAIT"))
+        return 801;                                 /* hipErrorNotSupported: ungated */
+    if (getenv("KB_FAKE_FULL_QUEUE") && v > 0) {
+        wait_ptr = p;
+        wait_value = v;
+    }
+    return 0;
 }
 EXPORT long kb_fake_launches(void) { return launches; }
