@@ -244,6 +244,11 @@ def run(fn: Callable[..., Any], sets: List[Tuple[Any, ...]], kwargs: Dict[str, A
     if (why := rccl_capture_warning()) and sys.modules.get("torch.distributed") is not None:
         warn.append(why)
 
+    if cold_cache in ("rotate", "flush") and llc <= 0:
+        raise ValueError(f"cold_cache={cold_cache!r} needs the last-level cache size, and it is "
+                         f"unknown for {info.get('name')!r} (no L2 attribute, not in "
+                         f"kbench.hip.LLC_TABLE): pass flush_bytes= with cold_cache='flush', or "
+                         f"arg_sets= with cold_cache='rotate'")
     cold = {"mode": cold_cache or "none", "cache": llc_what, "cache_bytes": llc}
     if cold_cache == "rotate" and len(sets) == 1:
         sets = make_rotation_sets(sets[0], llc, margin=float(opts.get("rotate_margin", 2.0)),

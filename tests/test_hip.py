@@ -367,6 +367,14 @@ def test_hip_run_refuses_cupti_mode_and_unknown_options():
                 device="cuda", loop={}, keep_busy=True)
 
 
+def test_cold_cache_needs_a_known_llc(monkeypatch):
+    monkeypatch.setattr(hip, "device_info", lambda ordinal: {"name": "mystery", "l2_bytes": 0})
+    for cold in ("rotate", "flush"):
+        with pytest.raises(ValueError, match="last-level cache size.*unknown"):
+            hip.run(lambda x: x, [(np.ones(4),)], {}, cold_cache=cold, flush_bytes=None,
+                    mode=None, device="cuda", loop={}, stream=1)
+
+
 def test_rccl_capture_warning(monkeypatch):
     monkeypatch.setitem(sys.modules, "torch", fake_torch("6.2"))
     monkeypatch.delenv("TORCH_NCCL_BLOCKING_WAIT", raising=False)

@@ -40,20 +40,26 @@ static PyObject *hip_device_count(PyObject *m, PyObject *Py_UNUSED(ignored))
     return PyLong_FromLong(n);
 }
 
-/* An int attribute into d[key]; None when the runtime does not know it (hipErrorInvalidValue:
- * an older runtime, or the forwarder's unmapped ones). */
+/* An int attribute into d[key]; None when the runtime does not give it (an older runtime, or
+ * the forwarder's unmapped ones), with the HIP error name in d["attribute_errors"][key]: a
+ * missing attribute costs that figure, not the device's description. */
 static int put_attr(PyObject *m, const kb_hip_api *hip, PyObject *d, const char *key,
                     kb_hipDeviceAttribute_t a, int dev, long scale)
 {
     int v = 0;
     kb_hipError_t r = hip->hipDeviceGetAttribute(&v, a, dev);
-    if (r == KB_hipErrorInvalidValue || r == KB_hipErrorNotSupported)
-        return PyDict_SetItemString(d, key, Py_None);
-    if (kb_hip_check(m, r, "hip->hipDeviceGetAttribute(&v, a, dev)", __FILE__, __LINE__) < 0) {
-        kb_add_exception_note("reading the device attribute %s", key);
-        return -1;
+    if (r == KB_hipSuccess)
+        return kb_dict_set_steal(d, key, PyLong_FromLongLong((long long)v * scale));
+    PyObject *errs = PyDict_GetItemString(d, "attribute_errors");   /* borrowed */
+    if (errs == NULL) {
+        if (kb_dict_set_steal(d, "attribute_errors", PyDict_New()) < 0)
+            return -1;
+        errs = PyDict_GetItemString(d, "attribute_errors");
     }
-    return kb_dict_set_steal(d, key, PyLong_FromLongLong((long long)v * scale));
+    const char *name = hip->hipGetErrorName(r);
+    if (kb_dict_set_steal(errs, key, PyUnicode_FromString(name ? name : "?")) < 0)
+        return -1;
+    return PyDict_SetItemString(d, key, Py_None);
 }
 
 static PyObject *device_dict(PyObject *m, const kb_hip_api *hip, int dev);
