@@ -90,13 +90,20 @@ def main() -> int:
               f"graph {row['cuda_graph']['median_s'] * 1e6:9.2f} us  hip(fwd) "
               f"{row['hip']['median_s'] * 1e6:9.2f} us  gap {row['gap_hip_vs_cupti']:+.2%}",
               flush=True)
-    out = {"device": torch.cuda.get_device_name(), "torch": torch.__version__,
+    commit = os.environ.get("KBENCH_GIT_COMMIT")
+    if not commit:
+        import subprocess
+        git = subprocess.run(["git", "-C", str(ROOT), "rev-parse", "--short", "HEAD"],
+                             capture_output=True, text=True)
+        commit = git.stdout.strip() or None
+    out = {"commit": commit, "device": torch.cuda.get_device_name(), "torch": torch.__version__,
            "forwarder": str(_lib), "note": "HIP figures through the HIP-on-CUDA forwarder: "
            "kbench's HIP code path on an NVIDIA GPU, not AMD figures", "rows": rows}
     if args.out:
         Path(args.out).write_text(json.dumps(out, indent=1, default=str))
     if args.md:
         lines = [f"# kbench HIP backend through the HIP-on-CUDA forwarder, {out['device']}", "",
+                 f"commit {commit}, torch {torch.__version__}", "",
                  "Not AMD figures: kbench's HIP code path (HIP graph capture, hipStreamWaitValue32 "
                  "gate, HIP events per replay) with every hip* call forwarded to the CUDA driver. "
                  "CUPTI counts kernel time only; HIP events bracket each graph replay, so the "
