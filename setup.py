@@ -51,7 +51,10 @@ ROOT = Path(__file__).parent
 # rules), host (the CPU backend and its cold cache), and the CUDA backend (cuda) with the lazily
 # opened GPU libraries (loaders), both left out only of a KBENCH_NO_CUDA=1 build.
 CORE_DIRS = ("core", "host")
-CUDA_DIRS = ("cuda", "loaders")
+# The HIP backend (hip) needs no HIP header (csrc/hip/hip_api.h declares what it uses), but shares
+# the loaders' helpers, so it builds with the GPU backends and leaves with them under
+# KBENCH_NO_CUDA=1.
+CUDA_DIRS = ("cuda", "loaders", "hip")
 # The packages pyproject.toml pins for the headers (keep the two in step).
 HEADER_PACKAGES = ("nvidia-cuda-runtime", "nvidia-cuda-cupti", "nvidia-cuda-crt")
 HEADER_PINS = " ".join(f"'{n}==13.0.48'" for n in HEADER_PACKAGES)   # as pyproject.toml
@@ -146,7 +149,7 @@ else:
                     if (d / "cupti_version.h").is_file()), None)
     cuda_version = header_define(cuda_h, "CUDA_VERSION")
     cupti_version = header_define(cupti_v, "CUPTI_API_VERSION") if cupti_v else None
-    built = (f"kbench: building _core with backends: host, cuda (CUDA_VERSION {cuda_version}, "
+    built = (f"kbench: building _core with backends: host, cuda, hip (CUDA_VERSION {cuda_version}, "
              f"CUPTI_API_VERSION {cupti_version}; headers from {headers}: "
              + ", ".join(map(str, cuda_incs)) + ")")
 print(built, file=sys.stderr, flush=True)

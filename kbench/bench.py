@@ -147,8 +147,14 @@ def bench(fn: Callable[..., Any], *args: Any,
         if host_note:
             extra.setdefault("warnings", []).append(host_note)
     else:
-        from . import cuda as _cuda          # imported only when a GPU is asked for
-        raw, cold, extra, device_name, peaks = _cuda.run(
+        # backend="hip" (or a ROCm torch) picks the HIP backend; the GPU modules are imported
+        # only when a GPU is asked for
+        from . import hip as _hip
+        if _hip.selected(backend_options):
+            _gpu: Any = _hip
+        else:
+            from . import cuda as _gpu
+        raw, cold, extra, device_name, peaks = _gpu.run(
             fn, sets, kwargs, cold_cache=cold_cache, flush_bytes=flush_bytes, mode=mode,
             device=dev, loop=loop, check=check, rtol=rtol, atol=atol,
             output=_named_output(sets[0], kwargs, out_arg), **backend_options)

@@ -252,6 +252,8 @@ def cmd_info(args: argparse.Namespace) -> int:
             info["cuda_devices"] = [_core.cuda_device_info(i) for i in range(count)]
         except _core.KbenchError as e:
             info["cuda_devices"] = f"unavailable: {e}"
+    from .hip import describe_status, status as hip_status
+    info["hip"] = hip_status()
     if args.json:
         print(json.dumps(info, indent=1, default=str))
         return 0
@@ -265,6 +267,7 @@ def cmd_info(args: argparse.Namespace) -> int:
           f"{timer['read_cost_ns']:.1f} ns, per-sample overhead around an empty call "
           f"{timer['call_overhead_min_ns']} ns (min) / {timer['call_overhead_mean_ns']:.0f} ns (mean)")
     print(describe_build())
+    print("\n".join(describe_status(info["hip"])))
     if not _core.HAVE_CUDA:
         return 0
     print(f"CUDA backend: built against CUDA headers {_core.CUDA_HEADERS_VERSION}")

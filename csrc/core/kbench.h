@@ -14,6 +14,9 @@
  *   loader_*.c      lazy dlopen of libcuda, libcupti, libnvidia-ml, libnvrtc  (CUDA build)
  *   measure_cuda.c, cupti_trace.c, graph.c, coldcache_cuda.c, nvml_sampler.c  (CUDA build)
  *   profile.c       cuProfilerStart/Stop and the device-memory probe around one call  (CUDA)
+ *   watchdog.c      the device gate's watchdog thread, runtime-independent (kb_watchdog.h)
+ *   hip/            the HIP backend: hip_device.c, hip_graph.c, hip_gate.c, measure_hip.c, with
+ *                   loader_hip.c and loader_rocm_smi.c (GPU build; no HIP header needed)
  *
  * Every function that can fail returns -1 (or NULL) with a Python exception set,
  * and 0 (or a new reference) otherwise, unless its comment says differently.
@@ -41,7 +44,10 @@ typedef struct {
     PyObject *CuptiBusy;        /* CUPTI is owned by another profiler (CuptiError) */
     PyObject *NvmlError;        /* an NVML call failed */
     PyObject *NvrtcError;       /* NVRTC failed to compile a kernel */
+    PyObject *HipError;         /* a HIP runtime call failed (csrc/hip) */
+    PyObject *RocmSmiError;     /* a ROCm SMI call failed */
     struct kb_gpu_libs *gpu;    /* NULL until a GPU library is first asked for */
+    struct kb_hip_libs *hip;    /* csrc/hip/hip_api.h: NULL until HIP or ROCm SMI is asked for */
     void *cuda_primary[64];     /* CUcontext: primary contexts kbench retained, kept while the
                                    module lives (releasing the last reference would destroy
                                    the context and every allocation in it) */
@@ -73,6 +79,10 @@ void kb_gpu_state_free(kb_state *st);  /* loader_common.c: frees st->gpu */
 /* Stop the thread that detaches a lingering CUPTI subscriber (cupti_trace.c; module free,
  * before kb_gpu_state_free). No Python. */
 void kb_cupti_session_shutdown(void);
+/* The HIP backend (csrc/hip, loaders/loader_hip.c, loader_rocm_smi.c): part of every GPU build;
+ * it needs no HIP header. */
+int kb_hip_module_init(PyObject *m);
+void kb_hip_module_free(kb_state *st);
 #endif
 
 /* ------------------------------------------------------------------ clock.c */

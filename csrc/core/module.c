@@ -169,14 +169,15 @@ static int core_exec(PyObject *m)
         goto error;
 #ifdef KB_HAVE_CUDA
     if (kb_gpu_module_init(m) < 0 || kb_measure_cuda_module_init(m) < 0 ||
-        kb_profile_module_init(m) < 0)
+        kb_profile_module_init(m) < 0 || kb_hip_module_init(m) < 0)
         goto error;
     if (PyModule_AddIntConstant(m, "HAVE_CUDA", 1) < 0)
         goto error;
     if (PyModule_AddIntConstant(m, "CUDA_HEADERS_VERSION", CUDA_VERSION) < 0)
         goto error;
 #else
-    if (PyModule_AddIntConstant(m, "HAVE_CUDA", 0) < 0)
+    if (PyModule_AddIntConstant(m, "HAVE_CUDA", 0) < 0 ||
+        PyModule_AddIntConstant(m, "HAVE_HIP", 0) < 0)
         goto error;
     if (PyModule_AddIntConstant(m, "CUDA_HEADERS_VERSION", 0) < 0)
         goto error;
@@ -199,6 +200,8 @@ static int core_traverse(PyObject *m, visitproc visit, void *arg)
     Py_VISIT(st->CuptiBusy);
     Py_VISIT(st->NvmlError);
     Py_VISIT(st->NvrtcError);
+    Py_VISIT(st->HipError);
+    Py_VISIT(st->RocmSmiError);
     return 0;
 }
 
@@ -213,6 +216,8 @@ static int core_clear(PyObject *m)
     Py_CLEAR(st->CuptiBusy);
     Py_CLEAR(st->NvmlError);
     Py_CLEAR(st->NvrtcError);
+    Py_CLEAR(st->HipError);
+    Py_CLEAR(st->RocmSmiError);
     return 0;
 }
 
@@ -226,6 +231,7 @@ static void core_free(void *m)
 #ifdef KB_HAVE_CUDA
     kb_cupti_session_shutdown();    /* the CUPTI linger thread, before the libraries go */
     kb_gpu_state_free(kb_get_state((PyObject *)m));
+    kb_hip_module_free(kb_get_state((PyObject *)m));
 #endif
 }
 

@@ -1,0 +1,30 @@
+/* hip_backend.h -- what the files of the HIP backend share (hip_gate.c, measure_hip.c). */
+#ifndef KBENCH_HIP_BACKEND_H
+#define KBENCH_HIP_BACKEND_H
+
+#include "hip_api.h"
+#include "kb_watchdog.h"
+
+/* The device gate: hipStreamWaitValue32(stream, flag >= generation) is queued before a batch, so
+ * the host's launch gaps are not timed; the host (or the watchdog, after timeout_s) stores the
+ * generation to release the batch. */
+typedef struct {
+    int enabled;                /* 1: batches are gated; 0: ungated (why_not says why) */
+    char why_not[160];
+    volatile uint32_t *host_flag;   /* hipHostMalloc'd, mapped */
+    void *dev_flag;
+    kb_watchdog wd;
+} kb_hip_gate;
+
+/* Set the gate up on stream s of device `dev`, or leave it disabled with the reason (a runtime
+ * without hipStreamWaitValue32, a device that says it cannot wait on a value, a wait that the
+ * runtime refuses). -1 only with an exception (a failed call other than the gate's own probe). */
+int kb_hip_gate_init(PyObject *m, const kb_hip_api *hip, kb_hip_gate *g, kb_hipStream_t s,
+                     int dev, double timeout_s);
+/* Queue the wait (GIL released: no Python). The failed HIP code, or 0. */
+kb_hipError_t kb_hip_gate_close(const kb_hip_api *hip, kb_hip_gate *g, kb_hipStream_t s);
+/* Release the batch; 1 when the watchdog had released it already (launch gaps were timed). */
+int kb_hip_gate_open(kb_hip_gate *g);
+void kb_hip_gate_fini(const kb_hip_api *hip, kb_hip_gate *g);
+
+#endif /* KBENCH_HIP_BACKEND_H */

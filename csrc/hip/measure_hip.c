@@ -1,0 +1,267 @@
+/* measure_hip.c -- the HIP backend: HIP events around HIP graph replays, driven by the shared
+ * loop (measure.c: warm-up, batches, stop rules).
+ *
+ * Each iteration replays the next graph of the rotation (the cursor cycles through them, so a
+ * rotation of k pointer-distinct argument sets captured into k graphs touches a different set
+ * every replay) between two events; cold="flush" memsets a buffer larger than the last-level
+ * cache before the start event, outside the timed interval. A batch is queued behind the device
+ * gate (hip_gate.c) and released at once, so the host's launch gaps are not timed. HIP has no
+ * CUPTI: there is no per-kernel attribution, only the replay's event time (divided by `unroll`,
+ * the calls captured per graph).
+ */
+#include "hip_backend.h"
+
+#include <stdlib.h>
+#include <string.h>
+
+typedef struct {
+    PyObject *m;
+    const kb_hip_api *hip;
+    kb_hipStream_t s;
+    kb_hipGraphExec_t *execs;
+    Py_ssize_t n_graphs, next;      /* the rotation cursor */
+    double unroll;                  /* callable calls per replay */
+    kb_cold_mode cold;
+    void *flush_buf;
+    size_t flush_bytes;
+    unsigned char flush_seed;
+    kb_hipEvent_t *ev;              /* 2 per iteration of a chunk */
+    Py_ssize_t chunk, chunk0;       /* iterations per gated chunk (halved when the watchdog fires) */
+    kb_hip_gate gate;
+    long fired, fired_kept, chunks;
+} hip_ctx;
+
+/* Queue and time k iterations (GIL released by the caller). *fired: the watchdog opened it. */
+static void run_chunk(hip_ctx *c, Py_ssize_t k, double *out, int *fired, kb_deferred *d)
+{
+    const kb_hip_api *hip = c->hip;
+    Py_ssize_t first = c->next;
+    if (c->gate.enabled)
+        KB_DEFER(d, kb_hip_gate_close(hip, &c->gate, c->s));
+    for (Py_ssize_t j = 0; j < k; j++) {
+        if (c->cold == KB_COLD_FLUSH)
+            KB_DEFER(d, hip->hipMemsetAsync(c->flush_buf, c->flush_seed++, c->flush_bytes, c->s));
+        KB_DEFER(d, hip->hipEventRecord(c->ev[2 * j], c->s));
+        KB_DEFER(d, hip->hipGraphLaunch(c->execs[c->next], c->s));
+        KB_DEFER(d, hip->hipEventRecord(c->ev[2 * j + 1], c->s));
+        if (++c->next == c->n_graphs)
+            c->next = 0;
+    }
+    *fired = c->gate.enabled ? kb_hip_gate_open(&c->gate) : 0;   /* always: never leave it shut */
+    KB_DEFER(d, hip->hipEventSynchronize(c->ev[2 * k - 1]));
+    for (Py_ssize_t j = 0; j < k; j++) {
+        float ms = 0.0f;
+        KB_DEFER(d, hip->hipEventElapsedTime(&ms, c->ev[2 * j], c->ev[2 * j + 1]));
+        out[j] = (double)ms * 1e-3 / c->unroll;
+    }
+    if (*fired && k > 1)
+        c->next = first;            /* re-measured: the same graphs again */
+    c->chunks++;
+}
+
+static int hip_run_batch(kb_backend *b, Py_ssize_t n, double *out, int warmup)
+{
+    hip_ctx *c = b->ctx;
+    Py_ssize_t i = 0;
+    while (i < n) {
+        Py_ssize_t k = n - i < c->chunk ? n - i : c->chunk;
+        kb_deferred d = KB_DEFERRED_INIT;
+        int fired = 0;
+        Py_BEGIN_ALLOW_THREADS
+        run_chunk(c, k, out + i, &fired, &d);
+        Py_END_ALLOW_THREADS
+        if (KB_HIP_RAISE(c->m, &d) < 0)
+            return -1;
+        if (PyErr_CheckSignals() < 0)
+            return -1;
+        if (fired) {
+            c->fired++;
+            if (k > 1) {            /* launch gaps may be in these samples: smaller, again */
+                c->chunk = k / 2 > 0 ? k / 2 : 1;
+                continue;
+            }
+            c->fired_kept++;
+        }
+        i += k;
+    }
+    return 0;
+}
+
+static int ctx_init(hip_ctx *c, PyObject *graphs, int device, double gate_timeout, int use_gate)
+{
+    const kb_hip_api *hip = c->hip;
+    c->n_graphs = PyTuple_GET_SIZE(graphs);
+    c->execs = calloc((size_t)c->n_graphs, sizeof *c->execs);
+    c->ev = calloc((size_t)(2 * c->chunk), sizeof *c->ev);
+    if (c->execs == NULL || c->ev == NULL) {
+        PyErr_NoMemory();
+        return -1;
+    }
+    for (Py_ssize_t i = 0; i < c->n_graphs; i++) {
+        int gdev = 0;
+        if (kb_hip_graph_unpack(c->m, PyTuple_GET_ITEM(graphs, i), &c->execs[i], &gdev) < 0)
+            return -1;
+        if (gdev != device) {
+            PyErr_Format(PyExc_ValueError, "graphs[%zd] was captured on HIP device %d, not on "
+                         "device %d", i, gdev, device);
+            return -1;
+        }
+    }
+    for (Py_ssize_t i = 0; i < 2 * c->chunk; i++)
+        if (KB_HIP(c->m, hip->hipEventCreate(&c->ev[i])) < 0)
+            return -1;
+    if (c->cold == KB_COLD_FLUSH) {
+        if (c->flush_bytes == 0) {
+            PyErr_SetString(PyExc_ValueError, "cold='flush' needs flush_bytes > 0 (kbench.hip "
+                            "passes twice the last-level cache)");
+            return -1;
+        }
+        if (KB_HIP(c->m, hip->hipMalloc(&c->flush_buf, c->flush_bytes)) < 0)
+            return -1;
+    }
+    if (use_gate)
+        return kb_hip_gate_init(c->m, hip, &c->gate, c->s, device, gate_timeout);
+    snprintf(c->gate.why_not, sizeof c->gate.why_not, "gate=False");
+    return 0;
+}
+
+static void ctx_fini(hip_ctx *c)
+{
+    const kb_hip_api *hip = c->hip;
+    if (hip == NULL)
+        return;
+    if (c->ev != NULL && c->s != NULL)
+        hip->hipStreamSynchronize(c->s);     /* nothing queued may outlive its events */
+    kb_hip_gate_fini(hip, &c->gate);
+    for (Py_ssize_t i = 0; c->ev != NULL && i < 2 * c->chunk0; i++)
+        if (c->ev[i])
+            hip->hipEventDestroy(c->ev[i]);
+    if (c->flush_buf)
+        hip->hipFree(c->flush_buf);
+    free(c->ev);
+    free(c->execs);
+}
+
+static PyObject *hip_report(const hip_ctx *c)
+{
+    return Py_BuildValue(
+        "{s:{s:O,s:z,s:n,s:n,s:l,s:l},s:n,s:d,s:K,s:l,s:s}",
+        "gate", "gated", c->gate.enabled ? Py_True : Py_False, "why_not",
+        c->gate.enabled ? NULL : c->gate.why_not, "batch", c->chunk0, "batch_final", c->chunk,
+        "watchdog_fired", c->fired, "fired_kept", c->fired_kept,
+        "graphs", c->n_graphs, "unroll", c->unroll,
+        "flush_bytes", (unsigned long long)(c->cold == KB_COLD_FLUSH ? c->flush_bytes : 0),
+        "chunks", c->chunks,
+        "attribution", "none: HIP has no CUPTI-style per-kernel activity records; each sample "
+                       "is the HIP-event time of one graph replay divided by the calls in it");
+}
+
+static int pop_opt(PyObject *opts, const char *key, PyObject **out)
+{
+    *out = PyDict_GetItemString(opts, key);
+    return *out ? PyDict_DelItemString(opts, key) : 0;
+}
+
+typedef struct {
+    unsigned long long stream;
+    Py_ssize_t device, flush_bytes, gate_batch;
+    double gate_timeout, unroll;
+    int gate;
+} hip_opts;
+
+static int parse_opts(PyObject *opts, hip_opts *o)
+{
+    PyObject *v;
+    o->device = 0, o->flush_bytes = 0, o->gate_batch = 32, o->gate_timeout = 1.0;
+    o->unroll = 1.0, o->gate = 1, o->stream = 0;
+    if (pop_opt(opts, "stream", &v) < 0)
+        return -1;
+    if (v == NULL || (o->stream = PyLong_AsUnsignedLongLong(v), PyErr_Occurred())) {
+        if (!PyErr_Occurred())
+            PyErr_SetString(PyExc_TypeError, "measure_hip needs stream= (a hipStream_t handle)");
+        return -1;
+    }
+#define KB_POP_(key, expr)                                                                     \
+    if (pop_opt(opts, key, &v) < 0 || (v != NULL && ((expr), PyErr_Occurred())))              \
+        return -1;
+    KB_POP_("device", o->device = PyLong_AsSsize_t(v))
+    KB_POP_("flush_bytes", o->flush_bytes = PyLong_AsSsize_t(v))
+    KB_POP_("gate_batch", o->gate_batch = PyLong_AsSsize_t(v))
+    KB_POP_("gate_timeout_s", o->gate_timeout = PyFloat_AsDouble(v))
+    KB_POP_("unroll", o->unroll = PyFloat_AsDouble(v))
+    KB_POP_("gate", o->gate = PyObject_IsTrue(v))
+#undef KB_POP_
+    if (o->flush_bytes < 0 || o->gate_batch < 1 || o->gate_batch > 4096 ||
+        !(o->gate_timeout > 0) || !(o->unroll >= 1) || o->gate < 0 || o->device < 0) {
+        if (!PyErr_Occurred())
+            PyErr_SetString(PyExc_ValueError, "measure_hip: flush_bytes must be >= 0, gate_batch "
+                            "1..4096, gate_timeout_s > 0, unroll >= 1, device >= 0");
+        return -1;
+    }
+    return 0;
+}
+
+/* measure_hip(graphs, *, stream, device=0, cold=None, flush_bytes=0, gate=True, gate_batch=32,
+ *             gate_timeout_s=1.0, unroll=1, <loop config>) -> dict */
+static PyObject *measure_hip(PyObject *m, PyObject *args, PyObject *kw)
+{
+    PyObject *graphs, *opts = NULL, *out = NULL;
+    hip_ctx c;
+    hip_opts o;
+    kb_loop_config cfg;
+    kb_loop_result res;
+    int locked = 0, prev = -1;
+    memset(&c, 0, sizeof c);
+    memset(&res, 0, sizeof res);
+    if (!PyArg_ParseTuple(args, "O!:measure_hip", &PyTuple_Type, &graphs))
+        return NULL;
+    if (PyTuple_GET_SIZE(graphs) == 0)
+        return PyErr_Format(PyExc_ValueError, "measure_hip needs at least one HipGraph");
+    if ((opts = kw ? PyDict_Copy(kw) : PyDict_New()) == NULL)
+        return NULL;
+    if (parse_opts(opts, &o) < 0 || kb_pop_cold_mode(opts, &c.cold) < 0 ||
+        kb_finish_options(opts, "measure_hip", &cfg) < 0)
+        goto done;
+    c.m = m;
+    c.s = (kb_hipStream_t)(uintptr_t)o.stream;
+    c.unroll = o.unroll;
+    c.flush_bytes = (size_t)o.flush_bytes;
+    c.chunk = c.chunk0 = o.gate_batch;
+    if ((c.hip = kb_hip(m)) == NULL || kb_hip_use_device(m, c.hip, (int)o.device, &prev) < 0)
+        goto done;
+    if (ctx_init(&c, graphs, (int)o.device, o.gate_timeout, o.gate) < 0)
+        goto done;
+    kb_backend b = {.name = "hip", .ctx = &c, .run_batch = hip_run_batch, .warmup_timed = 1};
+    if (kb_measure_lock_acquire(m) < 0)
+        goto done;
+    locked = 1;
+    if (kb_loop_run(&b, &cfg, &res) < 0)
+        goto done;
+    out = kb_loop_result_to_dict(&res, &cfg);
+    if (out != NULL && (kb_dict_set_steal(out, "backend", PyUnicode_FromString("hip")) < 0 ||
+                        kb_dict_set_steal(out, "hip", hip_report(&c)) < 0))
+        Py_CLEAR(out);
+done:
+    if (locked)
+        kb_measure_lock_release(m);
+    ctx_fini(&c);
+    if (c.hip != NULL)
+        kb_hip_restore_device(c.hip, prev);
+    kb_loop_result_free(&res);
+    Py_XDECREF(opts);
+    return out;
+}
+
+static PyMethodDef measure_hip_methods[] = {
+    {"measure_hip", (PyCFunction)(void (*)(void))measure_hip, METH_VARARGS | METH_KEYWORDS,
+     "measure_hip(graphs, *, stream, device=0, cold=None, flush_bytes=0, gate=True, "
+     "gate_batch=32, gate_timeout_s=1.0, unroll=1, <loop options>) -> dict\n\n"
+     "Time replays of the HipGraphs (cycled in order) with HIP events, in the shared loop. "
+     "cold='flush' memsets flush_bytes before each replay, outside the timed interval."},
+    {NULL, NULL, 0, NULL},
+};
+
+int kb_measure_hip_module_init(PyObject *m)
+{
+    return PyModule_AddFunctions(m, measure_hip_methods);
+}

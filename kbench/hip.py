@@ -1,0 +1,350 @@
+"""The HIP side of kbench.bench: AMD GPUs through ROCm's HIP runtime.
+
+A ROCm build of PyTorch (``torch.version.hip`` set) calls its GPUs "cuda" and its streams
+torch.cuda streams; they are HIP devices and hipStream_t handles, and kbench.bench picks this
+backend for them. ``kbench.bench(..., backend="hip")`` forces it (with ``KBENCH_HIP_LIBRARY``
+naming the HIP-on-CUDA forwarder of tests/hip_forward/, that is how kbench's HIP path runs on an
+NVIDIA GPU; such figures are not AMD figures).
+
+Timing: the callable is captured into HIP graphs (kbench._core.hip_graph_capture: one graph per
+rotation chunk, so every replay is pointer-distinct), and the C core times each replay with HIP
+events in the shared loop (kbench._core.measure_hip), behind a device gate on
+hipStreamWaitValue32 where the runtime has it. Cold caches: "rotate" cycles argument sets whose
+footprint exceeds the last-level cache (on MI300 the 256 MB Infinity Cache, see
+:data:`LLC_TABLE`), "flush" memsets a buffer twice that size before each replay, outside the
+timed interval. There is no CUPTI on HIP: no per-kernel attribution, and the result says so.
+
+Multi-GPU on ROCm: torch.distributed's backend name stays "nccl" (RCCL underneath). Capturing
+RCCL collectives in HIP graphs trips the NCCL watchdog unless ``TORCH_NCCL_BLOCKING_WAIT=1`` is
+set before torch is imported (:func:`rccl_capture_warning`).
+"""
+from __future__ import annotations
+
+import math
+import os
+import sys
+import time
+from typing import Any, Callable, Dict, List, Optional, Tuple
+
+from . import _core
+from .coldcache import flag_rotation, footprint, make_rotation_sets
+
+BACKENDS = ("auto", "cuda", "hip")
+NO_ATTRIBUTION = ("no per-kernel attribution on HIP (there is no CUPTI): each sample is the "
+                  "HIP-event time of one graph replay divided by the calls captured in it")
+FORWARDER_NOTE = ("KBENCH_HIP_LIBRARY is set: the HIP runtime is the library it names (a test "
+                  "setting); with the HIP-on-CUDA forwarder these are NVIDIA figures taken "
+                  "through kbench's HIP code path, not AMD figures")
+
+#: Last-level cache by device name, for what HIP's attributes do not report: the MI300 Infinity
+#: Cache (MALL) has no hipDeviceAttribute, and the L2 attribute alone would size a rotation
+#: that never leaves the Infinity Cache. First match wins; the larger of this and the L2
+#: attribute is used. (substring of hipDeviceGetName, bytes, what it is)
+LLC_TABLE: Tuple[Tuple[str, int, str], ...] = (
+    ("MI355", 256 << 20, "256 MB Infinity Cache (MI355X)"),
+    ("MI350", 256 << 20, "256 MB Infinity Cache (MI350X)"),
+    ("MI325", 256 << 20, "256 MB Infinity Cache (MI325X)"),
+    ("MI300", 256 << 20, "256 MB Infinity Cache (MI300X / MI300A)"),
+    ("MI250", 8 << 20, "8 MB L2 per GCD (MI250 / MI250X: no Infinity Cache)"),
+    ("MI210", 8 << 20, "8 MB L2 (MI210)"),
+    ("MI100", 8 << 20, "8 MB L2 (MI100)"),
+    ("RX 7900", 96 << 20, "96 MB Infinity Cache (Radeon RX 7900 XTX / XT)"),
+    ("W7900", 96 << 20, "96 MB Infinity Cache (Radeon PRO W7900)"),
+)
+
+_KNOWN_OPTIONS = ("stream", "gate", "gate_batch", "gate_timeout_s", "unroll", "rotate_margin",
+                  "capture_mode")
+
+
+def is_rocm_torch() -> bool:
+    """True when the imported torch is a ROCm build (device "cuda" is then a HIP device)."""
+    torch = sys.modules.get("torch")
+    return bool(torch is not None and getattr(getattr(torch, "version", None), "hip", None))
+
+
+def selected(backend_options: Dict[str, Any]) -> bool:
+    """Whether kbench.bench's GPU case runs on this backend; pops ``backend`` from the options.
+    "hip" forces it, "cuda" refuses it, "auto" (or absent) picks it under a ROCm torch."""
+    backend = backend_options.pop("backend", None) or "auto"
+    if backend not in BACKENDS:
+        raise ValueError(f"kbench.bench: backend must be one of {BACKENDS}, got {backend!r}")
+    if backend == "auto":
+        return is_rocm_torch()
+    return backend == "hip"
+
+
+def last_level_cache(info: Dict[str, Any]) -> Tuple[int, str]:
+    """(bytes, what it is): the larger of the L2 attribute and the table entry for the name."""
+    l2 = int(info.get("l2_bytes") or 0)
+    name = str(info.get("name") or "")
+    for key, size, what in LLC_TABLE:
+        if key.lower() in name.lower() and size > l2:
+            return size, what + " (kbench.hip.LLC_TABLE)"
+    if l2 > 0:
+        return l2, "GPU L2 (hipDeviceAttributeL2CacheSize)"
+    return 0, "unknown: hipDeviceAttributeL2CacheSize gave nothing and the name is not in the table"
+
+
+def rccl_capture_warning() -> Optional[str]:
+    """Why capturing RCCL collectives in HIP graphs would trip the NCCL watchdog here, or None."""
+    if not is_rocm_torch() or os.environ.get("TORCH_NCCL_BLOCKING_WAIT") == "1":
+        return None
+    return ("a ROCm torch is imported without TORCH_NCCL_BLOCKING_WAIT=1: capturing RCCL "
+            "collectives (backend name 'nccl') in HIP graphs trips the NCCL watchdog; set it "
+            "in the environment before torch is imported")
+
+
+def status() -> Dict[str, Any]:
+    """For `kbench info`: the HIP and ROCm SMI libraries, as far as they were tried."""
+    if not getattr(_core, "HAVE_HIP", 0):
+        return {"built": False, "why": "this kbench was built with KBENCH_NO_CUDA=1 (CPU only)"}
+    st: Dict[str, Any] = {"built": True, "libraries": dict(_core.hip_library_status()),
+                          "attribution": NO_ATTRIBUTION}
+    try:
+        st["devices"] = _core.hip_device_count()
+    except _core.KbenchError as e:   # LibraryNotFound, HipError: a status, not a failure
+        st["devices"] = 0
+        st["why_no_devices"] = _no_gpu_message(e)
+    st["libraries"] = dict(_core.hip_library_status())
+    if os.environ.get("KBENCH_HIP_LIBRARY"):
+        st["note"] = FORWARDER_NOTE
+    return st
+
+
+def _no_gpu_message(e: BaseException) -> str:
+    code = getattr(e, "name", "")
+    if code in ("hipErrorNoDevice", "hipErrorInvalidDevice"):
+        return f"no AMD GPU is visible to the HIP runtime ({e})"
+    return str(e)
+
+
+def device_info(ordinal: int) -> Dict[str, Any]:
+    """_core.hip_device_info, with a clear error when there is no AMD GPU."""
+    if not getattr(_core, "HAVE_HIP", 0):
+        raise _core.LibraryNotFound("this kbench was built without GPU backends "
+                                    "(KBENCH_NO_CUDA=1): rebuild without it for HIP")
+    try:
+        return dict(_core.hip_device_info(ordinal))
+    except _core.KbenchError as e:
+        if getattr(e, "name", "") in ("hipErrorNoDevice", "hipErrorInvalidDevice"):
+            raise _core.HipError(f"kbench's HIP backend needs an AMD GPU, and the HIP runtime "
+                                 f"sees none: {e}") from e
+        raise
+
+
+def _ordinal(device: str) -> int:
+    if device in ("cuda", "auto"):
+        torch = sys.modules.get("torch")
+        if torch is not None and torch.cuda.is_available():
+            return int(torch.cuda.current_device())
+        return 0
+    try:
+        return int(device.split(":", 1)[1])
+    except (IndexError, ValueError):
+        raise ValueError(f"device must be 'cuda' or 'cuda:N', got {device!r}") from None
+
+
+def _torch_for(sets: List[Tuple[Any, ...]], kwargs: Dict[str, Any]) -> Any:
+    """torch, when the callable runs through it (tensor arguments, or torch has a GPU context)."""
+    torch = sys.modules.get("torch")
+    if torch is None:
+        return None
+    values = list(sets[0]) + list(kwargs.values())
+    if any(isinstance(a, torch.Tensor) for a in values) or torch.cuda.is_initialized():
+        return torch
+    return None
+
+
+def _eager_estimate(fn: Callable[..., Any], sets, kwargs, torch: Any, side: Any) -> float:
+    """Seconds per call, roughly (host clock around synchronized calls): sizes the unroll."""
+    n = 5
+    side.synchronize()
+    t0 = time.perf_counter()
+    with torch.cuda.stream(side):
+        for i in range(n):
+            fn(*sets[i % len(sets)], **kwargs)
+    side.synchronize()
+    return (time.perf_counter() - t0) / n
+
+
+def _capture(fn, sets, kwargs, unroll: int, n_graphs: int, stream: int, ordinal: int,
+             torch: Any, side: Any, capture_mode: str) -> List[Any]:
+    graphs = []
+    for gi in range(n_graphs):
+        chunk = tuple(sets[(gi * unroll + u) % len(sets)] for u in range(unroll))
+        if side is not None:
+            with torch.cuda.stream(side):
+                g = _core.hip_graph_capture(fn, chunk, kwargs or None, stream=stream,
+                                            device=ordinal, capture_mode=capture_mode)
+        else:
+            g = _core.hip_graph_capture(fn, chunk, kwargs or None, stream=stream, device=ordinal,
+                                        capture_mode=capture_mode)
+        graphs.append(g)
+    return graphs
+
+
+def _clocks(ordinal: int) -> Dict[str, Any]:
+    try:
+        return {"available": True, **dict(_core.rocm_smi_snapshot(ordinal))}
+    except (_core.KbenchError, ValueError) as e:
+        return {"available": False, "why": str(e).splitlines()[0].removesuffix(" Tried:")}
+
+
+def _clock_summary(clocks: Dict[str, Any]) -> str:
+    b, a = clocks["before"], clocks["after"]
+    if not b.get("available"):
+        return f"no clock readings: {b.get('why')}"
+
+    def fmt(d: Dict[str, Any]) -> str:
+        parts = [f"{d[k]:.0f} {unit}" for k, unit in (("sclk_mhz", "MHz"), ("power_w", "W"),
+                                                      ("temp_c", "C")) if d.get(k) is not None]
+        return ", ".join(parts) or "no readings"
+    return f"ROCm SMI before: {fmt(b)}; after: {fmt(a) if a.get('available') else a.get('why')}"
+
+
+def _options(backend_options: Dict[str, Any]) -> Dict[str, Any]:
+    unknown = sorted(set(backend_options) - set(_KNOWN_OPTIONS))
+    if unknown:
+        raise TypeError(f"kbench.bench: unexpected options for the HIP backend: {unknown} "
+                        f"(it takes {list(_KNOWN_OPTIONS)})")
+    return backend_options
+
+
+def run(fn: Callable[..., Any], sets: List[Tuple[Any, ...]], kwargs: Dict[str, Any], *,
+        cold_cache: Optional[str], flush_bytes: Optional[int], mode: Optional[str],
+        device: str, loop: Dict[str, Any], check: Any = None, rtol=None, atol=None,
+        output: Any = None, **backend_options: Any):
+    """kbench.bench's GPU case on HIP: (raw, cold, extra, device name, peaks)."""
+    opts = _options(backend_options)
+    if mode not in (None, "graph"):
+        raise ValueError(f"kbench.bench: mode={mode!r} is not available on HIP (there is no "
+                         f"CUPTI, and eager event timing would time launch gaps): the HIP "
+                         f"backend times HIP events around graph replays, mode='graph'")
+    warn: List[str] = [f"note: {NO_ATTRIBUTION}"]     # said in the result, as the issue asks
+    ordinal = _ordinal(device)
+    info = device_info(ordinal)
+    llc, llc_what = last_level_cache(info)
+    torch = _torch_for(sets, kwargs)
+    # side: the torch stream the callable's work goes to (made current around its calls)
+    stream, side = opts.get("stream"), None
+    if torch is not None and stream is None:
+        side = torch.cuda.Stream(device=ordinal)
+        stream = int(side.cuda_stream)
+    elif stream is not None and not isinstance(stream, int):
+        side = stream if torch is not None else None
+        stream = int(getattr(stream, "cuda_stream", getattr(stream, "ptr", 0)))
+    elif torch is not None and stream:
+        side = torch.cuda.ExternalStream(stream, device=ordinal)
+    if not stream:
+        raise ValueError("the HIP backend captures graphs, which needs a non-default stream: "
+                         "pass stream= (a hipStream_t handle or a torch stream), or torch "
+                         "tensors as arguments")
+    if os.environ.get("KBENCH_HIP_LIBRARY"):
+        warn.append(FORWARDER_NOTE)
+    if (why := rccl_capture_warning()) and sys.modules.get("torch.distributed") is not None:
+        warn.append(why)
+
+    if cold_cache in ("rotate", "flush") and llc <= 0:
+        raise ValueError(f"cold_cache={cold_cache!r} needs the last-level cache size, and it is "
+                         f"unknown for {info.get('name')!r} (no L2 attribute, not in "
+                         f"kbench.hip.LLC_TABLE): pass flush_bytes= with cold_cache='flush', or "
+                         f"arg_sets= with cold_cache='rotate'")
+    cold = {"mode": cold_cache or "none", "cache": llc_what, "cache_bytes": llc}
+    if cold_cache == "rotate" and len(sets) == 1:
+        sets = make_rotation_sets(sets[0], llc, margin=float(opts.get("rotate_margin", 2.0)),
+                                  max_bytes=int(info.get("free_memory_bytes", 0) * 0.5) or 0)
+    if cold_cache == "rotate":
+        cold.update(footprint_bytes=sum(footprint(a) for a in sets), set_bytes=footprint(sets[0]),
+                    arg_sets=len(sets))
+        flag_rotation(cold, [footprint(a) for a in sets], llc, warn)
+
+    # the capture stream must see what the caller's stream queued (the rotation's clones)
+    if torch is not None and side is not None:
+        side.wait_stream(torch.cuda.current_stream(ordinal))
+    # warm-up on the capture stream, so the allocator holds the blocks the capture will use
+    eager_t = _eager_estimate(fn, sets, kwargs, torch, side) if side is not None else 0.0
+    unroll = opts.get("unroll")
+    if cold_cache == "flush":
+        if unroll not in (None, 1):
+            raise ValueError(f"cold_cache='flush' times one call per replay (the flush runs "
+                             f"between replays); got unroll={unroll}")
+        unroll = 1
+    if unroll is None:
+        unroll = int(min(100, max(1, math.ceil(20e-6 / max(eager_t, 1e-9))))) if eager_t else 1
+    n_graphs = max(1, math.ceil(len(sets) / unroll)) if cold_cache == "rotate" else 1
+    graphs = _capture(fn, sets, kwargs, unroll, n_graphs, stream, ordinal, torch, side,
+                      str(opts.get("capture_mode", "relaxed")))
+    last_out = graphs[-1].outputs[-1]
+    out_kw = output if output is not None else kwargs.get("out")
+    from .cuda import _poison           # torch/CuPy fill; a ROCm torch's tensors too
+    if torch is not None and side is not None:
+        with torch.cuda.stream(side):   # queued before the replays, on their stream
+            _poison(last_out if last_out is not None else out_kw)
+    else:
+        _poison(last_out if last_out is not None else out_kw)
+
+    fbytes = int(flush_bytes or 2 * llc) if cold_cache == "flush" else 0
+    clocks_before = _clocks(ordinal)
+    raw = _core.measure_hip(tuple(graphs), stream=stream, device=ordinal,
+                            cold="flush" if cold_cache == "flush" else None, flush_bytes=fbytes,
+                            gate=bool(opts.get("gate", True)),
+                            gate_batch=int(opts.get("gate_batch", 32)),
+                            gate_timeout_s=float(opts.get("gate_timeout_s", 1.0)),
+                            unroll=float(unroll), **loop)
+    hip = raw["hip"]
+    if cold_cache == "flush":
+        cold["flush_bytes"] = hip["flush_bytes"]
+    if not hip["gate"]["gated"]:
+        warn.append(f"ungated: {hip['gate']['why_not']}")
+    if hip["gate"]["watchdog_fired"]:
+        warn.append(f"the gate's watchdog fired {hip['gate']['watchdog_fired']} time(s): "
+                    f"batches shrank to {hip['gate']['batch_final']}")
+
+    extra: Dict[str, Any] = {"mode": "graph", "timer": "hip-events", "stream": stream,
+                             "unroll": unroll, "eager_estimate_s": eager_t or None,
+                             "attribution": NO_ATTRIBUTION, "hip": hip,
+                             "graph": {"captured_with": "kbench (hipStreamBeginCapture)",
+                                       "graphs": n_graphs}}
+    if check is not None:
+        last_set = sets[((n_graphs - 1) * unroll + unroll - 1) % len(sets)]
+        post = last_out if last_out is not None else out_kw
+        if post is not None:
+            if side is not None:
+                side.synchronize()
+            from .compare import compare
+            ref = check(*(last_set if last_out is not None else sets[0])) if callable(check) \
+                else check
+            cmp = compare(post, ref, rtol=rtol, atol=atol)
+            extra["post_check"] = {"ok": cmp.ok, "max_abs_err": cmp.max_abs_err}
+            if not cmp.ok:
+                raise AssertionError("kbench: the output after the HIP graph replays does not "
+                                     f"match the reference:\n{cmp.report()}")
+    extra["clocks"] = {"before": clocks_before, "after": _clocks(ordinal),
+                       "source": "ROCm SMI (librocm_smi64), one reading before and after"}
+    extra["clocks"]["summary"] = _clock_summary(extra["clocks"])
+    extra["device"] = dict(info, llc_bytes=llc, llc=llc_what, backend="hip")
+    extra["warnings"] = warn
+    return raw, cold, extra, str(info.get("name") or f"HIP device {ordinal}"), None
+
+
+def describe_status(st: Dict[str, Any]) -> List[str]:
+    """`kbench info`'s lines for :func:`status`."""
+    if not st.get("built"):
+        return [f"HIP backend: not built ({st.get('why')})"]
+    lines = ["HIP backend: built (no HIP header needed); " + NO_ATTRIBUTION]
+    for lib, s in st.get("libraries", {}).items():
+        where = s.get("path") or ""
+        if s.get("from_process"):
+            where += " (the copy already in the process)"
+        if s.get("requested_by"):
+            where += f" (chosen by {s['requested_by']})"
+        why = (s.get("error") or "").splitlines()
+        text = where if s.get("state") == "loaded" else (why[0] if why else "")
+        lines.append(f"  {lib:8s} {s.get('state')}: {text}".rstrip(": "))
+    if st.get("devices"):
+        lines.append(f"  HIP devices: {st['devices']}")
+    elif st.get("why_no_devices"):
+        lines.append(f"  HIP devices: none ({st['why_no_devices'].splitlines()[0]})")
+    if st.get("note"):
+        lines.append(f"  note: {st['note']}")
+    return lines
