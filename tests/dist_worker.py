@@ -65,7 +65,7 @@ def order(out: dict) -> None:
     r = kd.bench(fn, group=COMM, warmup_s=0.01, max_time_s=0.2, min_samples=10,
                  max_samples=30, cold_cache=None, memory=False)
     kd.Ranks.pre_sample = orig
-    out.update(log="".join(log), max_sample=float(r.samples.max()), n=r.n,
+    out.update(log="".join(log), samples=r.samples.tolist(), n=r.n,
                warmup_iters=r.stop["warmup_iters"])
 
 

@@ -77,8 +77,10 @@ def test_barrier_before_each_call_outside_the_timed_interval(tmp_path):
     for r in (r0, r1):
         # one barrier before every call, warm-up and timed (the check is off)
         assert r["log"] == "bc" * (r["n"] + r["warmup_iters"])
-    # rank 1 waits ~5 ms in every barrier (rank 0's is slow); the 20 us calls never include it
-    assert r0["max_sample"] < 2e-3
+    # rank 1 waits ~5 ms in every barrier (rank 0's is slow); the 20 us calls do not include
+    # it (a loaded 2-core runner may preempt a call now and then: a few samples may be long)
+    s = np.array(r0["samples"])
+    assert np.median(s) < 1e-3 and np.mean(s > 4e-3) < 0.2, s
 
 
 def test_stop_is_agreed_when_one_rank_is_noisier(tmp_path):

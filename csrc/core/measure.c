@@ -387,12 +387,12 @@ static int warm_up(kb_backend *b, const kb_loop_config *cfg, kb_loop_result *res
             batch = fit < batch ? fit : batch;
         }
     }
-    /* The sampling's floor and the timer's step are set by each rank's backend: agree on the
-     * largest, so the stop rule reads the same numbers everywhere. */
-    double agreed[2] = {b->min_sampling_s, b->resolution_s};
-    if (kb_ranks_agree(cfg, "warmup end", batches, NULL, 0, agreed, 2) < 0)
+    /* The sampling's floor is set by each rank's backend while warming: agree on the longest,
+     * so the stop rule reads the same number everywhere (the timer step is agreed per batch). */
+    double floor_s = b->min_sampling_s;
+    if (kb_ranks_agree(cfg, "warmup end", batches, NULL, 0, &floor_s, 1) < 0)
         goto error;
-    b->min_sampling_s = agreed[0];
+    b->min_sampling_s = floor_s;
     res->warmup_s = kb_now_s() - t_start;
     free(scratch);
     return 0;

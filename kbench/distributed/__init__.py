@@ -99,7 +99,7 @@ def bench(fn: Callable[..., Any], *args: Any, group: Any = "auto",
     check/rtol/atol/out_arg: as kbench.bench, verdict agreed: a mismatch on any rank fails every
     rank, naming it. Other options go to kbench.bench.
     """
-    from ..bench import _check_before_timing, _name_of
+    from ..bench import _check_before_timing, _name_of, _resolve_device
     from ..bench import bench as _local_bench
     ranks = _ranks_for(group, DEFAULT_TIMEOUT_S if dist_timeout_s is None else dist_timeout_s)
     ranks.start_run()
@@ -109,6 +109,10 @@ def bench(fn: Callable[..., Any], *args: Any, group: Any = "auto",
     first = args
     if bench_options.get("arg_sets") is not None and not callable(bench_options["arg_sets"]):
         first = tuple(bench_options["arg_sets"][0])
+    if _resolve_device(bench_options.get("device", "auto"), first, kwargs) != "cpu":
+        # keep-busy bridges call fn untimed a time-dependent number of times: ranks would
+        # disagree on the count, and a collective inside fn would hang
+        bench_options.setdefault("keep_busy", False)
     try:
         correctness = None
         if check is not None:
