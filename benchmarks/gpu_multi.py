@@ -2,8 +2,11 @@
 
     torchrun --nproc_per_node=2 benchmarks/gpu_multi.py \
         --out benchmarks/results/h200x2_multi.json --md benchmarks/results/h200x2_multi.md
-    torchrun --nproc_per_node=2 benchmarks/gpu_multi.py --phases hang \
+    timeout 300 torchrun --nproc_per_node=2 benchmarks/gpu_multi.py --phases hang \
         --out benchmarks/results/h200x2_hang.json --md benchmarks/results/h200x2_hang.md
+
+(the hang phase under `timeout`: if the rank left waiting on NCCL held the GIL, its own exit
+timer could not run and torchrun would wait for it.)
 
 Phases (--phases, comma-separated; default sweep,tp):
   sweep  all_reduce (sum) of bf16 tensors, 1 MB to 1 GB, each size checked first (rank-seeded
@@ -158,7 +161,9 @@ def tp_gemm(args: argparse.Namespace) -> Dict[str, Any]:
                                                               "out": [m // WORLD, n]}}
     for mode in ("events", "graph"):
         stream = torch.cuda.Stream(device=DEV) if mode == "graph" else None
-        r = kd.bench(tp, x, w, out, check=ref, device=f"cuda:{LOCAL}", mode=mode, stream=stream,
+        # bf16 partial products rounded before the reduce-scatter's sum: a bf16 tolerance
+        r = kd.bench(tp, x, w, out, check=ref, rtol=2e-2, atol=5e-2, device=f"cuda:{LOCAL}",
+                     mode=mode, stream=stream,
                      cold_cache=None, flops=flops, name=f"tp gemm+reduce_scatter {mode}",
                      max_time_s=args.max_time_s, dist_timeout_s=args.timeout,
                      global_shapes=[{"x": [m, k], "w": [k, n], "y": [m, n]}])

@@ -24,6 +24,7 @@ from typing import Any, Callable, Dict, List, Optional
 
 import numpy as np
 
+from ..bench import _one_at_a_time
 from ._comm import (LENT_MACHINE_ENV, Communicator, MpiCommunicator, TorchCommunicator,
                     communicator, init_process_group, set_lent_machine_env)
 from ._ranks import DEFAULT_TIMEOUT_S, DistributedError, DistributedTimeout, Ranks
@@ -83,6 +84,7 @@ def _shapes(args: Any, kwargs: Dict[str, Any]) -> List[Any]:
     return out
 
 
+@_one_at_a_time
 def bench(fn: Callable[..., Any], *args: Any, group: Any = "auto",
           dist_timeout_s: Optional[float] = None, barrier: bool = True,
           global_shapes: Optional[List[Any]] = None, check: Any = None,
