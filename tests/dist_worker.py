@@ -1,6 +1,9 @@
-"""One rank of the multi-rank tests (tests/test_distributed_mpi.py runs it under mpirun).
+"""One rank of the multi-rank tests: tests/test_distributed_mpi.py runs it under mpirun (mpi4py),
+tests/test_distributed_torch.py under torchrun (torch.distributed with gloo, where torch is
+installed).
 
     mpirun -n 2 python tests/dist_worker.py SCENARIO OUTDIR
+    KBENCH_TEST_ENGINE=torch torchrun --nproc_per_node=2 tests/dist_worker.py SCENARIO OUTDIR
 
 Each rank writes OUTDIR/rank<r>.json: what it measured, or the error it raised.
 """
@@ -13,13 +16,18 @@ import time
 import traceback
 
 import numpy as np
-from mpi4py import MPI
 
 import kbench
 from kbench import distributed as kd
 
-COMM = MPI.COMM_WORLD
-RANK = COMM.Get_rank()
+if os.environ.get("KBENCH_TEST_ENGINE") == "torch":
+    _dist = kd.init_process_group("gloo")
+    COMM = _dist.group.WORLD
+    RANK = _dist.get_rank()
+else:
+    from mpi4py import MPI
+    COMM = MPI.COMM_WORLD
+    RANK = COMM.Get_rank()
 FAST = dict(warmup_s=0.02, max_time_s=0.3, min_samples=20, cold_cache=None, memory=False)
 
 

@@ -164,6 +164,22 @@ def test_watchdog_without_a_visible_marker(ranks_of):
         ranks.barrier("report")
 
 
+def test_an_engine_failure_names_the_stage(ranks_of):
+    class Broken(Pending):
+        def test(self):
+            return True
+
+        def result(self):
+            raise RuntimeError("Connection closed by peer")
+
+    class PeerGone(FakeComm):
+        def start_allgather(self, row):
+            return Broken()
+    ranks = ranks_of(PeerGone())
+    with pytest.raises(DistributedError, match="stage 'report'.*Connection closed by peer"):
+        ranks.barrier("report")
+
+
 def test_skew_stats():
     per = np.array([[1.0, 1.0, 1.0, 2.0], [2.0, 2.0, 2.0, 1.0]])
     s = skew_stats(per)

@@ -152,7 +152,13 @@ class Ranks:
                 if time.monotonic() > deadline:
                     raise DistributedTimeout(self._timeout_text(stage, seq,
                                                                 time.monotonic() - t0))
-        return pending.result()
+        try:
+            return pending.result()
+        except Exception as e:      # the engine's own failure, e.g. a peer process exited
+            raise DistributedError(f"kbench.distributed: the collective at stage '{stage}' "
+                                   f"(collective #{seq}) failed on rank {self.comm.rank}: "
+                                   f"{type(e).__name__}: {e} (a peer rank may have exited: "
+                                   f"see its error)") from e
 
     def _timeout_text(self, stage: str, seq: int, waited: float) -> str:
         behind, ahead, arrived, unseen = [], [], [], []
