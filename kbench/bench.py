@@ -57,6 +57,10 @@ def bench(fn: Callable[..., Any], *args: Any,
           criterion: Optional[str] = None,
           memory: bool = True,
           profile: Optional[bool] = None,
+          group: Any = None,
+          dist_timeout_s: Optional[float] = None,
+          _ranks: Any = None,
+          _pre_sample: Optional[Callable[[], None]] = None,
           **backend_options: Any) -> Result:
     """Benchmark ``fn(*args, **kwargs)``; see the README for every option.
 
@@ -70,8 +74,14 @@ def bench(fn: Callable[..., Any], *args: Any,
     writes in place and returns None, or kwargs["out"]; it is poisoned (NaN) before the check.
     memory: measure the peak memory of one untimed call (kbench.memory). profile: run once for
     a profiler instead of timing (kbench.profile; None: KBENCH_PROFILE=1, or a GPU case under
-    a profiler's CUDA_INJECTION64_PATH).
+    a profiler's CUDA_INJECTION64_PATH). group: time on every rank of a torch ProcessGroup or
+    mpi4py communicator ('auto': the initialised one), MAX per sample (kbench.distributed).
     """
+    if group is not None:
+        given = {k: v for k, v in locals().items()
+                 if k not in ("fn", "args", "backend_options", "group", "_ranks", "_pre_sample")}
+        from .distributed import bench as dist_bench   # imported only for multi-rank runs
+        return dist_bench(fn, *args, group=group, **given, **backend_options)
     t_start = time.perf_counter()
     if not callable(fn):
         raise TypeError(f"kbench.bench: fn must be callable, got {type(fn).__name__} "
@@ -106,7 +116,10 @@ def bench(fn: Callable[..., Any], *args: Any,
     # (_core.LOOP_DEFAULTS), which also validates every value.
     loop = {k: v for k, v in dict(warmup_s=warmup_s, min_samples=min_samples,
                                   max_samples=max_samples, max_time_s=max_time_s, target=target,
-                                  ci_level=ci_level, criterion=criterion).items()
+                                  ci_level=ci_level, criterion=criterion,
+                                  # multi-rank (kbench.distributed): the C loop's reducer and
+                                  # the measure functions' barrier before each call
+                                  ranks=_ranks, pre_sample=_pre_sample).items()
             if v is not None}
 
     if dev != "cpu":

@@ -345,6 +345,13 @@ def _where(d: Dict[str, Any]) -> str:
     return f"{d.get('device')}/{d.get('backend')}"
 
 
+def _world(d: Optional[Dict[str, Any]]) -> int:
+    """The number of ranks a result spans (1 for single-process results)."""
+    rep = ((d or {}).get("extra") or {}).get("distributed") or {}
+    w = rep.get("world", 1)
+    return w if isinstance(w, int) and not isinstance(w, bool) else 1
+
+
 def _regime(d: Optional[Dict[str, Any]]) -> Dict[str, Any]:
     """A GPU result's clock regime ({} for results without one: CPU, older files)."""
     return ((d or {}).get("extra") or {}).get("regime") or {}
@@ -401,6 +408,10 @@ def compare_sets(old: ResultSet, new: ResultSet, threshold: float = 0.0,
             notes.append("CIs overlap")
         if _where(od) != _where(nd):
             notes.append(f"{_where(od)} -> {_where(nd)}")
+        wo, wn = _world(od), _world(nd)
+        if wo != wn:
+            # a collective's time grows with the ranks it spans: a change of code or of scale?
+            notes.append(f"world size {wo} -> {wn}: different numbers of ranks")
         unheld = [lab for lab, r in ((old_label, _regime(od)), (new_label, _regime(nd)))
                   if r.get("held") is False]
         if unheld:

@@ -249,6 +249,9 @@ class Result:
                             f"{fmt_bytes(cc.get('footprint_bytes'))} in all",
                   }.get(mode, "hot: no flush, no rotation")
         rows.append(["Cold cache", f"{mode}: {detail} (cache {fmt_bytes(cc.get('cache_bytes'))})"])
+        if self.extra.get("distributed"):
+            from .distributed._report import ranks_rows
+            rows.extend(ranks_rows(self.extra["distributed"]))
         ach = st.get("achieved")
         ach_s = fmt_pct(ach) if isinstance(ach, (int, float)) and math.isfinite(ach) else "-"
         rows.append(["Stop rule", f"{st.get('stop')}: {st.get('criterion')} {ach_s} vs target "

@@ -7,6 +7,7 @@
  *   criterion.c     stopping rules behind one small interface
  *   steady.c        when a GPU's SM clock has settled (the CUDA warm-up's stopping rule)
  *   measure.c       the backend-independent timing loop (warm-up, batches, stop)
+ *   ranks.c         the loop's multi-rank agreement: per-sample MAX and agreed decisions
  *   measure_host.c  the host backend: calls a Python callable, host clock
  *   coldcache.c     CPU cache sizes and the CPU flush buffer
  *   compare.c       correctness comparison of outputs against references
@@ -169,6 +170,11 @@ typedef struct {
     double ci_level;            /* default 0.95 */
     char criterion[16];         /* default "ci" */
     Py_ssize_t batch_max;       /* the backend never gets more than this per batch */
+    PyObject *ranks;            /* option ranks=: a rank reducer (kbench.distributed), or NULL.
+                                 * Borrowed from the caller's keyword arguments, which outlive
+                                 * the loop. With one, every batch's samples become their
+                                 * per-sample MAX across ranks and every time-based decision is
+                                 * agreed, so all ranks call fn the same number of times. */
 } kb_loop_config;
 
 /* A backend times batches of iterations; the loop owns warm-up, stop rules and bookkeeping.
@@ -229,7 +235,8 @@ void kb_measure_lock_release(PyObject *m);
 
 /* Fill cfg with defaults, then override from the dict kw (may be NULL), DELETING every key it
  * consumes, so a caller can reject what is left as unexpected. Keys: warmup_s, warmup_min,
- * warmup_tol, min_samples, max_samples, max_time_s, target, ci_level, criterion, batch_max.
+ * warmup_tol, min_samples, max_samples, max_time_s, target, ci_level, criterion, batch_max,
+ * ranks (None or an object with a callable `reduce`: TypeError otherwise).
  * Bad values raise ValueError/TypeError naming the key. */
 int kb_loop_config_parse(PyObject *kw, kb_loop_config *cfg);
 /* _core.LOOP_DEFAULTS: the loop's defaults, for Python code that needs a value it was not
@@ -237,6 +244,17 @@ int kb_loop_config_parse(PyObject *kw, kb_loop_config *cfg);
 int kb_loop_module_init(PyObject *m);
 int kb_loop_run(kb_backend *b, const kb_loop_config *cfg, kb_loop_result *res);
 void kb_loop_result_free(kb_loop_result *res);
+
+/* ranks.c: the loop's side of a rank reducer (cfg->ranks). kb_ranks_agree hands one batch to
+ * ranks.reduce(stage, samples, values) -> (maxima, values_max): samples[0..n) (n may be 0) are
+ * replaced by their per-sample MAX across ranks, vals[0..nv) by their MAX (an OR of 0/1 flags;
+ * wall-clock elapsed times agree on the slowest rank's). `stage` ("warmup batch", "sample
+ * batch", ...) and `index` name the step in the reducer's stage markers and errors. A no-op
+ * returning 0 when cfg->ranks is NULL. */
+int kb_ranks_agree(const kb_loop_config *cfg, const char *stage, Py_ssize_t index,
+                   double *samples, Py_ssize_t n, double *vals, int nv);
+/* Pop "ranks" from kw into cfg->ranks (borrowed): None or absent leaves NULL. */
+int kb_ranks_parse(PyObject *kw, kb_loop_config *cfg);
 /* {"samples": float64 ndarray (copied), "stop": str, "warmup_iters", "warmup_s", "warmup_stable",
  *  "warmup_tol", "sampling_s",
  *  "criterion", "target", "achieved", "ci_level", "min_samples", "max_samples", "max_time_s",

@@ -114,7 +114,8 @@ int kb_loop_config_parse(PyObject *kw, kb_loop_config *cfg)
     loop_config_defaults(cfg);
 
     int target_given = kw != NULL && PyDict_GetItemString(kw, "target") != NULL;
-    if (pop_double(kw, "warmup_s", &cfg->warmup_s, 0.0, 0, KB_MAX_WARMUP_S) < 0 ||
+    if (kb_ranks_parse(kw, cfg) < 0 ||
+        pop_double(kw, "warmup_s", &cfg->warmup_s, 0.0, 0, KB_MAX_WARMUP_S) < 0 ||
         pop_count(kw, "warmup_min", &cfg->warmup_min, 0) < 0 ||
         pop_double(kw, "warmup_tol", &cfg->warmup_tol, 0.0, 0, 1.0) < 0 ||
         pop_count(kw, "min_samples", &cfg->min_samples, 1) < 0 ||
@@ -316,20 +317,23 @@ static double window_min(const double *x, Py_ssize_t n)
 static int warm_up(kb_backend *b, const kb_loop_config *cfg, kb_loop_result *res)
 {
     int judge = b->warmup_timed && cfg->warmup_tol > 0 && cfg->warmup_s > 0;
-    Py_ssize_t batch = 1, scratch_cap = 0;
+    Py_ssize_t batch = 1, scratch_cap = 0, batches = 0;
     double *scratch = NULL;
     double t_start = kb_now_s();
     int settling = 0;   /* past the loop's own rule, warming on until the backend settles */
     double per_call = 0.0, last_min = -1.0;
+    double agreed_s = 0.0;  /* with ranks: the slowest rank's warm-up time at the last batch */
     for (;;) {
+        /* With ranks, every decision reads agreed values only (see ranks.c). */
+        double elapsed = cfg->ranks ? agreed_s : kb_now_s() - t_start;
         if (res->warmup_iters >= cfg->warmup_min &&
-            (res->warmup_stable || kb_now_s() - t_start >= cfg->warmup_s)) {
+            (res->warmup_stable || elapsed >= cfg->warmup_s)) {
             if (b->keep_warming == NULL)
                 break;
-            int more = b->keep_warming(b, kb_now_s() - t_start);
-            if (more < 0)
+            double more = b->keep_warming(b, elapsed);
+            if (more < 0 || kb_ranks_agree(cfg, "keep_warming", batches, NULL, 0, &more, 1) < 0)
                 goto error;
-            if (!more)
+            if (more == 0)
                 break;
             /* While settling, keep batches short (~20 ms) so the backend is asked often. */
             settling = 1;
@@ -345,10 +349,17 @@ static int warm_up(kb_backend *b, const kb_loop_config *cfg, kb_loop_result *res
             scratch = p;
             scratch_cap = batch;
         }
+        if (cfg->ranks)     /* an untimed backend leaves them unwritten; the reducer reads them */
+            memset(scratch, 0, (size_t)batch * sizeof(double));
         double tb = kb_now_s();
         if (b->run_batch(b, batch, scratch, 1) < 0 || PyErr_CheckSignals() < 0)
             goto error;
-        per_call = (kb_now_s() - tb) / (double)batch;
+        double t_end = kb_now_s();
+        double times[2] = {t_end - tb, t_end - t_start};
+        if (kb_ranks_agree(cfg, "warmup batch", batches++, scratch, batch, times, 2) < 0)
+            goto error;
+        agreed_s = times[1];
+        per_call = times[0] / (double)batch;
         res->warmup_iters += batch;
         if (cfg->warmup_s <= 0 && res->warmup_iters >= cfg->warmup_min)
             break;
@@ -369,12 +380,19 @@ static int warm_up(kb_backend *b, const kb_loop_config *cfg, kb_loop_result *res
         if (batch > cfg->batch_max)
             batch = cfg->batch_max;
         /* Never plan past the warm-up budget: a slow callable would overrun it by a batch. */
-        double left = settling ? 0.02 : cfg->warmup_s - (kb_now_s() - t_start);
+        double left = settling ? 0.02 : cfg->warmup_s - (cfg->ranks ? agreed_s
+                                                                     : kb_now_s() - t_start);
         if (per_call > 0 && left > 0 && (double)batch * per_call > left) {
             Py_ssize_t fit = (Py_ssize_t)(left / per_call) + 1;
             batch = fit < batch ? fit : batch;
         }
     }
+    /* The sampling's floor is set by each rank's backend while warming: agree on the longest,
+     * so the stop rule reads the same number everywhere (the timer step is agreed per batch). */
+    double floor_s = b->min_sampling_s;
+    if (kb_ranks_agree(cfg, "warmup end", batches, NULL, 0, &floor_s, 1) < 0)
+        goto error;
+    b->min_sampling_s = floor_s;
     res->warmup_s = kb_now_s() - t_start;
     free(scratch);
     return 0;
@@ -399,7 +417,7 @@ int kb_loop_run(kb_backend *b, const kb_loop_config *cfg, kb_loop_result *res)
 
     /* Sampling. The rule is checked when the count has grown by ~1/16 since the last check,
      * so its O(n log n) cost stays a small fraction of the loop. */
-    Py_ssize_t batch = 1;
+    Py_ssize_t batch = 1, batches = 0;
     Py_ssize_t next_check = cfg->min_samples;
     double t0 = kb_now_s();
     res->stop = KB_STOP_RUNNING;
@@ -416,11 +434,17 @@ int kb_loop_run(kb_backend *b, const kb_loop_config *cfg, kb_loop_result *res)
             goto error;
         if (b->run_batch(b, k, res->samples + res->n, 0) < 0 || PyErr_CheckSignals() < 0)
             goto error;
+        /* With ranks: the batch's per-sample maxima, the slowest rank's elapsed time and the
+         * coarsest timer step, so every rank decides on the same numbers. */
+        double agreed[2] = {kb_now_s() - t0, b->resolution_s};
+        if (kb_ranks_agree(cfg, "sample batch", batches++, res->samples + res->n, k, agreed,
+                           2) < 0)
+            goto error;
         res->n += k;
-        double elapsed = kb_now_s() - t0;
+        double elapsed = agreed[0];
 
-        crit.resolution = b->resolution_s;
-        res->resolution_s = b->resolution_s;
+        crit.resolution = agreed[1];
+        res->resolution_s = agreed[1];
         if (res->n >= cfg->min_samples && res->n >= next_check &&
             elapsed >= b->min_sampling_s) {
             int fin = crit.is_finished(&crit, res->samples, res->n);

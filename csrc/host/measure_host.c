@@ -1,8 +1,9 @@
 /* measure_host.c -- the host backend: time calls of a Python callable with the host clock.
  *
  * Per iteration, outside the timed region: flush the CPU caches (cold="flush") or pick the next
- * argument set (cold="rotate"); inside it: two clock reads around one vectorcall. The loop in
- * measure.c decides how many iterations to run.
+ * argument set (cold="rotate"), then call pre_sample (a multi-rank barrier) last, so the ranks
+ * leave it together and start their clocks at once; inside it: two clock reads around one
+ * vectorcall. The loop in measure.c decides how many iterations to run.
  */
 #include "kbench.h"
 
@@ -25,6 +26,7 @@ typedef struct {
     uint64_t next_signal_check_ns;  /* host clock time of the next PyErr_CheckSignals */
     uint64_t flush_ns[2];   /* time spent flushing: [0] while sampling, [1] while warming up */
     PyObject *keep_warming; /* tests only: the loop's settle hook, from Python (borrowed) */
+    PyObject *pre_sample;   /* option pre_sample: called before every call, untimed (borrowed) */
 } host_ctx;
 
 static int host_run_batch(kb_backend *b, Py_ssize_t n, double *out, int warmup)
@@ -41,6 +43,16 @@ static int host_run_batch(kb_backend *b, Py_ssize_t n, double *out, int warmup)
         PyObject *args = PyTuple_GET_ITEM(c->arg_sets, c->next_set);
         if (++c->next_set == c->n_sets)
             c->next_set = 0;
+        if (c->pre_sample != NULL) {
+            PyObject *p = PyObject_CallNoArgs(c->pre_sample);
+            if (p == NULL) {
+                kb_add_exception_note("raised by pre_sample before %s iteration %zd (kbench "
+                                      "host backend)", warmup ? "warm-up" : "timed",
+                                      c->iteration);
+                return -1;
+            }
+            Py_DECREF(p);
+        }
 
         uint64_t t0 = kb_now_ns();
         PyObject *r = PyObject_Call(c->fn, args, c->kwargs);
@@ -180,6 +192,17 @@ static PyObject *measure_host(PyObject *self, PyObject *args, PyObject *kw)
         if (PyDict_DelItemString(opts, "_keep_warming") < 0)
             goto error;
     }
+    PyObject *pre = PyDict_GetItemString(opts, "pre_sample");   /* borrowed from kw too */
+    if (pre != NULL) {
+        if (pre != Py_None && !PyCallable_Check(pre)) {
+            PyErr_Format(PyExc_TypeError, "pre_sample must be None or a callable taking no "
+                         "arguments, got %.100s", Py_TYPE(pre)->tp_name);
+            goto error;
+        }
+        ctx.pre_sample = pre == Py_None ? NULL : pre;
+        if (PyDict_DelItemString(opts, "pre_sample") < 0)
+            goto error;
+    }
     if (kb_pop_cold_mode(opts, &ctx.cold) < 0 || kb_finish_options(opts, "measure_host", &cfg) < 0)
         goto error;
     if (ctx.cold == KB_COLD_ROTATE && PyTuple_GET_SIZE(arg_sets) < 2) {
@@ -264,8 +287,10 @@ static PyMethodDef host_methods[] = {
     {"measure_host", (PyCFunction)(void (*)(void))measure_host, METH_VARARGS | METH_KEYWORDS,
      "measure_host(fn, arg_sets, kwargs=None, *, cold=None|'flush'|'rotate', flush_bytes=0, "
      "warmup_s=1.0, warmup_min=1, warmup_tol=0.02, min_samples=10, max_samples=100000, max_time_s=10.0, "
-     "target=0.005, ci_level=0.95, criterion='ci', batch_max) -> dict\n\n"
-     "Time calls fn(*arg_sets[i % len(arg_sets)], **kwargs) with the host clock."},
+     "target=0.005, ci_level=0.95, criterion='ci', batch_max, pre_sample=None, ranks=None) -> dict\n\n"
+     "Time calls fn(*arg_sets[i % len(arg_sets)], **kwargs) with the host clock. pre_sample() "
+     "runs before every call, untimed (a multi-rank barrier); ranks= is a rank reducer "
+     "(kbench.distributed): samples become per-sample maxima across ranks."},
     {NULL, NULL, 0, NULL},
 };
 

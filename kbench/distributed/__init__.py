@@ -1,0 +1,219 @@
+"""kbench.distributed: benchmarks that span ranks, on an engine that already exists.
+
+Call ``kbench.distributed.bench(fn, *args, ...)`` (or ``kbench.bench(..., group=...)``) on every
+rank of a torchrun or mpirun job. Every rank times every sample; each sample's figure is the
+MAX across ranks (the collective is done when the slowest rank is), and the result's median,
+CI and stop rule are those of the maxima, decided identically on every rank. Before each call,
+outside the timed interval, a barrier lines the ranks up: on NCCL a one-element all_reduce on
+the measured stream (device-side; then kbench's gate), else a host barrier. The per-rank
+medians and the skew between ranks are reported, with the world, the topology and the
+versions. A rank that does not arrive at a collective within ``dist_timeout_s`` becomes a
+DistributedTimeout naming the stage and the rank.
+
+Seeding: ``rank_seed(rank, base)`` is the seed of rank ``rank`` (numpy's SeedSequence of
+(base, rank): distinct, reproducible streams). A reference for a collective is formed with the
+same semantics: e.g. for an all_reduce(sum) of rank-seeded inputs, the sum over every rank's
+input, each regenerated from its rank's seed.
+"""
+from __future__ import annotations
+
+import atexit
+import json
+import sys
+from typing import Any, Callable, Dict, List, Optional
+
+import numpy as np
+
+from ..bench import _one_at_a_time
+from ._comm import (LENT_MACHINE_ENV, Communicator, MpiCommunicator, TorchCommunicator,
+                    communicator, init_process_group, set_lent_machine_env)
+from ._ranks import DEFAULT_TIMEOUT_S, DistributedError, DistributedTimeout, Ranks
+from ._report import rank_report
+
+__all__ = ["bench", "rank_seed", "rank_rng", "init_process_group", "communicator",
+           "Communicator", "MpiCommunicator", "TorchCommunicator", "Ranks", "DistributedError",
+           "DistributedTimeout", "DEFAULT_TIMEOUT_S", "LENT_MACHINE_ENV",
+           "set_lent_machine_env", "rank_report"]
+
+set_lent_machine_env()      # before any process group exists: NVLink multicast stays off
+
+_ranks_of: Dict[int, Ranks] = {}     # one reducer (and one marker directory) per group
+
+
+def rank_seed(rank: int, base: int = 0) -> int:
+    """The seed of rank `rank`: SeedSequence([base, rank])'s first 31-bit word (for
+    torch.manual_seed or numpy), distinct per rank and reproducible."""
+    return int(np.random.SeedSequence([int(base), int(rank)]).generate_state(1)[0] >> 1)
+
+
+def rank_rng(rank: int, base: int = 0) -> np.random.Generator:
+    """numpy Generator seeded with rank_seed(rank, base)."""
+    return np.random.default_rng(rank_seed(rank, base))
+
+
+def _ranks_for(group: Any, timeout_s: float) -> Ranks:
+    key = id(group) if not isinstance(group, str) else 0
+    r = _ranks_of.get(key)
+    if r is None:
+        r = _ranks_of[key] = Ranks(communicator(group), timeout_s)
+    r.timeout_s = float(timeout_s)
+    return r
+
+
+@atexit.register
+def _close_all() -> None:
+    for r in _ranks_of.values():
+        r.close()
+    _ranks_of.clear()
+
+
+def _sync_devices() -> None:
+    """Synchronise before comparing: queued GPU work (collectives) must be done."""
+    torch = sys.modules.get("torch")
+    if torch is not None and torch.cuda.is_available() and torch.cuda.is_initialized():
+        torch.cuda.synchronize()
+
+
+def _shapes(args: Any, kwargs: Dict[str, Any]) -> List[Any]:
+    out = []
+    for a in list(args) + list(kwargs.values()):
+        shape = getattr(a, "shape", None)
+        if shape is not None:
+            out.append({"shape": [int(x) for x in shape],
+                        "dtype": str(getattr(a, "dtype", ""))})
+    return out
+
+
+@_one_at_a_time
+def bench(fn: Callable[..., Any], *args: Any, group: Any = "auto",
+          dist_timeout_s: Optional[float] = None, barrier: bool = True,
+          global_shapes: Optional[List[Any]] = None, check: Any = None,
+          rtol: Optional[float] = None, atol: Optional[float] = None,
+          kwargs: Optional[Dict[str, Any]] = None, name: Optional[str] = None,
+          out_arg: Any = None, _plant: Optional[Dict[str, Any]] = None,
+          **bench_options: Any) -> Any:
+    """kbench.bench on every rank of `group`, reduced with MAX per sample (module docstring).
+
+    group: 'auto', a torch ProcessGroup or an mpi4py communicator. dist_timeout_s: the longest
+    wait at any collective before DistributedTimeout (default 60 s). barrier: the barrier before
+    each call (off only to see what it changes). global_shapes: the problem's global shapes,
+    recorded beside each rank's (a sharded problem's split is the caller's knowledge).
+    check/rtol/atol/out_arg: as kbench.bench, verdict agreed: a mismatch on any rank fails every
+    rank, naming it. Other options go to kbench.bench.
+    """
+    from ..bench import _check_before_timing, _name_of, _resolve_device
+    from ..bench import bench as _local_bench
+    ranks = _ranks_for(group, DEFAULT_TIMEOUT_S if dist_timeout_s is None else dist_timeout_s)
+    ranks.start_run()
+    ranks._plant, ranks._fired = dict(_plant or {}), set()
+    name = name or _name_of(fn)
+    kwargs = dict(kwargs or {})
+    first = args
+    if bench_options.get("arg_sets") is not None and not callable(bench_options["arg_sets"]):
+        first = tuple(bench_options["arg_sets"][0])
+    if _resolve_device(bench_options.get("device", "auto"), first, kwargs) != "cpu":
+        # keep-busy bridges call fn untimed a time-dependent number of times: ranks would
+        # disagree on the count, and a collective inside fn would hang
+        bench_options.setdefault("keep_busy", False)
+    try:
+        correctness = None
+        if check is not None:
+            correctness = _agreed_check(ranks, fn, first, kwargs, check, rtol, atol, name,
+                                        out_arg, _check_before_timing)
+        _sync_devices()
+        ranks.barrier("before timing")          # and before capture, in mode='graph'
+        with _graph_probe_agreed(ranks, bench_options.get("mode")):
+            result = _local_bench(fn, *args, kwargs=kwargs, name=name, out_arg=out_arg,
+                                   rtol=rtol, atol=atol, _ranks=ranks,
+                                   _pre_sample=ranks.pre_sample if barrier else None,
+                                   **bench_options)
+    except DistributedError:
+        raise
+    except BaseException as e:
+        # The other ranks wait at their next collective: their timeout names this rank and
+        # this text (the marker keeps its sequence number: it is behind them).
+        ranks.markers.write(ranks.markers.seq, f"failed: {type(e).__name__}: {e}"[:200])
+        raise
+    result.correctness = correctness
+    mine = {"shapes": _shapes(first, kwargs), "device": result.device,
+            "host": __import__("socket").gethostname()}
+    every = [json.loads(t) for t in ranks.gather_text("report", json.dumps(mine))]
+    report = rank_report(ranks.per_rank(), np.asarray(result.samples), ranks.comm,
+                         every, global_shapes=global_shapes, barrier=barrier,
+                         device_barrier=ranks._device_barrier is not None,
+                         timeout_s=ranks.timeout_s)
+    result.extra["distributed"] = report
+    result.metadata["distributed"] = {k: report[k] for k in
+                                      ("world", "local_world", "nodes", "engine", "backend",
+                                       "versions") if k in report}
+    return result
+
+
+def _agreed_check(ranks: Ranks, fn, args, kwargs, check, rtol, atol, name, out_arg,
+                  check_once) -> Optional[Dict[str, Any]]:
+    """Each rank checks its output; the verdict is agreed: any rank's failure fails all."""
+    _sync_devices()
+    ranks.barrier("check")
+    why, correctness = "", None
+    try:
+        correctness = check_once(fn, args, kwargs, check, rtol, atol, name, out_arg)
+        _sync_devices()
+    except DistributedError:
+        raise
+    except Exception as e:
+        why = f"{type(e).__name__}: {e}" or "failed"
+    texts = ranks.gather_text("check verdict", why)
+    bad = [r for r, t in enumerate(texts) if t]
+    if bad:
+        lines = "\n".join(f"  rank {r}: {texts[r]}" for r in bad)
+        raise AssertionError(f"kbench.distributed({name}): the correctness check failed on "
+                             f"rank(s) {bad} of {len(texts)}; nothing was timed on any rank.\n"
+                             f"{lines}")
+    return correctness
+
+
+class _graph_probe_agreed:
+    """mode='graph': kbench.cuda times a few eager calls to choose the unroll before capture;
+    those calls must be agreed across ranks too (a collective in fn would otherwise run a
+    different number of times per rank). Passes this run's ranks/pre_sample to that probe."""
+
+    def __init__(self, ranks: Ranks, mode: Optional[str]):
+        self.ranks, self.active, self.saved = ranks, mode == "graph", None
+
+    def __enter__(self) -> None:
+        if not self.active:
+            return
+        from .. import cuda as _cuda
+        from .. import _core
+        saved = self.saved = _cuda._estimate_eager
+        ranks = self.ranks
+
+        def agreed_probe(fn, sets, kwargs, s, ordinal, timer):
+            orig = _core.measure_cuda
+
+            def with_ranks(*a, **kw):
+                kw.setdefault("ranks", ranks)
+                kw.setdefault("pre_sample", ranks.pre_sample)
+                return orig(*a, **kw)
+            _cuda._core = _Proxy(_core, measure_cuda=with_ranks)
+            try:
+                return saved(fn, sets, kwargs, s, ordinal, timer)
+            finally:
+                _cuda._core = _core
+                ranks.start_run()       # the probe's samples are not the measurement's
+        _cuda._estimate_eager = agreed_probe
+
+    def __exit__(self, *exc: Any) -> None:
+        if self.active and self.saved is not None:
+            from .. import cuda as _cuda
+            _cuda._estimate_eager = self.saved
+
+
+class _Proxy:
+    """A module stand-in with some attributes replaced."""
+
+    def __init__(self, base: Any, **over: Any):
+        self._base, self._over = base, over
+
+    def __getattr__(self, k: str) -> Any:
+        return self._over[k] if k in self._over else getattr(self._base, k)

@@ -1,0 +1,249 @@
+"""Communicators: the few collectives kbench needs, over an engine that already exists.
+
+kbench builds no transport of its own. A communicator wraps torch.distributed (gloo for the
+host-side exchanges, NCCL for the device barrier) or an mpi4py communicator, and offers:
+rank/world/local info, a *nonblocking* allgather of equal-length float64 arrays (polled, so
+every wait has a deadline), a blocking setup broadcast, and a device barrier.
+"""
+from __future__ import annotations
+
+import os
+import socket
+import sys
+from typing import Any, Callable, Dict, List, Optional
+
+import numpy as np
+
+# Lent machines: NVLink multicast (NVLS) is never used. Set before a process group exists (the
+# module's import, and init_process_group below) and inherited by every child process.
+LENT_MACHINE_ENV = {"NCCL_NVLS_ENABLE": "0", "TORCH_SYMM_MEM_DISABLE_MULTICAST": "1",
+                    "NVSHMEM_DISABLE_NVLS": "1"}
+
+
+def set_lent_machine_env(env: Optional[Dict[str, str]] = None) -> Dict[str, str]:
+    """setdefault the no-multicast variables in env (os.environ by default); returns env."""
+    target = os.environ if env is None else env
+    for k, v in LENT_MACHINE_ENV.items():
+        target.setdefault(k, v)
+    return target  # type: ignore[return-value]
+
+
+class Pending:
+    """A started allgather: test() polls it without blocking, result() is (world, n)."""
+
+    def test(self) -> bool:
+        raise NotImplementedError
+
+    def result(self) -> np.ndarray:
+        raise NotImplementedError
+
+
+class Communicator:
+    """The engine-facing half of kbench.distributed; see the module docstring."""
+
+    engine: str = ""            # "mpi4py" | "torch.distributed"
+    backend: str = ""           # "mpi" | "gloo" | "nccl"
+    rank: int = 0
+    world: int = 1
+    local_rank: int = 0
+    local_world: int = 1
+    nodes: int = 1
+
+    def start_allgather(self, row: np.ndarray) -> Pending:
+        raise NotImplementedError
+
+    def bcast_str(self, text: str) -> str:
+        """Rank 0's text on every rank (set-up only: blocking, no deadline)."""
+        raise NotImplementedError
+
+    def device_barrier(self) -> Optional[Callable[[], None]]:
+        """A callable that enqueues a device-side barrier on the current stream (NCCL), or None
+        when the engine has none (the host barrier is used)."""
+        return None
+
+    def versions(self) -> Dict[str, Any]:
+        return {}
+
+
+def _hosts_to_counts(hosts: List[str], rank: int) -> Dict[str, int]:
+    mine = hosts[rank]
+    local = [r for r, h in enumerate(hosts) if h == mine]
+    return {"local_rank": local.index(rank), "local_world": len(local),
+            "nodes": len(set(hosts))}
+
+
+# ------------------------------------------------------------------ mpi4py
+
+class _MpiPending(Pending):
+    def __init__(self, req: Any, out: np.ndarray, send: np.ndarray):
+        self._req, self._out, self._send = req, out, send    # buffers live until done
+
+    def test(self) -> bool:
+        return bool(self._req.Test())
+
+    def result(self) -> np.ndarray:
+        return self._out
+
+
+class MpiCommunicator(Communicator):
+    """An mpi4py communicator (CI: Debian's Open MPI). Allgathers are Iallgather + Test."""
+
+    def __init__(self, comm: Any):
+        from mpi4py import MPI
+        self._comm, self._MPI = comm, MPI
+        self.engine, self.backend = "mpi4py", "mpi"
+        self.rank, self.world = comm.Get_rank(), comm.Get_size()
+        hosts = comm.allgather(socket.gethostname())
+        for k, v in _hosts_to_counts(hosts, self.rank).items():
+            setattr(self, k, v)
+
+    def start_allgather(self, row: np.ndarray) -> Pending:
+        send = np.ascontiguousarray(row, dtype=np.float64)
+        out = np.empty((self.world, send.size), dtype=np.float64)
+        req = self._comm.Iallgather(send, out)
+        return _MpiPending(req, out, send)
+
+    def bcast_str(self, text: str) -> str:
+        return self._comm.bcast(text, root=0)
+
+    def versions(self) -> Dict[str, Any]:
+        import mpi4py
+        return {"mpi4py": mpi4py.__version__,
+                "mpi_library": self._MPI.Get_library_version().strip().split(",")[0]}
+
+
+# ------------------------------------------------------------------ torch.distributed
+
+class _TorchPending(Pending):
+    def __init__(self, work: Any, parts: List[Any]):
+        self._work, self._parts = work, parts
+
+    def test(self) -> bool:
+        return bool(self._work.is_completed())
+
+    def result(self) -> np.ndarray:
+        self._work.wait()           # completed already: returns at once, raises a failed op's error
+        return np.stack([p.numpy() for p in self._parts])
+
+
+_gloo_groups: Dict[int, Any] = {}
+
+
+class TorchCommunicator(Communicator):
+    """torch.distributed: host exchanges on gloo (a gloo side group when the group is NCCL),
+    the device barrier a one-element all_reduce on the group's own backend."""
+
+    def __init__(self, group: Any):
+        import torch
+        import torch.distributed as dist
+        self._torch, self._dist, self._group = torch, dist, group
+        self.engine = "torch.distributed"
+        self.backend = str(dist.get_backend(group)).lower()
+        self.rank, self.world = dist.get_rank(group), dist.get_world_size(group)
+        if "gloo" in self.backend:
+            self._host = group
+        else:
+            key = id(group)
+            if key not in _gloo_groups:     # collective: every rank creates it, once per group
+                ranks = None if group is None else dist.get_process_group_ranks(group)
+                _gloo_groups[key] = dist.new_group(ranks=ranks, backend="gloo")
+            self._host = _gloo_groups[key]
+        hosts: List[Any] = [None] * self.world
+        dist.all_gather_object(hosts, socket.gethostname(), group=self._host)
+        for k, v in _hosts_to_counts([str(h) for h in hosts], self.rank).items():
+            setattr(self, k, v)
+        self._tiny: Any = None
+
+    def start_allgather(self, row: np.ndarray) -> Pending:
+        t = self._torch.from_numpy(np.ascontiguousarray(row, dtype=np.float64).copy())
+        parts = [self._torch.empty_like(t) for _ in range(self.world)]
+        work = self._dist.all_gather(parts, t, group=self._host, async_op=True)
+        return _TorchPending(work, parts)
+
+    def bcast_str(self, text: str) -> str:
+        box = [text]
+        src = self._dist.get_global_rank(self._host, 0) if self._host is not None else 0
+        self._dist.broadcast_object_list(box, src=src, group=self._host)
+        return str(box[0])
+
+    def device_barrier(self) -> Optional[Callable[[], None]]:
+        if "nccl" not in self.backend:
+            return None
+        torch, dist, group = self._torch, self._dist, self._group
+        if self._tiny is None:
+            self._tiny = torch.zeros(1, device=torch.device("cuda", torch.cuda.current_device()))
+
+        def barrier() -> None:
+            # Enqueued on the current (measured) stream: NCCL's stream waits for it and it waits
+            # for NCCL; the host does not block.
+            dist.all_reduce(self._tiny, group=group)
+        return barrier
+
+    def versions(self) -> Dict[str, Any]:
+        torch = self._torch
+        v: Dict[str, Any] = {"torch": torch.__version__, "cuda": torch.version.cuda}
+        if "nccl" in self.backend:
+            try:
+                nv = torch.cuda.nccl.version()
+                v["nccl"] = ".".join(str(x) for x in nv) if isinstance(nv, tuple) else str(nv)
+            except Exception as e:      # a version must never lose a measurement
+                v["nccl"] = f"unknown ({type(e).__name__}: {e})"
+        return v
+
+
+def communicator(group: Any) -> Communicator:
+    """group: 'auto' (torch.distributed's initialised default group, else mpi4py's
+    COMM_WORLD when mpi4py is imported or the job runs under mpirun), a torch ProcessGroup or an
+    mpi4py communicator."""
+    if isinstance(group, Communicator):
+        return group
+    if isinstance(group, str):
+        if group != "auto":
+            raise ValueError(f"kbench.distributed: group must be 'auto', a torch ProcessGroup or "
+                             f"an mpi4py communicator, got {group!r}")
+        dist = _torch_dist()
+        if dist is not None and dist.is_initialized():
+            return TorchCommunicator(None)
+        if "mpi4py" in sys.modules or any(k in os.environ for k in
+                                          ("OMPI_COMM_WORLD_SIZE", "PMI_SIZE", "PMIX_RANK")):
+            from mpi4py import MPI
+            return MpiCommunicator(MPI.COMM_WORLD)
+        raise RuntimeError("kbench.distributed: group='auto' found no engine: initialise "
+                           "torch.distributed (kbench.distributed.init_process_group) or run "
+                           "under mpirun with mpi4py installed")
+    mod = type(group).__module__ or ""
+    if mod.startswith("mpi4py"):
+        return MpiCommunicator(group)
+    if mod.startswith("torch"):
+        return TorchCommunicator(group)
+    raise TypeError(f"kbench.distributed: group must be 'auto', a torch ProcessGroup or an "
+                    f"mpi4py communicator, got {type(group).__name__}")
+
+
+def _torch_dist() -> Any:
+    torch = sys.modules.get("torch")
+    if torch is None:
+        return None
+    try:
+        import torch.distributed as dist
+    except Exception:
+        return None
+    return dist if dist.is_available() else None
+
+
+def init_process_group(backend: Optional[str] = None, **kwargs: Any) -> Any:
+    """torch.distributed.init_process_group after the lent-machine variables are set (NVLS
+    off); under torchrun it reads env://. backend: 'nccl' when CUDA is available, else 'gloo'.
+    Sets the current CUDA device to LOCAL_RANK for NCCL. Returns torch.distributed."""
+    set_lent_machine_env()
+    import torch
+    import torch.distributed as dist
+    if backend is None:
+        backend = "nccl" if torch.cuda.is_available() else "gloo"
+    if "nccl" in backend:
+        local = int(os.environ.get("LOCAL_RANK", "0"))
+        torch.cuda.set_device(local)
+        kwargs.setdefault("device_id", torch.device("cuda", local))
+    if not dist.is_initialized():
+        dist.init_process_group(backend=backend, **kwargs)
+    return dist

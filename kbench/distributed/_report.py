@@ -1,0 +1,93 @@
+"""The multi-rank part of a result: per-rank medians, skew, world, topology, versions."""
+from __future__ import annotations
+
+from typing import Any, Dict, List, Optional
+
+import numpy as np
+
+
+def skew_stats(per_rank: np.ndarray) -> Dict[str, Any]:
+    """per_rank: (world, n) samples of the same sample index on every rank.
+
+    skew: the median over samples of (max - min) / max, how much of a sample the fastest rank
+    spends waiting for the slowest; slowest_rank: the rank with the highest median, and how
+    often each rank was the sample's maximum."""
+    world, n = per_rank.shape
+    if n == 0:
+        return {"per_rank_median_s": [None] * world, "skew": None, "slowest_rank": None,
+                "max_share": [None] * world}
+    medians = np.median(per_rank, axis=1)
+    mx, mn = per_rank.max(axis=0), per_rank.min(axis=0)
+    with np.errstate(divide="ignore", invalid="ignore"):
+        rel = np.where(mx > 0, (mx - mn) / mx, 0.0)
+    share = np.bincount(per_rank.argmax(axis=0), minlength=world) / n
+    return {"per_rank_median_s": [float(x) for x in medians],
+            "skew": float(np.median(rel)), "skew_p90": float(np.quantile(rel, 0.9)),
+            "slowest_rank": int(np.argmax(medians)),
+            "max_share": [float(x) for x in share]}
+
+
+def rank_report(per_rank: np.ndarray, maxima: np.ndarray, comm: Any, every: List[Dict[str, Any]],
+                global_shapes: Optional[List[Any]] = None, barrier: bool = True,
+                device_barrier: bool = False, timeout_s: Optional[float] = None
+                ) -> Dict[str, Any]:
+    """The dict stored as result.extra['distributed'] (every rank builds the same one, apart
+    from 'rank'). every: each rank's {"shapes", "device", "host"}, in rank order."""
+    rep: Dict[str, Any] = {
+        "rank": comm.rank, "world": comm.world, "local_world": comm.local_world,
+        "nodes": comm.nodes, "multi_node": comm.nodes > 1,
+        "engine": comm.engine, "backend": comm.backend, "versions": comm.versions(),
+        "reduction": "MAX across ranks per sample; median, CI and stop rule of the maxima",
+        "barrier": ("device: a one-element all_reduce on the measured stream, then the gate"
+                    if device_barrier else "host barrier (allgather)") if barrier else "none",
+        "dist_timeout_s": timeout_s,
+        "per_rank_shapes": [e.get("shapes") for e in every],
+        "global_shapes": global_shapes,
+        "devices": [e.get("device") for e in every], "hosts": [e.get("host") for e in every],
+    }
+    rep.update(skew_stats(per_rank))
+    if per_rank.shape[1] == maxima.size and maxima.size:
+        # the figures are the maxima of these rows: say so, so a reader can check it
+        rep["maxima_consistent"] = bool(np.array_equal(per_rank.max(axis=0), maxima))
+    if any(str(d).startswith("cuda") for d in rep["devices"]):
+        from ._topology import p2p_topology
+        rep["topology"] = p2p_topology()
+    return rep
+
+
+def topology_text(topo: Optional[Dict[str, Any]]) -> str:
+    if not topo:
+        return ""
+    if topo.get("error"):
+        return f"unknown ({topo['error']})"
+    pairs = topo.get("pairs") or []
+    if not pairs:
+        return topo.get("note", "")
+    return "; ".join(f"GPU{p['a']}-GPU{p['b']}: P2P read {p['read']}, NVLink {p['nvlink']}, "
+                     f"atomics {p['atomics']} ({p['common_ancestor']})" for p in pairs[:6]) + \
+        (f"; ... {len(pairs) - 6} more pairs" if len(pairs) > 6 else "")
+
+
+def ranks_rows(rep: Dict[str, Any]) -> List[List[str]]:
+    """The report rows of a multi-rank result (Result._rows)."""
+    from .._format import fmt_pct, fmt_time
+    where = "multi-node" if rep.get("multi_node") else "local (one node)"
+    meds = rep.get("per_rank_median_s") or []
+    med_text = ", ".join(f"r{r} {fmt_time(m)}" for r, m in enumerate(meds[:8]) if m is not None)
+    if len(meds) > 8:
+        med_text += f", ... ({len(meds)} ranks)"
+    skew = rep.get("skew")
+    rows = [["Ranks", f"world {rep.get('world')}, {rep.get('local_world')} per node, "
+                      f"{rep.get('nodes')} node(s), {where}; each sample is the MAX across "
+                      f"ranks"],
+            ["Per rank", f"medians {med_text}; skew {fmt_pct(skew) if skew is not None else '-'}"
+                         f" (median of (max-min)/max per sample), slowest rank "
+                         f"{rep.get('slowest_rank')}"]]
+    v = rep.get("versions") or {}
+    vtext = ", ".join(f"{k} {val}" for k, val in v.items() if val)
+    rows.append(["Engine", f"{rep.get('engine')} ({rep.get('backend')}){'; ' + vtext if vtext else ''}"
+                           f"; barrier before each call: {rep.get('barrier')}"])
+    topo = topology_text(rep.get("topology"))
+    if topo:
+        rows.append(["Topology", topo])
+    return rows

@@ -1,0 +1,274 @@
+"""kbench.distributed in one process: the C loop with a rank reducer over a fake communicator
+that plays a second rank, the header check, the watchdog, the report and bad inputs."""
+from __future__ import annotations
+
+import os
+import time
+
+import numpy as np
+import pytest
+
+from kbench import _core
+from kbench.cli_compare import compare_sets
+from kbench.distributed import (DistributedError, DistributedTimeout, Ranks, rank_rng,
+                                rank_seed, set_lent_machine_env)
+from kbench.distributed._comm import Communicator, Pending, communicator
+from kbench.distributed._report import skew_stats
+from kbench.result import Result
+
+
+class _Done(Pending):
+    def __init__(self, rows):
+        self.rows = rows
+
+    def test(self):
+        return True
+
+    def result(self):
+        return self.rows
+
+
+class _Never(Pending):
+    def test(self):
+        return False
+
+
+class FakeComm(Communicator):
+    """Rank 0 of 2; rank 1's payload rows are other(row). Headers alternate with payloads
+    (a header's third entry is its payload's length)."""
+    engine, backend, world, rank, local_world, nodes = "fake", "fake", 2, 0, 2, 1
+
+    def __init__(self, other=lambda row: row, header=lambda h: h, hang_at=None):
+        self.other, self.header, self.hang_at = other, header, hang_at
+        self.payload_next, self.calls = False, 0
+
+    def start_allgather(self, row):
+        self.calls += 1
+        if self.hang_at is not None and self.calls >= self.hang_at:
+            return _Never()
+        if self.payload_next:
+            self.payload_next = False
+            return _Done(np.stack([row, self.other(row.copy())]))
+        self.payload_next = row[2] > 0
+        return _Done(np.stack([row, self.header(row.copy())]))
+
+    def bcast_str(self, text):
+        return text
+
+
+@pytest.fixture
+def ranks_of(tmp_path, monkeypatch):
+    monkeypatch.setenv("KBENCH_DIST_DIR", str(tmp_path))
+    made = []
+
+    def make(comm, timeout_s=5.0):
+        r = Ranks(comm, timeout_s)
+        made.append(r)
+        return r
+    yield make
+    for r in made:
+        r.close()
+
+
+def spin(seconds):
+    end = time.perf_counter() + seconds
+    while time.perf_counter() < end:
+        pass
+
+
+def test_loop_times_the_maxima_of_every_sample(ranks_of):
+    def other(row):           # rank 1: every sample 3x this rank's, decision values as here
+        return row * 3
+    ranks = ranks_of(FakeComm(other))
+    raw = _core.measure_host(spin, ((20e-6,),), None, ranks=ranks, pre_sample=ranks.pre_sample,
+                             warmup_s=0.01, max_time_s=0.3, min_samples=10)
+    per = ranks.per_rank()
+    assert per.shape == (2, len(raw["samples"]))
+    assert np.array_equal(raw["samples"], per.max(axis=0))
+    assert np.allclose(per[1], 3 * per[0])
+    assert np.median(raw["samples"]) >= 3 * 20e-6
+
+
+def test_time_decisions_are_the_slowest_ranks():
+    """Another rank reports a huge elapsed time: this rank's warm-up and sampling stop on it,
+    though its own clock says almost no time has passed."""
+    class SlowPeer:
+        def reduce(self, stage, index, samples, values):
+            if stage == "warmup batch":
+                values[1] = 1e4           # (batch time, elapsed)
+            elif stage == "sample batch":
+                values[0] = 1e4           # (elapsed, timer step)
+            return samples, values
+    t0 = time.monotonic()
+    raw = _core.measure_host(spin, ((5e-6,),), None, ranks=SlowPeer(), warmup_s=5.0,
+                             max_time_s=60.0, min_samples=10, target=1e-9)
+    assert time.monotonic() - t0 < 2.0
+    assert raw["stop"] == "time_cap" and len(raw["samples"]) == 10
+    assert raw["warmup_iters"] == 1       # warmup_min: the peer's 1e4 s is past warmup_s
+
+
+def test_pre_sample_runs_before_every_call_untimed(ranks_of):
+    log = []
+    raw = _core.measure_host(lambda: log.append("c"), ((),), None,
+                             pre_sample=lambda: (log.append("b"), spin(2e-3)),
+                             warmup_s=0.0, min_samples=5, max_samples=5)
+    assert "".join(log) == "bc" * (5 + raw["warmup_iters"])
+    assert max(raw["samples"]) < 1e-3       # the 2 ms in pre_sample is outside every sample
+
+
+def test_pre_sample_error_leaves_the_process_usable():
+    def boom():
+        raise RuntimeError("barrier broke")
+    with pytest.raises(RuntimeError, match="barrier broke") as ei:
+        _core.measure_host(lambda: None, ((),), None, pre_sample=boom)
+    assert any("pre_sample" in n for n in getattr(ei.value, "__notes__", []))
+    assert len(_core.measure_host(lambda: None, ((),), None, warmup_s=0.0, min_samples=3,
+                                  max_samples=3)["samples"]) == 3
+
+
+def test_header_mismatch_names_the_stage_and_the_rank(ranks_of):
+    def ahead(h):
+        h[0] += 1             # rank 1 is one collective ahead: it skipped one
+        return h
+    ranks = ranks_of(FakeComm(header=ahead))
+    with pytest.raises(DistributedError, match=r"out of step at stage 'check'.*rank 1"):
+        ranks.barrier("check")
+
+
+def test_payload_length_mismatch(ranks_of):
+    def longer(h):
+        h[2] += 1
+        return h
+    ranks = ranks_of(FakeComm(header=longer))
+    with pytest.raises(DistributedError, match="sent"):
+        ranks.exchange("report", np.ones(3))
+
+
+def test_watchdog_names_the_stage_and_the_rank_within_the_bound(ranks_of):
+    ranks = ranks_of(FakeComm(hang_at=1), timeout_s=0.3)
+    # rank 1's marker: stuck one collective earlier
+    with open(os.path.join(ranks.markers.dir, "rank1"), "w") as f:
+        f.write(f"0 {time.time():.3f} sample 36 barrier\n")
+    t0 = time.monotonic()
+    with pytest.raises(DistributedTimeout) as ei:
+        ranks.barrier("sample 37 barrier")
+    took = time.monotonic() - t0
+    assert 0.3 <= took < 1.0
+    msg = str(ei.value)
+    assert "stage 'sample 37 barrier'" in msg and "rank 1 (at 'sample 36 barrier'" in msg
+
+
+def test_watchdog_without_a_visible_marker(ranks_of):
+    ranks = ranks_of(FakeComm(hang_at=1), timeout_s=0.2)
+    with pytest.raises(DistributedTimeout, match="rank 1 \\(marker not visible"):
+        ranks.barrier("report")
+
+
+def test_an_engine_failure_names_the_stage(ranks_of):
+    class Broken(Pending):
+        def test(self):
+            return True
+
+        def result(self):
+            raise RuntimeError("Connection closed by peer")
+
+    class PeerGone(FakeComm):
+        def start_allgather(self, row):
+            return Broken()
+    ranks = ranks_of(PeerGone())
+    with pytest.raises(DistributedError, match="stage 'report'.*Connection closed by peer"):
+        ranks.barrier("report")
+
+
+def test_skew_stats():
+    per = np.array([[1.0, 1.0, 1.0, 2.0], [2.0, 2.0, 2.0, 1.0]])
+    s = skew_stats(per)
+    assert s["per_rank_median_s"] == [1.0, 2.0] and s["slowest_rank"] == 1
+    assert s["skew"] == pytest.approx(0.5) and s["max_share"] == [0.25, 0.75]
+
+
+def test_report_rows_and_round_trip():
+    samples = np.array([1e-3, 1.1e-3, 1.2e-3])
+    r = Result(name="allreduce", device="cuda:0", backend="events", samples=samples,
+               stats=_core.summarize(samples, 0.95), stop={"stop": "precision"},
+               cold_cache={"mode": "none"},
+               extra={"distributed": {"world": 2, "local_world": 2, "nodes": 1,
+                                      "multi_node": False, "engine": "torch.distributed",
+                                      "backend": "nccl", "versions": {"nccl": "2.21.5"},
+                                      "per_rank_median_s": [1e-3, 1.1e-3], "skew": 0.08,
+                                      "slowest_rank": 1, "barrier": "device",
+                                      "topology": {"pairs": [{"a": 0, "b": 1, "read": "OK",
+                                                              "nvlink": "OK", "atomics": "OK",
+                                                              "common_ancestor": "x"}]}}})
+    text = repr(Result.from_dict(r.to_dict()))
+    for want in ("Ranks:", "world 2", "Per rank:", "slowest rank 1", "nccl 2.21.5",
+                 "Topology:", "NVLink OK"):
+        assert want in text
+
+
+def test_compare_notes_a_change_of_world_size():
+    def res(world, median):
+        s = median * (1 + 0.01 * np.random.default_rng(world).standard_normal(50))
+        extra = {"distributed": {"world": world}} if world > 1 else {}
+        return Result(name="ar", device="cuda:0", backend="events", samples=s,
+                      stats=_core.summarize(s, 0.95), stop={}, cold_cache={},
+                      extra=extra).to_dict()
+    cmp = compare_sets({"ar": res(1, 1e-3)}, {"ar": res(2, 2e-3)})
+    assert "world size 1 -> 2" in cmp.deltas[0].note
+    same = compare_sets({"ar": res(2, 1e-3)}, {"ar": res(2, 2e-3)})
+    assert "world size" not in same.deltas[0].note
+
+
+def test_rank_seeds_are_distinct_and_reproducible():
+    assert rank_seed(0) != rank_seed(1) and rank_seed(1, 5) == rank_seed(1, 5)
+    assert rank_rng(2, 9).random() == rank_rng(2, 9).random()
+
+
+def test_lent_machine_env_is_set_without_overriding():
+    env = {"NCCL_NVLS_ENABLE": "0", "NVSHMEM_DISABLE_NVLS": "7"}
+    set_lent_machine_env(env)
+    assert env == {"NCCL_NVLS_ENABLE": "0", "NVSHMEM_DISABLE_NVLS": "7",
+                   "TORCH_SYMM_MEM_DISABLE_MULTICAST": "1"}
+    assert os.environ.get("NCCL_NVLS_ENABLE") == "0"     # set on import of kbench.distributed
+
+
+def test_bad_inputs(ranks_of):
+    with pytest.raises(TypeError, match="ranks must be None or a rank reducer"):
+        _core.measure_host(lambda: None, ((),), None, ranks=3)
+    with pytest.raises(TypeError, match="pre_sample must be None or a callable"):
+        _core.measure_host(lambda: None, ((),), None, pre_sample=3)
+    with pytest.raises(ValueError, match="dist_timeout_s"):
+        ranks_of(FakeComm(), timeout_s=-1)
+    with pytest.raises(ValueError, match="group must be"):
+        communicator("everyone")
+    with pytest.raises(TypeError, match="group must be"):
+        communicator(object())
+
+
+def test_a_reducer_returning_the_wrong_length_is_refused():
+    class Short:
+        def reduce(self, stage, index, samples, values):
+            return samples[:-1] if samples.size else samples, values
+    with pytest.raises(ValueError, match="maxima"):
+        _core.measure_host(lambda: None, ((),), None, ranks=Short(), warmup_s=0.0,
+                           min_samples=3)
+
+
+def test_graph_modes_eager_probe_is_agreed(ranks_of, monkeypatch):
+    """mode='graph' chooses its unroll from an eager probe: under kbench.distributed that probe
+    gets the run's reducer and barrier too, and the module is restored afterwards."""
+    from kbench import cuda as kcuda
+    from kbench.distributed import _graph_probe_agreed
+    seen = {}
+
+    def fake_measure_cuda(fn, sets, kwargs, **opts):
+        seen.update(opts)
+        return {"samples": [1e-6, 2e-6, 3e-6]}
+    monkeypatch.setattr(_core, "measure_cuda", fake_measure_cuda, raising=False)
+    ranks = ranks_of(FakeComm())
+    original = kcuda._estimate_eager
+    with _graph_probe_agreed(ranks, "graph"):
+        t, _ = kcuda._estimate_eager(lambda: None, [()], {}, 1, 0, "events")
+    assert t == 2e-6 and seen["ranks"] is ranks
+    assert seen["pre_sample"] == ranks.pre_sample
+    assert kcuda._estimate_eager is original and kcuda._core is _core
