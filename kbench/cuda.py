@@ -347,14 +347,16 @@ def _check_after(post: Any, sets: List[Tuple[Any, ...]], check: Any, rtol: Any, 
                              f"stale):\n{cmp.report()}")
 
 
-def _estimate_eager(fn, sets, kwargs, s, ordinal, timer,
-                    pre_sample=None) -> Tuple[float, Dict[str, Any]]:
+def _estimate_eager(fn, sets, kwargs, s, ordinal, timer, pre_sample=None,
+                    ranks=None) -> Tuple[float, Dict[str, Any]]:
     # No gate: a callable that cannot be captured (it synchronizes) must reach the capture and
     # fail there with CaptureError; the unroll estimate does not need launch-gap-free timing.
     raw = _core.measure_cuda(fn, tuple(sets), kwargs or None, stream=s, device=ordinal,
                              mode=timer, cold=None, busy_warmup_s=0.0, sample_clocks=False,
                              cupti_allow_foreign=True, gate=False, pre_sample=pre_sample,
-                             **_loop_for_probe(0.3))
+                             **_loop_for_probe(0.3), **({"ranks": ranks} if ranks else {}))
+    if ranks is not None:
+        ranks.start_run()           # the reducer keeps the measurement's samples, not these
     return float(np.median(np.asarray(raw["samples"]))), raw
 
 
@@ -365,7 +367,9 @@ def _run_graph(fn, sets, kwargs, s, ordinal, timer, cold_arg, unroll, loop, comm
         raise ValueError("mode='graph' needs a non-default stream for capture: pass stream= "
                          "(a torch/CuPy stream or handle)")
     pre_sample = common.get("pre_sample")     # before every call of fn that runs, never in a capture
-    eager_t, eager_raw = _estimate_eager(fn, sets, kwargs, s, ordinal, timer, pre_sample)
+    # under kbench.distributed the probe's calls are agreed across ranks like the measurement's
+    eager_t, eager_raw = _estimate_eager(fn, sets, kwargs, s, ordinal, timer, pre_sample,
+                                         loop.get("ranks"))
     if cold_arg == "flush":
         # The flush runs between replays: every call after the first inside an unrolled
         # replay would find the previous call's data in L2 and read warm.

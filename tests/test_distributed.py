@@ -256,19 +256,20 @@ def test_a_reducer_returning_the_wrong_length_is_refused():
 
 def test_graph_modes_eager_probe_is_agreed(ranks_of, monkeypatch):
     """mode='graph' chooses its unroll from an eager probe: under kbench.distributed that probe
-    gets the run's reducer and barrier too, and the module is restored afterwards."""
+    gets the run's reducer and barrier too, and the reducer forgets the probe's samples."""
     from kbench import cuda as kcuda
-    from kbench.distributed import _graph_probe_agreed
-    seen = {}
+    seen, restarted = {}, []
 
     def fake_measure_cuda(fn, sets, kwargs, **opts):
         seen.update(opts)
         return {"samples": [1e-6, 2e-6, 3e-6]}
     monkeypatch.setattr(_core, "measure_cuda", fake_measure_cuda, raising=False)
     ranks = ranks_of(FakeComm())
-    original = kcuda._estimate_eager
-    with _graph_probe_agreed(ranks, "graph"):
-        t, _ = kcuda._estimate_eager(lambda: None, [()], {}, 1, 0, "events")
+    monkeypatch.setattr(ranks, "start_run", lambda: restarted.append(1))
+    t, _ = kcuda._estimate_eager(lambda: None, [()], {}, 1, 0, "events", ranks.pre_sample, ranks)
     assert t == 2e-6 and seen["ranks"] is ranks
     assert seen["pre_sample"] == ranks.pre_sample
-    assert kcuda._estimate_eager is original and kcuda._core is _core
+    assert restarted == [1]
+    seen.clear()
+    kcuda._estimate_eager(lambda: None, [()], {}, 1, 0, "events")
+    assert "ranks" not in seen and seen["pre_sample"] is None

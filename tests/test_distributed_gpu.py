@@ -46,14 +46,19 @@ def child() -> None:
              "add f32 64 MB": (torch.add, (u, u), {"kwargs": {"out": v}})}
     out = {}
     for name, (fn, args, extra) in cases.items():
-        common = dict(device="cuda:0", mode="events", cold_cache=None, max_time_s=3.0, **extra)
+        # kbench.distributed times GPUs in the burst regime (no keep-busy bridges: they would
+        # call fn a rank-dependent number of times), so the single-GPU path is asked for it too
+        common = dict(device="cuda:0", mode="events", cold_cache=None, max_time_s=3.0,
+                      regime="burst", **extra)
         single = kbench.bench(fn, *args, **common)
         multi = kbench.bench(fn, *args, group="auto", **common)
         d = multi.extra["distributed"]
         out[name] = {"single": [single.median, single.stats["ci_low"], single.stats["ci_high"]],
                      "group": [multi.median, multi.stats["ci_low"], multi.stats["ci_high"]],
                      "world": d["world"], "backend": d["backend"], "barrier": d["barrier"],
-                     "per_rank": d["per_rank_median_s"], "skew": d["skew"],
+                     "per_rank": d["per_rank_median_s"],
+                     "regime": multi.extra.get("regime", {}).get("name") if isinstance(
+                         multi.extra.get("regime"), dict) else multi.extra.get("regime"), "skew": d["skew"],
                      "nccl": d["versions"].get("nccl")}
         print(f"{name}: single-GPU path {single.median * 1e6:.2f} us "
               f"[{single.stats['ci_low'] * 1e6:.2f}, {single.stats['ci_high'] * 1e6:.2f}], "

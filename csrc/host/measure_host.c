@@ -148,6 +148,34 @@ static int host_keep_warming(kb_backend *b, double elapsed_s)
 }
 
 /* measure_host(fn, arg_sets, kwargs=None, *, cold=None, flush_bytes=0, <loop config>) -> dict */
+/* The two callables measure_host takes from its options: _keep_warming (kbench's clock rule)
+ * and pre_sample (kbench.distributed's barrier). 0, or -1 with an exception. */
+static int pop_hooks(PyObject *opts, host_ctx *ctx)
+{
+    PyObject *hook = PyDict_GetItemString(opts, "_keep_warming");
+    if (hook != NULL) {
+        if (!PyCallable_Check(hook)) {
+            PyErr_SetString(PyExc_TypeError, "_keep_warming must be callable");
+            return -1;
+        }
+        ctx->keep_warming = Py_NewRef(hook);     /* the dict entry goes next */
+        if (PyDict_DelItemString(opts, "_keep_warming") < 0)
+            return -1;
+    }
+    PyObject *pre = PyDict_GetItemString(opts, "pre_sample");   /* borrowed from kw too */
+    if (pre != NULL) {
+        if (pre != Py_None && !PyCallable_Check(pre)) {
+            PyErr_Format(PyExc_TypeError, "pre_sample must be None or a callable taking no "
+                         "arguments, got %.100s", Py_TYPE(pre)->tp_name);
+            return -1;
+        }
+        ctx->pre_sample = pre == Py_None ? NULL : pre;
+        if (PyDict_DelItemString(opts, "pre_sample") < 0)
+            return -1;
+    }
+    return 0;
+}
+
 static PyObject *measure_host(PyObject *self, PyObject *args, PyObject *kw)
 {
     PyObject *fn, *arg_sets, *kwargs = Py_None;
@@ -182,27 +210,8 @@ static PyObject *measure_host(PyObject *self, PyObject *args, PyObject *kw)
         if (PyDict_DelItemString(opts, "flush_bytes") < 0)
             goto error;
     }
-    PyObject *hook = PyDict_GetItemString(opts, "_keep_warming");
-    if (hook != NULL) {
-        if (!PyCallable_Check(hook)) {
-            PyErr_SetString(PyExc_TypeError, "_keep_warming must be callable");
-            goto error;
-        }
-        ctx.keep_warming = Py_NewRef(hook);     /* the dict entry goes next */
-        if (PyDict_DelItemString(opts, "_keep_warming") < 0)
-            goto error;
-    }
-    PyObject *pre = PyDict_GetItemString(opts, "pre_sample");   /* borrowed from kw too */
-    if (pre != NULL) {
-        if (pre != Py_None && !PyCallable_Check(pre)) {
-            PyErr_Format(PyExc_TypeError, "pre_sample must be None or a callable taking no "
-                         "arguments, got %.100s", Py_TYPE(pre)->tp_name);
-            goto error;
-        }
-        ctx.pre_sample = pre == Py_None ? NULL : pre;
-        if (PyDict_DelItemString(opts, "pre_sample") < 0)
-            goto error;
-    }
+    if (pop_hooks(opts, &ctx) < 0)
+        goto error;
     if (kb_pop_cold_mode(opts, &ctx.cold) < 0 || kb_finish_options(opts, "measure_host", &cfg) < 0)
         goto error;
     if (ctx.cold == KB_COLD_ROTATE && PyTuple_GET_SIZE(arg_sets) < 2) {
