@@ -162,11 +162,18 @@ def tp_gemm(args: argparse.Namespace) -> Dict[str, Any]:
     for mode in ("events", "graph"):
         stream = torch.cuda.Stream(device=DEV) if mode == "graph" else None
         # bf16 partial products rounded before the reduce-scatter's sum: a bf16 tolerance
-        r = kd.bench(tp, x, w, out, check=ref, rtol=2e-2, atol=5e-2, device=f"cuda:{LOCAL}",
-                     mode=mode, stream=stream,
-                     cold_cache=None, flops=flops, name=f"tp gemm+reduce_scatter {mode}",
-                     max_time_s=args.max_time_s, dist_timeout_s=args.timeout,
-                     global_shapes=[{"x": [m, k], "w": [k, n], "y": [m, n]}])
+        try:
+            r = kd.bench(tp, x, w, out, check=ref, rtol=2e-2, atol=5e-2,
+                         device=f"cuda:{LOCAL}", mode=mode, stream=stream,
+                         cold_cache=None, flops=flops, name=f"tp gemm+reduce_scatter {mode}",
+                         max_time_s=args.max_time_s, dist_timeout_s=args.timeout,
+                         global_shapes=[{"x": [m, k], "w": [k, n], "y": [m, n]}])
+        except Exception as e:          # recorded: the other phases' results are kept
+            import traceback
+            res[mode] = {"error": f"{type(e).__name__}: {e}",
+                         "where": traceback.format_exc(limit=-4)[-1500:]}
+            log(f"tp {mode} failed: {type(e).__name__}: {e}")
+            continue
         d = r.extra["distributed"]
         res[mode] = {"median_s": r.median, "ci": [r.stats["ci_low"], r.stats["ci_high"]],
                      "n": r.n, "stop": r.stop["stop"],
