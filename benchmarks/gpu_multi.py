@@ -235,6 +235,9 @@ def markdown(doc: Dict[str, Any]) -> str:
                   "| skew |", "|---|---|---|---|---|---|"]
         for mode in ("events", "graph"):
             r = t[mode]
+            if "error" in r:
+                lines.append(f"| {mode} | failed: {r['error'][:300]} | | | | |")
+                continue
             lines.append(f"| {mode} | {r['median_s'] * 1e6:.1f} us | {r['ci'][0] * 1e6:.1f}-"
                          f"{r['ci'][1] * 1e6:.1f} | {r['n']} | {r['tflops_per_rank']:.1f} | "
                          f"{r['skew']:.1%} |")
