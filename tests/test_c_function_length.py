@@ -33,7 +33,12 @@ def test_the_counter_sees_functions():
     assert list(function_lengths(text)) == [("f", 5), ("g", 3)]
 
 
-@pytest.mark.parametrize("path", sorted(CSRC.rglob("*.c")), ids=lambda p: str(p.relative_to(CSRC)))
+C_FILES = sorted(CSRC.rglob("*.c"))
+
+
+@pytest.mark.skipif(not C_FILES, reason="not a source checkout (no csrc/): the wheel's suite "
+                                        "runs from a copy of tests/")
+@pytest.mark.parametrize("path", C_FILES or [CSRC], ids=lambda p: str(p.relative_to(CSRC)) if p != CSRC else "none")
 def test_no_c_function_over_120_lines(path: Path):
     long = [(name, n) for name, n in function_lengths(path.read_text()) if n > MAX_LINES]
     assert not long, f"{path.relative_to(CSRC)}: functions over {MAX_LINES} lines: {long}"

@@ -466,7 +466,10 @@ def test_every_driver_function_is_looked_up_at_the_abi_of_its_prototype():
     headers). A function that gained a new ABI after 12.9 (cuCtxSynchronize_v13000 takes a
     context) must be in KB_CUDA_REQUIRED_PRE13 (looked up at 12.9) or name that version as its
     abi_since; otherwise kbench calls the new ABI with the old arguments."""
-    loader = (ROOT / "csrc" / "loaders" / "loader.h").read_text()
+    loader_h = ROOT / "csrc" / "loaders" / "loader.h"
+    if not loader_h.is_file():
+        pytest.skip("not a source checkout (no csrc/): the wheel's suite runs from a copy of tests/")
+    loader = loader_h.read_text()
     header = _typedefs_header()
     typedefs = "".join(f.read_text() for f in (header, header.parent / "cudaProfilerTypedefs.h")
                        if f.is_file())
