@@ -8,9 +8,10 @@ read by kbench.cuda_report. Imported only when a GPU is asked for.
 """
 from __future__ import annotations
 
+import contextlib
 import math
 import sys
-from typing import Any, Callable, Dict, List, Optional, Tuple
+from typing import Any, Callable, ContextManager, Dict, List, Optional, Tuple
 
 import numpy as np
 
@@ -247,7 +248,34 @@ def _resolve_mode(mode: Optional[str], warn: List[str]) -> Tuple[str, bool]:
     return mode, cupti_ok
 
 
+def current_stream_as(stream: Any, ordinal: int, torch_path: bool) -> ContextManager[Any]:
+    """Make the caller's stream the framework's current one while kbench calls fn. kbench's
+    gate, events and flush go to `stream`; a torch or CuPy callable launches on its framework's
+    current stream. Without this, a torch GEMM passed with stream=side ran on the default stream
+    while the events on `side` timed nothing, and CUPTI's sentinel on `side` came back before
+    the GEMM's record (the 2-GPU TP graph run failed so)."""
+    if stream is None or isinstance(stream, bool):
+        return contextlib.nullcontext()
+    torch = sys.modules.get("torch")
+    if torch is not None and isinstance(stream, torch.cuda.Stream):
+        return torch.cuda.stream(stream)
+    if type(stream).__module__.startswith("cupy") and hasattr(stream, "__enter__"):
+        return stream
+    if isinstance(stream, int) and stream and torch_path and torch is not None:
+        return torch.cuda.stream(torch.cuda.ExternalStream(stream, device=ordinal))
+    return contextlib.nullcontext()
+
+
 def run(fn: Callable[..., Any], sets: List[Tuple[Any, ...]], kwargs: Dict[str, Any], *,
+        stream: Any = None, device: str, **options: Any):
+    """Time fn on a CUDA device, on `stream` made current for the callable (see _run)."""
+    require_backend()
+    ordinal = device_ordinal(device)
+    with current_stream_as(stream, ordinal, _uses_torch(sets, kwargs, stream)):
+        return _run(fn, sets, kwargs, stream=stream, device=device, **options)
+
+
+def _run(fn: Callable[..., Any], sets: List[Tuple[Any, ...]], kwargs: Dict[str, Any], *,
         cold_cache: Optional[str], flush_bytes: Optional[int], mode: Optional[str],
         device: str, loop: Dict[str, Any], check: Any = None, rtol=None, atol=None,
         stream: Any = None, unroll: Optional[int] = None,

@@ -148,6 +148,20 @@ def test_graph_mode_times_replays_and_reports_the_unroll(x):
     assert r.median == pytest.approx(re.median, rel=0.25)
 
 
+def test_a_torch_stream_passed_as_stream_is_where_the_callable_runs():
+    """stream=side: the callable's launches go to side (made torch's current stream), so the
+    gate, the events and CUPTI's sentinel on side bracket them. Before, the GEMM ran on the
+    default stream and events on side read a few microseconds for a ~180 us GEMM."""
+    a = torch.randn(4096, 4096, device="cuda", dtype=torch.bfloat16)
+    side = torch.cuda.Stream()
+    base = kbench.bench(torch.matmul, a, a, mode="cupti", cold_cache=None, **FAST)
+    for mode in ("events", "cupti", "graph"):
+        r = kbench.bench(torch.matmul, a, a, mode=mode, stream=side, cold_cache=None, **FAST)
+        assert r.extra["stream"] == side.cuda_stream
+        assert r.median > 0.8 * base.median, (mode, r.median, base.median)
+    assert torch.cuda.current_stream() != side     # the caller's current stream is put back
+
+
 def test_floor_is_measured_and_reported(x):
     r = kbench.bench(torch.add, x, 1.0, mode="events", cold_cache=None, **FAST)
     fl = r.extra["floor"]
