@@ -273,3 +273,36 @@ def test_graph_modes_eager_probe_is_agreed(ranks_of, monkeypatch):
     seen.clear()
     kcuda._estimate_eager(lambda: None, [()], {}, 1, 0, "events")
     assert "ranks" not in seen and seen["pre_sample"] is None
+
+
+class SoloComm(Communicator):
+    """World 1: every allgather returns this rank's row; counts the barriers it carries."""
+    engine, backend, world, rank, local_world, nodes = "fake", "fake", 1, 0, 1, 1
+
+    def __init__(self):
+        self.calls = 0
+
+    def start_allgather(self, row):
+        self.calls += 1
+        return _Done(np.asarray(row, dtype=np.float64)[None, :])
+
+    def bcast_str(self, text):
+        return text
+
+
+def test_world_1_skips_the_per_call_barrier_unless_asked(tmp_path, monkeypatch):
+    """One rank has nobody to line up with: by default no barrier runs before each call (its
+    idle let a power-capped GEMM clock higher than the single-GPU path); barrier=True forces it."""
+    import kbench.distributed as kd
+    monkeypatch.setenv("KBENCH_DIST_DIR", str(tmp_path))
+    a = np.ones(1000)
+    opts = dict(device="cpu", cold_cache=None, min_samples=50, max_samples=50, warmup_s=0.0)
+    solo = SoloComm()
+    r = kd.bench(np.sum, a, group=solo, **opts)
+    default_calls = solo.calls
+    assert r.extra["distributed"]["barrier"].startswith("none (world 1")
+    forced = SoloComm()
+    rf = kd.bench(np.sum, a, group=forced, barrier=True, **opts)
+    assert rf.extra["distributed"]["barrier"] == "host barrier (allgather)"
+    # one header exchange per barrier: at least one per timed call when forced
+    assert forced.calls - default_calls >= rf.n, (forced.calls, default_calls, rf.n)

@@ -39,7 +39,9 @@ def rank_report(per_rank: np.ndarray, maxima: np.ndarray, comm: Any, every: List
         "engine": comm.engine, "backend": comm.backend, "versions": comm.versions(),
         "reduction": "MAX across ranks per sample; median, CI and stop rule of the maxima",
         "barrier": ("device: a one-element all_reduce on the measured stream, then the gate"
-                    if device_barrier else "host barrier (allgather)") if barrier else "none",
+                    if device_barrier else "host barrier (allgather)") if barrier else
+                   ("none (world 1: no other rank to line up with)" if comm.world == 1
+                    else "none"),
         "dist_timeout_s": timeout_s,
         "per_rank_shapes": [e.get("shapes") for e in every],
         "global_shapes": global_shapes,
