@@ -6,10 +6,17 @@ Per round: driver-level used memory (cuMemGetInfo through torch), torch's alloca
 bytes, and the process's RSS. Flat after the first round is the bar.
 
     python benchmarks/gpu_soak.py --benches 1000 --rounds 4 --out benchmarks/results/h200_soak.json
+
+A mode may name a variant after '@': 'graph@linger0' runs graph mode with
+KBENCH_CUPTI_LINGER_S=0 (CUPTI detached after every bench instead of kept attached across the
+round), to tell CUPTI's per-attach state apart from kbench's own; 'graph@gc' runs a full
+gc.collect() before each round's reading, to tell objects held in reference cycles (freed only
+by a full collection, rare in a process with a large heap) from a leak.
 """
 from __future__ import annotations
 
 import argparse
+import gc
 import json
 import os
 import time
@@ -44,7 +51,14 @@ def main() -> None:
     side = torch.cuda.Stream()
     res = {"benches_per_round": args.benches, "gpu": torch.cuda.get_device_name(0),
            "commit": os.environ.get("KBENCH_GIT_COMMIT"), "modes": {}}
-    for mode in args.modes.split(","):
+    for spec in args.modes.split(","):
+        mode, _, variant = spec.partition("@")
+        if variant not in ("", "linger0", "gc"):
+            raise SystemExit(f"unknown variant {variant!r} in {spec!r} (known: linger0, gc)")
+        if variant == "linger0":
+            os.environ["KBENCH_CUPTI_LINGER_S"] = "0"
+        else:
+            os.environ.pop("KBENCH_CUPTI_LINGER_S", None)
         rows = []
         t0 = time.perf_counter()
         for rnd in range(args.rounds):
@@ -58,17 +72,19 @@ def main() -> None:
                     kbench.bench(torch.mul, x, 2.0, kwargs={"out": y}, mode=mode,
                                  max_time_s=0.02, warmup_s=0.0, settle_max_s=0, min_samples=5)
             torch.cuda.synchronize()
+            if variant == "gc":
+                gc.collect()
             row = {"round": rnd, "device_used_mb": device_used_mb(), "rss_mb": rss_mb(),
                    "torch_allocated_mb": torch.cuda.memory_allocated() / 2**20,
                    "torch_reserved_mb": torch.cuda.memory_reserved() / 2**20,
                    "elapsed_s": time.perf_counter() - t0}
             rows.append(row)
-            print(f"{mode:7} round {rnd}: device {row['device_used_mb']:9.1f} MB  rss "
+            print(f"{spec:14} round {rnd}: device {row['device_used_mb']:9.1f} MB  rss "
                   f"{row['rss_mb']:8.1f} MB  torch reserved {row['torch_reserved_mb']:7.1f} MB"
                   f"  ({row['elapsed_s']:.1f} s)", flush=True)
         growth = {k: rows[-1][k] - rows[0][k] for k in ("device_used_mb", "rss_mb")}
-        res["modes"][mode] = {"rounds": rows, "growth_after_first_round_mb": growth}
-        print(f"{mode:7} growth after the first round: device {growth['device_used_mb']:+.1f} MB, "
+        res["modes"][spec] = {"rounds": rows, "growth_after_first_round_mb": growth}
+        print(f"{spec:14} growth after the first round: device {growth['device_used_mb']:+.1f} MB, "
               f"rss {growth['rss_mb']:+.1f} MB over {args.rounds - 1} rounds", flush=True)
     if args.out:
         with open(args.out, "w") as f:

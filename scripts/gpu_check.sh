@@ -16,8 +16,12 @@ export PYTHONUNBUFFERED=1 KBENCH_CACHE_DIR="${KBENCH_CACHE_DIR:-$LOGS/cache}" MP
 PY=${PY:-python3}
 mode=${1:-all}
 echo "== build"
+if [ "${KBENCH_PREBUILT:-0}" = 1 ] && $PY -c "import kbench._core" 2>/dev/null; then
+  echo "(a _core built for this Python was carried: no build)"; export PYTHONPATH=$PWD
+else
 $PY -m pip install -q --no-build-isolation --no-deps -e . > "$LOGS/build.log" 2>&1 \
   || { echo "pip -e failed, building in place"; tail -5 "$LOGS/build.log"; $PY setup.py -q build_ext --inplace 2>&1 | tail -20; export PYTHONPATH=$PWD; }
+fi
 $PY -c "import kbench._core as c; print('HAVE_CUDA', c.HAVE_CUDA)" || exit 1
 { echo "commit ${KBENCH_GIT_COMMIT:-$(git rev-parse HEAD 2>/dev/null)} (checkout's own HEAD: $(git rev-parse --short HEAD 2>/dev/null))"
   nvidia-smi --query-gpu=name,uuid,driver_version,clocks.sm,clocks.mem,power.draw,power.limit,temperature.gpu,memory.used --format=csv 2>&1
@@ -103,6 +107,26 @@ if [ "$mode" = leak ]; then
   KBENCH_CUPTI_DETACH=0 timeout 100 $PY benchmarks/gpu_soak.py --benches 100 --rounds 3 --modes cupti 2>&1 | grep -E "growth|round"
   echo "== soak graph"
   timeout 100 $PY benchmarks/gpu_soak.py --benches 50 --rounds 3 --modes graph 2>&1 | grep -E "growth|round"
+fi
+if [ "$mode" = wrap ]; then
+  # one short call on nvidia-h200-x2, most needed first: the 2-GPU TP GEMM in both modes, the
+  # world-1 agreement and stream= tests, time to a figure, the graph-mode RSS soak variants
+  echo "== 2 GPUs: TP GEMM + reduce_scatter, eager and graph"
+  if [ "$(nvidia-smi -L | wc -l)" -ge 2 ]; then
+    timeout 75 $PY -m torch.distributed.run --nproc_per_node=2 benchmarks/gpu_multi.py --phases tp \
+      --max-time-s 0.5 --out "$OUT/h200x2_tp.json" --md "$OUT/h200x2_tp.md" > "$LOGS/tp.log" 2>&1
+    echo "tp rc=$?"; grep -E "^\| (events|graph)" "$OUT/h200x2_tp.md" 2>/dev/null || tail -5 "$LOGS/tp.log"
+  else echo "(one GPU: skipped)"; fi
+  echo "== GPU tests: world 1 against the single-GPU path, stream=, graph mode"
+  timeout 70 $PY -m pytest -q -rfEs --tb=short --timeout=60 tests/test_distributed_gpu.py \
+    tests/test_gpu_bench.py -k "world_size_1 or stream_passed or graph_mode" 2>&1 \
+    | tee "$OUT/pytest_gpu.log" | grep -E "^(FAILED|ERROR)|^E |passed|failed|single-GPU path" | head -12
+  echo "== time to a figure"
+  timeout 70 $PY benchmarks/gpu_time_to_figure.py --out "$OUT/h200_time_to_figure.json" \
+    --md "$OUT/h200_time_to_figure.md" 2>&1 | tail -14
+  echo "== graph soak: default, full gc per round, CUPTI detached per bench"
+  timeout 60 $PY benchmarks/gpu_soak.py --modes graph,graph@gc,graph@linger0 --benches "${SOAK_BENCHES:-60}" \
+    --rounds 3 --out "$OUT/h200_soak_graph.json" 2>&1 | grep -E "growth"
 fi
 if [ "$mode" = bench ] || [ "$mode" = all ]; then
   [ -d "$KBENCH_CACHE_DIR" ] || timeout 150 $PY -m kbench peaks --seconds 2 > "$LOGS/peaks.txt" 2>&1
