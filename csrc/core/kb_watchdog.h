@@ -5,8 +5,8 @@
  * queue is finite, so a host that queues too much behind its own closed gate blocks inside a
  * launch forever; the watchdog stores the generation after timeout_s so the batch ends, and says
  * it fired (the batch's launch gaps may then have been timed). The runtime half (allocating the
- * mapped flag, queueing the wait) lives with each backend: csrc/hip/hip_gate.c uses this file;
- * csrc/cuda/gate.c has its own copy of the same watchdog and could move onto it.
+ * mapped flag, queueing the wait) lives with each backend: csrc/cuda/gate.c and
+ * csrc/hip/hip_gate.c.
  */
 #ifndef KBENCH_WATCHDOG_H
 #define KBENCH_WATCHDOG_H

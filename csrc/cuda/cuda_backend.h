@@ -16,6 +16,7 @@
 #include "kbench.h"
 #include "loader.h"
 #include "gpu_timer.h"
+#include "kb_watchdog.h"
 
 #include <pthread.h>
 
@@ -54,15 +55,7 @@ typedef struct {
     CUdeviceptr dev_flag;
     uint32_t generation;            /* the value the current close waits for */
     double timeout_s;
-    pthread_t thread;
-    pthread_mutex_t mu;
-    pthread_cond_t cv;
-    int thread_started;
-    int armed;                      /* a close is pending; the watchdog may open it */
-    double deadline;                /* kb_now_s() time after which the watchdog opens */
-    int quit;
-    int fired;                      /* the watchdog opened the gate of the current batch */
-    Py_ssize_t fired_total;         /* how many batches the watchdog opened */
+    kb_watchdog watchdog;           /* opens the gate after timeout_s (csrc/core/watchdog.c) */
 } kb_gate;
 
 int kb_gate_init(PyObject *m, const kb_cuda_api *cu, kb_gate *g, double timeout_s);
