@@ -1,76 +1,248 @@
 """Time to a figure on the GPU: a sweep and single cases, kbench against triton's do_bench.
 
-The sweep is torch.add over 8 sizes (16 K to 268 M float32 elements), in one loop per tool;
-then single cases after the first in the process. Wall times and figures side by side, with
-where kbench's time went (warm-up and settle, sampling). FlashInfer's CUPTI timer is listed
-when flashinfer is importable (it is not on the device image), else said so.
+In one process, in this order:
+  1. the first kbench bench in the process (torch.add, 16 K float32), with CUPTI's own set-up;
+  2. the sweep: torch.add over 8 sizes (16 K to 268 M float32), kbench then do_bench;
+  3. a single f16 GEMM 8192x4096x4096: kbench (after the sweep: a different load), kbench again
+     (right after itself: the settled state carried), do_bench.
+Each kbench case records where its wall time went: the busy kernel, the warm-up with its clock
+settle (and whether it was carried from the previous bench: ``carried_from_s_ago``), sampling,
+overhead, and CUPTI's set-up. A failing case is recorded with its error and the run goes on; the
+JSON (``--out``) and the markdown table (``--md``) are rewritten after every section, so a late
+failure loses nothing. FlashInfer is listed when importable, else said so. A short table is
+printed last.
 
-    python benchmarks/gpu_time_to_figure.py --out benchmarks/results/h200_time_to_figure.json
+    python benchmarks/gpu_time_to_figure.py --out benchmarks/results/h200_time_to_figure.json \
+        --md benchmarks/results/h200_time_to_figure.md
 """
 from __future__ import annotations
 
 import argparse
 import json
+import math
 import os
 import time
-
-import torch
-
-import kbench
+import traceback
+from typing import Any, Callable, Dict, List, Optional
 
 SIZES = [1 << k for k in (14, 16, 18, 20, 22, 24, 26, 28)]
+GEMM = (8192, 4096, 4096)
+GEMM_NAME = "f16 mm 8192x4096x4096"
+
+
+def _num(v: Any) -> Optional[float]:
+    return float(v) if isinstance(v, (int, float)) and math.isfinite(v) else None
+
+
+def kbench_row(r: Any, wall_s: float) -> Dict[str, Any]:
+    """The figure and where a kbench bench's wall time went (missing fields stay None)."""
+    st, ex = dict(r.stop or {}), dict(r.extra or {})
+    settle = ex.get("clock_settle") or {}
+    cupti = ex.get("cupti_setup") or {}
+    regime = ex.get("regime") or {}
+    warm, samp = _num(st.get("warmup_s")) or 0.0, _num(st.get("sampling_s")) or 0.0
+    busy = _num(ex.get("busy_warmup_s")) or 0.0
+    return {
+        "figure_us": r.median * 1e6, "wall_s": wall_s,
+        "ci_rel": _num(st.get("achieved")), "stop": st.get("stop"), "n": len(r.samples),
+        "busy_s": busy, "warmup_s": warm, "sampling_s": samp,
+        "overhead_s": max(wall_s - busy - warm - samp, 0.0),
+        "settled": settle.get("settled"), "settle_at_s": _num(settle.get("at_s")),
+        "settle_sm_mhz": _num(settle.get("sm_mhz")), "by_carry": settle.get("by_carry"),
+        "carried_from_s_ago": _num(settle.get("carried_from_s_ago")),
+        "min_sampling_s": _num(settle.get("min_sampling_s")),
+        "cupti_setup_s": _num(cupti.get("total_s")), "cupti_begin_s": _num(cupti.get("begin_s")),
+        "cupti_first_read_s": _num(cupti.get("first_read_s")),
+        "cupti_detach": ex.get("cupti_detach"),
+        "regime": regime.get("name"), "regime_held": regime.get("held"),
+        "regime_why": regime.get("why"), "warnings": list(getattr(r, "warnings", []) or []),
+    }
+
+
+class Run:
+    """Cases run one by one, each recorded (or its error), the files rewritten as it goes."""
+
+    def __init__(self, out: Optional[str], md: Optional[str], budget_s: float) -> None:
+        self.out, self.md, self.budget_s = out, md, budget_s
+        self.t0 = time.perf_counter()
+        self.res: Dict[str, Any] = {"commit": os.environ.get("KBENCH_GIT_COMMIT"),
+                                    "cases": [], "errors": 0}
+
+    def case(self, section: str, name: str, tool: str, fn: Callable[[], Dict[str, Any]]) -> None:
+        row: Dict[str, Any] = {"section": section, "case": name, "tool": tool}
+        if time.perf_counter() - self.t0 > self.budget_s:
+            row["skipped"] = f"past the {self.budget_s:.0f} s budget"
+        else:
+            try:
+                row.update(fn())
+            except Exception as e:          # recorded; the next case still runs
+                row["error"] = f"{type(e).__name__}: {e}"
+                row["traceback"] = traceback.format_exc(limit=6)
+                self.res["errors"] += 1
+        self.res["cases"].append(row)
+        status = (row.get("error") or row.get("skipped") or
+                  f"{row['figure_us']:.2f} us in {row['wall_s']:.2f} s")
+        print(f"{section:7} {tool:9} {name:24} {status}", flush=True)
+
+    def rows(self, section: str, tool: Optional[str] = None) -> List[Dict[str, Any]]:
+        return [c for c in self.res["cases"] if c["section"] == section and
+                (tool is None or c["tool"] == tool)]
+
+    def total(self, section: str, tool: str) -> Optional[float]:
+        rows = self.rows(section, tool)
+        if not rows or any("wall_s" not in c for c in rows):
+            return None
+        return sum(c["wall_s"] for c in rows)
+
+    def save(self) -> None:
+        self.res["wall_s"] = time.perf_counter() - self.t0
+        self.res["summary"] = self.summary()
+        if self.out:
+            with open(self.out, "w") as f:
+                json.dump(self.res, f, indent=1, default=str)
+        if self.md:
+            with open(self.md, "w") as f:
+                f.write(self.markdown())
+
+    def summary(self) -> Dict[str, Any]:
+        first = (self.rows("first") or [{}])[0]
+        return {"sweep_kbench_s": self.total("sweep", "kbench"),
+                "sweep_do_bench_s": self.total("sweep", "do_bench"),
+                "first_bench_s": first.get("wall_s"),
+                "first_bench_cupti_setup_s": first.get("cupti_setup_s"),
+                "first_bench_minus_cupti_s": (first["wall_s"] - first["cupti_setup_s"]
+                                              if first.get("wall_s") is not None and
+                                              first.get("cupti_setup_s") is not None else None)}
+
+    def markdown(self) -> str:
+        r, s = self.res, self.summary()
+        f2 = lambda v, u="": "-" if v is None else f"{v:.2f}{u}"   # noqa: E731
+        f3 = lambda v: "-" if v is None else f"{v:.3f}"              # noqa: E731
+        lines = [f"# Time to a figure: kbench vs do_bench ({r.get('gpu', '?')})", "",
+                 f"commit {r.get('commit')}, torch {r.get('torch')}, triton {r.get('triton')}, "
+                 f"kbench defaults (CUPTI, cold L2, sustained regime, 0.5% CI). "
+                 f"FlashInfer: {r.get('flashinfer')}.", "",
+                 f"- first bench in the process: {f2(s['first_bench_s'], ' s')} "
+                 f"(CUPTI's set-up {f3(s['first_bench_cupti_setup_s'])} s)",
+                 f"- sweep, 8 sizes: kbench {f2(s['sweep_kbench_s'], ' s')}, do_bench "
+                 f"{f2(s['sweep_do_bench_s'], ' s')}", "",
+                 "| section | case | tool | figure (us) | wall (s) | busy | warm-up | settle at "
+                 "| carried from (s ago) | sampling | overhead | CUPTI set-up | regime |",
+                 "| --- | --- | --- | ---: | ---: | ---: | ---: | ---: | --- | ---: | ---: | ---: "
+                 "| --- |"]
+        for c in r["cases"]:
+            if "figure_us" not in c:
+                lines.append(f"| {c['section']} | {c['case']} | {c['tool']} | "
+                             f"{c.get('error') or c.get('skipped')} | | | | | | | | | |")
+                continue
+            carried = ("-" if c.get("carried_from_s_ago") is None else
+                       f"{c['carried_from_s_ago']:.2f} ({'used' if c.get('by_carry') else 'no match'})")
+            regime = "-" if c.get("regime") is None else (
+                f"{c['regime']} {'held' if c.get('regime_held') else 'NOT held'}")
+            lines.append(
+                f"| {c['section']} | {c['case']} | {c['tool']} | {c['figure_us']:.2f} | "
+                f"{c['wall_s']:.3f} | {f3(c.get('busy_s'))} | {f3(c.get('warmup_s'))} | "
+                f"{f3(c.get('settle_at_s'))} | {carried} | {f3(c.get('sampling_s'))} | "
+                f"{f3(c.get('overhead_s'))} | {f3(c.get('cupti_setup_s'))} | {regime} |")
+        return "\n".join(lines) + "\n"
+
+    def print_table(self) -> None:
+        s = self.summary()
+        print("\ncase                         kbench (s)  do_bench (s)  kbench figure  do_bench figure")
+        pairs = [("first bench", self.rows("first", "kbench"), [])]
+        for n in SIZES:
+            pairs.append((f"add {n}", [c for c in self.rows("sweep", "kbench") if c["case"] == f"add {n}"],
+                          [c for c in self.rows("sweep", "do_bench") if c["case"] == f"add {n}"]))
+        for tool_name in ("kbench", "kbench again"):
+            pairs.append((f"GEMM ({tool_name})", [c for c in self.rows("single", "kbench")
+                                                 if c["case"] == f"{GEMM_NAME} ({tool_name})"],
+                          self.rows("single", "do_bench")))
+        for name, kb, db in pairs:
+            k, d = (kb or [{}])[0], (db or [{}])[0]
+            cell = lambda c, key, fmt: fmt.format(c[key]) if c.get(key) is not None else (  # noqa: E731
+                "error" if c.get("error") else "-")
+            print(f"{name:28} {cell(k, 'wall_s', '{:10.3f}'):>10}  {cell(d, 'wall_s', '{:12.3f}'):>12}"
+                  f"  {cell(k, 'figure_us', '{:10.2f} us'):>13}  {cell(d, 'figure_us', '{:12.2f} us'):>15}")
+        f = lambda v: "-" if v is None else f"{v:.2f} s"   # noqa: E731
+        print(f"sweep total: kbench {f(s['sweep_kbench_s'])} vs do_bench {f(s['sweep_do_bench_s'])}; "
+              f"first bench {f(s['first_bench_s'])} of which CUPTI set-up "
+              f"{f(s['first_bench_cupti_setup_s'])}; errors: {self.res['errors']}")
 
 
 def main() -> None:
-    ap = argparse.ArgumentParser()
-    ap.add_argument("--out")
+    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    ap.add_argument("--out", help="JSON results")
+    ap.add_argument("--md", help="markdown table")
+    ap.add_argument("--budget-s", type=float, default=55.0,
+                    help="cases not started by then are recorded as skipped")
     args = ap.parse_args()
-    from triton.testing import do_bench
-    bufs = {n: (torch.randn(n, device="cuda"), torch.empty(n, device="cuda")) for n in SIZES}
-    res = {"gpu": torch.cuda.get_device_name(0), "commit": os.environ.get("KBENCH_GIT_COMMIT"),
-           "sweep": {}, "single": {}}
+    run = Run(args.out, args.md, args.budget_s)
+    import torch
+    import kbench
+    res = run.res
+    res.update(gpu=torch.cuda.get_device_name(0), torch=torch.__version__)
+    try:
+        import triton
+        from triton.testing import do_bench
+        res["triton"] = triton.__version__
+    except ImportError as e:
+        res["triton"] = f"not importable: {e}"
+        do_bench = None
     try:
         import flashinfer  # noqa: F401
-        res["flashinfer"] = "importable (not timed by this script yet)"
+        res["flashinfer"] = "importable (not timed by this script)"
     except ImportError:
         res["flashinfer"] = "not installed on this machine: left out"
-    # first bench in the process (includes CUPTI's set-up)
+
+    bufs = {n: (torch.randn(n, device="cuda"), torch.empty(n, device="cuda")) for n in SIZES}
+    torch.cuda.synchronize()
+
+    def kb(fn: Callable, *a: Any, **kw: Any) -> Callable[[], Dict[str, Any]]:
+        def go() -> Dict[str, Any]:
+            t = time.perf_counter()
+            r = kbench.bench(fn, *a, **kw)
+            return kbench_row(r, time.perf_counter() - t)
+        return go
+
+    def db(fn: Callable) -> Callable[[], Dict[str, Any]]:
+        def go() -> Dict[str, Any]:
+            if do_bench is None:
+                raise RuntimeError(f"triton: {res['triton']}")
+            t = time.perf_counter()
+            fig = do_bench(fn, return_mode="median") * 1e3
+            torch.cuda.synchronize()
+            return {"figure_us": fig, "wall_s": time.perf_counter() - t}
+        return go
+
     x, y = bufs[SIZES[0]]
-    t0 = time.perf_counter()
-    kbench.bench(torch.add, x, 1.0, kwargs={"out": y})
-    res["first_bench_s"] = time.perf_counter() - t0
-    for tool in ("kbench", "do_bench"):
-        rows = {}
-        t0 = time.perf_counter()
-        for n in SIZES:
-            x, y = bufs[n]
-            t1 = time.perf_counter()
-            if tool == "kbench":
-                r = kbench.bench(torch.add, x, 1.0, kwargs={"out": y}, bytes=2 * x.nbytes)
-                fig = r.median * 1e6
-                extra = {"warmup_s": r.stop.get("warmup_s"), "sampling_s": r.stop.get("sampling_s")}
-            else:
-                fig = do_bench(lambda: torch.add(x, 1.0, out=y), return_mode="median") * 1e3
-                extra = {}
-            rows[str(n)] = dict(figure_us=fig, wall_s=time.perf_counter() - t1, **extra)
-        res["sweep"][tool] = {"total_s": time.perf_counter() - t0, "rows": rows}
-        print(f"sweep {tool:8}: {res['sweep'][tool]['total_s']:.2f} s  " +
-              " ".join(f"{v['figure_us']:.2f}" for v in rows.values()), flush=True)
-    a = torch.randn(8192, 4096, device="cuda", dtype=torch.float16)
-    b = torch.randn(4096, 4096, device="cuda", dtype=torch.float16)
-    for tool in ("kbench", "do_bench"):
-        t0 = time.perf_counter()
-        if tool == "kbench":
-            fig = kbench.bench(torch.matmul, a, b).median * 1e6
-        else:
-            fig = do_bench(lambda: torch.matmul(a, b), return_mode="median") * 1e3
-        res["single"][f"f16 mm 8192x4096x4096 ({tool})"] = {
-            "figure_us": fig, "wall_s": time.perf_counter() - t0}
-        print(f"single {tool:8}: {fig:.1f} us in {time.perf_counter() - t0:.2f} s", flush=True)
-    print(f"first bench in the process: {res['first_bench_s']:.2f} s")
-    if args.out:
-        with open(args.out, "w") as f:
-            json.dump(res, f, indent=1)
+    run.case("first", f"add {SIZES[0]}", "kbench", kb(torch.add, x, 1.0, kwargs={"out": y},
+                                                    bytes=2 * x.nbytes))
+    run.save()
+    for n in SIZES:
+        x, y = bufs[n]
+        run.case("sweep", f"add {n}", "kbench", kb(torch.add, x, 1.0, kwargs={"out": y},
+                                                  bytes=2 * x.nbytes))
+    run.save()
+    for n in SIZES:
+        x, y = bufs[n]
+        run.case("sweep", f"add {n}", "do_bench",
+                 db(lambda x=x, y=y: torch.add(x, 1.0, out=y)))
+    run.save()
+    try:
+        m, k, nn = GEMM
+        a = torch.randn(m, k, device="cuda", dtype=torch.float16)
+        b = torch.randn(k, nn, device="cuda", dtype=torch.float16)
+        torch.cuda.synchronize()
+    except Exception as e:
+        res["gemm_setup_error"] = f"{type(e).__name__}: {e}"
+        a = b = None
+    if a is not None:
+        # after the sweep and do_bench's loop: a different load, then right after itself
+        run.case("single", f"{GEMM_NAME} (kbench)", "kbench", kb(torch.matmul, a, b))
+        run.case("single", f"{GEMM_NAME} (kbench again)", "kbench", kb(torch.matmul, a, b))
+        run.case("single", GEMM_NAME, "do_bench", db(lambda: torch.matmul(a, b)))
+    run.save()
+    run.print_table()
 
 
 if __name__ == "__main__":

@@ -64,7 +64,7 @@ def nvml_clock_event_reason_names(mask: int) -> List[str]: ...
 # measure_cuda's options and their defaults, written once (csrc/cuda/cuda_options.c): device,
 # mode ('events'|'cupti'), cold (None|'flush'|'rotate'), flush_bytes (0: 2x L2), unroll (calls
 # per launch), gate, keep_busy, gate_batch, gate_timeout_s, busy_warmup_s (None: the loop's
-# warmup_s), cupti_allow_foreign, sample_clocks, clock_period_s, settle_max_s, regime
+# warmup_s, run only where no settle rule judges the load: no NVML, burst), cupti_allow_foreign, sample_clocks, clock_period_s, settle_max_s, regime
 # ('sustained'|'burst'), pre_sample (None); and, not options, callable_warmup_max_s /
 # callable_warmup_min: the bounds the callable's own warm-up is held to on CUDA (the busy kernel
 # has warmed the clocks; the loop's warmup_s is clamped to the first).

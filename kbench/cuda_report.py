@@ -232,6 +232,8 @@ def read_record(raw: Dict[str, Any], extra: Dict[str, Any], warn: List[str], *,
                     + (f" ({g['fired_kept']} kept at batch 1)" if g.get("fired_kept") else ""))
     extra["clocks"] = clock_summary(cuda.get("clocks"), info)
     extra["busy_warmup_s"] = cuda.get("busy_warmup_s")
+    # subscribe (or take the lingering subscriber), enable, calibrate; the first batch's read
+    extra["cupti_setup"] = cuda.get("cupti_setup")
     # the callable's own warm-up on CUDA is held to this (the busy kernel warmed the clocks)
     extra["callable_warmup_max_s"] = cuda.get("callable_warmup_max_s")
     settle = {k: (None if isinstance(v, float) and not np.isfinite(v) else v)

@@ -22,23 +22,44 @@ def _settle_text(settle: Optional[Dict[str, Any]]) -> str:
     clock = f" (SM {mhz:.0f} MHz)" if mhz is not None else ""
     held = (f"; sampling held to >= {settle['min_sampling_s']:g} s (clock limited or moving)"
             if settle.get("min_sampling_s") else "")
+    ago = settle.get("carried_from_s_ago")
+    carried = ""
+    if ago is not None:
+        how = ("one window of its own load agreed with it" if settle.get("by_carry")
+               else "its own load did not match it: two windows")
+        carried = (f"; carried the state of the measurement that ended {ago:.2f} s before "
+                   f"(SM {settle.get('carried_sm_mhz') or 0:.0f} MHz): {how}")
     if settle["settled"]:
-        return f"settled after {where}{clock}{held}"
-    return f"NOT settled after {where}{clock}, gave up at settle_max_s={settle.get('max_s')}{held}"
+        return f"settled after {where}{clock}{carried}{held}"
+    return (f"NOT settled after {where}{clock}, gave up at settle_max_s={settle.get('max_s')}"
+            f"{carried}{held}")
 
 
-def _time_text(st: Dict[str, Any], cc: Dict[str, Any]) -> str:
-    """Where the bench's wall time went: warm-up, sampling, the flushes inside each (outside
-    the timed calls), and the rest (the flush buffer's set-up, the check, metadata)."""
+def _time_text(st: Dict[str, Any], cc: Dict[str, Any],
+               extra: Optional[Dict[str, Any]] = None) -> str:
+    """Where the bench's wall time went: warm-up (on CUDA: the busy kernel, the settle, whether
+    it was carried), sampling, the flushes inside each (outside the timed calls), and the rest
+    (the flush buffer's set-up, CUPTI's set-up, the check, metadata)."""
+    extra = extra or {}
     warm, samp, wall = st.get("warmup_s") or 0.0, st.get("sampling_s") or 0.0, st["wall_s"]
     w_note = [f"flush {cc['flush_warmup_s']:.2f}"] if cc.get("flush_warmup_s") else []
     if st.get("warmup_stable") is not None:
         w_note.append("stable" if st["warmup_stable"] else "to its limit")
+    settle = extra.get("clock_settle") or {}
+    if settle.get("settled") is not None and settle.get("at_s") is not None:
+        carried = " carried" if settle.get("by_carry") else ""
+        w_note.append(f"settle{carried} {settle['at_s']:.2f}")
     w_note_s = f" ({'; '.join(w_note)})" if w_note else ""
+    busy = extra.get("busy_warmup_s") or 0.0
+    busy_s = f"busy kernel {busy:.2f}, " if busy else ""
     s_note = f" (flush {cc['flush_s']:.2f})" if cc.get("flush_s") is not None else ""
-    o_note = f" (flush buffer set-up {cc['setup_s']:.2f})" if cc.get("setup_s") else ""
-    return (f"{wall:.2f} s: warm-up {warm:.2f}{w_note_s}, sampling {samp:.2f}{s_note}, "
-            f"overhead {max(wall - warm - samp, 0.0):.2f}{o_note}")
+    o_notes = [f"flush buffer set-up {cc['setup_s']:.2f}"] if cc.get("setup_s") else []
+    cupti = extra.get("cupti_setup") or {}
+    if cupti.get("total_s") is not None:
+        o_notes.append(f"CUPTI set-up {cupti['total_s']:.3f}")
+    o_note = f" ({'; '.join(o_notes)})" if o_notes else ""
+    return (f"{wall:.2f} s: {busy_s}warm-up {warm:.2f}{w_note_s}, sampling {samp:.2f}{s_note}, "
+            f"overhead {max(wall - warm - samp - busy, 0.0):.2f}{o_note}")
 
 
 def _regime_text(regime: Optional[Dict[str, Any]]) -> str:
@@ -263,7 +284,7 @@ class Result:
         if mem:
             rows.append(["Memory", mem])
         if st.get("wall_s") is not None:
-            rows.append(["Time", _time_text(st, cc)])
+            rows.append(["Time", _time_text(st, cc, self.extra)])
         if self.correctness is not None:
             c = self.correctness
             rows.append(["Correctness", f"{'ok' if c.get('ok') else 'FAILED'}: max abs "

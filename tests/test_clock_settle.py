@@ -196,3 +196,123 @@ def test_burst_recovery_without_a_known_limit_reads_the_reasons_only():
 def test_bad_traces_are_refused_by_name(bad, match):
     with pytest.raises((ValueError, TypeError), match=match):
         _core.clock_settled_at(bad.pop("t_s"), bad.pop("sm_mhz"), bad.pop("reasons"), **bad)
+
+
+# ---- the state carried from the previous measurement (kb_clock_settled_carried)
+
+def steady(seconds, mhz=1980.0, inst=300.0, avg=300.0, reasons=0):
+    t = np.arange(0.0, seconds, PERIOD)
+    return (t, np.full(t.size, mhz), np.full(t.size, reasons, dtype=np.uint64),
+            np.full(t.size, avg), np.full(t.size, inst))
+
+
+def carried_at(t, sm, r, pa, pi, **kw):
+    kw.setdefault("power_limit_w", LIMIT_W)
+    return _core.clock_settled_carried_at(t, sm, r, pa, pi, **kw)
+
+
+def test_an_unlimited_load_right_after_a_settled_one_settles_on_one_short_window():
+    t, sm, r, pa, pi = steady(1.0)
+    i, med, limited, by_carry = carried_at(t, sm, r, pa, pi, carried_mhz=1980.0,
+                                           carried_ago_s=0.05)
+    assert by_carry and not limited and med == 1980
+    # the response time and one window of this load's own readings, not before
+    assert 0.15 - PERIOD <= t[i] < 0.2
+    # the same load with nothing carried waits for the two-window rule
+    j, _, _, by = carried_at(t, sm, r, pa, pi, carried_mhz=None)
+    assert not by and t[j] >= 0.5 and j == _core.clock_settled_at(
+        t, sm, r, pa, pi, power_limit_w=LIMIT_W)[0]
+
+
+def test_a_carried_state_older_than_the_averaging_window_is_not_used():
+    t, sm, r, pa, pi = steady(1.0)
+    i, _, _, by_carry = carried_at(t, sm, r, pa, pi, carried_mhz=1980.0, carried_ago_s=1.5)
+    assert not by_carry and t[i] >= 0.5
+
+
+def test_a_load_whose_clock_differs_from_the_carried_one_is_not_settled_by_it():
+    t, sm, r, pa, pi = steady(1.0, mhz=1755.0)
+    i, _, _, by_carry = carried_at(t, sm, r, pa, pi, carried_mhz=1980.0, carried_ago_s=0.0)
+    assert not by_carry and t[i] >= 0.5
+
+
+def test_stale_readings_from_before_the_response_cannot_settle_a_capped_load():
+    """The first ~0.1 s of readings still show the previous (unlimited) state; the new kernel is
+    capped. The carried window lies after the response time, so it sees the cap."""
+    t, sm, r, pa, pi = steady(1.0)
+    new = t >= 0.09
+    sm[new], pi[new], r[new] = 1470.0, 720.0, POWER_CAP
+    i, _, _, by_carry = carried_at(t, sm, r, pa, pi, carried_mhz=1980.0, carried_ago_s=0.0)
+    assert not by_carry
+
+
+def test_a_heavier_load_at_the_carried_clock_is_not_settled_before_its_limit_shows():
+    """Same clock as carried, but instantaneous power over the headroom: it may be capped soon."""
+    t, sm, r, pa, pi = steady(1.0, inst=620.0)
+    assert not carried_at(t, sm, r, pa, pi, carried_mhz=1980.0, carried_ago_s=0.0)[3]
+
+
+def test_a_limit_reason_lingering_from_the_previous_load_blocks_an_unlimited_carry():
+    t, sm, r, pa, pi = steady(1.0)
+    r[t < 0.4] = POWER_CAP          # sw_power_cap outlasts a capped load by ~0.5 s on the H200
+    i, _, _, by_carry = carried_at(t, sm, r, pa, pi, carried_mhz=1980.0, carried_ago_s=0.0)
+    assert not by_carry
+
+
+def test_a_capped_state_is_carried_only_when_the_averaged_power_is_this_loads_power():
+    t, sm, r, pa, pi = steady(1.0, mhz=1470.0, inst=700.0, avg=690.0, reasons=POWER_CAP)
+    i, med, limited, by_carry = carried_at(t, sm, r, pa, pi, carried_mhz=1470.0,
+                                           carried_under_limit=True, carried_ago_s=0.1)
+    assert by_carry and limited and med == 1470 and t[i] < 0.2
+    # the previous load drew less power: the average has not caught up with this one
+    pa[:] = 450.0
+    assert not carried_at(t, sm, r, pa, pi, carried_mhz=1470.0, carried_under_limit=True,
+                          carried_ago_s=0.1)[3]
+    # an unlimited carried state says nothing about a capped load
+    pa[:] = 690.0
+    assert not carried_at(t, sm, r, pa, pi, carried_mhz=1470.0, carried_ago_s=0.1)[3]
+
+
+def test_without_instantaneous_power_nothing_is_carried():
+    t, sm, r, pa, _ = steady(1.0)
+    i, _, _, by_carry = carried_at(t, sm, r, pa, None, carried_mhz=1980.0, carried_ago_s=0.0)
+    assert not by_carry
+
+
+def test_the_recorded_h200_gemm_carried_into_a_second_bench_of_itself(h200_ramp):
+    """Second benches of the recorded GEMM, started at every reading after the first one
+    settled: where their own readings after the response time agree with the carried capped
+    clock and power they settle at once; where the controller has wandered off it (the capped
+    clock moves 1395-1500 MHz, more than the 2% tolerance) they wait for the two-window rule,
+    which no longer waits for the average (it has caught up already)."""
+    d, end = h200_ramp, h200_ramp["load_end_i"]
+    t, sm, r, pa, pi = (d[k][:end] for k in ("t", "sm", "reasons", "p_avg", "p_inst"))
+    i, med, limited = _core.clock_settled_at(t, sm, r, pa, pi, load_start_s=d["load_start"],
+                                             power_limit_w=LIMIT_W)
+    assert i >= 0 and limited
+    carried, full = [], []
+    for start in t[(t > t[i] + 0.2) & (t < t[end - 1] - 0.8)][::10]:   # later benches
+        k, med2, lim2, by = carried_at(t, sm, r, pa, pi, carried_mhz=med,
+                                       carried_under_limit=True, carried_ago_s=0.02,
+                                       load_start_s=start)
+        assert k >= 0 and lim2
+        if by:
+            carried.append(t[k] - start)
+            assert abs(med2 - med) <= max(0.02 * med, 15)
+        else:
+            full.append(t[k] - start)
+    assert carried and max(carried) < 0.35
+    assert full and min(full) >= 0.5 and max(full) < 0.8
+
+
+def test_the_recorded_h200_gemm_state_is_not_carried_to_the_idle_after_it(h200_ramp):
+    """Right after the GEMM the clock is back at ~1980 MHz within 0.2 s: a light load there does
+    not match the capped state the GEMM left."""
+    d, end = h200_ramp, h200_ramp["load_end_i"]
+    t, sm, r, pa, pi = (d[k] for k in ("t", "sm", "reasons", "p_avg", "p_inst"))
+    _, med, _ = _core.clock_settled_at(t[:end], sm[:end], r[:end], pa[:end], pi[:end],
+                                       load_start_s=d["load_start"], power_limit_w=LIMIT_W)
+    for under in (True, False):
+        k, _, _, by = carried_at(t, sm, r, pa, pi, carried_mhz=med, carried_under_limit=under,
+                                 carried_ago_s=0.0, load_start_s=t[end])
+        assert not by

@@ -43,6 +43,16 @@ def fake_driver(tmp_path_factory):
     return out
 
 
+@pytest.fixture(scope="module")
+def fake_driver_nvml(fake_driver, tmp_path_factory):
+    """The fake libcuda with a fake NVML beside it (a steady, unlimited GPU)."""
+    out = tmp_path_factory.mktemp("fake_nvml")
+    subprocess.run([shutil.which("gcc"), "-shared", "-fPIC", "-O1", "-o",
+                    str(out / "libnvidia-ml.so.1"),
+                    str(HERE / "fake_cuda" / "fake_libnvidia_ml.c")], check=True)
+    return f"{fake_driver}:{out}"
+
+
 SCENARIOS = textwrap.dedent('''
     import ctypes, json, sys
     import numpy as np
@@ -99,3 +109,51 @@ def test_the_pipeline_runs_against_a_fake_driver(fake_driver):
     assert any("raised by pre_sample" in n for n in out["hook_error"][1:])
     assert out["burst"]["batches"] >= 1 and out["burst"]["keep_busy"] is False
     assert out["events_alive"] == 0
+
+
+CARRY = textwrap.dedent('''
+    import json, time
+    from kbench import _core
+    fn = lambda: None
+    Q = dict(stream=0, min_samples=64, max_samples=64)
+    def settle(r):
+        s = r["cuda"]["settle"]
+        return {k: s[k] for k in ("settled", "at_s", "by_carry", "carried_from_s_ago",
+                                  "carried_sm_mhz", "end_settled", "end_sm_mhz")} | {
+                "busy": r["cuda"]["busy_warmup_s"], "cupti_setup": r["cuda"]["cupti_setup"]}
+    out = {"first": settle(_core.measure_cuda(fn, ((),), None, **Q))}
+    out["next"] = settle(_core.measure_cuda(fn, ((),), None, **Q))
+    time.sleep(1.2)
+    out["after_a_pause"] = settle(_core.measure_cuda(fn, ((),), None, **Q))
+    _core.measure_cuda(fn, ((),), None, regime="burst", **Q)
+    out["after_burst"] = settle(_core.measure_cuda(fn, ((),), None, **Q))
+    print(json.dumps(out))
+''')
+
+
+def test_a_settled_state_is_carried_to_the_next_measurement_on_the_device(fake_driver_nvml):
+    """Through the real sampler thread and measure_cuda's settle step, on a fake NVML that always
+    reads one unlimited state: the first measurement settles on two clock windows and leaves
+    its state; the next, started at once, settles on one short window checked against it; one
+    after a pause past the carry gap, or after a burst measurement (which settles nothing),
+    carries nothing."""
+    env = dict(os.environ, LD_LIBRARY_PATH=f"{fake_driver_nvml}:"
+                                           f"{os.environ.get('LD_LIBRARY_PATH', '')}")
+    p = subprocess.run([sys.executable, "-c", CARRY], env=env, capture_output=True, text=True,
+                       timeout=120)
+    assert p.returncode == 0, p.stderr
+    out = json.loads(p.stdout.strip().splitlines()[-1])
+    first, nxt = out["first"], out["next"]
+    assert first["settled"] is True and first["by_carry"] is False
+    assert first["carried_from_s_ago"] is None
+    assert first["end_settled"] is True and first["end_sm_mhz"] == 1980
+    # the sustained regime judges the callable's own load: no busy kernel before it
+    assert first["busy"] == 0.0
+    assert first["cupti_setup"] is None                 # events mode: no CUPTI
+    assert nxt["settled"] is True and nxt["by_carry"] is True
+    assert 0 <= nxt["carried_from_s_ago"] <= 1.0 and nxt["carried_sm_mhz"] == 1980
+    assert nxt["end_settled"] is True
+    for later in ("after_a_pause", "after_burst"):
+        s = out[later]
+        assert s["settled"] is True and s["by_carry"] is False, later
+        assert s["carried_from_s_ago"] is None, later

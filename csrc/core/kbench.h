@@ -54,6 +54,12 @@ typedef struct {
                                    the context and every allocation in it) */
     void *cuda_builtins[64];    /* kb_builtin_kernels* per device, for launch_empty */
     double gpu_warm_until;      /* kb_now_s() time until which the GPU counts as warmed up */
+    struct kb_gpu_carry {       /* per device: how the last CUDA measurement on it ended */
+        double end_s;           /* kb_now_s() at its end; 0: none, or it failed */
+        int settled;            /* KB_SETTLED / KB_SETTLED_UNDER_LIMIT judged at its end, or
+                                 * KB_UNSETTLED (burst, no clocks, moved): nothing to carry */
+        double sm_mhz;          /* the median SM clock of its last window */
+    } gpu_carry[64];
     char cupti_detach[192];     /* how the last CUPTI trace left CUPTI (cupti_trace.c) */
     PyThread_type_lock measure_lock;  /* held while a timing loop runs: one at a time */
     unsigned long measure_owner;      /* thread ident of its holder, 0 when free (GIL held) */
@@ -290,10 +296,19 @@ typedef struct {
     double headroom;        /* instantaneous power under this share of the limit never caps */
     double recover_window_s;    /* burst: readings that must show no limit before a batch */
     double recover_avg_frac;    /* burst: averaged power at most this share of the limit */
+    double carry_max_gap_s;     /* a settled state is carried to a load that starts within this
+                                 * of its end (the averaged power's window: longer, and nothing
+                                 * of it is left on the GPU) */
+    double carry_response_s;    /* readings this long into the load show the load itself (NVML
+                                 * updates about every 0.1 s on the H200, and the clock and the
+                                 * instantaneous power follow a load within one update) */
+    double carry_window_s;      /* the carried rule's one clock window, after the response */
 } kb_settle_rule;
 #define KB_SETTLE_RULE_DEFAULT {.window_s = 0.25, .rel_tol = 0.02, .min_load_s = 0.3,          \
                                 .avg_window_s = 1.0, .power_tol = 0.05, .headroom = 0.8,       \
-                                .recover_window_s = 0.03, .recover_avg_frac = 0.6}
+                                .recover_window_s = 0.03, .recover_avg_frac = 0.6,             \
+                                .carry_max_gap_s = 1.0, .carry_response_s = 0.1,               \
+                                .carry_window_s = 0.05}
 
 enum { KB_UNSETTLED = 0, KB_SETTLED = 1, KB_SETTLED_UNDER_LIMIT = 2 };
 /* Whether the GPU has reached the sustained state of the load that began at tr->t value
@@ -303,6 +318,28 @@ enum { KB_UNSETTLED = 0, KB_SETTLED = 1, KB_SETTLED_UNDER_LIMIT = 2 };
  * `scratch` holds tr->n doubles. Pure: no Python, no NVML. */
 int kb_clock_settled(const kb_clock_trace *tr, double load_start_s, double power_limit_w,
                      const kb_settle_rule *rule, double *scratch, double *median_last);
+/* What the previous measurement on the device established, as the next one's settle rule sees
+ * it: its last window's median SM clock, whether it was settled under a limit, how long ago it
+ * ended. */
+typedef struct {
+    double sm_mhz;          /* NaN: nothing carried */
+    int under_limit;
+    double ago_s;
+} kb_settle_carry;
+/* The sustained rule with a carried state: kb_clock_settled, or -- when the load started within
+ * carry_max_gap_s of the previous measurement's end, which had settled -- settled earlier, on
+ * this load's own readings: once the load has run carry_response_s + carry_window_s, every SM
+ * reading of the last carry_window_s is within rel_tol (>= 15 MHz) of the carried clock, and
+ *   - carried unlimited: no limit reason since the load began, and every instantaneous power
+ *     reading of the window under headroom x the known limit (KB_SETTLED);
+ *   - carried under a limit: a limit reason in the window, and the averaged power within
+ *     power_tol (>= 15 W) of the window's mean instantaneous power: the previous load drew the
+ *     same power at the same clock (KB_SETTLED_UNDER_LIMIT).
+ * Without instantaneous power nothing is carried. *by_carry is set when the carried rule (not
+ * the two-window one) settled it. carry may be NULL. Pure, like kb_clock_settled. */
+int kb_clock_settled_carried(const kb_clock_trace *tr, double load_start_s, double power_limit_w,
+                             const kb_settle_rule *rule, const kb_settle_carry *carry,
+                             double *scratch, double *median_last, int *by_carry);
 /* Burst: has the GPU recovered from earlier load as of the last reading (no limit reason over
  * the last recover_window_s, instantaneous power under headroom x limit, averaged power under
  * recover_avg_frac x limit)? 1 or 0. */

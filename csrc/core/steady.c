@@ -121,6 +121,75 @@ int kb_clock_settled(const kb_clock_trace *tr, double load_start_s, double power
     return settled;
 }
 
+/* The carried rule of kb_clock_settled_carried (see kbench.h); carry is valid here. */
+static int carried_verdict(const kb_clock_trace *tr, double load_start_s, double power_limit_w,
+                           const kb_settle_rule *rule, const kb_settle_carry *carry,
+                           double *scratch, double *median)
+{
+    const double *t = tr->t;
+    size_t n = tr->n;
+    double now = t[n - 1], lo = now - rule->carry_window_s;
+    if (now - load_start_s < rule->carry_response_s + rule->carry_window_s ||
+        tr->power_inst_w == NULL)
+        return KB_UNSETTLED;
+    double tol = rule->rel_tol * carry->sm_mhz > CLOCK_STEP_MHZ ? rule->rel_tol * carry->sm_mhz
+                                                                : CLOCK_STEP_MHZ;
+    double inst_sum = 0.0, inst_max = -INFINITY;
+    size_t clocks = 0, powers = 0;
+    for (size_t i = 0; i < n; i++) {
+        if (!(t[i] > lo && t[i] <= now))
+            continue;
+        if (isfinite(tr->sm_mhz[i])) {          /* a failed read is no reading */
+            if (fabs(tr->sm_mhz[i] - carry->sm_mhz) > tol)
+                return KB_UNSETTLED;
+            clocks++;
+        }
+        if (isfinite(tr->power_inst_w[i])) {
+            inst_sum += tr->power_inst_w[i];
+            inst_max = tr->power_inst_w[i] > inst_max ? tr->power_inst_w[i] : inst_max;
+            powers++;
+        }
+    }
+    if (clocks == 0 || powers == 0)
+        return KB_UNSETTLED;
+    *median = window_median(t, tr->sm_mhz, n, lo, now, scratch);
+    if (!carry->under_limit) {
+        /* nothing limited the clock since this load began, nor will at this power */
+        if ((reasons_since(tr, load_start_s) & KB_CLOCK_LIMIT_REASONS) ||
+            !isfinite(power_limit_w) || !(inst_max < rule->headroom * power_limit_w))
+            return KB_UNSETTLED;
+        return KB_SETTLED;
+    }
+    /* under a limit: still limited, and the averaged power (mostly the previous load's) is
+     * this load's power: the controller acts on the same power it settled on */
+    if (!(reasons_since(tr, lo) & KB_CLOCK_LIMIT_REASONS))
+        return KB_UNSETTLED;
+    double avg = window_median(t, tr->power_avg_w, n, lo, now, scratch);
+    double inst = inst_sum / (double)powers, ptol = rule->power_tol * inst;
+    if (!isfinite(avg))
+        return KB_UNSETTLED;
+    return fabs(avg - inst) <= (ptol > POWER_TOL_MIN_W ? ptol : POWER_TOL_MIN_W)
+               ? KB_SETTLED_UNDER_LIMIT : KB_UNSETTLED;
+}
+
+int kb_clock_settled_carried(const kb_clock_trace *tr, double load_start_s, double power_limit_w,
+                             const kb_settle_rule *rule, const kb_settle_carry *carry,
+                             double *scratch, double *median_last, int *by_carry)
+{
+    *by_carry = 0;
+    int how = kb_clock_settled(tr, load_start_s, power_limit_w, rule, scratch, median_last);
+    if (how != KB_UNSETTLED || carry == NULL || !isfinite(carry->sm_mhz) ||
+        !(carry->ago_s >= 0 && carry->ago_s <= rule->carry_max_gap_s) || tr->n == 0)
+        return how;
+    double med = NAN;
+    how = carried_verdict(tr, load_start_s, power_limit_w, rule, carry, scratch, &med);
+    if (how != KB_UNSETTLED) {
+        *by_carry = 1;
+        *median_last = med;
+    }
+    return how;
+}
+
 int kb_power_recovered(const kb_clock_trace *tr, double power_limit_w,
                        const kb_settle_rule *rule)
 {
@@ -219,10 +288,13 @@ static int rule_check(const kb_settle_rule *r)
 {
     if (!(r->window_s > 0) || !(r->rel_tol >= 0) || !(r->min_load_s >= 0) ||
         !(r->avg_window_s > 0) || !(r->power_tol >= 0) || !(r->headroom > 0) ||
-        !(r->recover_window_s >= 0) || !(r->recover_avg_frac > 0)) {
+        !(r->recover_window_s >= 0) || !(r->recover_avg_frac > 0) ||
+        !(r->carry_max_gap_s >= 0) || !(r->carry_response_s >= 0) || !(r->carry_window_s > 0)) {
         PyErr_SetString(PyExc_ValueError, "need window_s > 0, rel_tol >= 0, min_load_s >= 0, "
                                           "avg_window_s > 0, power_tol >= 0, headroom > 0, "
-                                          "recover_window_s >= 0, recover_avg_frac > 0");
+                                          "recover_window_s >= 0, recover_avg_frac > 0, "
+                                          "carry_max_gap_s >= 0, carry_response_s >= 0, "
+                                          "carry_window_s > 0");
         return -1;
     }
     return 0;
@@ -276,6 +348,59 @@ done:
     return out;
 }
 
+/* clock_settled_carried_at(t_s, sm_mhz, reasons, power_w=None, power_inst_w=None, *,
+ *     carried_mhz, carried_under_limit=False, carried_ago_s=0.0, load_start_s=None,
+ *     power_limit_w=None, <rule>) -> (index, median, under_limit, by_carry)
+ * clock_settled_at with a state carried from a previous measurement (kb_clock_settled_carried). */
+static PyObject *clock_settled_carried_at(PyObject *m, PyObject *args, PyObject *kw)
+{
+    static char *kwlist[] = {"t_s", "sm_mhz", "reasons", "power_w", "power_inst_w",
+                             "carried_mhz", "carried_under_limit", "carried_ago_s",
+                             "load_start_s", "power_limit_w", "carry_max_gap_s",
+                             "carry_response_s", "carry_window_s", NULL};
+    PyObject *t_obj, *mhz_obj, *r_obj, *p_obj = Py_None, *pi_obj = Py_None;
+    PyObject *held[5] = {NULL};
+    kb_settle_rule rule = KB_SETTLE_RULE_DEFAULT;
+    kb_settle_carry carry = {.sm_mhz = NAN, .under_limit = 0, .ago_s = 0.0};
+    double load_start = NAN, limit = NAN;
+    if (!PyArg_ParseTupleAndKeywords(args, kw, "OOO|OO$O&pdO&O&ddd:clock_settled_carried_at",
+                                     kwlist, &t_obj, &mhz_obj, &r_obj, &p_obj, &pi_obj,
+                                     optional_double, &carry.sm_mhz, &carry.under_limit,
+                                     &carry.ago_s, optional_double, &load_start,
+                                     optional_double, &limit, &rule.carry_max_gap_s,
+                                     &rule.carry_response_s, &rule.carry_window_s))
+        return NULL;
+    if (rule_check(&rule) < 0)
+        return NULL;
+    kb_clock_trace tr;
+    PyObject *out = NULL;
+    double *scratch = NULL;
+    if (trace_from_python(t_obj, mhz_obj, r_obj, p_obj, pi_obj, &tr, held) < 0)
+        goto done;
+    if (!isfinite(load_start))
+        load_start = tr.n ? tr.t[0] : 0.0;
+    if ((scratch = malloc((tr.n + 1) * sizeof *scratch)) == NULL) {
+        PyErr_NoMemory();
+        goto done;
+    }
+    Py_ssize_t at = -1;
+    double med = NAN;
+    int how = KB_UNSETTLED, by_carry = 0;
+    kb_clock_trace upto = tr;
+    for (size_t i = 0; i < tr.n && at < 0; i++) {
+        upto.n = i + 1;
+        if ((how = kb_clock_settled_carried(&upto, load_start, limit, &rule, &carry, scratch,
+                                            &med, &by_carry)))
+            at = (Py_ssize_t)i;
+    }
+    out = Py_BuildValue("(ndOO)", at, med, how == KB_SETTLED_UNDER_LIMIT ? Py_True : Py_False,
+                        by_carry ? Py_True : Py_False);
+done:
+    free(scratch);
+    trace_release(held);
+    return out;
+}
+
 /* power_recovered(t_s, reasons, power_w=None, power_inst_w=None, *, power_limit_w=None,
  *                 recover_window_s, recover_avg_frac, headroom) -> bool
  * Whether the burst rule would start a batch after the last of these readings. */
@@ -311,6 +436,16 @@ static PyMethodDef steady_methods[] = {
      "load_start_s settled (-1: never), the median SM clock of the last window there, and "
      "whether it settled under a power/thermal limit. power_w is NVML's averaged board power, "
      "power_inst_w its instantaneous power (NVML_FI_DEV_POWER_INSTANT)."},
+    {"clock_settled_carried_at", (PyCFunction)(void (*)(void))clock_settled_carried_at,
+     METH_VARARGS | METH_KEYWORDS,
+     "clock_settled_carried_at(t_s, sm_mhz, reasons, power_w=None, power_inst_w=None, *, "
+     "carried_mhz, carried_under_limit=False, carried_ago_s=0.0, load_start_s=t_s[0], "
+     "power_limit_w=None, carry_max_gap_s=1.0, carry_response_s=0.1, carry_window_s=0.05) "
+     "-> (index, median_mhz, under_limit, by_carry)\n\n"
+     "clock_settled_at when the previous measurement on the GPU ended carried_ago_s before "
+     "this load began, settled at carried_mhz (under a limit or not): the load may settle on "
+     "one short window of its own readings that agrees with the carried state (by_carry), "
+     "else by the two-window rule. carried_mhz=None carries nothing."},
     {"power_recovered", (PyCFunction)(void (*)(void))power_recovered,
      METH_VARARGS | METH_KEYWORDS,
      "power_recovered(t_s, reasons, power_w=None, power_inst_w=None, *, power_limit_w=None, "

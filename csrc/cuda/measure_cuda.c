@@ -53,6 +53,7 @@ static void kb_sleep_s(double s)
 #define BURST_REST 3.0
 #define BURST_RECOVER_MAX_S 2.0
 #define BURST_FRESH_READING_S 0.001   /* a batch this long needs a reading taken after it */
+#define KB_CUDA_BURST_WARMUP_MAX_S BURST_BATCH_S   /* burst: the callable's own warm-up */
 
 
 /* Per timed iteration, kept for the result. */
@@ -122,6 +123,16 @@ typedef struct {
     Py_ssize_t burst_sm_n;
     int stepped;                    /* a sub-2 us CUPTI figure: sampled at least 0.2 s */
     Py_ssize_t iteration;           /* calls of fn so far (for error notes) */
+    int busy_explicit;              /* the caller gave busy_warmup_s */
+    double callable_warmup_max_s;   /* the clamp on the callable's own warm-up */
+    kb_settle_carry carry;          /* the last measurement's settled state (sm_mhz NaN: none) */
+    double carried_from_s_ago;      /* how long before this load it ended; NaN: none carried */
+    int settled_by_carry;           /* the carried rule (one short window) settled the load */
+    int end_settled;                /* the rule judged again at the end of sampling: what the */
+    double end_sm_mhz;              /* next measurement on the device may carry */
+    double cupti_begin_s;           /* CUPTI's set-up: subscribe (or take the lingering */
+    double cupti_first_read_s;      /* subscriber), enable, calibrate; the first batch's read */
+    int cupti_reads;
 } cuda_ctx;
 
 static int side_reserve(side_arrays *s, Py_ssize_t need)
@@ -370,8 +381,11 @@ static int read_batch(cuda_ctx *c, Py_ssize_t n, double *out, int warmup, int fi
     kb_gpu_timer *t = c->timer;
     int keep = !(warmup || (fired && c->gate_cap > 1));
     int flags = (!warmup && !fired ? KB_READ_NAMES : 0) | (keep ? KB_READ_KEEP : 0);
+    double read_start_s = kb_now_s();
     if (t->read(t, n, flags, c->samples) < 0)
         return -1;
+    if (c->cupti && c->cupti_reads++ == 0)     /* CUPTI's first flush and collection */
+        c->cupti_first_read_s = kb_now_s() - read_start_s;
     double iter_sum_s = 0.0;
     for (Py_ssize_t i = 0; i < n; i++) {
         iter_sum_s += c->samples[i].launch_s;
@@ -592,7 +606,9 @@ static int cuda_keep_warming(kb_backend *b, double elapsed_s)
     if ((c->clocks_locked = kb_nvml_sampler_clocks_locked(c->sampler)))
         return 0;
     double median = NAN;
-    int settled = kb_nvml_sampler_settled(c->sampler, &rule, c->load_start_s, &median);
+    const kb_settle_carry *carry = isfinite(c->carry.sm_mhz) ? &c->carry : NULL;
+    int settled = kb_nvml_sampler_settled(c->sampler, &rule, c->load_start_s, carry, &median,
+                                          &c->settled_by_carry);
     c->settled_at_s = elapsed_s;
     c->settled_mhz = median;
     c->loaded_s = kb_nvml_sampler_elapsed_s(c->sampler) - c->load_start_s;
@@ -642,12 +658,18 @@ static int step_parse(cuda_ctx *c, PyObject *args, PyObject *kw, kb_loop_config 
     Py_DECREF(opts);
     if (rc < 0)
         return -1;
+    c->busy_explicit = c->opt.busy_warmup_s >= 0;
     if (c->opt.busy_warmup_s < 0)
         c->opt.busy_warmup_s = cfg->warmup_s;
     if (cfg->warmup_min < KB_CUDA_CALLABLE_WARMUP_MIN)
         cfg->warmup_min = KB_CUDA_CALLABLE_WARMUP_MIN;
-    if (cfg->warmup_s > KB_CUDA_CALLABLE_WARMUP_MAX_S)
-        cfg->warmup_s = KB_CUDA_CALLABLE_WARMUP_MAX_S;
+    /* Burst: one batch's worth. Longer, the callable's continuous load only heats the GPU each
+     * batch then waits to recover from (a GEMM is capped within 0.1 s of load, and its
+     * sw_power_cap reason outlasts the load by 0.5 s: shared/data's H200 ramp). */
+    c->callable_warmup_max_s = c->opt.regime == KB_REGIME_BURST ? KB_CUDA_BURST_WARMUP_MAX_S
+                                                                : KB_CUDA_CALLABLE_WARMUP_MAX_S;
+    if (cfg->warmup_s > c->callable_warmup_max_s)
+        cfg->warmup_s = c->callable_warmup_max_s;
     return 0;
 }
 
@@ -657,9 +679,11 @@ static int step_parse(cuda_ctx *c, PyObject *args, PyObject *kw, kb_loop_config 
 static int setup_timers(cuda_ctx *c)
 {
     if (c->opt.mode == KB_GPU_CUPTI) {
+        double t0 = kb_now_s();
         if (kb_timer_cupti_init(&c->timers[1], c->timer, c->m, c->cu, c->opt.stream,
                                 c->gate_cap, c->opt.device, c->opt.cupti_allow_foreign) < 0)
             return -1;
+        c->cupti_begin_s = kb_now_s() - t0;
         c->timer = &c->timers[1];
         c->cupti = 1;
     }
@@ -720,25 +744,70 @@ static int step_setup(cuda_ctx *c, const kb_loop_config *cfg)
     return setup_timers(c);
 }
 
-/* ---- settle: the clock ramp-up (skipped when the GPU was busy with kbench a moment ago), and
- * the NVML sampler the warm-up's settle rule reads (cuda_keep_warming). */
+/* What the last measurement on this device established, taken for this one (sustained only),
+ * and cleared: a measurement that fails leaves nothing to carry. */
+static void take_carry(cuda_ctx *c)
+{
+    static const kb_settle_rule rule = KB_SETTLE_RULE_DEFAULT;
+    struct kb_gpu_carry *g = &kb_get_state(c->m)->gpu_carry[c->opt.device];
+    double ago = kb_now_s() - g->end_s;
+    c->carry = (kb_settle_carry){.sm_mhz = NAN, .under_limit = 0, .ago_s = NAN};
+    c->carried_from_s_ago = NAN;
+    if (g->end_s > 0 && g->settled != KB_UNSETTLED && c->opt.regime == KB_REGIME_SUSTAINED &&
+        ago >= 0 && ago <= rule.carry_max_gap_s) {
+        c->carry = (kb_settle_carry){.sm_mhz = g->sm_mhz, .ago_s = ago,
+                                     .under_limit = g->settled == KB_SETTLED_UNDER_LIMIT};
+        c->carried_from_s_ago = ago;
+    }
+    memset(g, 0, sizeof *g);
+}
+
+/* At the end of sampling: the settle rule judged once more over this load's readings (with
+ * the state this measurement carried, if any), and what it says left for the next one. */
+static void record_carry(cuda_ctx *c)
+{
+    static const kb_settle_rule rule = KB_SETTLE_RULE_DEFAULT;
+    double median = NAN;
+    int how = KB_UNSETTLED, by_carry = 0;
+    if (c->sampler != NULL && c->opt.regime == KB_REGIME_SUSTAINED && !c->clocks_locked &&
+        c->settled > 0) {
+        const kb_settle_carry *carry = isfinite(c->carry.sm_mhz) ? &c->carry : NULL;
+        how = kb_nvml_sampler_settled(c->sampler, &rule, c->load_start_s, carry, &median,
+                                      &by_carry);
+    }
+    c->end_settled = how > 0 ? how : KB_UNSETTLED;
+    c->end_sm_mhz = c->end_settled != KB_UNSETTLED ? median : NAN;
+    kb_get_state(c->m)->gpu_carry[c->opt.device] = (struct kb_gpu_carry){
+        .end_s = kb_now_s(), .settled = c->end_settled, .sm_mhz = c->end_sm_mhz};
+}
+
+/* ---- settle: the NVML sampler the warm-up's settle rule reads (cuda_keep_warming), the state
+ * carried from the last measurement on the device, and the busy kernel's clock ramp-up where
+ * nothing judges the load: the sustained regime settles on the callable's own load (a ramp
+ * shows as two clock windows that disagree), so the busy kernel runs only without clock
+ * readings, in burst, or when the caller gave busy_warmup_s; and never when kbench had the GPU
+ * busy a moment ago. */
 static int step_settle(cuda_ctx *c)
 {
     kb_state *st = kb_get_state(c->m);
-    if (c->opt.busy_warmup_s > 0 && kb_now_s() > st->gpu_warm_until) {
-        kb_builtin_kernels *bk = kb_builtin_get(c->m, c->cu, c->opt.device);
-        if (bk == NULL || kb_builtin_busy(c->m, c->cu, bk, c->dev, c->opt.stream,
-                                          c->opt.busy_warmup_s) < 0 ||
-            drain_stream(c) < 0)
-            return -1;
-        c->busy_s_done = c->opt.busy_warmup_s;
-    }
     if (c->opt.sample_clocks) {
         /* Sampled from the callable's warm-up on, so the warm-up can wait for the clock to
          * settle; the timed part is marked at its first batch. */
         c->sampler = kb_nvml_sampler_start(c->m, c->opt.device, c->opt.clock_period_s);
         if (c->sampler == NULL)
             PyErr_Clear();          /* NVML is optional: no clocks, but the measurement stands */
+    }
+    take_carry(c);
+    int judged = c->sampler != NULL && c->opt.regime == KB_REGIME_SUSTAINED &&
+                 c->opt.settle_max_s > 0;
+    if (c->opt.busy_warmup_s > 0 && (c->busy_explicit || !judged) &&
+        kb_now_s() > st->gpu_warm_until) {
+        kb_builtin_kernels *bk = kb_builtin_get(c->m, c->cu, c->opt.device);
+        if (bk == NULL || kb_builtin_busy(c->m, c->cu, bk, c->dev, c->opt.stream,
+                                          c->opt.busy_warmup_s) < 0 ||
+            drain_stream(c) < 0)
+            return -1;
+        c->busy_s_done = c->opt.busy_warmup_s;
     }
     return 0;
 }
@@ -759,6 +828,7 @@ static int step_sample(cuda_ctx *c, const kb_loop_config *cfg, kb_loop_result *r
             count_bridge(c, (c->sub_batches - 1) & 1) < 0)
             return -1;
     }
+    record_carry(c);
     kb_get_state(c->m)->gpu_warm_until = kb_now_s() + 1.0;
     return 0;
 }
@@ -777,6 +847,30 @@ static PyObject *regime_dict(const cuda_ctx *c)
         c->burst_sm_n ? PyFloat_FromDouble(c->burst_sm_sum / (double)c->burst_sm_n)
                       : Py_NewRef(Py_None),
         "sm_mhz_max", c->burst_sm_n ? PyFloat_FromDouble(c->burst_sm_max) : Py_NewRef(Py_None));
+}
+
+static PyObject *finite_or_none(double v)
+{
+    return isfinite(v) ? PyFloat_FromDouble(v) : Py_NewRef(Py_None);
+}
+
+/* The settle dict's carry fields: what this measurement carried from the last one on the device
+ * (carried_from_s_ago None: nothing), whether that settled it, and what it leaves. */
+static int settle_carry_fields(const cuda_ctx *c, PyObject *settle)
+{
+    if (settle == NULL)
+        return -1;
+    int carried = isfinite(c->carried_from_s_ago);
+    return kb_dict_set_steal(settle, "carried_from_s_ago", finite_or_none(c->carried_from_s_ago)) ||
+                   kb_dict_set_steal(settle, "carried_sm_mhz", finite_or_none(c->carry.sm_mhz)) ||
+                   kb_dict_set_steal(settle, "carried_under_limit",
+                                     carried ? PyBool_FromLong(c->carry.under_limit)
+                                             : Py_NewRef(Py_None)) ||
+                   kb_dict_set_steal(settle, "by_carry", PyBool_FromLong(c->settled_by_carry)) ||
+                   kb_dict_set_steal(settle, "end_settled",
+                                     PyBool_FromLong(c->end_settled != KB_UNSETTLED)) ||
+                   kb_dict_set_steal(settle, "end_sm_mhz", finite_or_none(c->end_sm_mhz))
+               ? -1 : 0;
 }
 
 /* The "cuda" dict of the result: per-sample arrays, clocks, gate, settle, gaps, bridges,
@@ -827,7 +921,14 @@ static PyObject *cuda_dict(cuda_ctx *c, const char *backend)
         kb_dict_set_steal(cuda, "stepped_min_sampling_s",
                           PyFloat_FromDouble(c->stepped ? KB_STEPPED_MIN_SAMPLING_S : 0.0)) < 0 ||
         kb_dict_set_steal(cuda, "callable_warmup_max_s",
-                          PyFloat_FromDouble(KB_CUDA_CALLABLE_WARMUP_MAX_S)) < 0 ||
+                          PyFloat_FromDouble(c->callable_warmup_max_s)) < 0 ||
+        settle_carry_fields(c, PyDict_GetItemString(cuda, "settle")) < 0 ||
+        kb_dict_set_steal(cuda, "cupti_setup",
+                          c->cupti ? Py_BuildValue("{s:d,s:d,s:d}", "begin_s", c->cupti_begin_s,
+                                                   "first_read_s", c->cupti_first_read_s,
+                                                   "total_s", c->cupti_begin_s +
+                                                                  c->cupti_first_read_s)
+                                   : Py_NewRef(Py_None)) < 0 ||
         kb_dict_set_steal(cuda, "pre_sample", PyBool_FromLong(c->opt.pre_sample != NULL)) < 0 ||
         c->timer->report(c->timer, cuda) < 0) {
         Py_DECREF(cuda);
@@ -908,6 +1009,7 @@ static PyObject *measure_cuda(PyObject *m, PyObject *args, PyObject *kw)
     c.m = m;
     c.settled = -1;
     c.settled_at_s = c.settled_mhz = NAN;
+    c.carry.sm_mhz = c.carried_from_s_ago = c.end_sm_mhz = NAN;
     if (step_parse(&c, args, kw, &cfg) < 0)
         goto done;
     /* One measuring loop at a time in the process (measure.c): benches from two threads
@@ -933,7 +1035,9 @@ static PyMethodDef cuda_methods[] = {
      "regime='sustained'|'burst', pre_sample=None, <loop config>) -> dict\n\n"
      "Time fn(*arg_sets[i % len]) (or launches of a CudaGraph fn) on a CUDA stream. The "
      "defaults are _core.CUDA_DEFAULTS (written once, in csrc/cuda/cuda_options.c). "
-     "busy_warmup_s=None: the loop's warmup_s; the callable's own warm-up is then at most "
+     "busy_warmup_s=None: the loop's warmup_s, run only where no settle rule judges the load "
+     "(no NVML clocks, burst) and the GPU was not busy a moment ago; the callable's own "
+     "warm-up is then at most "
      "CUDA_DEFAULTS['callable_warmup_max_s'] (and at least 'callable_warmup_min' calls). "
      "pre_sample: a callable run before every call of fn (priming and warm-up included), "
      "before the cold-cache flush and outside the timed part and CUPTI's attribution; with it "

@@ -226,9 +226,10 @@ static kb_clock_trace sampler_trace(const kb_nvml_sampler *s)
 }
 
 int kb_nvml_sampler_settled(kb_nvml_sampler *s, const kb_settle_rule *rule, double load_start_s,
-                            double *median)
+                            const kb_settle_carry *carry, double *median, int *by_carry)
 {
     int settled = -1;
+    *by_carry = 0;
     pthread_mutex_lock(&s->lock);
     if (s->scratch_cap < s->n + 1) {
         size_t cap = kb_grown_capacity(s->scratch_cap, s->n + 1, KB_SAMPLER_INITIAL_CAP,
@@ -241,8 +242,8 @@ int kb_nvml_sampler_settled(kb_nvml_sampler *s, const kb_settle_rule *rule, doub
     }
     if (s->scratch_cap >= s->n + 1) {
         kb_clock_trace tr = sampler_trace(s);
-        settled = kb_clock_settled(&tr, load_start_s, s->power_limit_w, rule, s->scratch,
-                                   median);
+        settled = kb_clock_settled_carried(&tr, load_start_s, s->power_limit_w, rule, carry,
+                                           s->scratch, median, by_carry);
     }
     pthread_mutex_unlock(&s->lock);
     return settled;

@@ -477,11 +477,12 @@ PyObject *kb_nvml_sampler_stop(PyObject *m, kb_nvml_sampler *s);
 void kb_nvml_sampler_mark(kb_nvml_sampler *s);
 /* Seconds since the sampler started, on the clock of its t_s: where a load began. */
 double kb_nvml_sampler_elapsed_s(const kb_nvml_sampler *s);
-/* kb_clock_settled over the samples so far (all of them, from the start), for the load that
- * began at load_start_s (kb_nvml_sampler_elapsed_s then): its KB_* answer and the last window's
- * median SM clock; -1 when scratch memory could not be had. No Python. */
+/* kb_clock_settled_carried over the samples so far (all of them, from the start), for the load
+ * that began at load_start_s (kb_nvml_sampler_elapsed_s then) with the state carried from the
+ * previous measurement (NULL: none): its KB_* answer, the last window's median SM clock and
+ * whether the carried rule settled it; -1 when scratch memory could not be had. No Python. */
 int kb_nvml_sampler_settled(kb_nvml_sampler *s, const kb_settle_rule *rule, double load_start_s,
-                            double *median);
+                            const kb_settle_carry *carry, double *median, int *by_carry);
 /* kb_power_recovered over the samples so far. No Python. */
 int kb_nvml_sampler_recovered(kb_nvml_sampler *s, const kb_settle_rule *rule);
 /* The last reading's SM clock (NaN before the first) and whether the clocks are set by the user:

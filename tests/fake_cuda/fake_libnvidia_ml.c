@@ -1,0 +1,42 @@
+/* fake_libnvidia_ml.c -- a stand-in libnvidia-ml.so.1 beside the fake libcuda (tests/
+ * test_cuda_pipeline_fake_driver.py): one GPU that always reads the same steady, unlimited state
+ * (SM 1980 MHz, 300 W instantaneous and averaged, a 700 W limit, no clock event reason), so the
+ * sustained regime's settle rule and the state carried between measurements run for real on
+ * the sampler's thread. Every other call succeeds. */
+#include <stdio.h>
+#include <string.h>
+
+typedef struct { unsigned int gpu, memory; } util_t;
+typedef struct { unsigned long long total, free, used; } mem_t;
+typedef struct {
+    unsigned int fieldId, scopeId;
+    long long timestamp, latencyUsec;
+    int valueType, nvmlReturn;
+    union { double dVal; unsigned long long ullVal; } value;
+} field_t;
+
+static int dev_dummy;
+int nvmlInit_v2(void) { return 0; }
+int nvmlShutdown(void) { return 0; }
+const char *nvmlErrorString(int r) { return "fake NVML error"; }
+int nvmlSystemGetDriverVersion(char *v, unsigned n) { snprintf(v, n, "580.fake"); return 0; }
+int nvmlDeviceGetHandleByPciBusId_v2(const char *pci, void **d) { *d = &dev_dummy; return 0; }
+int nvmlDeviceGetHandleByIndex_v2(unsigned i, void **d) { *d = &dev_dummy; return 0; }
+int nvmlDeviceGetName(void *d, char *n, unsigned len) { snprintf(n, len, "Fake GPU"); return 0; }
+int nvmlDeviceGetClockInfo(void *d, int type, unsigned *mhz) { *mhz = type == 2 ? 3201 : 1980; return 0; }
+int nvmlDeviceGetMaxClockInfo(void *d, int type, unsigned *mhz) { *mhz = type == 2 ? 3201 : 1980; return 0; }
+int nvmlDeviceGetPowerUsage(void *d, unsigned *mw) { *mw = 300000; return 0; }
+int nvmlDeviceGetTemperature(void *d, int sensor, unsigned *c) { *c = 40; return 0; }
+int nvmlDeviceGetUtilizationRates(void *d, util_t *u) { u->gpu = u->memory = 0; return 0; }
+int nvmlDeviceGetMemoryInfo(void *d, mem_t *m) { m->total = 1ull << 34; m->free = 1ull << 33; m->used = 1ull << 33; return 0; }
+int nvmlDeviceGetCurrentClocksEventReasons(void *d, unsigned long long *r) { *r = 0; return 0; }
+int nvmlDeviceGetEnforcedPowerLimit(void *d, unsigned *mw) { *mw = 700000; return 0; }
+int nvmlDeviceGetFieldValues(void *d, int n, field_t *v)
+{
+    for (int i = 0; i < n; i++) {
+        v[i].nvmlReturn = 0;
+        v[i].valueType = 0;             /* NVML_VALUE_TYPE_DOUBLE */
+        v[i].value.dVal = 300000.0;     /* milliwatts */
+    }
+    return 0;
+}
