@@ -257,7 +257,7 @@ def kbench(request: pytest.FixtureRequest) -> KbenchFixture:
 # ------------------------------------------------------------------ save / compare / report
 
 def _session_metadata(config: pytest.Config) -> Dict[str, Any]:
-    from . import __version__
+    from ._version import __version__
     md: Dict[str, Any] = {
         "created": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
         "kbench_version": __version__,
