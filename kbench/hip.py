@@ -28,6 +28,7 @@ from typing import Any, Callable, Dict, List, Optional, Tuple
 
 from . import _core
 from .coldcache import flag_rotation, footprint, make_rotation_sets
+from .prepare import poison_gpu
 
 BACKENDS = ("auto", "cuda", "hip")
 NO_ATTRIBUTION = ("no per-kernel attribution on HIP (there is no CUPTI): each sample is the "
@@ -276,12 +277,11 @@ def run(fn: Callable[..., Any], sets: List[Tuple[Any, ...]], kwargs: Dict[str, A
                       str(opts.get("capture_mode", "relaxed")))
     last_out = graphs[-1].outputs[-1]
     out_kw = output if output is not None else kwargs.get("out")
-    from .cuda import _poison           # torch/CuPy fill; a ROCm torch's tensors too
     if torch is not None and side is not None:
         with torch.cuda.stream(side):   # queued before the replays, on their stream
-            _poison(last_out if last_out is not None else out_kw)
+            poison_gpu(last_out if last_out is not None else out_kw)
     else:
-        _poison(last_out if last_out is not None else out_kw)
+        poison_gpu(last_out if last_out is not None else out_kw)
 
     fbytes = int(flush_bytes or 2 * llc) if cold_cache == "flush" else 0
     clocks_before = _clocks(ordinal)

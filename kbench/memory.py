@@ -31,6 +31,7 @@ import threading
 from typing import Any, Callable, Dict, Optional, Tuple
 
 from . import _core
+from .prepare import device_ordinal
 
 # The smallest growth that counts, per method: below it a change is the method's noise.
 RESOLUTION = {"torch": 512, "cupy": 512, "driver": 2 << 20, "rss": 1 << 20}
@@ -213,7 +214,6 @@ def measure(fn: Callable[..., Any], args: Tuple[Any, ...], kwargs: Dict[str, Any
     if device == "cpu":
         return measure_rss(call)
     try:
-        from .cuda import device_ordinal
         ordinal = device_ordinal(device)
         if _torch_in_use(args, kwargs):
             return measure_torch(call, ordinal, sys.modules["torch"])
