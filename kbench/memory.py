@@ -225,20 +225,3 @@ def measure(fn: Callable[..., Any], args: Tuple[Any, ...], kwargs: Dict[str, Any
         return measure_driver(call, ordinal, mem_info, _core.cuda_synchronize)
     except _core.KbenchError as e:
         return unavailable(f"{type(e).__name__}: {e}", device)
-
-
-def fmt(mem: Optional[Dict[str, Any]]) -> str:
-    """The printed result's "Memory" row ('' when not measured)."""
-    from ._format import fmt_bytes
-    if not mem:
-        return ""
-    if mem.get("peak_bytes") is None:
-        return f"not measured: {mem.get('why')}"
-    method = {"torch": "torch caching allocator", "cupy": "CuPy memory pool",
-              "driver": "driver free memory, a lower bound",
-              "rss": "process peak RSS, a lower bound"}.get(mem.get("method"), mem.get("method"))
-    parts = [f"peak {fmt_bytes(mem['peak_bytes'])} above what was allocated before the call "
-             f"({method}; one untimed call)"]
-    if (mem.get("retained_bytes") or 0) > 0:
-        parts.append(f"{fmt_bytes(mem['retained_bytes'])} still held after it (its output)")
-    return "; ".join(parts)

@@ -257,7 +257,6 @@ class Result:
                                   f"{fmt_pct(st.get('target'))} after {s['n']} samples "
                                   f"in {st.get('sampling_s', 0):.2f} s; warm-up "
                                   f"{st.get('warmup_iters')} iters / {st.get('warmup_s', 0):.2f} s"])
-        from .memory import fmt as memory_text
         mem = memory_text(self.memory)
         if mem:
             rows.append(["Memory", mem])
@@ -286,6 +285,23 @@ class Result:
     def _repr_html_(self) -> str:
         return html_table(["", ""], self._rows(),
                           caption=f"kbench {self.name} [{self.device}, {self.backend} timer]")
+
+
+def memory_text(mem: Optional[Dict[str, Any]]) -> str:
+    """The printed result's "Memory" row ('' when not measured): Result.memory, which
+    kbench.memory measures, in words."""
+    if not mem:
+        return ""
+    if mem.get("peak_bytes") is None:
+        return f"not measured: {mem.get('why')}"
+    method = {"torch": "torch caching allocator", "cupy": "CuPy memory pool",
+              "driver": "driver free memory, a lower bound",
+              "rss": "process peak RSS, a lower bound"}.get(mem.get("method"), mem.get("method"))
+    parts = [f"peak {fmt_bytes(mem['peak_bytes'])} above what was allocated before the call "
+             f"({method}; one untimed call)"]
+    if (mem.get("retained_bytes") or 0) > 0:
+        parts.append(f"{fmt_bytes(mem['retained_bytes'])} still held after it (its output)")
+    return "; ".join(parts)
 
 
 # The multi-rank rows are written here, not in kbench.distributed: a Result sits below the
