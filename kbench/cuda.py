@@ -178,17 +178,13 @@ def framework_cupti() -> Optional[str]:
 
 
 def _cupti_status() -> Dict[str, Any]:
-    """Load CUPTI (once per process), preferring PyTorch's copy; the user's KBENCH_CUPTI_PATH
-    wins, and the environment is left as it was."""
-    import os
-    preferred = None if os.environ.get("KBENCH_CUPTI_PATH") else framework_cupti()
-    if preferred is None:
-        return _core.gpu_library_status().get("cupti", {})
-    os.environ["KBENCH_CUPTI_PATH"] = preferred
-    try:
-        return _core.gpu_library_status().get("cupti", {})
-    finally:
-        del os.environ["KBENCH_CUPTI_PATH"]
+    """Load CUPTI (once per process), preferring PyTorch's copy. The C loader decides: a copy
+    already mapped wins, then the user's KBENCH_CUPTI_PATH (read there only), then this
+    preference, then the default search."""
+    preferred = framework_cupti()
+    if preferred is not None:
+        _core.prefer_cupti(preferred)    # False once CUPTI was opened: the first choice stands
+    return _core.gpu_library_status().get("cupti", {})
 
 
 def _resolve_mode(mode: Optional[str], warn: List[str]) -> Tuple[str, bool]:
