@@ -42,6 +42,11 @@ def criterion_check(name: str, samples: Sequence[float], target: float, ci_level
 def measure_host(fn: Callable[..., Any], arg_sets: Tuple[Tuple[Any, ...], ...],
                  kwargs: Optional[Dict[str, Any]] = ..., **options: Any) -> Dict[str, Any]: ...
 
+# choices.c: kbench.bench's cold_cache and mode for backend 'host', 'cuda' or 'hip', checked
+# before anything runs; returned as given, ValueError naming the parameter and its values
+def check_choices(backend: str, cold_cache: Optional[str],
+                  mode: Optional[str]) -> Tuple[Optional[str], Optional[str]]: ...
+
 # compare.c
 def compare(out: Any, ref: Any, rtol: float, atol: float, equal_nan: bool = ...,
             out_kind: Optional[str] = ..., ref_kind: Optional[str] = ...) -> Dict[str, Any]: ...

@@ -26,7 +26,6 @@ from .cuda_report import (busy_fraction, clock_summary, floor_share, gpu_neighbo
 _clock_summary = clock_summary
 __all__ = ["busy_fraction", "regime_report", "theoretical_bandwidth", "timed_fraction"]
 
-MODES = ("cupti", "events", "graph")
 _floor_cache: Dict[Tuple[str, int, bool], Dict[str, Any]] = {}
 _device_info_cache: Dict[int, Dict[str, Any]] = {}
 
@@ -188,9 +187,8 @@ def _cupti_status() -> Dict[str, Any]:
 
 
 def _resolve_mode(mode: Optional[str], warn: List[str]) -> Tuple[str, bool]:
-    """(mode, cupti_usable)."""
-    if mode is not None and mode not in MODES:
-        raise ValueError(f"mode must be one of {MODES} or None, got {mode!r}")
+    """(mode, cupti_usable): None becomes 'cupti' when CUPTI is usable, else 'events'. The
+    value was checked by _core.check_choices (kbench.local) before anything ran."""
     profiler = torch_profiler_active()
     cupti_ok, why = True, ""
     copies = cupti_copies_mapped()

@@ -11,7 +11,7 @@ import math
 import numbers
 import sys
 import time
-from typing import Any, Callable, Dict, List, Optional, Union
+from typing import Any, Callable, Dict, List, Optional, Tuple, Union
 
 import numpy as np
 
@@ -59,11 +59,6 @@ def bench_local(fn: Callable[..., Any], *args: Any,
     if not callable(fn):
         raise TypeError(f"kbench.bench: fn must be callable, got {type(fn).__name__} "
                         f"({fn!r:.60})")
-    if cold_cache not in ("flush", "rotate", None, "none"):
-        raise ValueError(f"kbench.bench: cold_cache must be 'flush', 'rotate' or None, "
-                         f"got {cold_cache!r}")
-    if cold_cache == "none":
-        cold_cache = None
     flops, bytes = _count("flops", flops), _count("bytes", bytes)
     if name is not None and not isinstance(name, str):
         raise TypeError(f"kbench.bench: name must be a str, got {type(name).__name__} "
@@ -85,6 +80,10 @@ def bench_local(fn: Callable[..., Any], *args: Any,
     named_output(sets[0], kwargs, out_arg)       # a bad out_arg fails before anything runs
     name = name or name_of(fn)
     dev = resolve_device(device, sets[0], kwargs)
+    kind, gpu = _gpu_backend(backend_options) if dev != "cpu" else ("host", None)
+    # cold_cache and mode are checked in C, once, before anything calls fn: Python branches on
+    # them first (rotation sets, graph capture, profile mode's flush)
+    cold_cache, mode = _core.check_choices(kind, cold_cache, mode)
     # Only what the caller gave crosses to C: the loop's defaults live in the C core alone
     # (_core.LOOP_DEFAULTS), which also validates every value.
     loop = {k: v for k, v in dict(warmup_s=warmup_s, min_samples=min_samples,
@@ -125,22 +124,12 @@ def bench_local(fn: Callable[..., Any], *args: Any,
         if backend_options:
             raise TypeError(f"kbench.bench: unexpected options for the CPU backend: "
                             f"{sorted(backend_options)}")
-        if mode not in (None, "host"):
-            raise ValueError(f"kbench.bench: mode {mode!r} needs a CUDA device; the CPU "
-                             f"backend times with the host clock (mode='host')")
         raw, cold, extra = _run_host(fn, sets, kwargs, cold_cache, flush_bytes, loop)
         device_name, backend, peaks = "cpu", "host", _cpu_peaks()
         if host_note:
             extra.setdefault("warnings", []).append(host_note)
     else:
-        # backend="hip" (or a ROCm torch) picks the HIP backend; the GPU modules are imported
-        # only when a GPU is asked for
-        from . import hip as _hip
-        if _hip.selected(backend_options):
-            _gpu: Any = _hip
-        else:
-            from . import cuda as _gpu
-        raw, cold, extra, device_name, peaks = _gpu.run(
+        raw, cold, extra, device_name, peaks = gpu.run(
             fn, sets, kwargs, cold_cache=cold_cache, flush_bytes=flush_bytes, mode=mode,
             device=dev, loop=loop, check=check, rtol=rtol, atol=atol,
             output=named_output(sets[0], kwargs, out_arg), **backend_options)
@@ -170,6 +159,16 @@ def bench_local(fn: Callable[..., Any], *args: Any,
     stop.update({k: raw[k] for k in ("warmup_stable", "warmup_tol") if k in raw},
                 wall_s=time.perf_counter() - t_start)
     return result
+
+
+def _gpu_backend(backend_options: Dict[str, Any]) -> Tuple[str, Any]:
+    """("hip", kbench.hip) when backend="hip" (or a ROCm torch) picks it, else ("cuda",
+    kbench.cuda). The GPU modules are imported only when a GPU is asked for."""
+    from . import hip
+    if hip.selected(backend_options):
+        return "hip", hip
+    from . import cuda
+    return "cuda", cuda
 
 
 def _count(label: str, value: Any) -> Union[int, float, None]:
