@@ -19,8 +19,7 @@ from .ab import ab
 from .compare import Comparison, assert_close, compare
 from .result import Result
 from .sweep import sweep
-
-__version__ = "0.1.0"
+from ._version import __version__
 
 
 def release_cupti() -> bool:

@@ -1,5 +1,6 @@
 """Type stubs for kbench._core, the C core. The CUDA names exist only when HAVE_CUDA == 1."""
-from typing import Any, Callable, Dict, List, Optional, Sequence, Tuple
+import os
+from typing import Any, Callable, Dict, List, Optional, Sequence, Tuple, Union
 
 HAVE_CUDA: int
 HAVE_HIP: int   # the HIP backend is built with the GPU backends (0 under KBENCH_NO_CUDA=1)
@@ -41,6 +42,11 @@ def criterion_check(name: str, samples: Sequence[float], target: float, ci_level
 def measure_host(fn: Callable[..., Any], arg_sets: Tuple[Tuple[Any, ...], ...],
                  kwargs: Optional[Dict[str, Any]] = ..., **options: Any) -> Dict[str, Any]: ...
 
+# choices.c: kbench.bench's cold_cache and mode for backend 'host', 'cuda' or 'hip', checked
+# before anything runs; returned as given, ValueError naming the parameter and its values
+def check_choices(backend: str, cold_cache: Optional[str],
+                  mode: Optional[str]) -> Tuple[Optional[str], Optional[str]]: ...
+
 # compare.c
 def compare(out: Any, ref: Any, rtol: float, atol: float, equal_nan: bool = ...,
             out_kind: Optional[str] = ..., ref_kind: Optional[str] = ...) -> Dict[str, Any]: ...
@@ -55,6 +61,9 @@ def fma_loop_flops_per_iter(isa: Optional[str] = ...) -> int: ...
 
 # CUDA backend (HAVE_CUDA)
 def gpu_library_status() -> Dict[str, Dict[str, Any]]: ...
+# the libcupti file to open first, after a copy already mapped and $KBENCH_CUPTI_PATH; False
+# once CUPTI was opened (the process's CUPTI is chosen once)
+def prefer_cupti(path: Optional[Union[str, "os.PathLike[str]"]]) -> bool: ...
 def cuda_device_count() -> int: ...
 def cuda_device_info(ordinal: int = ...) -> Dict[str, Any]: ...
 def nvml_snapshot(ordinal: int = ...) -> Dict[str, Any]: ...

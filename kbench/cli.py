@@ -310,7 +310,7 @@ def _threshold(text: str) -> float:
 
 
 def main(argv: Optional[Sequence[str]] = None) -> int:
-    from . import __version__
+    from ._version import __version__
     p = argparse.ArgumentParser(prog="kbench", description="trustworthy kernel microbenchmarks")
     p.add_argument("--version", action="version", version=f"kbench {__version__}")
     sub = p.add_subparsers(dest="cmd", required=True)

@@ -17,6 +17,7 @@ import numpy as np
 
 from . import _core
 from .coldcache import flag_rotation, footprint, make_rotation_sets
+from .prepare import device_ordinal, poison_gpu
 from .cuda_report import (busy_fraction, clock_summary, floor_share, gpu_neighbours, gpu_peaks,
                           kinds, read_cold, read_record, regime_report, theoretical_bandwidth,
                           timed_fraction)
@@ -25,7 +26,6 @@ from .cuda_report import (busy_fraction, clock_summary, floor_share, gpu_neighbo
 _clock_summary = clock_summary
 __all__ = ["busy_fraction", "regime_report", "theoretical_bandwidth", "timed_fraction"]
 
-MODES = ("cupti", "events", "graph")
 _floor_cache: Dict[Tuple[str, int, bool], Dict[str, Any]] = {}
 _device_info_cache: Dict[int, Dict[str, Any]] = {}
 
@@ -48,18 +48,6 @@ def require_backend() -> None:
             "kbench checkout or sdist -- pip then fetches the CUDA headers from the "
             "nvidia-cuda-runtime, nvidia-cuda-cupti and nvidia-cuda-crt packages; no CUDA "
             "toolkit is needed")
-
-
-def device_ordinal(device: str) -> int:
-    if device in ("cuda", "auto"):
-        torch = sys.modules.get("torch")
-        if torch is not None and torch.cuda.is_available():
-            return int(torch.cuda.current_device())
-        return 0
-    try:
-        return int(device.split(":", 1)[1])
-    except (IndexError, ValueError):
-        raise ValueError(f"device must be 'cuda' or 'cuda:N', got {device!r}") from None
 
 
 def stream_handle(stream: Any, ordinal: int) -> int:
@@ -122,21 +110,6 @@ def _sync(ordinal: int) -> None:
     cupy = sys.modules.get("cupy")
     if cupy is not None:
         cupy.cuda.Device(ordinal).synchronize()
-
-
-def _poison(obj: Any) -> bool:
-    """Fill a floating output with NaN (integers with a pattern) so an unwritten output fails."""
-    torch = sys.modules.get("torch")
-    if torch is not None and isinstance(obj, torch.Tensor):
-        if obj.is_floating_point():
-            obj.fill_(float("nan"))
-        else:
-            obj.fill_(-7)
-        return True
-    if type(obj).__module__.startswith("cupy") and hasattr(obj, "fill"):
-        obj.fill(np.nan if obj.dtype.kind == "f" else -7)
-        return True
-    return False
 
 
 def _loop_for_probe(seconds: float) -> Dict[str, Any]:
@@ -204,23 +177,18 @@ def framework_cupti() -> Optional[str]:
 
 
 def _cupti_status() -> Dict[str, Any]:
-    """Load CUPTI (once per process), preferring PyTorch's copy; the user's KBENCH_CUPTI_PATH
-    wins, and the environment is left as it was."""
-    import os
-    preferred = None if os.environ.get("KBENCH_CUPTI_PATH") else framework_cupti()
-    if preferred is None:
-        return _core.gpu_library_status().get("cupti", {})
-    os.environ["KBENCH_CUPTI_PATH"] = preferred
-    try:
-        return _core.gpu_library_status().get("cupti", {})
-    finally:
-        del os.environ["KBENCH_CUPTI_PATH"]
+    """Load CUPTI (once per process), preferring PyTorch's copy. The C loader decides: a copy
+    already mapped wins, then the user's KBENCH_CUPTI_PATH (read there only), then this
+    preference, then the default search."""
+    preferred = framework_cupti()
+    if preferred is not None:
+        _core.prefer_cupti(preferred)    # False once CUPTI was opened: the first choice stands
+    return _core.gpu_library_status().get("cupti", {})
 
 
 def _resolve_mode(mode: Optional[str], warn: List[str]) -> Tuple[str, bool]:
-    """(mode, cupti_usable)."""
-    if mode is not None and mode not in MODES:
-        raise ValueError(f"mode must be one of {MODES} or None, got {mode!r}")
+    """(mode, cupti_usable): None becomes 'cupti' when CUPTI is usable, else 'events'. The
+    value was checked by _core.check_choices (kbench.local) before anything ran."""
     profiler = torch_profiler_active()
     cupti_ok, why = True, ""
     copies = cupti_copies_mapped()
@@ -332,7 +300,7 @@ def _run(fn: Callable[..., Any], sets: List[Tuple[Any, ...]], kwargs: Dict[str, 
         extra.update(graph_extra)
     else:
         if out_kw is not None:
-            _poison(out_kw)
+            poison_gpu(out_kw)
         raw = _core.measure_cuda(fn, tuple(sets), kwargs or None, mode=timer, cold=cold_arg,
                                  **common, **loop)
     read_cold(cold, raw["cuda"], cold_arg, l2, warn)
@@ -454,7 +422,7 @@ def _run_graph(fn, sets, kwargs, s, ordinal, timer, cold_arg, unroll, loop, comm
         s = int(torch.cuda.current_stream(ordinal).cuda_stream)
         common = dict(common, stream=s)
         for o in static_outs:
-            _poison(o if o is not None else out_kw)
+            poison_gpu(o if o is not None else out_kw)
         raw = _core.measure_cuda(_replay, tuple((g,) for g in graphs), None, mode=timer,
                                  cold=None if cold_arg == "rotate" else cold_arg,
                                  unroll=unroll, **common, **loop)
@@ -465,7 +433,7 @@ def _run_graph(fn, sets, kwargs, s, ordinal, timer, cold_arg, unroll, loop, comm
                                       (sets[0],), kwargs or None, stream=s, device=ordinal,
                                       unroll=unroll) for gi in range(n_graphs)]
         if out_kw is not None:
-            _poison(out_kw)
+            poison_gpu(out_kw)
         if n_graphs == 1:
             raw = _core.measure_cuda(graphs[0], ((),), None, mode=timer, cold=cold_arg
                                      if cold_arg != "rotate" else None, unroll=unroll,

@@ -300,7 +300,7 @@ def gpu_peaks(info: Dict[str, Any], compute_peak: str) -> Optional[Dict[str, flo
     if compute_peak not in ("fp32", "bf16"):
         raise ValueError(f"compute_peak must be 'fp32' or 'bf16', got {compute_peak!r}")
     try:
-        from .peaks_gpu import load_gpu_peaks
+        from .peaks import load_gpu_peaks
         d = load_gpu_peaks(info)
     except Exception:                    # unreadable cache: as if none
         d = None

@@ -28,6 +28,7 @@ from typing import Any, Callable, Dict, List, Optional, Tuple
 
 from . import _core
 from .coldcache import flag_rotation, footprint, make_rotation_sets
+from .prepare import poison_gpu
 
 BACKENDS = ("auto", "cuda", "hip")
 NO_ATTRIBUTION = ("no per-kernel attribution on HIP (there is no CUPTI): each sample is the "
@@ -215,11 +216,9 @@ def run(fn: Callable[..., Any], sets: List[Tuple[Any, ...]], kwargs: Dict[str, A
         device: str, loop: Dict[str, Any], check: Any = None, rtol=None, atol=None,
         output: Any = None, **backend_options: Any):
     """kbench.bench's GPU case on HIP: (raw, cold, extra, device name, peaks)."""
+    # mode is None or 'graph', checked by _core.check_choices (kbench.local): there is no
+    # CUPTI, and eager event timing would time launch gaps, so HIP times graph replays
     opts = _options(backend_options)
-    if mode not in (None, "graph"):
-        raise ValueError(f"kbench.bench: mode={mode!r} is not available on HIP (there is no "
-                         f"CUPTI, and eager event timing would time launch gaps): the HIP "
-                         f"backend times HIP events around graph replays, mode='graph'")
     warn: List[str] = [f"note: {NO_ATTRIBUTION}"]     # said in the result, as the issue asks
     ordinal = _ordinal(device)
     info = device_info(ordinal)
@@ -276,12 +275,11 @@ def run(fn: Callable[..., Any], sets: List[Tuple[Any, ...]], kwargs: Dict[str, A
                       str(opts.get("capture_mode", "relaxed")))
     last_out = graphs[-1].outputs[-1]
     out_kw = output if output is not None else kwargs.get("out")
-    from .cuda import _poison           # torch/CuPy fill; a ROCm torch's tensors too
     if torch is not None and side is not None:
         with torch.cuda.stream(side):   # queued before the replays, on their stream
-            _poison(last_out if last_out is not None else out_kw)
+            poison_gpu(last_out if last_out is not None else out_kw)
     else:
-        _poison(last_out if last_out is not None else out_kw)
+        poison_gpu(last_out if last_out is not None else out_kw)
 
     fbytes = int(flush_bytes or 2 * llc) if cold_cache == "flush" else 0
     clocks_before = _clocks(ordinal)

@@ -31,6 +31,7 @@ import threading
 from typing import Any, Callable, Dict, Optional, Tuple
 
 from . import _core
+from .prepare import device_ordinal
 
 # The smallest growth that counts, per method: below it a change is the method's noise.
 RESOLUTION = {"torch": 512, "cupy": 512, "driver": 2 << 20, "rss": 1 << 20}
@@ -213,7 +214,6 @@ def measure(fn: Callable[..., Any], args: Tuple[Any, ...], kwargs: Dict[str, Any
     if device == "cpu":
         return measure_rss(call)
     try:
-        from .cuda import device_ordinal
         ordinal = device_ordinal(device)
         if _torch_in_use(args, kwargs):
             return measure_torch(call, ordinal, sys.modules["torch"])
@@ -225,20 +225,3 @@ def measure(fn: Callable[..., Any], args: Tuple[Any, ...], kwargs: Dict[str, Any
         return measure_driver(call, ordinal, mem_info, _core.cuda_synchronize)
     except _core.KbenchError as e:
         return unavailable(f"{type(e).__name__}: {e}", device)
-
-
-def fmt(mem: Optional[Dict[str, Any]]) -> str:
-    """The printed result's "Memory" row ('' when not measured)."""
-    from ._format import fmt_bytes
-    if not mem:
-        return ""
-    if mem.get("peak_bytes") is None:
-        return f"not measured: {mem.get('why')}"
-    method = {"torch": "torch caching allocator", "cupy": "CuPy memory pool",
-              "driver": "driver free memory, a lower bound",
-              "rss": "process peak RSS, a lower bound"}.get(mem.get("method"), mem.get("method"))
-    parts = [f"peak {fmt_bytes(mem['peak_bytes'])} above what was allocated before the call "
-             f"({method}; one untimed call)"]
-    if (mem.get("retained_bytes") or 0) > 0:
-        parts.append(f"{fmt_bytes(mem['retained_bytes'])} still held after it (its output)")
-    return "; ".join(parts)

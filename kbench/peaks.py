@@ -1,4 +1,5 @@
-"""This machine's CPU ceilings: STREAM copy/triad bandwidth and FMA throughput (`kbench peaks`).
+"""This machine's CPU ceilings: STREAM copy/triad bandwidth and FMA throughput (`kbench peaks`),
+and the peaks caches that results read, the GPU's included (kbench.peaks_gpu measures those).
 
 Bandwidth is measured as STREAM does: arrays well above the last-level cache, bytes counted as
 STREAM counts them (copy 16 B per element, triad 24 B: no write-allocate traffic), and the best of
@@ -378,6 +379,25 @@ def peaks_cache_path(hostname: str | None = None) -> str:
     host = hostname or _hostname()
     safe = "".join(ch if ch.isalnum() or ch in "-_." else "_" for ch in host) or "unknown"
     return os.path.join(base, f"peaks-{safe}.json")
+
+
+def gpu_peaks_path(info: dict) -> str:
+    """$KBENCH_CACHE_DIR/gpu-peaks-<uuid>.json: what kbench.peaks_gpu measured on this GPU."""
+    d = os.environ.get("KBENCH_CACHE_DIR") or os.path.join(os.path.expanduser("~"), ".cache",
+                                                           "kbench")
+    os.makedirs(d, exist_ok=True)
+    uuid = str(info.get("uuid") or info.get("name") or "gpu").replace("/", "_")
+    return os.path.join(d, f"gpu-peaks-{uuid}.json")
+
+
+def load_gpu_peaks(info: dict) -> dict | None:
+    """The cached GPU ceilings of the device `info` describes (cuda_device_info), or None."""
+    try:
+        with open(gpu_peaks_path(info)) as f:
+            d = json.load(f)
+    except (OSError, ValueError):
+        return None
+    return d if isinstance(d, dict) and d.get("schema") == "kbench.gpu_peaks/1" else None
 
 
 def save_peaks(result: dict, path: str | None = None) -> str:

@@ -2,7 +2,10 @@
 
 The copy and FMA kernels come from kernels/cuda/ and are compiled with NVRTC, so this needs
 neither PyTorch nor CuPy; the bf16 GEMM is measured only when PyTorch is installed. Results are
-cached per GPU (by UUID) next to the CPU peaks.
+cached per GPU (by UUID) next to the CPU peaks (kbench.peaks reads the cache back).
+
+It measures by calling kbench.bench, so it is a top-level action like the CLI: nothing below
+kbench.bench imports it.
 """
 from __future__ import annotations
 
@@ -10,30 +13,11 @@ import json
 import os
 import time
 from importlib import resources
-from typing import Any, Dict, Optional
+from typing import Any, Dict
 
 from . import _core
-
-
-def _cache_dir() -> str:
-    d = os.environ.get("KBENCH_CACHE_DIR") or os.path.join(os.path.expanduser("~"), ".cache",
-                                                           "kbench")
-    os.makedirs(d, exist_ok=True)
-    return d
-
-
-def gpu_peaks_path(info: Dict[str, Any]) -> str:
-    uuid = str(info.get("uuid") or info.get("name") or "gpu").replace("/", "_")
-    return os.path.join(_cache_dir(), f"gpu-peaks-{uuid}.json")
-
-
-def load_gpu_peaks(info: Dict[str, Any]) -> Optional[Dict[str, Any]]:
-    try:
-        with open(gpu_peaks_path(info)) as f:
-            d = json.load(f)
-    except (OSError, ValueError):
-        return None
-    return d if isinstance(d, dict) and d.get("schema") == "kbench.gpu_peaks/1" else None
+from .bench import bench as _bench
+from .peaks import gpu_peaks_path
 
 
 def _kernel_source(name: str) -> str:
@@ -50,7 +34,6 @@ def measure_gpu_peaks(device: int = 0, copy_bytes: int = 2 << 30, save: bool = T
                       max_time_s: float = 3.0) -> Dict[str, Any]:
     """Measure and cache this GPU's ceilings. Takes a few seconds."""
     from . import cuda
-    from .bench import bench as _bench
     info = cuda.device_info(device)
     stream = cuda.stream_handle(None, device)
     # Ceilings are the best the machine does: peak clocks (burst), not the clock a power cap
@@ -104,7 +87,6 @@ def _copy_ceiling(device: int, info: Dict[str, Any], stream: int, copy_bytes: in
     own kernels (one and four 16-byte loads in flight per thread, at three grid sizes), the
     driver's memcpy (the copy engines) and torch's copy_ where PyTorch is here. A ceiling that
     one method misses reads real results as over 100% of peak."""
-    from .bench import bench as _bench
     src = _core.DeviceBuffer(copy_bytes, device)
     dst = _core.DeviceBuffer(copy_bytes, device)
     src.memset(1, stream)

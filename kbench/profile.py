@@ -31,6 +31,7 @@ from typing import Any, Callable, Dict, List, Optional, Tuple
 import numpy as np
 
 from . import _core
+from .prepare import device_ordinal
 from .result import Result, untimed_stats
 
 ENV = "KBENCH_PROFILE"
@@ -175,7 +176,7 @@ class _Gpu:
     def __init__(self, device: str, stream: Any) -> None:
         from . import cuda
         cuda.require_backend()
-        self.ordinal = cuda.device_ordinal(device)
+        self.ordinal = device_ordinal(device)
         self.stream = cuda.stream_handle(stream, self.ordinal)
         self.l2 = int(cuda.device_info(self.ordinal).get("l2_bytes") or 0)
         self._flush: Any = None

@@ -173,7 +173,7 @@ def args_info(args: Tuple[Any, ...], kwargs: Dict[str, Any]) -> Dict[str, Any]:
 
 
 def kbench_info() -> Dict[str, Any]:
-    from . import __version__
+    from ._version import __version__
     from ._build import build_info
     return {"version": __version__, "build": build_info(), "path": _PKG_DIR,
             "git": _git(_PKG_DIR)}

@@ -225,7 +225,7 @@ class KbenchFixture:
         return result
 
     def _run_once(self, fn, args, check, options) -> DisabledRun:
-        from .bench import _check_before_timing, _name_of
+        from .prepare import check_before_timing, name_of
         if not callable(fn):
             raise TypeError(f"kbench fixture: fn must be callable, got {type(fn).__name__}")
         kwargs = dict(options.get("kwargs") or {})
@@ -233,13 +233,13 @@ class KbenchFixture:
         if arg_sets is not None:
             from .coldcache import normalize_arg_sets
             args = normalize_arg_sets(arg_sets, options.get("rotate_sets", 0))[0]
-        name = options.get("name") or _name_of(fn)
+        name = options.get("name") or name_of(fn)
         if check is not None:
             # the same check bench() runs before timing: poisons the output, calls fn once,
             # compares
-            correctness = _check_before_timing(fn, tuple(args), kwargs, check,
-                                               options.get("rtol"), options.get("atol"), name,
-                                               options.get("out_arg"))
+            correctness = check_before_timing(fn, tuple(args), kwargs, check,
+                                              options.get("rtol"), options.get("atol"), name,
+                                              options.get("out_arg"))
             run = DisabledRun.of_call(name, None, correctness)
         else:
             run = DisabledRun.of_call(name, fn(*args, **kwargs), None)
@@ -257,7 +257,7 @@ def kbench(request: pytest.FixtureRequest) -> KbenchFixture:
 # ------------------------------------------------------------------ save / compare / report
 
 def _session_metadata(config: pytest.Config) -> Dict[str, Any]:
-    from . import __version__
+    from ._version import __version__
     md: Dict[str, Any] = {
         "created": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
         "kbench_version": __version__,

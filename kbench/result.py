@@ -271,15 +271,13 @@ class Result:
                   }.get(mode, "hot: no flush, no rotation")
         rows.append(["Cold cache", f"{mode}: {detail} (cache {fmt_bytes(cc.get('cache_bytes'))})"])
         if self.extra.get("distributed"):
-            from .distributed._report import ranks_rows
-            rows.extend(ranks_rows(self.extra["distributed"]))
+            rows.extend(_ranks_rows(self.extra["distributed"]))
         ach = st.get("achieved")
         ach_s = fmt_pct(ach) if isinstance(ach, (int, float)) and math.isfinite(ach) else "-"
         rows.append(["Stop rule", f"{st.get('stop')}: {st.get('criterion')} {ach_s} vs target "
                                   f"{fmt_pct(st.get('target'))} after {s['n']} samples "
                                   f"in {st.get('sampling_s', 0):.2f} s; warm-up "
                                   f"{st.get('warmup_iters')} iters / {st.get('warmup_s', 0):.2f} s"])
-        from .memory import fmt as memory_text
         mem = memory_text(self.memory)
         if mem:
             rows.append(["Memory", mem])
@@ -308,6 +306,63 @@ class Result:
     def _repr_html_(self) -> str:
         return html_table(["", ""], self._rows(),
                           caption=f"kbench {self.name} [{self.device}, {self.backend} timer]")
+
+
+def memory_text(mem: Optional[Dict[str, Any]]) -> str:
+    """The printed result's "Memory" row ('' when not measured): Result.memory, which
+    kbench.memory measures, in words."""
+    if not mem:
+        return ""
+    if mem.get("peak_bytes") is None:
+        return f"not measured: {mem.get('why')}"
+    method = {"torch": "torch caching allocator", "cupy": "CuPy memory pool",
+              "driver": "driver free memory, a lower bound",
+              "rss": "process peak RSS, a lower bound"}.get(mem.get("method"), mem.get("method"))
+    parts = [f"peak {fmt_bytes(mem['peak_bytes'])} above what was allocated before the call "
+             f"({method}; one untimed call)"]
+    if (mem.get("retained_bytes") or 0) > 0:
+        parts.append(f"{fmt_bytes(mem['retained_bytes'])} still held after it (its output)")
+    return "; ".join(parts)
+
+
+# The multi-rank rows are written here, not in kbench.distributed: a Result sits below the
+# distributed entry point (it runs kbench.local, which builds Results).
+def topology_text(topo: Optional[Dict[str, Any]]) -> str:
+    """The GPU pairs' P2P and NVLink links (kbench.distributed._topology), in one line."""
+    if not topo:
+        return ""
+    if topo.get("error"):
+        return f"unknown ({topo['error']})"
+    pairs = topo.get("pairs") or []
+    if not pairs:
+        return topo.get("note", "")
+    return "; ".join(f"GPU{p['a']}-GPU{p['b']}: P2P read {p['read']}, NVLink {p['nvlink']}, "
+                     f"atomics {p['atomics']} ({p['common_ancestor']})" for p in pairs[:6]) + \
+        (f"; ... {len(pairs) - 6} more pairs" if len(pairs) > 6 else "")
+
+
+def _ranks_rows(rep: Dict[str, Any]) -> List[List[str]]:
+    """The report rows of a multi-rank result (kbench.distributed's extra["distributed"])."""
+    where = "multi-node" if rep.get("multi_node") else "local (one node)"
+    meds = rep.get("per_rank_median_s") or []
+    med_text = ", ".join(f"r{r} {fmt_time(m)}" for r, m in enumerate(meds[:8]) if m is not None)
+    if len(meds) > 8:
+        med_text += f", ... ({len(meds)} ranks)"
+    skew = rep.get("skew")
+    rows = [["Ranks", f"world {rep.get('world')}, {rep.get('local_world')} per node, "
+                      f"{rep.get('nodes')} node(s), {where}; each sample is the MAX across "
+                      f"ranks"],
+            ["Per rank", f"medians {med_text}; skew {fmt_pct(skew) if skew is not None else '-'}"
+                         f" (median of (max-min)/max per sample), slowest rank "
+                         f"{rep.get('slowest_rank')}"]]
+    v = rep.get("versions") or {}
+    vtext = ", ".join(f"{k} {val}" for k, val in v.items() if val)
+    rows.append(["Engine", f"{rep.get('engine')} ({rep.get('backend')}){'; ' + vtext if vtext else ''}"
+                           f"; barrier before each call: {rep.get('barrier')}"])
+    topo = topology_text(rep.get("topology"))
+    if topo:
+        rows.append(["Topology", topo])
+    return rows
 
 
 # The statistics of a result with no samples (DisabledRun, ProfileRun): NaN figures, so code

@@ -73,8 +73,8 @@ def _case_spec(out: Any, case: Dict[str, Any]) -> Tuple[Callable, Tuple, Dict[st
 
 
 def _case_name(fn: Any, case: Dict[str, Any]) -> str:
-    from .bench import _name_of
-    return f"{_name_of(fn)}[" + ", ".join(f"{k}={_label(v)}" for k, v in case.items()) + "]"
+    from .prepare import name_of
+    return f"{name_of(fn)}[" + ", ".join(f"{k}={_label(v)}" for k, v in case.items()) + "]"
 
 
 def _run_case(factory: Callable, case: Dict[str, Any], options: Dict[str, Any]) -> Result:

@@ -236,8 +236,8 @@ def bench_gpu_time_with_cupti(fn: Callable[..., Any], dry_run_iters: Optional[in
 
     device = bench_options.pop("device", None)
     if device is None:
-        from .bench import _resolve_device
-        device = _resolve_device("auto", tuple(input_args), input_kwargs)
+        from .prepare import resolve_device
+        device = resolve_device("auto", tuple(input_args), input_kwargs)
         if device == "cpu":
             device = l2_flush_device if l2_flush_device not in (None, "cuda") \
                 else _current_device()

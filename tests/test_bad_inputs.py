@@ -53,7 +53,7 @@ BENCH_CASES = [
     ("fn int", bench(42), TypeError, "fn must be callable, got int"),
     ("fn None", bench(None), TypeError, "fn must be callable, got NoneType"),
     ("cold_cache word", bench(np.sum, A, cold_cache="lukewarm"), ValueError,
-     "cold_cache must be 'flush', 'rotate' or None, got 'lukewarm'"),
+     "cold_cache must be None, 'flush' or 'rotate', got 'lukewarm'"),
     ("cold_cache int", bench(np.sum, A, cold_cache=1), ValueError, "cold_cache must be"),
     ("device tpu", bench(np.sum, A, device="tpu"), ValueError, "device must be 'auto'"),
     ("device int", bench(np.sum, A, device=0), ValueError, "device must be .* got 0"),

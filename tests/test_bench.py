@@ -223,7 +223,7 @@ def test_cpu_cache_info_and_llc_override(monkeypatch):
 
 def test_figures_above_the_measured_ceilings_are_flagged(monkeypatch):
     import sys
-    kb = sys.modules["kbench.bench"]       # the module (kbench.bench is the function)
+    kb = sys.modules["kbench.local"]       # the module that times one process
     # pretend this machine's measured ceilings are absurdly low
     monkeypatch.setattr(kb, "_cpu_peaks", lambda: {"bytes_per_s": 1.0, "flops_per_s": 1.0,
                                                    "source": "test"})
@@ -402,7 +402,7 @@ def test_the_report_tells_ci_from_cv_and_names_the_peak(monkeypatch, tmp_path):
 def test_a_bad_ceiling_costs_the_percent_of_peak_not_the_result(bad):
     """The GPU peaks cache reaches throughput() unvalidated: a bad figure is warned about and
     dropped."""
-    from kbench.bench import throughput
+    from kbench.local import throughput
     from kbench.peaks import PeaksCacheWarning
     source = f"test source {bad!r}"
     with pytest.warns(PeaksCacheWarning, match="bytes_per_s is .* not a finite positive"):
@@ -572,7 +572,7 @@ def test_a_bench_at_the_timer_resolution_says_so_in_its_stop_record():
 
 
 def test_a_figure_a_few_percent_over_one_reference_kernel_is_not_flagged():
-    from kbench.bench import COMPUTE_CEILING_SLACK, throughput, _warnings
+    from kbench.local import COMPUTE_CEILING_SLACK, throughput, _warnings
     from kbench.result import Result
     samples = np.full(20, 1e-3)
     r = Result(name="gemm", device="cuda:0", backend="cupti", samples=samples,

@@ -116,3 +116,29 @@ def test_only_the_options_the_caller_gave_cross_to_c(monkeypatch):
     seen = _captured_run(monkeypatch, gate=False, gate_batch=8, regime="burst", pre_sample=hook)
     assert seen["gate"] is False and seen["gate_batch"] == 8 and seen["regime"] == "burst"
     assert seen["pre_sample"] is hook
+
+
+def test_pytorchs_cupti_is_handed_to_c_as_an_argument_not_through_the_environment(monkeypatch):
+    """kbench.cuda used to set KBENCH_CUPTI_PATH around the load; the user's variable is read by
+    the C loader alone, and the environment stays as it was throughout."""
+    import os
+    from kbench import cuda
+    seen = {}
+
+    class FakeCore:
+        @staticmethod
+        def prefer_cupti(path):
+            seen["preferred"] = path
+            return True
+
+        @staticmethod
+        def gpu_library_status():
+            seen["env_during_load"] = os.environ.get("KBENCH_CUPTI_PATH")
+            return {"cupti": {"loaded": True, "path": seen.get("preferred")}}
+
+    monkeypatch.delenv("KBENCH_CUPTI_PATH", raising=False)
+    monkeypatch.setattr(cuda, "framework_cupti", lambda: "/torch/nvidia/cu13/lib/libcupti.so.13")
+    monkeypatch.setattr(cuda, "_core", FakeCore)
+    st = cuda._cupti_status()
+    assert seen == {"preferred": "/torch/nvidia/cu13/lib/libcupti.so.13", "env_during_load": None}
+    assert st["loaded"] and "KBENCH_CUPTI_PATH" not in os.environ

@@ -221,6 +221,57 @@ def test_cupti_copy_already_in_process_wins_over_env():
     assert os.path.realpath(entry["path"]) == os.path.realpath(found["path"])
 
 
+def _cupti_entry_after_preferring(path, env_path=None):
+    code = ("import json, kbench._core as c\n"
+            f"stored = c.prefer_cupti({str(path)!r})\n"
+            "print(json.dumps(dict(c.gpu_library_status()['cupti'], stored=stored)))\n")
+    return json.loads(run_python(code, KBENCH_CUPTI_PATH=env_path))
+
+
+def _real_cupti():
+    found = status()["cupti"]
+    if not found["loaded"]:
+        pytest.skip("no libcupti on this machine")
+    return os.path.realpath(found["path"])
+
+
+def test_a_preferred_cupti_file_is_opened_before_the_default_search(tmp_path):
+    """kbench.cuda hands C the copy PyTorch ships: an argument, not an environment variable."""
+    copy = tmp_path / Path(_real_cupti()).name
+    copy.write_bytes(Path(_real_cupti()).read_bytes())
+    entry = _cupti_entry_after_preferring(copy)
+    assert entry["stored"] is True and entry["loaded"] is True
+    assert entry["path"] == str(copy) and entry["from_process"] is False
+
+
+def test_kbench_cupti_path_wins_over_the_preferred_file(tmp_path):
+    real = _real_cupti()
+    copy = tmp_path / Path(real).name
+    copy.write_bytes(Path(real).read_bytes())
+    entry = _cupti_entry_after_preferring(copy, env_path=real)
+    assert entry["loaded"] is True and os.path.realpath(entry["path"]) == real
+
+
+def test_a_preferred_file_that_does_not_open_falls_back_to_the_default_search():
+    _real_cupti()
+    entry = _cupti_entry_after_preferring("/nonexistent/libcupti.so.13")
+    assert entry["loaded"] is True and entry["path"] != "/nonexistent/libcupti.so.13"
+
+
+def test_a_preference_after_cupti_was_opened_changes_nothing(tmp_path):
+    code = ("import json, kbench._core as c\n"
+            "first = c.gpu_library_status()['cupti']\n"
+            f"stored = c.prefer_cupti({str(tmp_path / 'libcupti.so')!r})\n"
+            "print(json.dumps([first, c.gpu_library_status()['cupti'], stored]))\n")
+    first, again, stored = json.loads(run_python(code))
+    assert stored is False and again == first
+
+
+def test_prefer_cupti_refuses_what_is_not_a_path():
+    with pytest.raises(TypeError, match="prefer_cupti: path must be a str or os.PathLike"):
+        core.prefer_cupti(3)
+
+
 # ------------------------------------------------------------------ import is free
 
 

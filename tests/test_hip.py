@@ -358,10 +358,14 @@ def test_bench_dispatches_to_hip(monkeypatch):
     assert any("no per-kernel attribution" in w for w in r.warnings)
 
 
-def test_hip_run_refuses_cupti_mode_and_unknown_options():
-    with pytest.raises(ValueError, match="not available on HIP"):
-        hip.run(lambda: None, [()], {}, cold_cache=None, flush_bytes=None, mode="cupti",
-                device="cuda", loop={})
+def test_hip_refuses_cupti_mode_before_anything_runs_and_unknown_options(monkeypatch):
+    calls = []
+    monkeypatch.setattr(hip, "run", lambda *a, **k: calls.append(a))
+    with pytest.raises(ValueError, match="mode 'cupti' needs a CUDA device: on HIP, mode must "
+                                         "be None or 'graph'"):
+        kbench.bench(lambda: calls.append("fn"), device="cuda", backend="hip", mode="cupti")
+    assert calls == []
+    monkeypatch.undo()
     with pytest.raises(TypeError, match="unexpected options for the HIP backend"):
         hip.run(lambda: None, [()], {}, cold_cache=None, flush_bytes=None, mode=None,
                 device="cuda", loop={}, keep_busy=True)

@@ -13,7 +13,7 @@ import kbench
 from kbench import memory
 from kbench.cli import main as cli_main
 from kbench.cli_compare import compare_sets, memory_verdict
-from kbench.result import Result
+from kbench.result import Result, memory_text
 
 pytest_plugins = ["pytester"]
 
@@ -75,7 +75,7 @@ def test_without_clear_refs_the_figure_is_unavailable_with_the_reason(monkeypatc
     monkeypatch.setattr(memory, "_CLEAR_REFS", str(tmp_path / "missing" / "clear_refs"))
     m = memory.measure(allocate, (1,), {}, "cpu")
     assert m["peak_bytes"] is None and "cannot reset the peak RSS" in m["why"]
-    assert "not measured" in memory.fmt(m)
+    assert "not measured" in memory_text(m)
 
 
 def test_driver_free_memory_is_polled_during_the_call_as_a_lower_bound():

@@ -11,6 +11,7 @@
  *   measure_host.c  the host backend: calls a Python callable, host clock
  *   coldcache.c     CPU cache sizes and the CPU flush buffer
  *   compare.c       correctness comparison of outputs against references
+ *   choices.c       kbench.bench's named choices (cold_cache, mode per backend), checked once
  *   kernels/cpu/    the CPU reference kernels (STREAM copy/triad, FMA loop)
  *   loader_*.c      lazy dlopen of libcuda, libcupti, libnvidia-ml, libnvrtc  (CUDA build)
  *   measure_cuda.c, cupti_trace.c, graph.c, coldcache_cuda.c, nvml_sampler.c  (CUDA build)
@@ -352,6 +353,13 @@ typedef enum { KB_COLD_NONE = 0, KB_COLD_FLUSH, KB_COLD_ROTATE } kb_cold_mode;
 int kb_check_arg_sets(PyObject *arg_sets, PyObject *kwargs);
 /* Pop "cold" (None|'flush'|'rotate') from opts; ValueError on anything else. */
 int kb_pop_cold_mode(PyObject *opts, kb_cold_mode *cold);
+
+/* ------------------------------------------------------------------ choices.c */
+
+/* A cold-cache value: None, 'flush' or 'rotate' into *out; else ValueError naming `param` and
+ * the accepted values. The one parser of the choice (_core.check_choices uses it). */
+int kb_cold_mode_parse(PyObject *v, const char *param, kb_cold_mode *out);
+int kb_choices_module_init(PyObject *m);   /* _core.check_choices */
 /* Parse the loop configuration from opts, then reject any key left: TypeError naming `func`. */
 int kb_finish_options(PyObject *opts, const char *func, kb_loop_config *cfg);
 

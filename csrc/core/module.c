@@ -165,6 +165,7 @@ static int core_exec(PyObject *m)
         kb_loop_module_init(m) < 0 ||
         kb_coldcache_module_init(m) < 0 || kb_compare_module_init(m) < 0 ||
         kb_cpu_kernels_module_init(m) < 0 || kb_steady_module_init(m) < 0 ||
+        kb_choices_module_init(m) < 0 ||
         add_build_info(m) < 0)
         goto error;
 #ifdef KB_HAVE_CUDA

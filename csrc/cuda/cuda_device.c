@@ -219,6 +219,27 @@ static PyObject *gpu_library_status(PyObject *m, PyObject *Py_UNUSED(ignored))
     return out;
 }
 
+/* ------------------------------------------------------------------ prefer_cupti */
+
+static PyObject *prefer_cupti(PyObject *m, PyObject *arg)
+{
+    PyObject *bytes = NULL;
+    if (arg != Py_None && !PyUnicode_Check(arg) && !PyBytes_Check(arg) &&
+        !PyObject_HasAttrString(arg, "__fspath__")) {
+        PyErr_Format(PyExc_TypeError, "prefer_cupti: path must be a str or os.PathLike naming "
+                                      "a libcupti file, or None, got %.100s",
+                     Py_TYPE(arg)->tp_name);
+        return NULL;
+    }
+    if (arg != Py_None && !PyUnicode_FSConverter(arg, &bytes))
+        return NULL;
+    int rc = kb_cupti_prefer(m, bytes != NULL ? PyBytes_AS_STRING(bytes) : NULL);
+    Py_XDECREF(bytes);
+    if (rc < 0)
+        return NULL;
+    return PyBool_FromLong(rc);
+}
+
 /* ------------------------------------------------------------------ cuda_device_count */
 
 static PyObject *cuda_device_count(PyObject *m, PyObject *Py_UNUSED(ignored))
@@ -658,6 +679,12 @@ static PyMethodDef device_methods[] = {
      "(cuda: driver CUDA version int, cupti: API version int, nvml: driver version str, nvrtc: "
      "'major.minor'), from_process (bool: the copy already in the process was used). Never raises "
      "for a missing library."},
+    {"prefer_cupti", prefer_cupti, METH_O,
+     "prefer_cupti(path: str | None) -> bool\n\n"
+     "The libcupti file to open when CUPTI is first needed, after a copy already mapped in the "
+     "process and $KBENCH_CUPTI_PATH, before the default search (which still runs if it cannot "
+     "be opened); None drops the preference. True when stored; False once CUPTI was opened or "
+     "failed: the process's CUPTI is chosen once, and nothing changes."},
     {"cuda_device_count", cuda_device_count, METH_NOARGS,
      "cuda_device_count() -> int\n\n"
      "Number of CUDA devices visible (CUDA_VISIBLE_DEVICES applies); 0 when the driver finds "

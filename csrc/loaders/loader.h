@@ -355,6 +355,8 @@ struct kb_gpu_libs {
     CUresult cuda_init_result;  /* the last cuInit(0) result (CUDA_ERROR_NO_DEVICE: no GPU) */
     int nvml_initialized;       /* nvmlInit_v2 succeeded; nvmlShutdown runs at module free */
     uint32_t cupti_version;     /* cuptiGetVersion (CUPTI API version of the loaded copy) */
+    char *cupti_preferred;      /* malloc'd: the libcupti file the caller prefers (kb_cupti_
+                                 * prefer; kbench.cuda: the copy PyTorch ships), or NULL */
     int nvrtc_major, nvrtc_minor;
 };
 typedef struct kb_gpu_libs kb_gpu_libs;
@@ -368,6 +370,13 @@ const kb_cuda_api *kb_cuda(PyObject *m);
 const kb_cupti_api *kb_cupti(PyObject *m);
 const kb_nvml_api *kb_nvml(PyObject *m);
 const kb_nvrtc_api *kb_nvrtc(PyObject *m);
+
+/* Prefer the libcupti file `path` (NULL: none) when CUPTI is first opened: it is tried after a
+ * copy already mapped in the process and $KBENCH_CUPTI_PATH (the user's choice), before the
+ * default search, which still runs if it cannot be opened. Returns 1 when stored, 0 when CUPTI
+ * was opened (or failed) already, so the preference can no longer apply (nothing changes), -1
+ * with MemoryError. */
+int kb_cupti_prefer(PyObject *m, const char *path);
 
 /* The library state, allocated on first use (MemoryError). Never NULL after a successful
  * accessor call. */

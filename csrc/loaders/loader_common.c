@@ -219,6 +219,7 @@ void kb_gpu_state_free(kb_state *st)
     lib_free(&g->cupti_lib, 0);
     lib_free(&g->nvml_lib, 1);
     lib_free(&g->nvrtc_lib, 1);
+    free(g->cupti_preferred);
     free(g);
 }
 

@@ -2,7 +2,10 @@
  *
  * Two CUPTI copies in one process fight over the driver's profiling hooks, and PyTorch (kineto)
  * loads its own. So the copy already mapped in the process wins; only without one do we look at
- * $KBENCH_CUPTI_PATH, the default search path and the CUDA toolkit directories.
+ * $KBENCH_CUPTI_PATH (the user's choice, read here and nowhere else), then the file the caller
+ * prefers (kb_cupti_prefer: kbench.cuda hands over the copy PyTorch ships, so that a later
+ * torch.profiler maps the same file), then the default search path and the CUDA toolkit
+ * directories.
  */
 #define _GNU_SOURCE
 #include "loader_impl.h"
@@ -104,6 +107,8 @@ static void cupti_open(kb_gpu_libs *g)
             goto fail;
         }
     }
+    if (h == NULL && g->cupti_preferred != NULL)
+        h = kb_try_dlopen(g->cupti_preferred, KB_DLOPEN_FLAGS, &tried);   /* else: default */
     if (h == NULL)
         h = open_default(&tried);
     if (h == NULL) {
@@ -130,6 +135,23 @@ static void cupti_open(kb_gpu_libs *g)
 fail:
     kb_sb_free(&tried);
     kb_lib_failed(&g->cupti_lib, &msg);
+}
+
+int kb_cupti_prefer(PyObject *m, const char *path)
+{
+    kb_gpu_libs *g = kb_gpu_libs_get(m);
+    if (g == NULL)
+        return -1;
+    if (g->cupti_lib.state != KB_LIB_UNTRIED)
+        return 0;                       /* the process's CUPTI is chosen once */
+    char *copy = NULL;
+    if (path != NULL && (copy = strdup(path)) == NULL) {
+        PyErr_NoMemory();
+        return -1;
+    }
+    free(g->cupti_preferred);
+    g->cupti_preferred = copy;
+    return 1;
 }
 
 const kb_cupti_api *kb_cupti(PyObject *m)

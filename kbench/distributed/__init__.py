@@ -24,7 +24,8 @@ from typing import Any, Callable, Dict, List, Optional
 
 import numpy as np
 
-from ..bench import _one_at_a_time
+from ..local import bench_local
+from ..prepare import check_before_timing, name_of, one_at_a_time, resolve_device
 from ._comm import (LENT_MACHINE_ENV, Communicator, MpiCommunicator, TorchCommunicator,
                     communicator, init_process_group, set_lent_machine_env)
 from ._ranks import DEFAULT_TIMEOUT_S, DistributedError, DistributedTimeout, Ranks
@@ -84,7 +85,7 @@ def _shapes(args: Any, kwargs: Dict[str, Any]) -> List[Any]:
     return out
 
 
-@_one_at_a_time
+@one_at_a_time
 def bench(fn: Callable[..., Any], *args: Any, group: Any = "auto",
           dist_timeout_s: Optional[float] = None, barrier: Optional[bool] = None,
           global_shapes: Optional[List[Any]] = None, check: Any = None,
@@ -103,19 +104,17 @@ def bench(fn: Callable[..., Any], *args: Any, group: Any = "auto",
     check/rtol/atol/out_arg: as kbench.bench, verdict agreed: a mismatch on any rank fails every
     rank, naming it. Other options go to kbench.bench.
     """
-    from ..bench import _check_before_timing, _name_of, _resolve_device
-    from ..bench import bench as _local_bench
     ranks = _ranks_for(group, DEFAULT_TIMEOUT_S if dist_timeout_s is None else dist_timeout_s)
     ranks.start_run()
     if barrier is None:
         barrier = ranks.comm.world > 1
     ranks._plant, ranks._fired = dict(_plant or {}), set()
-    name = name or _name_of(fn)
+    name = name or name_of(fn)
     kwargs = dict(kwargs or {})
     first = args
     if bench_options.get("arg_sets") is not None and not callable(bench_options["arg_sets"]):
         first = tuple(bench_options["arg_sets"][0])
-    if _resolve_device(bench_options.get("device", "auto"), first, kwargs) != "cpu":
+    if resolve_device(bench_options.get("device", "auto"), first, kwargs) != "cpu":
         # keep-busy bridges call fn untimed a time-dependent number of times: ranks would
         # disagree on the count, and a collective inside fn would hang
         bench_options.setdefault("keep_busy", False)
@@ -128,13 +127,13 @@ def bench(fn: Callable[..., Any], *args: Any, group: Any = "auto",
         correctness = None
         if check is not None:
             correctness = _agreed_check(ranks, fn, first, kwargs, check, rtol, atol, name,
-                                        out_arg, _check_before_timing)
+                                        out_arg, check_before_timing)
         _sync_devices()
         ranks.barrier("before timing")          # and before capture, in mode='graph'
-        result = _local_bench(fn, *args, kwargs=kwargs, name=name, out_arg=out_arg,
-                              rtol=rtol, atol=atol, _ranks=ranks,
-                              _pre_sample=ranks.pre_sample if barrier else None,
-                              **bench_options)
+        result = bench_local(fn, *args, kwargs=kwargs, name=name, out_arg=out_arg,
+                             rtol=rtol, atol=atol, _ranks=ranks,
+                             _pre_sample=ranks.pre_sample if barrier else None,
+                             **bench_options)
     except DistributedError:
         raise
     except BaseException as e:

@@ -1,0 +1,354 @@
+"""kbench.local: one process's bench -- check correctness, then time a callable with the C
+core's loop on the CPU or a GPU backend, and put the Result together.
+
+kbench.bench calls it for a single-process run; kbench.distributed calls it on every rank, with
+the rank reducer (_ranks) and the barrier (_pre_sample). It imports the backends (lazily, so
+`import kbench` stays light) and never kbench.distributed or kbench.bench, which sit above it.
+"""
+from __future__ import annotations
+
+import math
+import numbers
+import sys
+import time
+from typing import Any, Callable, Dict, List, Optional, Tuple, Union
+
+import numpy as np
+
+from . import _core
+from .coldcache import flag_rotation, footprint, make_rotation_sets, normalize_arg_sets
+from .prepare import check_before_timing, name_of, named_output, one_at_a_time, resolve_device
+from .result import Result
+
+_LOOP_KEYS = ("warmup_s", "min_samples", "max_samples", "max_time_s", "target", "ci_level",
+              "criterion")
+_host_timer_cache: Optional[Dict[str, Any]] = None
+
+
+@one_at_a_time
+def bench_local(fn: Callable[..., Any], *args: Any,
+                flops: Optional[float] = None,
+                bytes: Optional[float] = None,
+                cold_cache: Optional[str] = "flush",
+                device: str = "auto",
+                mode: Optional[str] = None,
+                kwargs: Optional[Dict[str, Any]] = None,
+                arg_sets: Any = None,
+                rotate_sets: int = 0,
+                flush_bytes: Optional[int] = None,
+                check: Any = None,
+                rtol: Optional[float] = None,
+                atol: Optional[float] = None,
+                name: Optional[str] = None,
+                out_arg: Union[int, str, None] = None,
+                warmup_s: Optional[float] = None,
+                min_samples: Optional[int] = None,
+                max_samples: Optional[int] = None,
+                max_time_s: Optional[float] = None,
+                target: Optional[float] = None,
+                ci_level: Optional[float] = None,
+                criterion: Optional[str] = None,
+                memory: bool = True,
+                profile: Optional[bool] = None,
+                _ranks: Any = None,
+                _pre_sample: Optional[Callable[[], None]] = None,
+                **backend_options: Any) -> Result:
+    """kbench.bench on this process alone (its docstring has the options). _ranks and
+    _pre_sample: kbench.distributed's rank reducer and barrier, for the C loop."""
+    t_start = time.perf_counter()
+    if not callable(fn):
+        raise TypeError(f"kbench.bench: fn must be callable, got {type(fn).__name__} "
+                        f"({fn!r:.60})")
+    flops, bytes = _count("flops", flops), _count("bytes", bytes)
+    if name is not None and not isinstance(name, str):
+        raise TypeError(f"kbench.bench: name must be a str, got {type(name).__name__} "
+                        f"({name!r:.60})")
+    if kwargs is not None and not isinstance(kwargs, dict):
+        raise TypeError(f"kbench.bench: kwargs must be a dict of keyword arguments for fn, got "
+                        f"{type(kwargs).__name__}")
+    if flush_bytes is not None and (isinstance(flush_bytes, (bool, np.bool_))
+                                    or not isinstance(flush_bytes, numbers.Integral)):
+        raise TypeError(f"kbench.bench: flush_bytes must be an int number of bytes, got "
+                        f"{type(flush_bytes).__name__} ({flush_bytes!r:.60})")
+    if arg_sets is not None and not (callable(arg_sets) or isinstance(arg_sets, (list, tuple))):
+        raise TypeError(f"kbench.bench: arg_sets must be a list of argument tuples or a "
+                        f"factory f(i) -> tuple, got {type(arg_sets).__name__}")
+    kwargs = dict(kwargs or {})
+    sets = normalize_arg_sets(arg_sets, rotate_sets) if arg_sets is not None else [tuple(args)]
+    if arg_sets is not None and args:
+        raise TypeError("kbench.bench: pass either positional args or arg_sets=, not both")
+    named_output(sets[0], kwargs, out_arg)       # a bad out_arg fails before anything runs
+    name = name or name_of(fn)
+    dev = resolve_device(device, sets[0], kwargs)
+    kind, gpu = _gpu_backend(backend_options) if dev != "cpu" else ("host", None)
+    # cold_cache and mode are checked in C, once, before anything calls fn: Python branches on
+    # them first (rotation sets, graph capture, profile mode's flush)
+    cold_cache, mode = _core.check_choices(kind, cold_cache, mode)
+    # Only what the caller gave crosses to C: the loop's defaults live in the C core alone
+    # (_core.LOOP_DEFAULTS), which also validates every value.
+    loop = {k: v for k, v in dict(warmup_s=warmup_s, min_samples=min_samples,
+                                  max_samples=max_samples, max_time_s=max_time_s, target=target,
+                                  ci_level=ci_level, criterion=criterion,
+                                  # multi-rank (kbench.distributed): the C loop's reducer and
+                                  # the measure functions' barrier before each call
+                                  ranks=_ranks, pre_sample=_pre_sample).items()
+            if v is not None}
+
+    if dev != "cpu":
+        _refuse_capture()
+    correctness = None
+    if check is not None:
+        correctness = check_before_timing(fn, sets[0], kwargs, check, rtol, atol, name,
+                                          out_arg)
+    from . import profile as _profile
+    why = _profile.wanted(profile, dev)
+    if why:
+        return _profile.run_once(fn, sets, kwargs, name=name, device=dev, why=why,
+                                 cold_cache=cold_cache, flush_bytes=flush_bytes,
+                                 warmup_s=loop.get("warmup_s",
+                                                   _core.LOOP_DEFAULTS["warmup_s"]),
+                                 correctness=correctness,
+                                 stream=backend_options.get("stream"))
+    mem = None
+    if memory:
+        from .memory import measure as _measure_memory
+        mem = _measure_memory(fn, sets[0], kwargs, dev, called_before=check is not None)
+
+    if dev == "cpu":
+        if device == "auto" and _gpu_initialized():
+            host_note = ("timed on the CPU with the host clock, although this process uses a "
+                         "GPU: a callable that launches GPU work returns before it finishes, so "
+                         "pass device='cuda' (or GPU tensors as arguments) to time it there")
+        else:
+            host_note = None
+        if backend_options:
+            raise TypeError(f"kbench.bench: unexpected options for the CPU backend: "
+                            f"{sorted(backend_options)}")
+        raw, cold, extra = _run_host(fn, sets, kwargs, cold_cache, flush_bytes, loop)
+        device_name, backend, peaks = "cpu", "host", _cpu_peaks()
+        if host_note:
+            extra.setdefault("warnings", []).append(host_note)
+    else:
+        raw, cold, extra, device_name, peaks = gpu.run(
+            fn, sets, kwargs, cold_cache=cold_cache, flush_bytes=flush_bytes, mode=mode,
+            device=dev, loop=loop, check=check, rtol=rtol, atol=atol,
+            output=named_output(sets[0], kwargs, out_arg), **backend_options)
+        backend = raw["backend"]
+        if peaks:       # which measured GPU ceiling "% of peak" is of (peaks_gpu measures them)
+            compute = backend_options.get("compute_peak", "fp32")
+            peaks = {"bytes_name": "GPU HBM copy" if peaks.get("bytes_ceiling") != "theoretical"
+                     else "GPU theoretical memory bandwidth",
+                     "flops_name": "GPU bf16 GEMM" if compute == "bf16" else "GPU fp32 FMA",
+                     **peaks}
+
+    samples = np.asarray(raw["samples"], dtype=np.float64)
+    stats = _core.summarize(samples, raw.get("ci_level", _core.LOOP_DEFAULTS["ci_level"]))
+    stop = {k: raw[k] for k in ("stop", "criterion", "target", "achieved", "warmup_iters",
+                                "warmup_s", "sampling_s", "min_samples", "max_samples",
+                                "max_time_s", "resolution_s", "at_resolution") if k in raw}
+    result = Result(name=name, device=device_name, backend=backend, samples=samples,
+                    stats=stats, stop=stop, cold_cache=cold, flops=flops, bytes=bytes,
+                    correctness=correctness, extra=extra, memory=mem)
+    result.throughput = throughput(stats["median"], flops, bytes, peaks)
+    result.warnings.extend(_warnings(result))
+    result.warnings.extend(extra.pop("warnings", []))
+    result.metadata = _metadata(device_name, result, extra)
+    from .provenance import collect
+    result.metadata["harness"] = collect(fn, sets[0], kwargs)
+    # where the time went: r.stop's warmup_s and sampling_s are parts of wall_s, this call's
+    stop.update({k: raw[k] for k in ("warmup_stable", "warmup_tol") if k in raw},
+                wall_s=time.perf_counter() - t_start)
+    return result
+
+
+def _gpu_backend(backend_options: Dict[str, Any]) -> Tuple[str, Any]:
+    """("hip", kbench.hip) when backend="hip" (or a ROCm torch) picks it, else ("cuda",
+    kbench.cuda). The GPU modules are imported only when a GPU is asked for."""
+    from . import hip
+    if hip.selected(backend_options):
+        return "hip", hip
+    from . import cuda
+    return "cuda", cuda
+
+
+def _count(label: str, value: Any) -> Union[int, float, None]:
+    """flops=/bytes=: None, or a finite non-negative real (Python or NumPy scalar, not bool),
+    as a plain int or float so the Result serialises."""
+    if value is None:
+        return None
+    if isinstance(value, (bool, np.bool_)) or not isinstance(value, numbers.Real):
+        raise TypeError(f"kbench.bench: {label} must be a number of {label} per call, got "
+                        f"{type(value).__name__} ({value!r:.60})")
+    plain = int(value) if isinstance(value, numbers.Integral) else float(value)
+    if not math.isfinite(plain) or plain < 0:
+        raise ValueError(f"kbench.bench: {label} must be a non-negative number of {label} per "
+                         f"call, got {value!r}")
+    return plain
+
+
+def _gpu_initialized() -> bool:
+    torch = sys.modules.get("torch")
+    return bool(torch is not None and torch.cuda.is_initialized())
+
+
+def _refuse_capture() -> None:
+    """Before any untimed call (check, memory probe): inside someone else's stream capture
+    they would be captured too, and a synchronize there invalidates the capture."""
+    torch = sys.modules.get("torch")
+    if torch is not None and torch.cuda.is_initialized() and \
+            torch.cuda.is_current_stream_capturing():
+        raise _core.CaptureError("the current stream is being captured into a CUDA graph: "
+                                 "kbench cannot measure inside a capture")
+
+
+def _run_host(fn, sets, kwargs, cold_cache, flush_bytes, loop):
+    llc = int(_core.cpu_cache_info()["llc_bytes"])
+    if cold_cache == "rotate" and len(sets) == 1:
+        sets = make_rotation_sets(sets[0], llc, margin=2.0)
+    raw = _core.measure_host(fn, tuple(sets), kwargs or None, cold=cold_cache,
+                             flush_bytes=int(flush_bytes or 0), **loop)
+    cold = dict(raw["cold"])
+    cold["cache_bytes"] = llc
+    cold["cache"] = "CPU last-level cache"
+    extra: Dict[str, Any] = {}
+    if cold_cache == "rotate":
+        cold["footprint_bytes"] = sum(footprint(s) for s in sets)
+        cold["set_bytes"] = footprint(sets[0])
+        flag_rotation(cold, [footprint(s) for s in sets], llc,
+                      extra.setdefault("warnings", []))
+    return raw, cold, extra
+
+
+def _cpu_peaks() -> Optional[Dict[str, float]]:
+    """The ceilings `kbench peaks` measured on this machine (cached), in base units."""
+    try:
+        from .peaks import load_cached_peaks, peaks_cache_path
+        d = load_cached_peaks()
+    except Exception:          # unreadable cache: throughput without % of peak
+        return None
+    if not d:
+        return None
+    bw_name = "copy" if d["copy_GBps"] >= d["triad_GBps"] else "triad"
+    isa = (d.get("fma") or {}).get("isa")
+    return {"bytes_per_s": d[f"{bw_name}_GBps"] * 1e9, "flops_per_s": d["fma_GFLOPs"] * 1e9,
+            "bytes_name": f"CPU STREAM {bw_name}",
+            "flops_name": "CPU FMA" + (f" ({isa})" if isa else ""),
+            "source": f"kbench peaks (STREAM copy/triad best, FMA loop), {peaks_cache_path()}"}
+
+
+def throughput(median_s: float, flops: Optional[float], nbytes: Optional[float],
+               peaks: Optional[Dict[str, float]]) -> Dict[str, Any]:
+    """FLOP/s and B/s from the theoretical counts; % of measured peak; roofline bound."""
+    tp: Dict[str, Any] = {}
+    if median_s <= 0:
+        return tp
+    peak_bw = _ceiling(peaks, "bytes_per_s")
+    peak_fl = _ceiling(peaks, "flops_per_s")
+    if nbytes:
+        tp["bytes_per_s"] = nbytes / median_s
+        if peak_bw:
+            tp["peak_bytes_per_s"] = peak_bw
+            tp["bandwidth_pct_peak"] = tp["bytes_per_s"] / peak_bw
+            if peaks.get("bytes_name"):
+                tp["peak_bytes_name"] = peaks["bytes_name"]
+    if flops:
+        tp["flops_per_s"] = flops / median_s
+        if peak_fl:
+            tp["peak_flops_per_s"] = peak_fl
+            tp["compute_pct_peak"] = tp["flops_per_s"] / peak_fl
+            if peaks.get("flops_name"):
+                tp["peak_flops_name"] = peaks["flops_name"]
+    if flops and nbytes and peak_bw and peak_fl:
+        intensity, ridge = flops / nbytes, peak_fl / peak_bw
+        tp["intensity_flop_per_byte"] = intensity
+        tp["ridge_flop_per_byte"] = ridge
+        tp["bound_by"] = "memory" if intensity < ridge else "compute"
+        tp["bound_reason"] = (f"intensity {intensity:.3g} FLOP/B "
+                              f"{'<' if intensity < ridge else '>='} ridge {ridge:.3g} FLOP/B")
+    elif nbytes and not flops:
+        tp["bound_by"] = "memory"
+        tp["bound_reason"] = "only bytes given"
+    elif flops and not nbytes:
+        tp["bound_by"] = "compute"
+        tp["bound_reason"] = "only flops given"
+    if peaks and peaks.get("source"):
+        tp["peaks_source"] = peaks["source"]
+    if peak_bw and nbytes:
+        tp["bytes_ceiling"] = (peaks or {}).get("bytes_ceiling", "measured")
+    return tp
+
+
+def _ceiling(peaks: Optional[Dict[str, Any]], key: str) -> Optional[float]:
+    """A cached ceiling as a finite positive float, else None with one warning: the GPU peaks
+    cache is read without validation (kbench.peaks_gpu), and a bad figure must cost the % of
+    peak, not the result."""
+    value = (peaks or {}).get(key)
+    if value is None:
+        return None
+    if isinstance(value, (int, float)) and not isinstance(value, bool) \
+            and math.isfinite(value) and value > 0:
+        return float(value)
+    from .peaks import _warn_cache_once
+    _warn_cache_once(str(peaks.get("source") or "(unknown source)"),
+                     f"{key} is {value!r}, not a finite positive number")
+    return None
+
+
+COMPUTE_CEILING_SLACK = 1.10
+
+
+def _warnings(r: Result) -> List[str]:
+    out = []
+    st = r.stop
+    if st.get("stop") != "precision":
+        ach = st.get("achieved")
+        ach_s = f"{100 * ach:.2f}%" if isinstance(ach, float) and math.isfinite(ach) else "n/a"
+        out.append(f"stopped by {st.get('stop')} before the {st.get('criterion')} target "
+                   f"{100 * st.get('target', 0):.2f}% was met (achieved {ach_s}): the median is "
+                   f"less certain than asked")
+    tp, mode = r.throughput, r.cold_cache.get("mode")
+    pct = tp.get("bandwidth_pct_peak")
+    if pct is not None and pct > 1.0:
+        ceiling = tp.get("bytes_ceiling", "measured")
+        if mode in ("flush", "rotate"):
+            out.append(f"DEFECT: cold-cache bandwidth {pct * 100:.0f}% of the {ceiling} memory "
+                       f"ceiling: check the byte count, skipped work, or the cold-cache setup")
+        else:
+            out.append(f"hot cache: {pct * 100:.0f}% of the {ceiling} memory ceiling -- the data "
+                       f"is served from cache, not memory")
+    cpct = tp.get("compute_pct_peak")
+    # The compute ceiling is one reference kernel (FMA chains, a bf16 8192^3 GEMM): another
+    # shape can run a few % faster (a burst 4000x4096x11008 GEMM read 101% on the H200), so only
+    # what no shape can explain is said.
+    if cpct is not None and cpct > COMPUTE_CEILING_SLACK:
+        out.append(f"{cpct * 100:.0f}% of the measured compute ceiling: the FLOP count is too "
+                   f"high, or the ceiling was measured on a busy machine (re-run kbench peaks)")
+    return out
+
+
+_host_md_cache: Dict[str, Dict[str, Any]] = {}
+
+
+def _metadata(device_name: str, r: Result, extra: Dict[str, Any]) -> Dict[str, Any]:
+    """Host metadata, collected once per process and working directory (it runs git), with a
+    fresh timestamp and command line for every result."""
+    global _host_timer_cache
+    import os
+    import time
+    cwd = os.getcwd()
+    if cwd not in _host_md_cache:
+        try:
+            from .metadata import collect_host_metadata
+            _host_md_cache[cwd] = collect_host_metadata()
+        except Exception as e:      # metadata must never lose a measurement
+            _host_md_cache[cwd] = {"error": f"{type(e).__name__}: {e}"}
+    md = dict(_host_md_cache[cwd])
+    md["timestamp_utc"] = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())
+    md["argv"] = list(sys.argv)
+    if _host_timer_cache is None:
+        _host_timer_cache = _core.host_timer_info()
+    md["host_timer"] = _host_timer_cache
+    md["kbench_core_cuda"] = bool(_core.HAVE_CUDA)
+    if "device" in extra:
+        md["gpu"] = extra.pop("device")
+    return md

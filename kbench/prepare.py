@@ -1,0 +1,183 @@
+"""Before timing: the steps that every path through kbench.bench shares, whatever the backend.
+
+The case's name, the device its arguments live on, one bench at a time per process, and the
+correctness check with the output poisoned first. kbench.local, each rank's run in
+kbench.distributed, the backends (kbench.cuda, kbench.hip, kbench.memory) and the pytest plugin
+all use these, so this module imports no backend and no framework: torch and CuPy are asked
+only through sys.modules, when the process already imported them.
+"""
+from __future__ import annotations
+
+import functools
+import numbers
+import sys
+import threading
+from typing import Any, Callable, Dict, Tuple, TypeVar, Union
+
+import numpy as np
+
+from .compare import compare
+
+F = TypeVar("F", bound=Callable[..., Any])
+
+# One bench at a time per process, its untimed calls (check, memory probe) included: the C
+# loop holds its own lock only while timing, and a memory probe overlapping another thread's
+# loop would disturb its times and read its allocations (peak RSS is per process). Reentrant:
+# kbench.distributed's bench holds it around each rank's kbench.local run.
+_bench_lock = threading.RLock()
+
+
+def one_at_a_time(f: F) -> F:
+    @functools.wraps(f)
+    def serialised(*args: Any, **kwargs: Any) -> Any:
+        with _bench_lock:
+            return f(*args, **kwargs)
+    return serialised  # type: ignore[return-value]
+
+
+def name_of(fn: Any) -> str:
+    """The case's default name: the callable's module and qualified name."""
+    mod = getattr(fn, "__module__", None) or ""
+    qual = getattr(fn, "__qualname__", None) or getattr(fn, "__name__", None)
+    if qual is None:
+        return type(fn).__name__
+    return f"{mod}.{qual}" if mod and mod not in ("__main__", "builtins") else qual
+
+
+def is_gpu_object(x: Any) -> bool:
+    dev = getattr(x, "device", None)
+    if dev is not None and getattr(dev, "type", None) == "cuda":        # torch
+        return True
+    if type(x).__module__.startswith("cupy"):
+        return True
+    dl = getattr(x, "__dlpack_device__", None)                         # any DLPack producer
+    if callable(dl) and not isinstance(x, np.ndarray):
+        try:
+            return int(dl()[0]) in (2, 3, 13)     # kDLCUDA, kDLCUDAHost, kDLCUDAManaged
+        except Exception:
+            return False
+    return False
+
+
+def resolve_device(device: str, args: Tuple[Any, ...], kwargs: Dict[str, Any]) -> str:
+    """'auto': CUDA when an argument lives on a GPU, else the CPU."""
+    if device in ("cpu", "host"):
+        return "cpu"
+    if isinstance(device, str) and (device == "cuda" or device.startswith("cuda:")):
+        return device
+    if device != "auto":
+        raise ValueError(f"kbench.bench: device must be 'auto', 'cpu' or 'cuda[:N]', "
+                         f"got {device!r}")
+    for a in list(args) + list(kwargs.values()):
+        if is_gpu_object(a):
+            idx = getattr(getattr(a, "device", None), "index", None)
+            return f"cuda:{idx}" if isinstance(idx, int) else "cuda"
+    return "cpu"
+
+
+def device_ordinal(device: str) -> int:
+    """The GPU ordinal of 'cuda' (torch's current device, else 0) or 'cuda:N'."""
+    if device in ("cuda", "auto"):
+        torch = sys.modules.get("torch")
+        if torch is not None and torch.cuda.is_available():
+            return int(torch.cuda.current_device())
+        return 0
+    try:
+        return int(device.split(":", 1)[1])
+    except (IndexError, ValueError):
+        raise ValueError(f"device must be 'cuda' or 'cuda:N', got {device!r}") from None
+
+
+def named_output(args: Tuple[Any, ...], kwargs: Dict[str, Any],
+                 out_arg: Union[int, str, None]) -> Any:
+    """The argument out_arg names (a position in args or a keyword of kwargs); None if none."""
+    if out_arg is None:
+        return None
+    if isinstance(out_arg, (bool, np.bool_)) or not isinstance(out_arg, (numbers.Integral, str)):
+        raise TypeError(f"kbench.bench: out_arg must be a position in args (int) or a keyword "
+                        f"name (str), got {type(out_arg).__name__} ({out_arg!r:.60})")
+    if isinstance(out_arg, str):
+        if out_arg not in kwargs:
+            raise ValueError(f"kbench.bench: out_arg={out_arg!r} is not a keyword in kwargs "
+                             f"(keywords: {sorted(kwargs)})")
+        return kwargs[out_arg]
+    if not -len(args) <= out_arg < len(args):
+        raise ValueError(f"kbench.bench: out_arg={out_arg} is not a position in the "
+                         f"{len(args)} positional argument(s)")
+    return args[out_arg]
+
+
+def poison(out: Any) -> None:
+    """Fill an output with NaN (GPU integers with a pattern) so an output the callable never
+    wrote cannot pass the check. NumPy: writeable float arrays; GPU objects: poison_gpu."""
+    if isinstance(out, np.ndarray):
+        if out.dtype.kind == "f" and out.flags.writeable:
+            out.fill(np.nan)
+    elif out is not None and is_gpu_object(out):
+        poison_gpu(out)
+
+
+def poison_gpu(obj: Any) -> bool:
+    """Fill a torch tensor (a ROCm torch's too) or a CuPy array with NaN, integers with a
+    pattern; False for anything else (the GPU backends' outputs are never host arrays)."""
+    torch = sys.modules.get("torch")
+    if torch is not None and isinstance(obj, torch.Tensor):
+        if obj.is_floating_point():
+            obj.fill_(float("nan"))
+        else:
+            obj.fill_(-7)
+        return True
+    if type(obj).__module__.startswith("cupy") and hasattr(obj, "fill"):
+        obj.fill(np.nan if obj.dtype.kind == "f" else -7)
+        return True
+    return False
+
+
+def _returned_none(name: str, args: Tuple[Any, ...], kwargs: Dict[str, Any]) -> TypeError:
+    where = (f"out_arg=<position> (one of 0..{len(args) - 1})" if args else "") + \
+        (" or " if args and kwargs else "") + \
+        (f"out_arg=<keyword> (one of {sorted(kwargs)})" if kwargs else "")
+    how = (f"name the argument that holds the output with {where}" if where else
+           "a closure that writes a captured array must return it (e.g. "
+           "`def f(): kernel(x); return x`)")
+    return TypeError(f"kbench.bench({name}): check= was given but the callable returned None, so "
+                     f"there is no output to compare; nothing was timed. If it writes its "
+                     f"output in place, {how}.")
+
+
+def check_before_timing(fn, args, kwargs, check, rtol, atol, name,
+                        out_arg: Union[int, str, None] = None) -> Dict[str, Any]:
+    """Call fn once on a poisoned output and compare what it produced with check (a reference,
+    or a callable computing it from the same arguments); AssertionError when they differ."""
+    named = named_output(args, kwargs, out_arg)
+    target = named if out_arg is not None else kwargs.get("out")
+    poison(target)
+    try:
+        out = fn(*args, **kwargs)
+    except Exception as e:
+        _note(e, f"raised by kbench.bench({name})'s first call, the correctness check; "
+                 f"nothing was timed")
+        raise
+    if out_arg is not None:
+        out = named             # the caller said where the output is: not the return value
+    elif out is None:
+        if "out" not in kwargs:
+            raise _returned_none(name, args, kwargs)
+        out = kwargs["out"]
+    try:
+        ref = check(*args) if callable(check) else check
+    except Exception as e:
+        _note(e, f"raised by kbench.bench({name})'s check= callable (the reference); nothing "
+                 f"was timed")
+        raise
+    cmp = compare(out, ref, rtol=rtol, atol=atol)
+    if not cmp.ok:
+        raise AssertionError(f"kbench.bench({name}): output does not match the reference; "
+                             f"nothing was timed.\n{cmp.report()}")
+    return cmp.to_dict()
+
+
+def _note(e: BaseException, text: str) -> None:
+    """Say where a user's exception came from, without replacing it."""
+    if hasattr(e, "add_note"):          # Python >= 3.11
+        e.add_note(text)
