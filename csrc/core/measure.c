@@ -188,18 +188,12 @@ int kb_check_arg_sets(PyObject *arg_sets, PyObject *kwargs)
 
 int kb_pop_cold_mode(PyObject *opts, kb_cold_mode *cold)
 {
-    *cold = KB_COLD_NONE;
     PyObject *v = PyDict_GetItemString(opts, "cold");   /* borrowed; opts is the caller's copy */
-    if (v == NULL || v == Py_None)
-        return v == NULL ? 0 : PyDict_DelItemString(opts, "cold");
-    if (PyUnicode_Check(v) && PyUnicode_CompareWithASCIIString(v, "flush") == 0)
-        *cold = KB_COLD_FLUSH;
-    else if (PyUnicode_Check(v) && PyUnicode_CompareWithASCIIString(v, "rotate") == 0)
-        *cold = KB_COLD_ROTATE;
-    else {
-        PyErr_Format(PyExc_ValueError, "cold must be None, 'flush' or 'rotate', got %R", v);
+    *cold = KB_COLD_NONE;
+    if (v == NULL)
+        return 0;
+    if (kb_cold_mode_parse(v, "cold", cold) < 0)        /* the one list (choices.c) */
         return -1;
-    }
     return PyDict_DelItemString(opts, "cold");
 }
 
