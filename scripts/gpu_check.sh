@@ -117,9 +117,10 @@ if [ "$mode" = wrap ]; then
       --max-time-s 0.5 --out "$OUT/h200x2_tp.json" --md "$OUT/h200x2_tp.md" > "$LOGS/tp.log" 2>&1
     echo "tp rc=$?"; grep -E "^\| (events|graph)" "$OUT/h200x2_tp.md" 2>/dev/null || tail -5 "$LOGS/tp.log"
   else echo "(one GPU: skipped)"; fi
-  echo "== GPU tests: world 1 against the single-GPU path, stream=, graph mode"
-  timeout 70 $PY -m pytest -q -rfEs --tb=short --timeout=60 tests/test_distributed_gpu.py \
-    tests/test_gpu_bench.py -k "world_size_1 or stream_passed or graph_mode" 2>&1 \
+  echo "== GPU tests: world 1 against the single-GPU path, stream=, graph mode, the regimes"
+  timeout 90 $PY -m pytest -q -rfEs --tb=short --timeout=60 tests/test_distributed_gpu.py \
+    tests/test_gpu_bench.py tests/test_gpu_regime.py \
+    -k "world_size_1 or stream_passed or graph_mode or names_its_regime or burst_batches" 2>&1 \
     | tee "$OUT/pytest_gpu.log" | grep -E "^(FAILED|ERROR)|^E |passed|failed|single-GPU path" | head -12
   echo "== time to a figure"
   timeout 70 $PY benchmarks/gpu_time_to_figure.py --out "$OUT/h200_time_to_figure.json" \
