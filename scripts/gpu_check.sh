@@ -114,8 +114,8 @@ if [ "$mode" = wrap ]; then
   echo "== 2 GPUs: TP GEMM + reduce_scatter, eager and graph"
   if [ "$(nvidia-smi -L | wc -l)" -ge 2 ]; then
     timeout 75 $PY -m torch.distributed.run --nproc_per_node=2 benchmarks/gpu_multi.py --phases tp \
-      --max-time-s 0.5 --out "$OUT/h200x2_tp.json" --md "$OUT/h200x2_tp.md" > "$LOGS/tp.log" 2>&1
-    echo "tp rc=$?"; grep -E "^\| (events|graph)" "$OUT/h200x2_tp.md" 2>/dev/null || tail -5 "$LOGS/tp.log"
+      --max-time-s 0.5 --out "$OUT/h200x2_tp.json" --md "$OUT/h200x2_tp.md" > "$OUT/tp.log" 2>&1
+    echo "tp rc=$?"; grep -E "^\| (events|graph)" "$OUT/h200x2_tp.md" 2>/dev/null || tail -5 "$OUT/tp.log"
   else echo "(one GPU: skipped)"; fi
   echo "== GPU tests: world 1 against the single-GPU path, stream=, graph mode, the regimes"
   timeout 90 $PY -m pytest -q -rfEs --tb=short --timeout=60 tests/test_distributed_gpu.py \
