@@ -109,14 +109,13 @@ if [ "$mode" = leak ]; then
   timeout 100 $PY benchmarks/gpu_soak.py --benches 50 --rounds 3 --modes graph 2>&1 | grep -E "growth|round"
 fi
 if [ "$mode" = wrap ]; then
-  # one short call on nvidia-h200-x2, most needed first: the 2-GPU TP GEMM in both modes, the
+  # one short call (nvidia-h200-x2 where lent; else world 1), most needed first: the TP GEMM in both modes, the
   # world-1 agreement and stream= tests, time to a figure, the graph-mode RSS soak variants
-  echo "== 2 GPUs: TP GEMM + reduce_scatter, eager and graph"
-  if [ "$(nvidia-smi -L | wc -l)" -ge 2 ]; then
-    timeout 75 $PY -m torch.distributed.run --nproc_per_node=2 benchmarks/gpu_multi.py --phases tp \
-      --max-time-s 0.5 --out "$OUT/h200x2_tp.json" --md "$OUT/h200x2_tp.md" > "$OUT/tp.log" 2>&1
-    echo "tp rc=$?"; grep -E "^\| (events|graph)" "$OUT/h200x2_tp.md" 2>/dev/null || tail -5 "$OUT/tp.log"
-  else echo "(one GPU: skipped)"; fi
+  ngpu=$(nvidia-smi -L | wc -l); nproc=$(( ngpu >= 2 ? 2 : 1 ))
+  echo "== TP GEMM + reduce_scatter on $nproc GPU(s), eager and graph (stream=side)"
+  timeout 75 $PY -m torch.distributed.run --nproc_per_node=$nproc benchmarks/gpu_multi.py --phases tp \
+    --max-time-s 0.5 --out "$OUT/h200x${nproc}_tp.json" --md "$OUT/h200x${nproc}_tp.md" > "$OUT/tp.log" 2>&1
+  echo "tp rc=$?"; grep -E "^\| (events|graph)" "$OUT/h200x${nproc}_tp.md" 2>/dev/null || tail -5 "$OUT/tp.log"
   echo "== GPU tests: world 1 against the single-GPU path, stream=, graph mode, the regimes"
   timeout 90 $PY -m pytest -q -rfEs --tb=short --timeout=60 tests/test_distributed_gpu.py \
     tests/test_gpu_bench.py tests/test_gpu_regime.py \
