@@ -6,6 +6,8 @@
  *   stats.c         order statistics, summaries, confidence intervals of the median
  *   criterion.c     stopping rules behind one small interface
  *   steady.c        when a GPU's SM clock has settled (the CUDA warm-up's stopping rule)
+ *   regime.c        what a CUDA record's clocks say: clock summary, duty cycle, power cap,
+ *                   whether the regime held (kb_regime.h)
  *   measure.c       the backend-independent timing loop (warm-up, batches, stop)
  *   ranks.c         the loop's multi-rank agreement: per-sample MAX and agreed decisions
  *   measure_host.c  the host backend: calls a Python callable, host clock

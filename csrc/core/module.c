@@ -5,6 +5,7 @@
  */
 #define KB_NUMPY_IMPORT
 #include "kbench.h"
+#include "kb_regime.h"
 #include "kb_numpy.h"
 
 #include <stdarg.h>
@@ -165,6 +166,7 @@ static int core_exec(PyObject *m)
         kb_loop_module_init(m) < 0 ||
         kb_coldcache_module_init(m) < 0 || kb_compare_module_init(m) < 0 ||
         kb_cpu_kernels_module_init(m) < 0 || kb_steady_module_init(m) < 0 ||
+        kb_regime_module_init(m) < 0 ||
         kb_choices_module_init(m) < 0 ||
         add_build_info(m) < 0)
         goto error;

@@ -6,6 +6,7 @@
  * GPUs of the machine, is reached through the device's PCI bus id.
  */
 #include "loader.h"
+#include "kb_regime.h"
 
 #include <stdio.h>
 #include <stdlib.h>
@@ -79,54 +80,6 @@ int kb_nvml_device_of_cuda(PyObject *m, int ordinal, nvmlDevice_t *dev, char *pc
     if (pci_bus_id != NULL && pci_bus_id_len > 0)
         snprintf(pci_bus_id, pci_bus_id_len, "%s", pci);
     return 0;
-}
-
-static const struct {
-    uint64_t bit;
-    const char *name;
-} reason_names[] = {
-    {KB_NVML_REASON_GPU_IDLE, "gpu_idle"},
-    {KB_NVML_REASON_APPLICATIONS_CLOCKS, "applications_clocks_setting"},
-    {KB_NVML_REASON_SW_POWER_CAP, "sw_power_cap"},
-    {KB_NVML_REASON_HW_SLOWDOWN, "hw_slowdown"},
-    {KB_NVML_REASON_SYNC_BOOST, "sync_boost"},
-    {KB_NVML_REASON_SW_THERMAL_SLOWDOWN, "sw_thermal_slowdown"},
-    {KB_NVML_REASON_HW_THERMAL_SLOWDOWN, "hw_thermal_slowdown"},
-    {KB_NVML_REASON_HW_POWER_BRAKE_SLOWDOWN, "hw_power_brake_slowdown"},
-    {KB_NVML_REASON_DISPLAY_CLOCK_SETTING, "display_clock_setting"},
-};
-
-PyObject *kb_clock_event_reason_names(uint64_t mask)
-{
-    PyObject *list = PyList_New(0), *s = NULL;
-    uint64_t known = 0;
-    if (list == NULL)
-        return NULL;
-    for (size_t i = 0; i < sizeof reason_names / sizeof reason_names[0]; i++) {
-        known |= reason_names[i].bit;
-        if (!(mask & reason_names[i].bit))
-            continue;
-        if ((s = PyUnicode_FromString(reason_names[i].name)) == NULL || PyList_Append(list, s) < 0)
-            goto error;
-        Py_CLEAR(s);
-    }
-    for (int b = 0; b < 64; b++) {
-        uint64_t bit = (uint64_t)1 << b;
-        if (!(mask & bit) || (known & bit))
-            continue;
-        char name[32];              /* PyUnicode_FromFormat lacks %llx before 3.12 */
-        snprintf(name, sizeof name, "unknown_0x%llx", (unsigned long long)bit);
-        if ((s = PyUnicode_FromString(name)) == NULL ||
-            PyList_Append(list, s) < 0)
-            goto error;
-        Py_CLEAR(s);
-    }
-    return list;
-
-error:
-    Py_XDECREF(s);
-    Py_DECREF(list);
-    return NULL;
 }
 
 /* ------------------------------------------------------------------ gpu_library_status */

@@ -459,10 +459,6 @@ int kb_cuda_check_ordinal(PyObject *m, int ordinal);
 int kb_nvml_device_of_cuda(PyObject *m, int ordinal, nvmlDevice_t *dev, char *pci_bus_id,
                            size_t pci_bus_id_len);
 
-/* The names of the bits set in an NVML clock event reason mask, e.g. ["sw_power_cap"]; unknown
- * bits as "unknown_0x...". New reference. */
-PyObject *kb_clock_event_reason_names(uint64_t mask);
-
 /* ================================================================== NVML sampler */
 
 /* A background thread that samples one device's SM/memory clocks, power, temperature and clock
