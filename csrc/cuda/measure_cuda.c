@@ -30,6 +30,7 @@
  * the GPU runs it, or when the turnaround is under 1% of a sub-batch's GPU time.
  */
 #include "cuda_backend.h"
+#include "kb_regime.h"
 #include "kb_numpy.h"
 #include "kb_array.h"
 
@@ -873,9 +874,60 @@ static int settle_carry_fields(const cuda_ctx *c, PyObject *settle)
                ? -1 : 0;
 }
 
+/* The regime's inputs from what the measurement recorded, and the clock summary's verdict. */
+static kb_regime_inputs regime_inputs(const cuda_ctx *c, const kb_clock_verdict *cv, double busy)
+{
+    return (kb_regime_inputs){
+        .burst = c->opt.regime == KB_REGIME_BURST, .clocks_locked = c->clocks_locked,
+        .settled = c->settled, .settle_at_s = c->settled_at_s,
+        .settle_max_s = c->opt.settle_max_s, .settle_sm_mhz = c->settled_mhz,
+        .clocks_read = cv->state == KB_CLOCKS_READ, .timed_sm_median = cv->sm_median,
+        .power_capped = kb_clock_power_capped(cv), .cold = c->opt.cold != KB_COLD_NONE,
+        .busy_fraction = busy, .batches = c->burst_batches, .unrecovered = c->burst_unrecovered,
+        .recover_max_s = BURST_RECOVER_MAX_S,
+        .start_sm_min = c->burst_sm_n ? c->burst_sm_min : NAN,
+        .start_sm_max = c->burst_sm_n ? c->burst_sm_max : NAN};
+}
+
+/* The record's verdicts (regime.c), added to `cuda`: clocks_summary (the timed part's NVML
+ * samples summarised), gpu_timed_fraction, gpu_busy_fraction, power_capped, and regime's held,
+ * why (and note). */
+static int add_verdicts(const cuda_ctx *c, PyObject *cuda, double sampling_s)
+{
+    PyObject *held[KB_CLOCK_SAMPLES_HELD];
+    PyObject *clocks = PyDict_GetItemString(cuda, "clocks");
+    kb_clock_samples samples;
+    kb_clock_verdict cv;
+    kb_regime_verdict rv;
+    if (kb_clock_samples_from_dict(clocks, NAN, &samples, held) < 0)
+        return -1;
+    kb_clock_summary(&samples, &cv);
+    PyObject *summary = kb_clock_verdict_dict(&cv, &samples, clocks);
+    kb_clock_samples_release(held);
+    double timed = kb_timed_fraction(c->side.events_s, (size_t)c->side.n, c->opt.unroll,
+                                     sampling_s);
+    double busy = kb_busy_fraction(timed, c->bridge_gpu_s, sampling_s);
+    kb_regime_inputs in = regime_inputs(c, &cv, busy);
+    kb_regime_judge(&in, &rv);
+    if (summary == NULL ||
+        (rv.clocks_steady >= 0 &&
+         kb_dict_set_steal(summary, "steady", PyBool_FromLong(rv.clocks_steady)) < 0)) {
+        Py_XDECREF(summary);
+        return -1;
+    }
+    return kb_dict_set_steal(cuda, "clocks_summary", summary) < 0 ||
+                   kb_dict_set_steal(cuda, "gpu_timed_fraction", finite_or_none(timed)) < 0 ||
+                   kb_dict_set_steal(cuda, "gpu_busy_fraction", finite_or_none(busy)) < 0 ||
+                   kb_dict_set_steal(cuda, "power_capped",
+                                     PyBool_FromLong(in.power_capped)) < 0 ||
+                   kb_regime_verdict_into(&rv, PyDict_GetItemString(cuda, "regime")) < 0
+               ? -1 : 0;
+}
+
 /* The "cuda" dict of the result: per-sample arrays, clocks, gate, settle, gaps, bridges,
- * regime, then the timer's own fields (CUPTI's names, flushes, ...). */
-static PyObject *cuda_dict(cuda_ctx *c, const char *backend)
+ * regime, the verdicts on them (add_verdicts), then the timer's own fields (CUPTI's names,
+ * flushes, ...). */
+static PyObject *cuda_dict(cuda_ctx *c, const char *backend, double sampling_s)
 {
     PyObject *clocks = Py_None;
     if (c->sampler != NULL) {
@@ -930,7 +982,7 @@ static PyObject *cuda_dict(cuda_ctx *c, const char *backend)
                                                                   c->cupti_first_read_s)
                                    : Py_NewRef(Py_None)) < 0 ||
         kb_dict_set_steal(cuda, "pre_sample", PyBool_FromLong(c->opt.pre_sample != NULL)) < 0 ||
-        c->timer->report(c->timer, cuda) < 0) {
+        add_verdicts(c, cuda, sampling_s) < 0 || c->timer->report(c->timer, cuda) < 0) {
         Py_DECREF(cuda);
         return NULL;
     }
@@ -944,7 +996,7 @@ static PyObject *step_result(cuda_ctx *c, const kb_loop_result *res, const kb_lo
     if (out == NULL)
         return NULL;
     const char *backend = c->timer->name;
-    if (kb_dict_set_steal(out, "cuda", cuda_dict(c, backend)) < 0 ||
+    if (kb_dict_set_steal(out, "cuda", cuda_dict(c, backend, res->sampling_s)) < 0 ||
         kb_dict_set_steal(out, "backend", PyUnicode_FromString(backend)) < 0) {
         Py_DECREF(out);
         return NULL;

@@ -50,6 +50,7 @@ struct kb_nvml_sampler {
     int inst_unsupported;       /* NVML has no NVML_FI_DEV_POWER_INSTANT here: NaN, not asked */
     double power_limit_w;       /* enforced limit, read at start; NaN when unknown */
     unsigned int app_mhz, app_default_mhz;  /* application SM clock and its default; 0 unknown */
+    unsigned int max_sm_mhz;    /* the board's maximum SM clock; 0 unknown */
     double *scratch;            /* kb_nvml_sampler_settled's, n doubles; measuring thread only */
     size_t scratch_cap;
     size_t keep_from;           /* kb_nvml_sampler_mark: samples before it are the warm-up's */
@@ -373,6 +374,9 @@ kb_nvml_sampler *kb_nvml_sampler_start(PyObject *m, int cuda_ordinal, double per
             s->nv->nvmlDeviceGetClock(dev, NVML_CLOCK_SM, NVML_CLOCK_ID_APP_CLOCK_DEFAULT,
                                       &mhz) == NVML_SUCCESS)
             s->app_default_mhz = mhz;
+        /* the clock summary's "at full clock" (regime.c) */
+        if (s->nv->nvmlDeviceGetMaxClockInfo(dev, NVML_CLOCK_SM, &mhz) == NVML_SUCCESS)
+            s->max_sm_mhz = mhz;
     }
     if (sampler_grow(s) < 0) {
         PyErr_NoMemory();
@@ -446,6 +450,9 @@ PyObject *kb_nvml_sampler_stop(PyObject *m, kb_nvml_sampler *s)
         kb_dict_set_steal(out, "app_clock_default_mhz",
                           s->app_default_mhz ? PyLong_FromUnsignedLong(s->app_default_mhz)
                                              : Py_NewRef(Py_None)) < 0 ||
+        kb_dict_set_steal(out, "max_sm_clock_mhz",
+                          s->max_sm_mhz ? PyLong_FromUnsignedLong(s->max_sm_mhz)
+                                        : Py_NewRef(Py_None)) < 0 ||
         kb_dict_set_steal(out, "reasons", kb_array_copy(s->reasons + k0, kept, NPY_UINT64, sizeof(uint64_t))) < 0 ||
         kb_dict_set_steal(out, "n", PyLong_FromSsize_t(kept)) < 0 ||
         kb_dict_set_steal(out, "before_mark", PyLong_FromSize_t(k0)) < 0 ||
@@ -554,7 +561,8 @@ static PyMethodDef sampler_methods[] = {
      "nvml_sampler_stop(sampler) -> dict\n\n"
      "Stop the sampler and return numpy arrays t_s (seconds since start), sm_mhz, mem_mhz, "
      "power_w (averaged), power_inst_w (instantaneous, NaN where unsupported), temp_c (float64; NaN where a read failed) and reasons (uint64 NVML clock event "
-     "bitmask; decode with nvml_clock_event_reason_names), with n, period_s, start_s "
+     "bitmask; decode with nvml_clock_event_reason_names), with max_sm_clock_mhz (NVML's "
+     "maximum SM clock, None when unknown), n, period_s, start_s "
      "(CLOCK_MONOTONIC), duration_s, errors, first_error, first_error_code, first_error_call "
      "and truncated."},
     {NULL, NULL, 0, NULL},
