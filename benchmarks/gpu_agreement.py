@@ -159,7 +159,7 @@ def kineto_regime(fn, calls: int, queued: bool, launch_s: float, info) -> dict:
                     b.record()
                 torch.cuda.synchronize()
     finally:
-        clocks = cuda._clock_summary(_core.nvml_sampler_stop(sampler), info)
+        clocks = _core.clock_summary(_core.nvml_sampler_stop(sampler))
     evs = []
     for e in prof.profiler.kineto_results.events():
         if not str(e.device_type()).endswith("CUDA"):

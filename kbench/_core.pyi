@@ -38,6 +38,24 @@ def stop_rules() -> List[str]: ...
 def criterion_check(name: str, samples: Sequence[float], target: float, ci_level: float = ...,
                     step: int = ...) -> Tuple[bool, float]: ...
 
+# regime.c: C's verdicts on a CUDA record, as measure_cuda puts them into raw["cuda"]
+# (clocks_summary, gpu_timed_fraction, gpu_busy_fraction, power_capped, regime held/why/note).
+# clock_summary's dict adds power_capped; max_sm_clock_mhz None: the sampler dict's own.
+def clock_summary(clocks: Optional[Dict[str, Any]],
+                  max_sm_clock_mhz: Optional[float] = ...) -> Dict[str, Any]: ...
+def timed_fraction(events_s: Sequence[float], sampling_s: Optional[float],
+                   unroll: Optional[float] = ...) -> Optional[float]: ...
+def busy_fraction(timed: Optional[float], keep_busy_gpu_s: Optional[float],
+                  sampling_s: Optional[float]) -> Optional[float]: ...
+def regime_verdict(*, regime: str = ..., clocks_locked: bool = ..., settled: Optional[bool] = ...,
+                   settle_at_s: Optional[float] = ..., settle_max_s: Optional[float] = ...,
+                   settle_sm_mhz: Optional[float] = ..., clocks_read: bool = ...,
+                   timed_sm_mhz: Optional[float] = ..., power_capped: bool = ...,
+                   cold: bool = ..., busy_fraction: Optional[float] = ..., batches: int = ...,
+                   unrecovered: int = ..., recover_max_s: float = ...,
+                   start_sm_mhz_min: Optional[float] = ...,
+                   start_sm_mhz_max: Optional[float] = ...) -> Dict[str, Any]: ...
+
 # measure.c / measure_host.c
 def measure_host(fn: Callable[..., Any], arg_sets: Tuple[Tuple[Any, ...], ...],
                  kwargs: Optional[Dict[str, Any]] = ..., **options: Any) -> Dict[str, Any]: ...

@@ -18,13 +18,12 @@ import numpy as np
 from . import _core
 from .coldcache import flag_rotation, footprint, make_rotation_sets
 from .prepare import device_ordinal, poison_gpu
-from .cuda_report import (busy_fraction, clock_summary, floor_share, gpu_neighbours, gpu_peaks,
-                          kinds, read_cold, read_record, regime_report, theoretical_bandwidth,
-                          timed_fraction)
+from .cuda_report import (floor_share, gpu_neighbours, gpu_peaks, kinds, read_cold,
+                          read_record, theoretical_bandwidth)
 
-# kept under their old names: benchmarks/gpu_agreement.py and older scripts read them here
-_clock_summary = clock_summary
-__all__ = ["busy_fraction", "regime_report", "theoretical_bandwidth", "timed_fraction"]
+# The clock summary, the GPU's timed/busy fractions and the regime's verdict are C's
+# (_core.clock_summary, timed_fraction, busy_fraction, regime_verdict: csrc/core/regime.c).
+__all__ = ["theoretical_bandwidth"]
 
 _floor_cache: Dict[Tuple[str, int, bool], Dict[str, Any]] = {}
 _device_info_cache: Dict[int, Dict[str, Any]] = {}
@@ -311,8 +310,7 @@ def _run(fn: Callable[..., Any], sets: List[Tuple[Any, ...]], kwargs: Dict[str, 
         _check_after(post if post is not None else out_kw, sets, check, rtol, atol, ordinal,
                      extra)
 
-    read_record(raw, extra, warn, info=info, timer=timer, cold_arg=cold_arg,
-                expected_launches=expected_launches)
+    read_record(raw, extra, warn, timer=timer, expected_launches=expected_launches)
     if floor:
         try:
             gated = bool(raw["cuda"]["gate"]["enabled"])

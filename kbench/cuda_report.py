@@ -1,9 +1,11 @@
 """What a CUDA measurement's raw record says: the Result's fields and warnings.
 
 kbench._core.measure_cuda returns the samples and a record of how they were taken (the gate,
-CUPTI's attribution and health, NVML clocks, the settle rule, keep-busy bridges, the regime);
-this module turns that record into the Result's `extra` fields and the warnings a reader needs.
-It decides nothing about the measurement itself: C has settled every field it reads.
+CUPTI's attribution and health, NVML clocks, the settle rule, keep-busy bridges, the regime)
+with C's verdicts on it (csrc/core/regime.c: the clock summary, the GPU's timed and busy
+fractions, the power cap, whether the regime held and why). This module copies that record into
+the Result's `extra` fields and phrases the warnings a reader needs. It decides nothing about
+the measurement itself: C has settled every field it reads.
 """
 from __future__ import annotations
 
@@ -15,132 +17,6 @@ from . import _core
 
 # An events/graph floor at or above this share of a figure puts the figure at risk.
 FLOOR_SHARE_WARN = 0.10
-# A regime holds while its SM clock stays within 5% of where it settled (sustained) or of the
-# fastest batch start (burst). A capped H200 GEMM's 0.25 s clock medians swing 1410-1470 MHz
-# (its controller dips about once a second) while its figure holds to 0.6%.
-REGIME_CLOCK_TOL = 0.95
-# Sustained: the timed part's SM median against the 0.25 s window the warm-up settled on. A
-# window can fall on one of the controller's dips (1425 vs 1500 MHz on the H200, the figure
-# within 0.26% across states), so only a different state (1980 vs 1470 MHz) breaks the regime.
-SUSTAINED_CLOCK_TOL = 0.90
-
-# NVML clock-event reasons that mean the clocks were pulled down by the board, not by idling.
-_THROTTLE = {"sw_power_cap", "hw_slowdown", "sw_thermal_slowdown", "hw_thermal_slowdown",
-             "hw_power_brake_slowdown"}
-
-
-def clock_summary(clocks: Optional[Dict[str, Any]], info: Dict[str, Any]) -> Dict[str, Any]:
-    if not clocks or not clocks.get("n"):
-        return {"summary": "not sampled (NVML unavailable)", "steady": None}
-    sm = np.asarray(clocks["sm_mhz"], dtype=float)
-    mem = np.asarray(clocks["mem_mhz"], dtype=float)
-    pw = np.asarray(clocks["power_w"], dtype=float)
-    tc = np.asarray(clocks["temp_c"], dtype=float)
-    reasons = np.asarray(clocks["reasons"], dtype=np.uint64)
-    sm_ok = sm[np.isfinite(sm)]
-    if sm_ok.size == 0:
-        return {"summary": "NVML reads failed", "steady": None}
-    p95 = float(np.percentile(sm_ok, 95))
-    low = float(sm_ok.min())
-    seen = 0
-    for r in reasons:
-        seen |= int(r)
-    names = list(_core.nvml_clock_event_reason_names(seen))
-    throttled = sorted(set(names) & _THROTTLE)
-    # a cap flagged while the clock never left its maximum cost nothing (seen on the H200:
-    # sw_power_cap raised at 167 W with every sample at 1980 MHz)
-    spec = info.get("max_sm_clock_mhz")
-    at_max = bool(spec) and low >= 0.99 * float(spec)
-    steady = low >= 0.97 * p95 and (not throttled or at_max)
-    out = {
-        "sm_mhz_median": float(np.median(sm_ok)), "sm_mhz_min": low, "sm_mhz_p95": p95,
-        "mem_mhz_median": float(np.nanmedian(mem)) if np.isfinite(mem).any() else None,
-        "power_w_median": float(np.nanmedian(pw)) if np.isfinite(pw).any() else None,
-        "temp_c_max": float(np.nanmax(tc)) if np.isfinite(tc).any() else None,
-        "n": int(clocks["n"]), "period_s": clocks.get("period_s"),
-        "warmup_samples": clocks.get("before_mark"),
-        "reasons_seen": names, "throttle_reasons": throttled, "steady": bool(steady),
-        "sm_mhz_max_spec": info.get("max_sm_clock_mhz"),
-    }
-    flagged = f"; {', '.join(throttled)} flagged at full clock" if steady and throttled else ""
-    state = f"steady{flagged}" if steady else (
-        f"MOVED: SM fell to {low:.0f} MHz (p95 {p95:.0f})" +
-        (f", throttled by {', '.join(throttled)}" if throttled else ""))
-    pw_s = f" / {out['power_w_median']:.0f} W" if out["power_w_median"] is not None else ""
-    mem_s = f" / mem {out['mem_mhz_median']:.0f} MHz" if out["mem_mhz_median"] else ""
-    out["summary"] = f"SM {out['sm_mhz_median']:.0f} MHz{mem_s}{pw_s} ({state}, {out['n']} samples)"
-    return out
-
-
-def timed_fraction(cuda: Dict[str, Any], sampling_s: Optional[float]) -> Optional[float]:
-    """Share of the sampling wall time the GPU spent inside timed iterations (the event
-    brackets; a graph iteration replays `unroll` calls). The rest is the gaps between batches
-    (collecting, queueing the next batch) and any cold-cache flush. A power-capped kernel
-    runs cooler, so faster, the more of that idle it gets."""
-    ev = np.asarray(cuda.get("events_s", ()), dtype=float)
-    if not sampling_s or sampling_s <= 0 or ev.size == 0:
-        return None
-    busy = float(ev.sum()) * max(1.0, float(cuda.get("unroll", 1.0)))
-    return min(1.0, busy / float(sampling_s))
-
-
-def busy_fraction(timed: Optional[float], keep_busy: Dict[str, Any],
-                  sampling_s: Optional[float]) -> Optional[float]:
-    """Share of the sampling time the GPU ran our work: timed iterations plus the untimed
-    keep-busy bridges queued behind them (flushes aside)."""
-    if timed is None or not sampling_s or sampling_s <= 0:
-        return timed
-    return min(1.0, timed + float(keep_busy.get("gpu_s") or 0.0) / float(sampling_s))
-
-
-def regime_report(cuda: Dict[str, Any], extra: Dict[str, Any], cold_arg: Optional[str],
-                  power_capped: bool) -> Dict[str, Any]:
-    """The clock/power regime the figure was taken in and whether it held.
-
-    sustained: the warm-up settled under the callable's own continuous load (steady.c), the GPU
-    stayed busy while sampling where a power cap moved the clock (keep-busy bridges; judged hot
-    only, since flush time is not counted as busy: an idle GPU runs a capped kernel faster),
-    and the timed part's SM clock stayed with the settled one. burst: every
-    batch started on a recovered GPU, at one clock."""
-    reg = dict(cuda.get("regime") or {"name": "sustained"})
-    settle, clocks = extra.get("clock_settle") or {}, extra.get("clocks") or {}
-    why: List[str] = []
-    if reg.get("clocks_locked"):
-        reg["note"] = "clocks set or locked by the user: no settling needed"
-    if reg["name"] == "burst":
-        b = reg.get("burst") or {}
-        if b.get("unrecovered"):
-            waited = f" (waited at most {b['recover_max_s']:g} s each)" \
-                if b.get("recover_max_s") else ""
-            why.append(f"{b['unrecovered']} of {b.get('batches')} batches started before the GPU "
-                       f"had recovered{waited}")
-        lo, hi = b.get("sm_mhz_min"), b.get("sm_mhz_max")
-        if lo and hi and lo < REGIME_CLOCK_TOL * hi:
-            why.append(f"batches started at SM {lo:.0f}-{hi:.0f} MHz")
-        if lo and hi:
-            # between batches the clock may idle down: what counts is where batches start
-            clocks["steady"] = lo >= REGIME_CLOCK_TOL * hi
-    else:
-        if not reg.get("clocks_locked"):
-            if settle.get("settled") is False:
-                why.append(f"the load had not settled after {settle.get('at_s') or 0:.1f} s of "
-                           f"warm-up (settle_max_s={settle.get('max_s')}; last window median "
-                           f"{settle.get('sm_mhz') or float('nan'):.0f} MHz)")
-            elif settle.get("settled") is None and clocks.get("n"):
-                why.append("the settle rule had no clock readings to judge")
-        busy = extra.get("gpu_busy_fraction")
-        if power_capped and cold_arg is None and busy is not None and busy < 0.9:
-            why.append(f"power capped the SM clock while the GPU was busy only {busy:.0%} of "
-                       f"the sampling time (idle between batches): under continuous load this "
-                       f"kernel may run slower than measured")
-        sm_settled, sm_timed = settle.get("sm_mhz"), clocks.get("sm_mhz_median")
-        if sm_settled and sm_timed and abs(sm_timed - sm_settled) > \
-                (1 - SUSTAINED_CLOCK_TOL) * sm_settled:
-            why.append(f"the SM clock moved from {sm_settled:.0f} MHz (settled) to "
-                       f"{sm_timed:.0f} MHz (timed part)")
-    reg["held"] = not why
-    reg["why"] = "; ".join(why) if why else "held"
-    return reg
 
 
 def names_per_call(names: Dict[str, Any], raw: Dict[str, Any], unroll: float) -> List[Dict]:
@@ -175,8 +51,7 @@ def read_cold(cold: Dict[str, Any], cuda: Dict[str, Any], cold_arg: Optional[str
         cold["persisting_l2_note"] = "persisting lines reset to normal before measuring"
 
 
-def read_record(raw: Dict[str, Any], extra: Dict[str, Any], warn: List[str], *,
-                info: Dict[str, Any], timer: str, cold_arg: Optional[str],
+def read_record(raw: Dict[str, Any], extra: Dict[str, Any], warn: List[str], *, timer: str,
                 expected_launches: Optional[int]) -> None:
     """The Result's fields and warnings from the record C returned (raw["cuda"]): attribution,
     CUPTI's health, the gate, clocks, settle, GPU busy time, the regime. Fills extra and warn."""
@@ -230,7 +105,8 @@ def read_record(raw: Dict[str, Any], extra: Dict[str, Any], warn: List[str], *,
                     f"gate {g['watchdog_fired']} time(s); batches shrank from {g['batch']} to "
                     f"{g['batch_final']} iterations and affected samples were re-measured"
                     + (f" ({g['fired_kept']} kept at batch 1)" if g.get("fired_kept") else ""))
-    extra["clocks"] = clock_summary(cuda.get("clocks"), info)
+    # the timed part's NVML samples summarised, and (burst) steady judged at batch starts
+    extra["clocks"] = dict(cuda["clocks_summary"])
     extra["busy_warmup_s"] = cuda.get("busy_warmup_s")
     # subscribe (or take the lingering subscriber), enable, calibrate; the first batch's read
     extra["cupti_setup"] = cuda.get("cupti_setup")
@@ -239,19 +115,14 @@ def read_record(raw: Dict[str, Any], extra: Dict[str, Any], warn: List[str], *,
     settle = {k: (None if isinstance(v, float) and not np.isfinite(v) else v)
               for k, v in (cuda.get("settle") or {}).items()}
     extra["clock_settle"] = settle
-    extra["gpu_timed_fraction"] = timed_fraction(cuda, raw.get("sampling_s"))
+    extra["gpu_timed_fraction"] = cuda["gpu_timed_fraction"]
     # GPU idle from one timed sub-batch's end (or its keep-busy bridge's) to the next one's
     # first event: what the bridges left of the host's turnaround
     bb = cuda.get("between_batches") or {}
     extra["between_batches"] = dict(bb, mean_s=bb["total_s"] / bb["n"]) if bb.get("n") else bb
-    kb = cuda.get("keep_busy") or {}
-    extra["keep_busy"] = kb
-    extra["gpu_busy_fraction"] = busy_fraction(extra["gpu_timed_fraction"], kb,
-                                               raw.get("sampling_s"))
-    # a cap counts only where the clock actually moved (see clock_summary)
-    power_capped = bool({"sw_power_cap", "hw_power_brake_slowdown"} & set(
-        extra["clocks"].get("throttle_reasons") or ())) and extra["clocks"].get("steady") is False
-    extra["regime"] = regime_report(cuda, extra, cold_arg, power_capped)
+    extra["keep_busy"] = cuda.get("keep_busy") or {}
+    extra["gpu_busy_fraction"] = cuda["gpu_busy_fraction"]
+    extra["regime"] = dict(cuda["regime"])
     if not extra["regime"]["held"]:
         warn.append(f"the {extra['regime']['name']} clock regime did not hold: "
                     f"{extra['regime']['why']}; {extra['clocks']['summary']}")

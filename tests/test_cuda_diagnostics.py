@@ -1,21 +1,21 @@
-"""The CUDA backend's pure diagnostics (no GPU needed): how much of the sampling time the GPU
-spent in timed iterations, and what the sampled clocks say."""
+"""The CUDA backend's diagnostics (no GPU needed): how much of the sampling time the GPU spent
+in timed iterations, what the sampled clocks say (C's verdicts: csrc/core/regime.c), and how
+kbench.cuda turns a record carrying them into the Result's fields and warnings."""
 import pytest
 
-from kbench import cuda
+from kbench import _core, cuda
 
 
 def test_timed_fraction_is_event_time_over_sampling_time():
-    raw = {"events_s": [1e-3] * 100, "unroll": 1.0}
-    assert cuda.timed_fraction(raw, 0.125) == pytest.approx(0.8)
+    ev = [1e-3] * 100
+    assert _core.timed_fraction(ev, 0.125, 1.0) == pytest.approx(0.8)
     # a graph iteration replays `unroll` calls and events_s is per call
-    graph = {"events_s": [1e-4] * 100, "unroll": 10.0}
-    assert cuda.timed_fraction(graph, 0.125) == pytest.approx(0.8)
+    assert _core.timed_fraction([1e-4] * 100, 0.125, 10.0) == pytest.approx(0.8)
     # never above 1 (event rounding), None when there is nothing to divide
-    assert cuda.timed_fraction({"events_s": [1.0]}, 0.5) == 1.0
-    assert cuda.timed_fraction({"events_s": []}, 0.5) is None
-    assert cuda.timed_fraction(raw, 0.0) is None
-    assert cuda.timed_fraction(raw, None) is None
+    assert _core.timed_fraction([1.0], 0.5) == 1.0
+    assert _core.timed_fraction([], 0.5) is None
+    assert _core.timed_fraction(ev, 0.0) is None
+    assert _core.timed_fraction(ev, None) is None
 
 
 def _clocks(sm, reasons):
@@ -25,23 +25,46 @@ def _clocks(sm, reasons):
 
 
 def test_clock_summary_flags_a_power_cap_and_a_fall():
-    info = {"max_sm_clock_mhz": 1980}
-    steady = cuda._clock_summary(_clocks([1980.0] * 20, [0] * 20), info)
+    steady = _core.clock_summary(_clocks([1980.0] * 20, [0] * 20), 1980)
     assert steady["steady"] is True and "steady" in steady["summary"]
-    capped = cuda._clock_summary(_clocks([1980.0] * 10 + [1500.0] * 10, [0] * 10 + [4] * 10),
-                                 info)
+    capped = _core.clock_summary(_clocks([1980.0] * 10 + [1500.0] * 10, [0] * 10 + [4] * 10),
+                                 1980)
     assert capped["steady"] is False
     assert capped["throttle_reasons"] == ["sw_power_cap"]
     assert "MOVED: SM fell to 1500 MHz" in capped["summary"]
-    assert cuda._clock_summary(None, info)["steady"] is None
+    assert _core.clock_summary(None, 1980)["steady"] is None
     # the cap flagged while every sample stayed at the maximum clock: nothing moved
-    flagged = cuda._clock_summary(_clocks([1980.0] * 20, [4] * 20), info)
+    flagged = _core.clock_summary(_clocks([1980.0] * 20, [4] * 20), 1980)
     assert flagged["steady"] is True and flagged["throttle_reasons"] == ["sw_power_cap"]
     assert "steady; sw_power_cap flagged at full clock" in flagged["summary"]
     assert "MOVED" not in flagged["summary"]
     # ... but below the maximum, a flagged cap is a move even when the clock held still
-    held_low = cuda._clock_summary(_clocks([1500.0] * 20, [4] * 20), info)
+    held_low = _core.clock_summary(_clocks([1500.0] * 20, [4] * 20), 1980)
     assert held_low["steady"] is False
+
+
+def judge(cuda_rec, sampling_s, max_sm_clock_mhz=1980):
+    """Add to a canned record what measure_cuda adds to its own (measure_cuda.c add_verdicts),
+    through the same C: the clock summary, the fractions, the power cap, the regime's verdict."""
+    summary = _core.clock_summary(cuda_rec.get("clocks"), max_sm_clock_mhz)
+    capped = summary.pop("power_capped")
+    timed = _core.timed_fraction(cuda_rec["events_s"], sampling_s, cuda_rec.get("unroll", 1.0))
+    busy = _core.busy_fraction(timed, (cuda_rec.get("keep_busy") or {}).get("gpu_s"), sampling_s)
+    reg = dict(cuda_rec.get("regime") or {"name": "sustained"})
+    settle, b = cuda_rec.get("settle") or {}, reg.get("burst") or {}
+    v = _core.regime_verdict(
+        regime=reg["name"], clocks_locked=bool(reg.get("clocks_locked")),
+        settled=settle.get("settled"), settle_at_s=settle.get("at_s"),
+        settle_max_s=settle.get("max_s"), settle_sm_mhz=settle.get("sm_mhz"),
+        clocks_read="n" in summary, timed_sm_mhz=summary.get("sm_mhz_median"),
+        power_capped=capped, cold=False, busy_fraction=busy, batches=b.get("batches", 0),
+        unrecovered=b.get("unrecovered", 0), recover_max_s=b.get("recover_max_s", 0.0),
+        start_sm_mhz_min=b.get("sm_mhz_min"), start_sm_mhz_max=b.get("sm_mhz_max"))
+    if v["clocks_steady"] is not None:
+        summary["steady"] = v["clocks_steady"]
+    reg.update(held=v["held"], why=v["why"], **({"note": v["note"]} if v["note"] else {}))
+    cuda_rec.update(clocks_summary=summary, gpu_timed_fraction=timed, gpu_busy_fraction=busy,
+                    power_capped=capped, regime=reg)
 
 
 def _fake_run(monkeypatch, events_s, sampling_s, reasons, settle=None, between=None,
@@ -70,10 +93,10 @@ def _fake_run(monkeypatch, events_s, sampling_s, reasons, settle=None, between=N
         raw["cuda"]["keep_busy"] = keep_busy
     if regime is not None:
         raw["cuda"]["regime"] = regime
+    judge(raw["cuda"], sampling_s)
 
     class FakeCore:
         measure_cuda = staticmethod(lambda *a, **k: raw)
-        nvml_clock_event_reason_names = staticmethod(real.nvml_clock_event_reason_names)
         KbenchError = real.KbenchError
 
     for name, value in {"require_backend": lambda: None,
