@@ -85,7 +85,10 @@ SCENARIOS = textwrap.dedent('''
         out["hook_error"] = [str(e)] + list(getattr(e, "__notes__", []))
     r = _core.measure_cuda(fn, ((),), None, regime="burst", **QUICK)
     out["burst"] = {"batches": r["cuda"]["regime"]["burst"]["batches"],
-                    "keep_busy": r["cuda"]["keep_busy"]["enabled"]}
+                    "keep_busy": r["cuda"]["keep_busy"]["enabled"],
+                    "held": r["cuda"]["regime"]["held"], "why": r["cuda"]["regime"]["why"],
+                    "clocks_summary": r["cuda"]["clocks_summary"],
+                    "power_capped": r["cuda"]["power_capped"]}
     out["events_alive"] = ctypes.CDLL("libcuda.so.1").fake_events_alive()
     print(json.dumps(out))
 ''')
@@ -108,6 +111,11 @@ def test_the_pipeline_runs_against_a_fake_driver(fake_driver):
     assert out["hook_error"][0] == "the hook failed"
     assert any("raised by pre_sample" in n for n in out["hook_error"][1:])
     assert out["burst"]["batches"] >= 1 and out["burst"]["keep_busy"] is False
+    # no NVML sampler (sample_clocks=False): C's verdicts say so and the regime holds
+    assert out["burst"]["clocks_summary"] == {"summary": "not sampled (NVML unavailable)",
+                                              "steady": None}
+    assert out["burst"]["held"] is True and out["burst"]["why"] == "held"
+    assert out["burst"]["power_capped"] is False
     assert out["events_alive"] == 0
 
 
@@ -157,3 +165,68 @@ def test_a_settled_state_is_carried_to_the_next_measurement_on_the_device(fake_d
         s = out[later]
         assert s["settled"] is True and s["by_carry"] is False, later
         assert s["carried_from_s_ago"] is None, later
+
+
+VERDICTS = textwrap.dedent('''
+    import json, time
+    import numpy as np
+    from kbench import _core
+    from kbench.cuda_report import read_record
+    fn = lambda: time.sleep(0.001)      # the timed part lasts long enough to be sampled
+    Q = dict(stream=0, min_samples=64, max_samples=64, clock_period_s=0.001)
+    out = {}
+    for regime in ("sustained", "burst"):
+        raw = _core.measure_cuda(fn, ((),), None, regime=regime, **Q)
+        cu = raw["cuda"]
+        extra, warn = {}, []
+        read_record(raw, extra, warn, timer="events", expected_launches=None)
+        out[regime] = {
+            "record": {k: cu[k] for k in ("clocks_summary", "gpu_timed_fraction",
+                                          "gpu_busy_fraction", "power_capped")},
+            "regime": {k: cu["regime"][k] for k in ("name", "held", "why")},
+            "clocks_n": int(cu["clocks"]["n"]), "max_sm": cu["clocks"]["max_sm_clock_mhz"],
+            "sampling_s": raw["sampling_s"], "events_sum_s": float(np.sum(cu["events_s"])),
+            "extra_keys": sorted(extra), "extra_clocks": extra["clocks"],
+            "extra_regime_keys": sorted(extra["regime"]), "warn": warn,
+            "fractions": [extra["gpu_timed_fraction"], extra["gpu_busy_fraction"]]}
+    print(json.dumps(out))
+''')
+
+# The Result's extra keys kbench.cuda_report fills from an events-mode record, as before the
+# verdicts moved into C; the clock summary's keys; the regime's.
+EXTRA_KEYS = ["between_batches", "busy_warmup_s", "callable_warmup_max_s", "clock_settle",
+              "clocks", "cupti_setup", "gate", "gpu_busy_fraction", "gpu_timed_fraction",
+              "keep_busy", "regime"]
+CLOCK_KEYS = {"sm_mhz_median", "sm_mhz_min", "sm_mhz_p95", "mem_mhz_median", "power_w_median",
+              "temp_c_max", "n", "period_s", "warmup_samples", "reasons_seen",
+              "throttle_reasons", "steady", "sm_mhz_max_spec", "summary"}
+REGIME_KEYS = ["burst", "clocks_locked", "held", "loaded_s", "name", "warmup_watchdog_fired",
+               "why"]
+
+
+def test_measure_cuda_returns_c_verdicts_that_read_record_copies(fake_driver_nvml):
+    """A full measure_cuda through the fake NVML (SM 1980 MHz of 1980, 300 W, no reason): the
+    record carries the clock summary, the fractions, the power cap and the regime's verdict, and
+    read_record turns it into the same extra keys as before, warning about nothing."""
+    env = dict(os.environ, LD_LIBRARY_PATH=f"{fake_driver_nvml}:"
+                                           f"{os.environ.get('LD_LIBRARY_PATH', '')}")
+    p = subprocess.run([sys.executable, "-c", VERDICTS], env=env, capture_output=True, text=True,
+                       timeout=120)
+    assert p.returncode == 0, p.stderr
+    out = json.loads(p.stdout.strip().splitlines()[-1])
+    for regime, r in out.items():
+        rec, n = r["record"], r["clocks_n"]
+        summary = rec["clocks_summary"]
+        assert set(summary) == CLOCK_KEYS, regime
+        assert summary["steady"] is True and summary["sm_mhz_max_spec"] == 1980 == r["max_sm"]
+        assert summary["n"] == n >= 1
+        assert summary["summary"] == f"SM 1980 MHz / mem 3201 MHz / 300 W (steady, {n} samples)"
+        assert rec["power_capped"] is False
+        # the fake's events read 1 ms each: 64 of them over the sampling wall time, at most 1
+        timed = min(1.0, r["events_sum_s"] / r["sampling_s"])
+        assert rec["gpu_timed_fraction"] == pytest.approx(timed)
+        assert timed <= rec["gpu_busy_fraction"] <= 1.0
+        assert r["regime"] == {"name": regime, "held": True, "why": "held"}
+        assert r["extra_keys"] == EXTRA_KEYS and r["extra_regime_keys"] == REGIME_KEYS
+        assert r["extra_clocks"] == summary and r["warn"] == []
+        assert r["fractions"] == [rec["gpu_timed_fraction"], rec["gpu_busy_fraction"]]
