@@ -135,7 +135,7 @@ def _per_call(evs, calls: int):
 QUEUE_BURST = 200        # launches queued behind one spin: 200 fit the launch queue on the H200
 
 
-def kineto_regime(fn, calls: int, queued: bool, launch_s: float, info) -> dict:
+def kineto_regime(fn, calls: int, queued: bool, launch_s: float) -> dict:
     """torch.profiler's kernel durations per call, the stream laid out as kbench lays it out:
     event, fn(), event per call; `queued` puts them behind a torch.cuda._sleep spin in bursts
     (as behind kbench's gate), otherwise each call runs as Python launches it (gate=False).
@@ -217,7 +217,6 @@ def profile_calls(fn, quick: bool) -> int:
 
 def run_case(name: str, quick: bool) -> dict:
     torch.cuda.init()
-    info = cuda.device_info(0)
     fn = make_case(name)
     fn()
     torch.cuda.synchronize()
@@ -247,8 +246,8 @@ def run_case(name: str, quick: bool) -> dict:
     _, k1 = kb("gated, before the profile", True)
     _, k1u = kb("gate=False, before the profile", False)
     calls = profile_calls(fn, quick)
-    host = kineto_regime(fn, calls, False, launch["before_profile_s"], info)
-    queued = kineto_regime(fn, calls, True, launch["before_profile_s"], info)
+    host = kineto_regime(fn, calls, False, launch["before_profile_s"])
+    queued = kineto_regime(fn, calls, True, launch["before_profile_s"])
     rec["libcupti_mapped"] = cuda.cupti_copies_mapped()
     rec["profiler_host_s"] = host["median_s"]
     rec["profiler_queued_s"] = queued["median_s"]
