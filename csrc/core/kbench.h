@@ -84,6 +84,11 @@ int kb_steady_module_init(PyObject *m);
 #ifdef KB_HAVE_CUDA
 int kb_gpu_module_init(PyObject *m);   /* loader_*.c, cuda_device.c: library status, device info */
 int kb_measure_cuda_module_init(PyObject *m);
+int kb_nvml_sampler_module_init(PyObject *m);   /* nvml_sampler.c */
+int kb_cuda_kernels_module_init(PyObject *m);   /* cuda_kernels.c */
+int kb_graph_module_init(PyObject *m);          /* graph.c: graph_capture, CudaGraph */
+int kb_cupti_module_init(PyObject *m);          /* cupti_trace.c: cupti_release */
+int kb_cuda_options_module_init(PyObject *m);   /* cuda_options.c: CUDA_DEFAULTS */
 int kb_profile_module_init(PyObject *m);  /* profile.c: profiler range, device memory probe */
 void kb_gpu_state_free(kb_state *st);  /* loader_common.c: frees st->gpu */
 /* Stop the thread that detaches a lingering CUPTI subscriber (cupti_trace.c; module free,
@@ -384,13 +389,13 @@ void kb_cpu_flusher_fini(kb_cpu_flusher *f);
 
 /* ------------------------------------------------------------------ helpers */
 
-/* d[key] = value, stealing value; a NULL value means an exception is already set (module.c). */
+/* d[key] = value, stealing value; a NULL value means an exception is already set (pyutil.c). */
 int kb_dict_set_steal(PyObject *d, const char *key, PyObject *value);
-/* A new 1-D ndarray of n elements of numpy type `typenum` copied from data (module.c). */
+/* A new 1-D ndarray of n elements of numpy type `typenum` copied from data (pyutil.c). */
 PyObject *kb_array_copy(const void *data, Py_ssize_t n, int typenum, size_t elsize);
 
 /* Add a note (PEP 678) to the exception being raised; keeps the exception as it was if that
- * fails. Defined in module.c. */
+ * fails. Defined in pyutil.c. */
 void kb_add_exception_note(const char *fmt, ...);
 
 /* Read a float64 sequence (any object numpy can make a 1-D float64 array of) into a fresh

@@ -1,14 +1,15 @@
 /* module.c -- kbench._core module glue: multi-phase init, module state, exception types.
  *
  * The exec slot creates the exception types and lets each file add its own functions
- * (kb_*_module_init). Nothing here touches a GPU: GPU libraries are opened on first use.
+ * (kb_*_module_init), every file called from here and none from another file's init, so the
+ * calls run one way: module.c down to the files, the files down to the leaf helpers
+ * (pyutil.c). Nothing here touches a GPU: GPU libraries are opened on first use.
  */
 #define KB_NUMPY_IMPORT
 #include "kbench.h"
 #include "kb_regime.h"
 #include "kb_numpy.h"
 
-#include <stdarg.h>
 #ifdef KB_HAVE_CUDA
 #include <cuda.h>
 #include <cupti_version.h>
@@ -16,44 +17,6 @@
 #define KB_BUILD_HEADERS "unknown (not built by setup.py)"
 #endif
 #endif
-
-int kb_dict_set_steal(PyObject *d, const char *key, PyObject *value)
-{
-    if (value == NULL)
-        return -1;
-    int rc = PyDict_SetItemString(d, key, value);
-    Py_DECREF(value);
-    return rc;
-}
-
-PyObject *kb_array_copy(const void *data, Py_ssize_t n, int typenum, size_t elsize)
-{
-    npy_intp dims[1] = {(npy_intp)n};
-    PyObject *a = PyArray_SimpleNew(1, dims, typenum);
-    if (a != NULL && n > 0)
-        memcpy(PyArray_DATA((PyArrayObject *)a), data, (size_t)n * elsize);
-    return a;
-}
-
-void kb_add_exception_note(const char *fmt, ...)
-{
-    PyObject *type, *value, *tb;
-    PyErr_Fetch(&type, &value, &tb);
-    PyErr_NormalizeException(&type, &value, &tb);
-    if (value != NULL) {
-        va_list ap;
-        va_start(ap, fmt);
-        PyObject *note = PyUnicode_FromFormatV(fmt, ap);
-        va_end(ap);
-        if (note != NULL && PyObject_HasAttrString(value, "add_note")) {
-            PyObject *r = PyObject_CallMethod(value, "add_note", "O", note);
-            Py_XDECREF(r);
-        }
-        Py_XDECREF(note);
-        PyErr_Clear();
-    }
-    PyErr_Restore(type, value, tb);
-}
 
 static PyObject *new_error(PyObject *m, const char *name, PyObject *bases, const char *doc)
 {
@@ -171,8 +134,11 @@ static int core_exec(PyObject *m)
         add_build_info(m) < 0)
         goto error;
 #ifdef KB_HAVE_CUDA
-    if (kb_gpu_module_init(m) < 0 || kb_measure_cuda_module_init(m) < 0 ||
-        kb_profile_module_init(m) < 0 || kb_hip_module_init(m) < 0)
+    if (kb_gpu_module_init(m) < 0 || kb_nvml_sampler_module_init(m) < 0 ||
+        kb_cuda_kernels_module_init(m) < 0 || kb_graph_module_init(m) < 0 ||
+        kb_cupti_module_init(m) < 0 || kb_cuda_options_module_init(m) < 0 ||
+        kb_measure_cuda_module_init(m) < 0 || kb_profile_module_init(m) < 0 ||
+        kb_hip_module_init(m) < 0)
         goto error;
     if (PyModule_AddIntConstant(m, "HAVE_CUDA", 1) < 0)
         goto error;

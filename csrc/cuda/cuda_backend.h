@@ -112,7 +112,6 @@ double kb_cupti_ticks_per_ns(kb_cupti_trace *t);
 /* Records CUPTI dropped (buffers full) or returned unfinished (no start or end time). */
 uint64_t kb_cupti_dropped(kb_cupti_trace *t);
 /* Disable, flush, unsubscribe, free. Always safe; keeps a pending exception. */
-int kb_cupti_module_init(PyObject *m);     /* cupti_release */
 void kb_cupti_end(PyObject *m, kb_cupti_trace *t);
 
 /* ---------------------------------------------------------------- cuda_kernels.c */
@@ -136,7 +135,6 @@ kb_builtin_kernels *kb_builtin_get(PyObject *m, const kb_cuda_api *cu, int devic
 /* Keep every SM busy for `seconds` (clock ramp-up before measuring). */
 int kb_builtin_busy(PyObject *m, const kb_cuda_api *cu, kb_builtin_kernels *k, CUdevice dev,
                     CUstream s, double seconds);
-int kb_cuda_kernels_module_init(PyObject *m);
 
 /* ---------------------------------------------------------------- graph.c */
 
@@ -150,7 +148,6 @@ typedef struct {
     PyObject *keepalive;        /* the arguments the graph's pointers refer to */
 } kb_graph_object;
 
-int kb_graph_module_init(PyObject *m);
 int kb_graph_check(PyObject *m, PyObject *obj);           /* 1 when obj is a CudaGraph */
 int kb_graph_launch(PyObject *m, const kb_cuda_api *cu, kb_graph_object *g, CUstream s);
 
@@ -197,7 +194,6 @@ typedef struct {
 int kb_cuda_options_parse(PyObject *opts, int fn_is_graph, Py_ssize_t n_sets,
                           kb_cuda_options *o);
 void kb_cuda_options_fini(kb_cuda_options *o);
-int kb_cuda_options_module_init(PyObject *m);      /* _core.CUDA_DEFAULTS */
 
 /* ---------------------------------------------------------------- timers (gpu_timer.h) */
 

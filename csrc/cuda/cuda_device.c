@@ -665,9 +665,4 @@ static PyMethodDef device_methods[] = {
     {NULL, NULL, 0, NULL},
 };
 
-int kb_gpu_module_init(PyObject *m)
-{
-    if (PyModule_AddFunctions(m, device_methods) < 0)
-        return -1;
-    return kb_nvml_sampler_module_init(m);
-}
+int kb_gpu_module_init(PyObject *m) { return PyModule_AddFunctions(m, device_methods); }

@@ -1097,10 +1097,4 @@ static PyMethodDef cuda_methods[] = {
     {NULL, NULL, 0, NULL},
 };
 
-int kb_measure_cuda_module_init(PyObject *m)
-{
-    if (kb_cuda_kernels_module_init(m) < 0 || kb_graph_module_init(m) < 0 ||
-        kb_cupti_module_init(m) < 0 || kb_cuda_options_module_init(m) < 0)
-        return -1;
-    return PyModule_AddFunctions(m, cuda_methods);
-}
+int kb_measure_cuda_module_init(PyObject *m) { return PyModule_AddFunctions(m, cuda_methods); }

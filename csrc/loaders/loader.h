@@ -498,7 +498,6 @@ int kb_nvml_sampler_clocks_locked(kb_nvml_sampler *s);
 /* Stop, join and free without Python (error paths). NULL is a no-op. */
 void kb_nvml_sampler_abort(kb_nvml_sampler *s);
 
-int kb_nvml_sampler_module_init(PyObject *m);   /* nvml_sampler_start / nvml_sampler_stop */
 
 /* kb_gpu_module_init (cuda_device.c) and kb_gpu_state_free (loader_common.c) are declared in
  * kbench.h. kb_gpu_state_free: nvmlShutdown if initialized, dlclose NVML and NVRTC, free the
