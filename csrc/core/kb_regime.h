@@ -28,6 +28,8 @@ typedef struct {
     const uint64_t *reasons;
     size_t n_reasons;
     double spec_max_sm_mhz;     /* the board's maximum SM clock; NaN or <= 0 when unknown */
+    int sampler_ran;            /* the sampler's dict was there: n_samples 0 then means the
+                                 * timed part fell between two readings, not "no NVML" */
 } kb_clock_samples;
 
 enum { KB_CLOCKS_NOT_SAMPLED = 0, KB_CLOCKS_READS_FAILED = 1, KB_CLOCKS_READ = 2 };

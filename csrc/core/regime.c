@@ -172,7 +172,11 @@ void kb_clock_summary(const kb_clock_samples *s, kb_clock_verdict *out)
     out->sm_median = out->sm_min = out->sm_p95 = NAN;
     out->mem_median = out->power_median = out->temp_max = NAN;
     if (s == NULL || s->n_samples == 0) {
-        snprintf(out->summary, sizeof out->summary, "not sampled (NVML unavailable)");
+        snprintf(out->summary, sizeof out->summary, "%s",
+                 s != NULL && s->sampler_ran
+                     ? "no NVML reading inside the timed part (shorter than the sampler's "
+                       "period)"
+                     : "not sampled (NVML unavailable)");
         return;
     }
     out->state = KB_CLOCKS_READS_FAILED;
@@ -470,6 +474,7 @@ int kb_clock_samples_from_dict(PyObject *clocks, double spec_mhz, kb_clock_sampl
                                       "%.100s", Py_TYPE(clocks)->tp_name);
         return -1;
     }
+    s->sampler_ran = PyDict_GET_SIZE(clocks) > 0;
     if (isnan(spec_mhz) &&
         read_optional_double(PyDict_GetItemString(clocks, "max_sm_clock_mhz"),
                              "clocks['max_sm_clock_mhz']", &s->spec_max_sm_mhz) < 0)
