@@ -150,6 +150,30 @@ ok(_core.clock_settled_at, t, 1500 + 480 * np.exp(-t / 0.3), cap)
 ok(_core.clock_settled_at, t, np.full(t.size, 1980.0), np.zeros(t.size, np.uint64),
    np.minimum(300 + 900 * t, 700.0))
 ok(_core.clock_settled_at, t, np.where(t % 0.1 < 0.05, np.nan, 1600.0), cap, np.full(t.size, np.nan))
+# the verdicts on a CUDA record (regime.c), the named choices (choices.c), the CUPTI preference
+n20 = 20
+rec = {"n": n20, "period_s": 0.005, "sm_mhz": np.r_[np.full(10, 1980.0), np.full(10, 1500.0)],
+       "mem_mhz": np.full(n20, 3201.0), "power_w": np.full(n20, 650.0),
+       "temp_c": np.full(n20, 60.0), "reasons": np.full(n20, 4, np.uint64),
+       "max_sm_clock_mhz": 1980}
+for clk in (rec, None, {}, dict(rec, n=0), dict(rec, sm_mhz=np.full(n20, np.nan)),
+            dict(rec, power_w=None, mem_mhz=None)):
+    ok(_core.clock_summary, clk)
+ok(_core.clock_summary, rec, 1980.0)
+expect((TypeError, ValueError), _core.clock_summary, [1, 2])
+ok(_core.timed_fraction, [1e-3] * 10, 0.02)
+ok(_core.timed_fraction, [], None)
+ok(_core.busy_fraction, 0.5, 0.002, 0.02)
+ok(_core.busy_fraction, None, None, None)
+ok(_core.regime_verdict, regime="sustained", settled=False, settle_at_s=1.0, settle_max_s=3.0)
+ok(_core.regime_verdict, regime="burst", batches=4, unrecovered=1, start_sm_mhz_min=1500.0,
+   start_sm_mhz_max=1980.0)
+for args in (("cuda", "flush", "cupti"), ("host", None, None), ("hip", "rotate", "graph")):
+    ok(_core.check_choices, *args)
+for args in (("cuda", "none", None), ("hip", None, "cupti"), ("gpu", None, None)):
+    expect((TypeError, ValueError), _core.check_choices, *args)
+ok(_core.prefer_cupti, "/nonexistent/libcupti.so")
+expect((TypeError, ValueError), _core.prefer_cupti, 3)
 for args, kw in ((([0.0, 0.1], [1.0], [0, 0]), {}), (([0.0, 0.2, 0.1], [1.0] * 3, [0] * 3), {}),
                  (([0.0], [1.0], [0]), {"window_s": 0.0}), (([], [], []), {}),
                  (([0.0], ["x"], [0]), {}), (([0.0], [1.0], [0], [1.0, 2.0]), {})):
