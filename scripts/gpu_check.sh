@@ -111,6 +111,13 @@ fi
 if [ "$mode" = wrap ]; then
   # one short call (nvidia-h200-x2 where lent; else world 1), most needed first: the TP GEMM in both modes, the
   # world-1 agreement and stream= tests, time to a figure, the graph-mode RSS soak variants
+  echo "== canary: one bench per mode, printed as a user sees it"
+  timeout 40 $PY -c "
+import torch, kbench
+x = torch.randn(1 << 22, device='cuda'); y = torch.empty_like(x)
+for m in ('cupti', 'events', 'graph'):
+    print(kbench.bench(torch.mul, x, 2.0, kwargs={'out': y}, mode=m, max_time_s=0.3))
+" 2>&1 | tail -60
   ngpu=$(nvidia-smi -L | wc -l); nproc=$(( ngpu >= 2 ? 2 : 1 ))
   echo "== TP GEMM + reduce_scatter on $nproc GPU(s), eager and graph (stream=side)"
   timeout 75 $PY -m torch.distributed.run --nproc_per_node=$nproc benchmarks/gpu_multi.py --phases tp \
