@@ -136,7 +136,8 @@ for m in ('cupti', 'events', 'graph'):
   timeout 60 $PY benchmarks/gpu_soak.py --modes graph,graph@gc,graph@linger0 --benches "${SOAK_BENCHES:-60}" \
     --rounds 3 --out "$OUT/h200_soak_graph.json" 2>&1 | grep -E "growth"
   echo "== the rest of the GPU suite, one line a test (appended to pytest_gpu.log; cut by the timeout)"
-  timeout "${REST_S:-90}" $PY -m pytest -v -p no:cacheprovider -rfE --tb=line --timeout=60 -m gpu tests/ \
+  rest=$(( ${WRAP_BUDGET_S:-210} - SECONDS )); echo "($rest s left of WRAP_BUDGET_S)"
+  [ "$rest" -gt 15 ] && timeout "$rest" $PY -m pytest -v -p no:cacheprovider -rfE --tb=line --timeout=60 -m gpu tests/ \
     --deselect tests/test_distributed_gpu.py -k "not (stream_passed or graph_mode or names_its_regime or burst_batches)" \
     2>&1 | tee -a "$OUT/pytest_gpu.log" | grep -E "FAILED|ERROR|passed|failed" | head -30
 fi
