@@ -11,7 +11,10 @@ A mode may name a variant after '@': 'graph@linger0' runs graph mode with
 KBENCH_CUPTI_LINGER_S=0 (CUPTI detached after every bench instead of kept attached across the
 round), to tell CUPTI's per-attach state apart from kbench's own; 'graph@gc' runs a full
 gc.collect() before each round's reading, to tell objects held in reference cycles (freed only
-by a full collection, rare in a process with a large heap) from a leak.
+by a full collection, rare in a process with a large heap) from a leak; 'graph@events' runs graph
+mode with CUPTI reported unusable, so the eager estimate and the replays are timed with CUDA
+events and CUPTI never traces a graph launch: flat there and growing in 'graph' puts the growth
+in CUPTI's tracing of graph replays, growing in both puts it in the capture path.
 """
 from __future__ import annotations
 
@@ -24,6 +27,7 @@ import time
 import torch
 
 import kbench
+import kbench.cuda
 
 
 def rss_mb() -> float:
@@ -37,6 +41,13 @@ def rss_mb() -> float:
 def device_used_mb() -> float:
     free, total = torch.cuda.mem_get_info()
     return (total - free) / 2**20
+
+
+_resolve_mode = kbench.cuda._resolve_mode
+
+
+def _events_only(mode, warn):
+    return mode, False
 
 
 def main() -> None:
@@ -53,12 +64,16 @@ def main() -> None:
            "commit": os.environ.get("KBENCH_GIT_COMMIT"), "modes": {}}
     for spec in args.modes.split(","):
         mode, _, variant = spec.partition("@")
-        if variant not in ("", "linger0", "gc"):
-            raise SystemExit(f"unknown variant {variant!r} in {spec!r} (known: linger0, gc)")
+        if variant not in ("", "linger0", "gc", "events"):
+            raise SystemExit(f"unknown variant {variant!r} in {spec!r} "
+                             f"(known: linger0, gc, events)")
         if variant == "linger0":
             os.environ["KBENCH_CUPTI_LINGER_S"] = "0"
         else:
             os.environ.pop("KBENCH_CUPTI_LINGER_S", None)
+        # kbench has no option to time graph replays without CUPTI where CUPTI works: the
+        # diagnostic replaces the mode resolver for this variant only.
+        kbench.cuda._resolve_mode = (_events_only if variant == "events" else _resolve_mode)
         rows = []
         t0 = time.perf_counter()
         for rnd in range(args.rounds):
