@@ -9,18 +9,19 @@ from __future__ import annotations
 from typing import Any, Callable, Dict, Optional, Union
 
 from .local import bench_local
+from .prepare import BENCH_DEFAULTS
 from .result import Result
 
 
 def bench(fn: Callable[..., Any], *args: Any,
           flops: Optional[float] = None,
           bytes: Optional[float] = None,
-          cold_cache: Optional[str] = "flush",
-          device: str = "auto",
+          cold_cache: Optional[str] = BENCH_DEFAULTS["cold_cache"],
+          device: str = BENCH_DEFAULTS["device"],
           mode: Optional[str] = None,
           kwargs: Optional[Dict[str, Any]] = None,
           arg_sets: Any = None,
-          rotate_sets: int = 0,
+          rotate_sets: int = BENCH_DEFAULTS["rotate_sets"],
           flush_bytes: Optional[int] = None,
           check: Any = None,
           rtol: Optional[float] = None,
@@ -34,7 +35,7 @@ def bench(fn: Callable[..., Any], *args: Any,
           target: Optional[float] = None,
           ci_level: Optional[float] = None,
           criterion: Optional[str] = None,
-          memory: bool = True,
+          memory: bool = BENCH_DEFAULTS["memory"],
           profile: Optional[bool] = None,
           group: Any = None,
           dist_timeout_s: Optional[float] = None,

@@ -247,7 +247,7 @@ def _run(fn: Callable[..., Any], sets: List[Tuple[Any, ...]], kwargs: Dict[str, 
         device: str, loop: Dict[str, Any], check: Any = None, rtol=None, atol=None,
         stream: Any = None, unroll: Optional[int] = None,
         expected_launches: Optional[int] = None, floor: bool = True,
-        rotate_margin: float = 2.0, compute_peak: str = "fp32", output: Any = None,
+        rotate_margin: Optional[float] = None, compute_peak: str = "fp32", output: Any = None,
         gate: Optional[bool] = None, keep_busy: Optional[bool] = None,
         gate_batch: Optional[int] = None, gate_timeout_s: Optional[float] = None,
         sample_clocks: Optional[bool] = None, settle_max_s: Optional[float] = None,
@@ -272,7 +272,8 @@ def _run(fn: Callable[..., Any], sets: List[Tuple[Any, ...]], kwargs: Dict[str, 
 
     cold = {"mode": cold_cache or "none", "cache": "GPU L2", "cache_bytes": l2}
     if cold_cache == "rotate" and len(sets) == 1:
-        sets = make_rotation_sets(sets[0], l2, margin=rotate_margin,
+        margin = {} if rotate_margin is None else {"margin": rotate_margin}   # its default there
+        sets = make_rotation_sets(sets[0], l2, **margin,
                                   max_bytes=int(info.get("free_memory_bytes", 0) * 0.5) or 0)
     if cold_cache == "rotate":
         cold["footprint_bytes"] = sum(footprint(a) for a in sets)

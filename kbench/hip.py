@@ -169,17 +169,18 @@ def _eager_estimate(fn: Callable[..., Any], sets, kwargs, torch: Any, side: Any)
 
 
 def _capture(fn, sets, kwargs, unroll: int, n_graphs: int, stream: int, ordinal: int,
-             torch: Any, side: Any, capture_mode: str) -> List[Any]:
+             torch: Any, side: Any, given: Dict[str, Any]) -> List[Any]:
+    """given: capture_mode when the caller named one (its default is hip_graph_capture's)."""
     graphs = []
     for gi in range(n_graphs):
         chunk = tuple(sets[(gi * unroll + u) % len(sets)] for u in range(unroll))
         if side is not None:
             with torch.cuda.stream(side):
                 g = _core.hip_graph_capture(fn, chunk, kwargs or None, stream=stream,
-                                            device=ordinal, capture_mode=capture_mode)
+                                            device=ordinal, **given)
         else:
             g = _core.hip_graph_capture(fn, chunk, kwargs or None, stream=stream, device=ordinal,
-                                        capture_mode=capture_mode)
+                                        **given)
         graphs.append(g)
     return graphs
 
@@ -201,6 +202,13 @@ def _clock_summary(clocks: Dict[str, Any]) -> str:
                                                       ("temp_c", "C")) if d.get(k) is not None]
         return ", ".join(parts) or "no readings"
     return f"ROCm SMI before: {fmt(b)}; after: {fmt(a) if a.get('available') else a.get('why')}"
+
+
+def _given(opts: Dict[str, Any], **names: str) -> Dict[str, Any]:
+    """{parameter: opts[option]} for the options the caller gave: a default is written once,
+    where the option is taken (measure_hip, hip_graph_capture, make_rotation_sets), which also
+    checks the value."""
+    return {param: opts[option] for param, option in names.items() if option in opts}
 
 
 def _options(backend_options: Dict[str, Any]) -> Dict[str, Any]:
@@ -250,7 +258,7 @@ def run(fn: Callable[..., Any], sets: List[Tuple[Any, ...]], kwargs: Dict[str, A
                          f"arg_sets= with cold_cache='rotate'")
     cold = {"mode": cold_cache or "none", "cache": llc_what, "cache_bytes": llc}
     if cold_cache == "rotate" and len(sets) == 1:
-        sets = make_rotation_sets(sets[0], llc, margin=float(opts.get("rotate_margin", 2.0)),
+        sets = make_rotation_sets(sets[0], llc, **_given(opts, margin="rotate_margin"),
                                   max_bytes=int(info.get("free_memory_bytes", 0) * 0.5) or 0)
     if cold_cache == "rotate":
         cold.update(footprint_bytes=sum(footprint(a) for a in sets), set_bytes=footprint(sets[0]),
@@ -272,7 +280,7 @@ def run(fn: Callable[..., Any], sets: List[Tuple[Any, ...]], kwargs: Dict[str, A
         unroll = int(min(100, max(1, math.ceil(20e-6 / max(eager_t, 1e-9))))) if eager_t else 1
     n_graphs = max(1, math.ceil(len(sets) / unroll)) if cold_cache == "rotate" else 1
     graphs = _capture(fn, sets, kwargs, unroll, n_graphs, stream, ordinal, torch, side,
-                      str(opts.get("capture_mode", "relaxed")))
+                      _given(opts, capture_mode="capture_mode"))
     last_out = graphs[-1].outputs[-1]
     out_kw = output if output is not None else kwargs.get("out")
     if torch is not None and side is not None:
@@ -285,10 +293,9 @@ def run(fn: Callable[..., Any], sets: List[Tuple[Any, ...]], kwargs: Dict[str, A
     clocks_before = _clocks(ordinal)
     raw = _core.measure_hip(tuple(graphs), stream=stream, device=ordinal,
                             cold="flush" if cold_cache == "flush" else None, flush_bytes=fbytes,
-                            gate=bool(opts.get("gate", True)),
-                            gate_batch=int(opts.get("gate_batch", 32)),
-                            gate_timeout_s=float(opts.get("gate_timeout_s", 1.0)),
-                            unroll=float(unroll), **loop)
+                            unroll=float(unroll), **loop,
+                            **_given(opts, gate="gate", gate_batch="gate_batch",
+                                     gate_timeout_s="gate_timeout_s"))
     hip = raw["hip"]
     if cold_cache == "flush":
         cold["flush_bytes"] = hip["flush_bytes"]

@@ -17,7 +17,8 @@ import numpy as np
 
 from . import _core
 from .coldcache import flag_rotation, footprint, make_rotation_sets, normalize_arg_sets
-from .prepare import check_before_timing, name_of, named_output, one_at_a_time, resolve_device
+from .prepare import (BENCH_DEFAULTS, check_before_timing, name_of, named_output, one_at_a_time,
+                      resolve_device)
 from .result import Result
 
 _LOOP_KEYS = ("warmup_s", "min_samples", "max_samples", "max_time_s", "target", "ci_level",
@@ -29,12 +30,12 @@ _host_timer_cache: Optional[Dict[str, Any]] = None
 def bench_local(fn: Callable[..., Any], *args: Any,
                 flops: Optional[float] = None,
                 bytes: Optional[float] = None,
-                cold_cache: Optional[str] = "flush",
-                device: str = "auto",
+                cold_cache: Optional[str] = BENCH_DEFAULTS["cold_cache"],
+                device: str = BENCH_DEFAULTS["device"],
                 mode: Optional[str] = None,
                 kwargs: Optional[Dict[str, Any]] = None,
                 arg_sets: Any = None,
-                rotate_sets: int = 0,
+                rotate_sets: int = BENCH_DEFAULTS["rotate_sets"],
                 flush_bytes: Optional[int] = None,
                 check: Any = None,
                 rtol: Optional[float] = None,
@@ -48,7 +49,7 @@ def bench_local(fn: Callable[..., Any], *args: Any,
                 target: Optional[float] = None,
                 ci_level: Optional[float] = None,
                 criterion: Optional[str] = None,
-                memory: bool = True,
+                memory: bool = BENCH_DEFAULTS["memory"],
                 profile: Optional[bool] = None,
                 _ranks: Any = None,
                 _pre_sample: Optional[Callable[[], None]] = None,
@@ -115,7 +116,7 @@ def bench_local(fn: Callable[..., Any], *args: Any,
         mem = _measure_memory(fn, sets[0], kwargs, dev, called_before=check is not None)
 
     if dev == "cpu":
-        if device == "auto" and _gpu_initialized():
+        if device == BENCH_DEFAULTS["device"] and _gpu_initialized():
             host_note = ("timed on the CPU with the host clock, although this process uses a "
                          "GPU: a callable that launches GPU work returns before it finishes, so "
                          "pass device='cuda' (or GPU tensors as arguments) to time it there")

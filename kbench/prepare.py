@@ -20,6 +20,13 @@ from .compare import compare
 
 F = TypeVar("F", bound=Callable[..., Any])
 
+# kbench.bench's defaults other than None, written once: the public signature (kbench.bench),
+# kbench.local.bench_local (which kbench.distributed calls with only what its caller gave) and
+# kbench.distributed read them here. The loop's and the backends' defaults live in C
+# (_core.LOOP_DEFAULTS, _core.CUDA_DEFAULTS).
+BENCH_DEFAULTS: Dict[str, Any] = {"cold_cache": "flush", "device": "auto", "rotate_sets": 0,
+                                  "memory": True}
+
 # One bench at a time per process, its untimed calls (check, memory probe) included: the C
 # loop holds its own lock only while timing, and a memory probe overlapping another thread's
 # loop would disturb its times and read its allocations (peak RSS is per process). Reentrant:

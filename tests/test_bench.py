@@ -586,6 +586,39 @@ def test_a_figure_a_few_percent_over_one_reference_kernel_is_not_flagged():
     assert any("compute ceiling" in w for w in _warnings(r))
 
 
+def test_bench_defaults_are_one_table_for_every_entry():
+    """kbench.bench, kbench.local.bench_local (what kbench.distributed calls with only the
+    options its caller gave) and kbench.distributed agree: every default other than None is
+    read from kbench.prepare.BENCH_DEFAULTS, and the two signatures name the same defaults."""
+    import inspect
+    from kbench.local import bench_local
+    from kbench.prepare import BENCH_DEFAULTS
+    public = inspect.signature(kbench.bench).parameters
+    local = inspect.signature(bench_local).parameters
+    for k, p in public.items():
+        if p.default is inspect.Parameter.empty or k in ("group", "dist_timeout_s"):
+            continue
+        assert k in local and local[k].default == p.default, k
+        assert p.default is None or p.default == BENCH_DEFAULTS.get(k, object()), \
+            f"{k}={p.default!r} is written in the signature, not taken from BENCH_DEFAULTS"
+    assert set(BENCH_DEFAULTS) <= set(public)
+    # and in the source: each default is None or BENCH_DEFAULTS[...], never a second literal
+    import ast
+    from pathlib import Path
+    pkg = Path(kbench.__file__).resolve().parent
+    for path, fname in ((pkg / "bench.py", "bench"), (pkg / "local.py", "bench_local")):
+        fdef = next(n for n in ast.walk(ast.parse(path.read_text()))
+                    if isinstance(n, ast.FunctionDef) and n.name == fname)
+        for d in fdef.args.kw_defaults + fdef.args.defaults:
+            ok = (isinstance(d, ast.Constant) and d.value is None) or (
+                isinstance(d, ast.Subscript) and isinstance(d.value, ast.Name)
+                and d.value.id == "BENCH_DEFAULTS")
+            assert ok, f"{path.name}:{d.lineno}: {ast.unparse(d)} is a default written again"
+    # a default that reaches the run: an unflushed result only when asked
+    r = kbench.bench(np.sum, np.ones(100), warmup_s=0.0, max_time_s=0.05, memory=False)
+    assert r.cold_cache["mode"] == BENCH_DEFAULTS["cold_cache"]
+
+
 def test_the_loop_defaults_are_the_c_cores_own():
     """Written once, in csrc/core/measure.c: bench passes on only what it was given."""
     import inspect

@@ -181,6 +181,15 @@ try:
                  cold_cache="flush", memory=False)
 except ValueError as e:
     out["flush_unroll"] = str(e)
+# the adapter forwards only the gate options given: C holds their defaults and checks them
+try:
+    kbench.bench(add, a, a, device="cuda", backend="hip", stream=1, gate_batch=2.5,
+                 cold_cache=None, memory=False)
+except TypeError as e:
+    out["bad_gate_batch"] = str(e)
+r = kbench.bench(add, a, a, device="cuda", backend="hip", stream=1, gate_batch=8,
+                 cold_cache=None, max_time_s=0.1, memory=False)
+out["gate_batch_8"] = r.extra["hip"]["gate"]
 g = c.hip_graph_capture(add, ((a, a), (a, a)), None, stream=1)
 out["graph_calls"] = g.calls
 try:
@@ -229,6 +238,9 @@ def test_whole_hip_path_on_a_fake_runtime(tmp_path, gated):
     assert res["flush"]["cold"]["flush_bytes"] == 8 << 20
     assert res["None"]["hip"]["flush_bytes"] == 0 and res["None"]["graphs"] == 1
     assert "unroll=4" in res["flush_unroll"]
+    assert res["bad_gate_batch"].startswith("measure_hip: gate_batch:"), res["bad_gate_batch"]
+    assert res["gate_batch_8"]["batch"] == 8, res["gate_batch_8"]
+    assert res["None"]["hip"]["gate"]["batch"] != 8     # the default is C's, not the last given
     assert res["graph_calls"] == 2
     assert "during HIP graph capture" in res["raised_in_capture"]
     assert res["after_failed_capture"] == 1

@@ -162,6 +162,20 @@ static int pop_opt(PyObject *opts, const char *key, PyObject **out)
     return *out ? PyDict_DelItemString(opts, key) : 0;
 }
 
+/* A value the conversion refused: the same exception, its message prefixed with the option's
+ * name (the conversion's own names only the type). */
+static int option_error(const char *key)
+{
+    PyObject *type, *value, *tb;
+    PyErr_Fetch(&type, &value, &tb);
+    PyErr_NormalizeException(&type, &value, &tb);
+    PyErr_Format(type, "measure_hip: %s: %S", key, value);
+    Py_XDECREF(type);
+    Py_XDECREF(value);
+    Py_XDECREF(tb);
+    return -1;
+}
+
 typedef struct {
     unsigned long long stream;
     Py_ssize_t device, flush_bytes, gate_batch;
@@ -181,9 +195,12 @@ static int parse_opts(PyObject *opts, hip_opts *o)
             PyErr_SetString(PyExc_TypeError, "measure_hip needs stream= (a hipStream_t handle)");
         return -1;
     }
+    /* opts is a copy of the caller's keywords, which keep v alive after it is popped */
 #define KB_POP_(key, expr)                                                                     \
-    if (pop_opt(opts, key, &v) < 0 || (v != NULL && ((expr), PyErr_Occurred())))              \
-        return -1;
+    if (pop_opt(opts, key, &v) < 0)                                                            \
+        return -1;                                                                             \
+    if (v != NULL && ((expr), PyErr_Occurred()))                                               \
+        return option_error(key);
     KB_POP_("device", o->device = PyLong_AsSsize_t(v))
     KB_POP_("flush_bytes", o->flush_bytes = PyLong_AsSsize_t(v))
     KB_POP_("gate_batch", o->gate_batch = PyLong_AsSsize_t(v))

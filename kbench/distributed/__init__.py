@@ -25,7 +25,7 @@ from typing import Any, Callable, Dict, List, Optional
 import numpy as np
 
 from ..local import bench_local
-from ..prepare import check_before_timing, name_of, one_at_a_time, resolve_device
+from ..prepare import BENCH_DEFAULTS, check_before_timing, name_of, one_at_a_time, resolve_device
 from ._comm import (LENT_MACHINE_ENV, Communicator, MpiCommunicator, TorchCommunicator,
                     communicator, init_process_group, set_lent_machine_env)
 from ._ranks import DEFAULT_TIMEOUT_S, DistributedError, DistributedTimeout, Ranks
@@ -99,8 +99,9 @@ def bench(fn: Callable[..., Any], *args: Any, group: Any = "auto",
     wait at any collective before DistributedTimeout (default 60 s). barrier: the barrier before
     each call; None (default): at world size > 1 only (one rank has nobody to line up with, and
     the barrier's idle before each call let a power-capped GEMM clock higher: world 1 on the
-    H200 read 173.1 vs 180.5 us with it); False only to see what it changes. global_shapes: the problem's global shapes,
-    recorded beside each rank's (a sharded problem's split is the caller's knowledge).
+    H200 read 173.1 vs 180.5 us with it); True forces it, False drops it. global_shapes: the
+    problem's global shapes, recorded beside each rank's (a sharded problem's split is the
+    caller's knowledge).
     check/rtol/atol/out_arg: as kbench.bench, verdict agreed: a mismatch on any rank fails every
     rank, naming it. Other options go to kbench.bench.
     """
@@ -114,7 +115,8 @@ def bench(fn: Callable[..., Any], *args: Any, group: Any = "auto",
     first = args
     if bench_options.get("arg_sets") is not None and not callable(bench_options["arg_sets"]):
         first = tuple(bench_options["arg_sets"][0])
-    if resolve_device(bench_options.get("device", "auto"), first, kwargs) != "cpu":
+    device = bench_options.get("device", BENCH_DEFAULTS["device"])
+    if resolve_device(device, first, kwargs) != "cpu":
         # keep-busy bridges call fn untimed a time-dependent number of times: ranks would
         # disagree on the count, and a collective inside fn would hang
         bench_options.setdefault("keep_busy", False)
