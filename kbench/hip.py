@@ -28,7 +28,7 @@ from typing import Any, Callable, Dict, List, Optional, Tuple
 
 from . import _core
 from .coldcache import flag_rotation, footprint, make_rotation_sets
-from .prepare import poison_gpu
+from .prepare import device_ordinal, poison_gpu
 
 BACKENDS = ("auto", "cuda", "hip")
 NO_ATTRIBUTION = ("no per-kernel attribution on HIP (there is no CUPTI): each sample is the "
@@ -133,18 +133,6 @@ def device_info(ordinal: int) -> Dict[str, Any]:
         raise
 
 
-def _ordinal(device: str) -> int:
-    if device in ("cuda", "auto"):
-        torch = sys.modules.get("torch")
-        if torch is not None and torch.cuda.is_available():
-            return int(torch.cuda.current_device())
-        return 0
-    try:
-        return int(device.split(":", 1)[1])
-    except (IndexError, ValueError):
-        raise ValueError(f"device must be 'cuda' or 'cuda:N', got {device!r}") from None
-
-
 def _torch_for(sets: List[Tuple[Any, ...]], kwargs: Dict[str, Any]) -> Any:
     """torch, when the callable runs through it (tensor arguments, or torch has a GPU context)."""
     torch = sys.modules.get("torch")
@@ -228,7 +216,7 @@ def run(fn: Callable[..., Any], sets: List[Tuple[Any, ...]], kwargs: Dict[str, A
     # CUPTI, and eager event timing would time launch gaps, so HIP times graph replays
     opts = _options(backend_options)
     warn: List[str] = [f"note: {NO_ATTRIBUTION}"]     # said in the result, as the issue asks
-    ordinal = _ordinal(device)
+    ordinal = device_ordinal(device)    # a ROCm torch answers through torch.cuda too
     info = device_info(ordinal)
     llc, llc_what = last_level_cache(info)
     torch = _torch_for(sets, kwargs)
