@@ -300,29 +300,17 @@ static int rule_check(const kb_settle_rule *r)
     return 0;
 }
 
-/* clock_settled_at(t_s, sm_mhz, reasons, power_w=None, power_inst_w=None, *, load_start_s=None,
- *                  power_limit_w=None, <rule>) -> (index, median, under_limit)
- * The first reading at which the sustained rule, applied to the readings up to it, calls the
- * load settled (-1 if none), and the last window's median there (or at the end). For tests and
- * for reading recorded traces. */
-static PyObject *clock_settled_at(PyObject *m, PyObject *args, PyObject *kw)
+/* The bindings' shared scan: the first reading at which the rule, applied to the readings up
+ * to it, calls the load settled; carry NULL for the plain rule. (index, median, under_limit) or,
+ * with a carry, (index, median, under_limit, by_carry). */
+static PyObject *settled_scan(PyObject *t_obj, PyObject *mhz_obj, PyObject *r_obj,
+                              PyObject *p_obj, PyObject *pi_obj, double load_start, double limit,
+                              const kb_settle_rule *rule, const kb_settle_carry *carry)
 {
-    static char *kwlist[] = {"t_s", "sm_mhz", "reasons", "power_w", "power_inst_w",
-                             "load_start_s", "power_limit_w", "window_s", "rel_tol",
-                             "min_load_s", "avg_window_s", "power_tol", "headroom", NULL};
-    PyObject *t_obj, *mhz_obj, *r_obj, *p_obj = Py_None, *pi_obj = Py_None;
-    PyObject *held[5] = {NULL};
-    kb_settle_rule rule = KB_SETTLE_RULE_DEFAULT;
-    double load_start = NAN, limit = NAN;
-    if (!PyArg_ParseTupleAndKeywords(args, kw, "OOO|OO$O&O&dddddd:clock_settled_at", kwlist,
-                                     &t_obj, &mhz_obj, &r_obj, &p_obj, &pi_obj, optional_double,
-                                     &load_start, optional_double, &limit, &rule.window_s, &rule.rel_tol, &rule.min_load_s,
-                                     &rule.avg_window_s, &rule.power_tol, &rule.headroom))
-        return NULL;
-    if (rule_check(&rule) < 0)
+    if (rule_check(rule) < 0)
         return NULL;
     kb_clock_trace tr;
-    PyObject *out = NULL;
+    PyObject *out = NULL, *held[5] = {NULL};
     double *scratch = NULL;
     if (trace_from_python(t_obj, mhz_obj, r_obj, p_obj, pi_obj, &tr, held) < 0)
         goto done;
@@ -334,18 +322,45 @@ static PyObject *clock_settled_at(PyObject *m, PyObject *args, PyObject *kw)
     }
     Py_ssize_t at = -1;
     double med = NAN;
-    int how = KB_UNSETTLED;
+    int how = KB_UNSETTLED, by_carry = 0;
     kb_clock_trace upto = tr;
     for (size_t i = 0; i < tr.n && at < 0; i++) {
         upto.n = i + 1;
-        if ((how = kb_clock_settled(&upto, load_start, limit, &rule, scratch, &med)))
+        how = carry ? kb_clock_settled_carried(&upto, load_start, limit, rule, carry, scratch,
+                                               &med, &by_carry)
+                    : kb_clock_settled(&upto, load_start, limit, rule, scratch, &med);
+        if (how)
             at = (Py_ssize_t)i;
     }
-    out = Py_BuildValue("(ndO)", at, med, how == KB_SETTLED_UNDER_LIMIT ? Py_True : Py_False);
+    PyObject *under = how == KB_SETTLED_UNDER_LIMIT ? Py_True : Py_False;
+    out = carry ? Py_BuildValue("(ndOO)", at, med, under, by_carry ? Py_True : Py_False)
+                : Py_BuildValue("(ndO)", at, med, under);
 done:
     free(scratch);
     trace_release(held);
     return out;
+}
+
+/* clock_settled_at(t_s, sm_mhz, reasons, power_w=None, power_inst_w=None, *, load_start_s=None,
+ *                  power_limit_w=None, <rule>) -> (index, median, under_limit)
+ * The first reading at which the sustained rule, applied to the readings up to it, calls the
+ * load settled (-1 if none), and the last window's median there (or at the end). For tests and
+ * for reading recorded traces. */
+static PyObject *clock_settled_at(PyObject *m, PyObject *args, PyObject *kw)
+{
+    static char *kwlist[] = {"t_s", "sm_mhz", "reasons", "power_w", "power_inst_w",
+                             "load_start_s", "power_limit_w", "window_s", "rel_tol",
+                             "min_load_s", "avg_window_s", "power_tol", "headroom", NULL};
+    PyObject *t_obj, *mhz_obj, *r_obj, *p_obj = Py_None, *pi_obj = Py_None;
+    kb_settle_rule rule = KB_SETTLE_RULE_DEFAULT;
+    double load_start = NAN, limit = NAN;
+    if (!PyArg_ParseTupleAndKeywords(args, kw, "OOO|OO$O&O&dddddd:clock_settled_at", kwlist,
+                                     &t_obj, &mhz_obj, &r_obj, &p_obj, &pi_obj, optional_double,
+                                     &load_start, optional_double, &limit, &rule.window_s,
+                                     &rule.rel_tol, &rule.min_load_s, &rule.avg_window_s,
+                                     &rule.power_tol, &rule.headroom))
+        return NULL;
+    return settled_scan(t_obj, mhz_obj, r_obj, p_obj, pi_obj, load_start, limit, &rule, NULL);
 }
 
 /* clock_settled_carried_at(t_s, sm_mhz, reasons, power_w=None, power_inst_w=None, *,
@@ -359,7 +374,6 @@ static PyObject *clock_settled_carried_at(PyObject *m, PyObject *args, PyObject 
                              "load_start_s", "power_limit_w", "carry_max_gap_s",
                              "carry_response_s", "carry_window_s", NULL};
     PyObject *t_obj, *mhz_obj, *r_obj, *p_obj = Py_None, *pi_obj = Py_None;
-    PyObject *held[5] = {NULL};
     kb_settle_rule rule = KB_SETTLE_RULE_DEFAULT;
     kb_settle_carry carry = {.sm_mhz = NAN, .under_limit = 0, .ago_s = 0.0};
     double load_start = NAN, limit = NAN;
@@ -370,35 +384,7 @@ static PyObject *clock_settled_carried_at(PyObject *m, PyObject *args, PyObject 
                                      optional_double, &limit, &rule.carry_max_gap_s,
                                      &rule.carry_response_s, &rule.carry_window_s))
         return NULL;
-    if (rule_check(&rule) < 0)
-        return NULL;
-    kb_clock_trace tr;
-    PyObject *out = NULL;
-    double *scratch = NULL;
-    if (trace_from_python(t_obj, mhz_obj, r_obj, p_obj, pi_obj, &tr, held) < 0)
-        goto done;
-    if (!isfinite(load_start))
-        load_start = tr.n ? tr.t[0] : 0.0;
-    if ((scratch = malloc((tr.n + 1) * sizeof *scratch)) == NULL) {
-        PyErr_NoMemory();
-        goto done;
-    }
-    Py_ssize_t at = -1;
-    double med = NAN;
-    int how = KB_UNSETTLED, by_carry = 0;
-    kb_clock_trace upto = tr;
-    for (size_t i = 0; i < tr.n && at < 0; i++) {
-        upto.n = i + 1;
-        if ((how = kb_clock_settled_carried(&upto, load_start, limit, &rule, &carry, scratch,
-                                            &med, &by_carry)))
-            at = (Py_ssize_t)i;
-    }
-    out = Py_BuildValue("(ndOO)", at, med, how == KB_SETTLED_UNDER_LIMIT ? Py_True : Py_False,
-                        by_carry ? Py_True : Py_False);
-done:
-    free(scratch);
-    trace_release(held);
-    return out;
+    return settled_scan(t_obj, mhz_obj, r_obj, p_obj, pi_obj, load_start, limit, &rule, &carry);
 }
 
 /* power_recovered(t_s, reasons, power_w=None, power_inst_w=None, *, power_limit_w=None,
