@@ -126,7 +126,8 @@ def bench_local(fn: Callable[..., Any], *args: Any,
             raise TypeError(f"kbench.bench: unexpected options for the CPU backend: "
                             f"{sorted(backend_options)}")
         raw, cold, extra = _run_host(fn, sets, kwargs, cold_cache, flush_bytes, loop)
-        device_name, backend, peaks = "cpu", "host", _cpu_peaks()
+        device_name, backend = "cpu", "host"
+        peaks = _cpu_peaks(compute_dtype(sets[0], kwargs))
         if host_note:
             extra.setdefault("warnings", []).append(host_note)
     else:
@@ -220,20 +221,40 @@ def _run_host(fn, sets, kwargs, cold_cache, flush_bytes, loop):
     return raw, cold, extra
 
 
-def _cpu_peaks() -> Optional[Dict[str, float]]:
-    """The ceilings `kbench peaks` measured on this machine (cached), in base units."""
+def compute_dtype(args: Tuple[Any, ...], kwargs: Dict[str, Any]) -> str:
+    """The precision a CPU call computes in, for its FMA ceiling: 'float64' when any floating
+    argument is 64-bit (numpy promotes a mix to it), else 'float32' -- also when no argument is
+    floating, so a FLOP count is never held against the lower float64 ceiling and flagged."""
+    for x in list(args) + list(kwargs.values()):
+        dt = getattr(x, "dtype", None)
+        if dt is None:
+            continue
+        try:
+            d = np.dtype(dt)
+            wide = d.kind in "fc" and d.itemsize // (2 if d.kind == "c" else 1) >= 8
+        except TypeError:               # a framework's dtype (torch.float64): by its name
+            wide = any(w in str(dt) for w in ("float64", "double", "complex128"))
+        if wide:
+            return "float64"
+    return "float32"
+
+
+def _cpu_peaks(dtype: str) -> Optional[Dict[str, float]]:
+    """The ceilings `kbench peaks` measured on this machine (cached), in base units; the FMA
+    ceiling of `dtype`'s precision (float32 runs twice the lanes of float64)."""
     try:
-        from .peaks import load_cached_peaks, peaks_cache_path
+        from .peaks import FMA_DTYPES, load_cached_peaks, peaks_cache_path
         d = load_cached_peaks()
     except Exception:          # unreadable cache: throughput without % of peak
         return None
     if not d:
         return None
     bw_name = "copy" if d["copy_GBps"] >= d["triad_GBps"] else "triad"
-    isa = (d.get("fma") or {}).get("isa")
-    return {"bytes_per_s": d[f"{bw_name}_GBps"] * 1e9, "flops_per_s": d["fma_GFLOPs"] * 1e9,
+    key, detail = next((k, det) for t, k, det in FMA_DTYPES if t == dtype)
+    isa = (d.get(detail) or {}).get("isa")
+    return {"bytes_per_s": d[f"{bw_name}_GBps"] * 1e9, "flops_per_s": d[key] * 1e9,
             "bytes_name": f"CPU STREAM {bw_name}",
-            "flops_name": "CPU FMA" + (f" ({isa})" if isa else ""),
+            "flops_name": f"CPU FMA {dtype}" + (f" ({isa})" if isa else ""),
             "source": f"kbench peaks (STREAM copy/triad best, FMA loop), {peaks_cache_path()}"}
 
 

@@ -4,7 +4,10 @@ and the peaks caches that results read, the GPU's included (kbench.peaks_gpu mea
 Bandwidth is measured as STREAM does: arrays well above the last-level cache, bytes counted as
 STREAM counts them (copy 16 B per element, triad 24 B: no write-allocate traffic), and the best of
 several repeats reported (the median is recorded next to it). The compute ceiling is a
-register-resident loop of independent vector FMAs (``_core.fma_loop``).
+register-resident loop of independent vector FMAs (``_core.fma_loop``), in float64 and in
+float32: a vector register holds twice as many float32 lanes, so the float32 ceiling is about
+twice the float64 one, and a float32 kernel measured against the float64 one reads up to 2x
+too close to peak.
 
 Results are cached as JSON in ``$KBENCH_CACHE_DIR`` (default ``~/.cache/kbench``) under
 ``peaks-<hostname>.json``; ``load_cached_peaks()`` reads them back, and ignores (with one
@@ -26,7 +29,7 @@ import warnings
 from . import _core
 from .metadata import _hostname, collect_host_metadata, cpu_caches
 
-SCHEMA = 1
+SCHEMA = 2          # 2: the FMA ceiling per precision (1 had one, float64, named "FMA")
 
 #: Total bytes of the three STREAM arrays: at least this much, ...
 MIN_TOTAL_BYTES = 256 << 20
@@ -39,7 +42,9 @@ TRIAD_SCALAR = 3.0
 
 #: The figures a peaks record must hold, as finite positive numbers, with their labels.
 CEILINGS = {"copy_GBps": ("STREAM copy", "GB/s"), "triad_GBps": ("STREAM triad", "GB/s"),
-            "fma_GFLOPs": ("FMA", "GFLOP/s")}
+            "fma_GFLOPs": ("FMA float64", "GFLOP/s"), "fma_fp32_GFLOPs": ("FMA float32", "GFLOP/s")}
+#: The FMA precisions measured: (dtype, the record's ceiling key, its detail key).
+FMA_DTYPES = (("float64", "fma_GFLOPs", "fma"), ("float32", "fma_fp32_GFLOPs", "fma_fp32"))
 #: A cached ceiling this much above the new measurement is kept (unless replace=True): a
 #: machine does not get 10% slower by itself, a busy one measures low.
 KEEP_HIGHER_MARGIN = 0.10
@@ -183,25 +188,27 @@ def _stream(threads: int, array_bytes: int, budget_s: float, min_repeats: int,
     return out
 
 
-def _fma(threads: int, budget_s: float, min_repeats: int, max_repeats: int) -> dict:
+def _fma(threads: int, budget_s: float, min_repeats: int, max_repeats: int,
+         dtype: str = "float64") -> dict:
     # Calibrate: double n_iter until one call takes a tenth of its share of the budget, which
     # leaves room for about ten timed calls (as STREAM's NTIMES), then scale n_iter to the share.
     per_call_s = max(budget_s / 10, 1e-4)
     n_iter = 1024
     while True:
         t0 = time.perf_counter_ns()
-        _core.fma_loop(n_iter, threads=threads)
+        _core.fma_loop(n_iter, threads=threads, dtype=dtype)
         dt = (time.perf_counter_ns() - t0) * 1e-9
         if dt >= per_call_s / 10 or n_iter >= 1 << 40:
             break
         n_iter *= 2
     n_iter = max(int(n_iter * min(per_call_s / max(dt, 1e-9), 1e3)), 1)
-    flops = _core.fma_loop(n_iter, threads=threads)   # doubles as the warm-up call
-    times = _time_repeats(lambda: _core.fma_loop(n_iter, threads=threads),
+    flops = _core.fma_loop(n_iter, threads=threads, dtype=dtype)   # doubles as the warm-up
+    times = _time_repeats(lambda: _core.fma_loop(n_iter, threads=threads, dtype=dtype),
                           budget_s, min_repeats, max_repeats)
     rates = _rates(flops, times)
     return {
         "isa": _core.fma_loop_isa(),
+        "dtype": dtype,
         "n_iter": n_iter,
         "flops_per_call": flops,
         "best_GFLOPs": rates["best"],
@@ -269,12 +276,13 @@ def busy_machine_problem(load: dict) -> str | None:
             "quiet")
 
 
-def _gap_problems(stream: dict, fma: dict) -> list[str]:
+def _gap_problems(stream: dict, fmas: dict) -> list[str]:
     """A large gap between the best and the median repeat: the repeats were disturbed."""
     out = []
     figures = [(f"STREAM {k}", stream.get(k) or {}, "best_GBps", "median_GBps", "GB/s")
                for k in ("copy", "triad")]
-    figures.append(("FMA", fma, "best_GFLOPs", "median_GFLOPs", "GFLOP/s"))
+    figures += [(f"FMA {dtype}", fma, "best_GFLOPs", "median_GFLOPs", "GFLOP/s")
+                for dtype, fma in fmas.items()]
     for label, d, best_key, median_key, unit in figures:
         best, median = d.get(best_key), d.get(median_key)
         if best and median and best > median * (1 + BEST_MEDIAN_GAP):
@@ -313,8 +321,9 @@ def measure_cpu_peaks(seconds: float = 5.0, threads: int | None = None, *,
     a cached ceiling more than 10% above the new one is kept unless `replace`. A cache that
     cannot be written is a warning, not an error: the measured numbers are returned.
 
-    Returns {"copy_GBps", "triad_GBps", "fma_GFLOPs" (best of repeats), "stream": {...},
-    "fma": {...}, "threads", "llc_bytes", "llc_source", "seconds", "metadata", "schema",
+    Returns {"copy_GBps", "triad_GBps", "fma_GFLOPs" (float64), "fma_fp32_GFLOPs" (best of
+    repeats each), "stream": {...}, "fma": {...}, "fma_fp32": {...}, "threads", "llc_bytes",
+    "llc_source", "seconds", "metadata", "schema",
     "load" (machine_load() before measuring), "warnings" (busy machine, best/median gaps,
     ceilings kept, not saved), "kept_from_cache", "saved_to" (path or None)}.
     GB are 1e9 bytes.
@@ -336,12 +345,13 @@ def measure_cpu_peaks(seconds: float = 5.0, threads: int | None = None, *,
     problems = [p for p in [busy_machine_problem(load)] if p]
     started = time.perf_counter()
     stream = _stream(threads, array_bytes, seconds * 0.6, min_repeats, max_repeats)
-    fma = _fma(threads, seconds * 0.4, min_repeats, max_repeats)
+    fmas = {dtype: _fma(threads, seconds * 0.4 / len(FMA_DTYPES), min_repeats, max_repeats,
+                        dtype) for dtype, _, _ in FMA_DTYPES}
     result = {
         "schema": SCHEMA,
         "copy_GBps": stream["copy"]["best_GBps"],
         "triad_GBps": stream["triad"]["best_GBps"],
-        "fma_GFLOPs": fma["best_GFLOPs"],
+        **{key: fmas[dtype]["best_GFLOPs"] for dtype, key, _ in FMA_DTYPES},
         "threads": threads,
         "llc_bytes": llc,
         "llc_source": llc_source,
@@ -350,11 +360,11 @@ def measure_cpu_peaks(seconds: float = 5.0, threads: int | None = None, *,
         "seconds": seconds,
         "wall_s": time.perf_counter() - started,
         "stream": stream,
-        "fma": fma,
+        **{detail: fmas[dtype] for dtype, _, detail in FMA_DTYPES},
         "metadata": collect_host_metadata(),
         "load": load,
     }
-    problems += _gap_problems(stream, fma)
+    problems += _gap_problems(stream, fmas)
     result["warnings"] = problems       # saved with the record: a busy run stays marked
     result["saved_to"] = None
     if save:
@@ -418,18 +428,20 @@ def save_peaks(result: dict, path: str | None = None) -> str:
 
 def peaks_record_problem(d: object) -> str | None:
     """What is wrong with a peaks record (the cache file's content), None when it is valid:
-    a dict of schema 1 whose ceilings are finite positive numbers."""
+    a dict of this SCHEMA whose ceilings are finite positive numbers."""
     if not isinstance(d, dict):
         return f"it holds a {type(d).__name__}, not an object"
     if d.get("schema") != SCHEMA:
-        return f"schema {d.get('schema')!r}, expected {SCHEMA}"
+        older = isinstance(d.get("schema"), int) and 0 < d["schema"] < SCHEMA
+        return (f"schema {d.get('schema')!r}, expected {SCHEMA}" +
+                (" (an older kbench's record: this one has more ceilings)" if older else ""))
     for key in CEILINGS:
         v = d.get(key)
         if isinstance(v, bool) or not isinstance(v, (int, float)):
             return f"{key} is {v!r}, not a number"
         if not (math.isfinite(v) and v > 0):
             return f"{key} is {v!r}, not a finite positive number"
-    for key in ("stream", "fma", "metadata"):
+    for key in ("stream", "metadata", *(detail for _, _, detail in FMA_DTYPES)):
         if key in d and not isinstance(d[key], dict):
             return f"{key} is a {type(d[key]).__name__}, not an object"
     return None
@@ -475,7 +487,7 @@ def load_cached_peaks(path: str | None = None) -> dict | None:
 def peaks_table(d: dict) -> str:
     """A small text table of a ``measure_cpu_peaks`` result."""
     meta = d.get("metadata") or {}
-    stream, fma = d.get("stream", {}), d.get("fma", {})
+    stream = d.get("stream", {})
     lines = [
         f"CPU peaks  {meta.get('cpu_model', 'unknown CPU')}  "
         f"({d.get('threads')} threads, {meta.get('hostname', '?')}, "
@@ -487,9 +499,13 @@ def peaks_table(d: dict) -> str:
         if k:
             lines.append(f"{name:<8} {k['best_GBps']:>7.2f} GB/s {k['median_GBps']:>7.2f} GB/s "
                          f"{k['repeats']:>8}")
-    if fma:
-        lines.append(f"{'fma':<8} {fma['best_GFLOPs']:>5.1f} GFLOP/s {fma['median_GFLOPs']:>5.1f} "
-                     f"GFLOP/s {fma['repeats']:>4}  ({fma.get('isa')})")
+    for dtype, _, detail in FMA_DTYPES:
+        fma = d.get(detail)
+        if fma:
+            name = "fma f64" if dtype == "float64" else "fma f32"
+            lines.append(f"{name:<8} {fma['best_GFLOPs']:>5.1f} GFLOP/s "
+                         f"{fma['median_GFLOPs']:>5.1f} GFLOP/s {fma['repeats']:>4}  "
+                         f"({fma.get('isa')})")
     llc = d.get("llc_bytes") or 0
     array_mb = d.get("array_bytes", 0) / 2**20
     note = f"3 arrays x {array_mb:.0f} MiB"

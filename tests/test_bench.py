@@ -225,8 +225,8 @@ def test_figures_above_the_measured_ceilings_are_flagged(monkeypatch):
     import sys
     kb = sys.modules["kbench.local"]       # the module that times one process
     # pretend this machine's measured ceilings are absurdly low
-    monkeypatch.setattr(kb, "_cpu_peaks", lambda: {"bytes_per_s": 1.0, "flops_per_s": 1.0,
-                                                   "source": "test"})
+    monkeypatch.setattr(kb, "_cpu_peaks", lambda dtype: {"bytes_per_s": 1.0,
+                                                         "flops_per_s": 1.0, "source": "test"})
     a = np.ones(1000)
     cold = kbench.bench(np.sum, a, bytes=a.nbytes, warmup_s=0.0, max_time_s=0.2,
                         cold_cache="flush", flush_bytes=1 << 20)
@@ -386,16 +386,44 @@ def test_the_ci_of_the_median_is_shown_as_a_range_when_lopsided(low, high, text)
 def test_the_report_tells_ci_from_cv_and_names_the_peak(monkeypatch, tmp_path):
     from kbench import peaks
     monkeypatch.setenv("KBENCH_CACHE_DIR", str(tmp_path))
-    peaks.save_peaks({"schema": 1, "copy_GBps": 50.0, "triad_GBps": 60.0, "fma_GFLOPs": 100.0,
-                      "fma": {"isa": "avx2"}})
+    peaks.save_peaks({"schema": peaks.SCHEMA, "copy_GBps": 50.0, "triad_GBps": 60.0,
+                      "fma_GFLOPs": 100.0, "fma_fp32_GFLOPs": 200.0, "fma": {"isa": "avx2"},
+                      "fma_fp32": {"isa": "avx2"}})
     a = np.ones(1000)
     r = kbench.bench(np.sum, a, bytes=a.nbytes, flops=a.size, **FAST)
     text = repr(r)
     assert "95% CI of the median" in text and "the precision of this figure" in text
     assert "(the spread of single calls, not the precision of the median)" in text
     assert "of the measured CPU STREAM triad peak, 60 GB/s" in text
-    assert "of the measured CPU FMA (avx2) peak, 100 GFLOP/s" in text
+    assert "of the measured CPU FMA float64 (avx2) peak, 100 GFLOP/s" in text
     assert r.throughput["peak_bytes_name"] == "CPU STREAM triad"
+    # a float32 call is held against the float32 ceiling (twice the lanes), and named so
+    r32 = kbench.bench(np.sum, a.astype(np.float32), flops=a.size, **FAST)
+    assert r32.throughput["peak_flops_per_s"] == 200e9
+    assert r32.throughput["peak_flops_name"] == "CPU FMA float32 (avx2)"
+
+
+@pytest.mark.parametrize("args,kwargs,expect", [
+    ((np.ones(3, np.float32), np.ones(3, np.float32)), {}, "float32"),
+    ((np.ones(3, np.float32),), {"out": np.ones(3)}, "float64"),      # numpy promotes the mix
+    ((np.ones(3, np.complex128),), {}, "float64"),
+    ((np.ones(3, np.complex64), np.float16(1)), {}, "float32"),
+    ((np.arange(3), 2.0), {}, "float32"),            # no floating array: the higher ceiling
+    ((), {}, "float32"),
+])
+def test_the_fma_ceiling_follows_the_arguments_precision(args, kwargs, expect):
+    from kbench.local import compute_dtype
+    assert compute_dtype(args, kwargs) == expect
+
+
+def test_a_framework_dtype_is_read_by_its_name():
+    from kbench.local import compute_dtype
+
+    class FakeTensor:                   # np.dtype() refuses torch.float64; its name tells
+        dtype = type("FakeDtype", (), {"__str__": lambda self: "torch.float64"})()
+    assert compute_dtype((FakeTensor(),), {}) == "float64"
+    FakeTensor.dtype = type("FakeDtype", (), {"__str__": lambda self: "torch.bfloat16"})()
+    assert compute_dtype((FakeTensor(),), {}) == "float32"
 
 
 @pytest.mark.parametrize("bad", ["fast", float("nan"), -1.0, 0, True])

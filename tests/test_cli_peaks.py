@@ -23,9 +23,12 @@ def fake_stream(copy=(50.0, 49.0), triad=(60.0, 59.0)):
 
 
 def fake_fma(best=100.0, median=99.0):
-    def _fma(threads, budget_s, min_repeats, max_repeats):
-        return {"isa": "fake", "n_iter": 1, "flops_per_call": 1.0, "best_GFLOPs": best,
-                "median_GFLOPs": median, "repeats": 5, "times_s": [1e-6] * 5}
+    """float32 measures twice the float64 figures, as on x86 vector units."""
+    def _fma(threads, budget_s, min_repeats, max_repeats, dtype="float64"):
+        k = 2.0 if dtype == "float32" else 1.0
+        return {"isa": "fake", "dtype": dtype, "n_iter": 1, "flops_per_call": 1.0,
+                "best_GFLOPs": k * best, "median_GFLOPs": k * median, "repeats": 5,
+                "times_s": [1e-6] * 5}
     return _fma
 
 
@@ -155,7 +158,8 @@ def test_cli_peaks_keeps_the_cached_ceiling_unless_replace(fake_peaks, capsys):
     assert json.loads(open(peaks.peaks_cache_path()).read())["triad_GBps"] == 44.6
 
 
-GOOD = {"schema": 1, "copy_GBps": 50.0, "triad_GBps": 60.0, "fma_GFLOPs": 100.0}
+GOOD = {"schema": peaks.SCHEMA, "copy_GBps": 50.0, "triad_GBps": 60.0, "fma_GFLOPs": 100.0,
+        "fma_fp32_GFLOPs": 200.0}
 
 
 @pytest.mark.parametrize("content,problem", [
@@ -166,7 +170,9 @@ GOOD = {"schema": 1, "copy_GBps": 50.0, "triad_GBps": 60.0, "fma_GFLOPs": 100.0}
     (json.dumps(GOOD).replace("50.0", "NaN"), "copy_GBps is nan, not a finite positive"),
     (json.dumps(GOOD).replace("60.0", "Infinity"), "triad_GBps is inf, not a finite"),
     (json.dumps({k: v for k, v in GOOD.items() if k != "fma_GFLOPs"}), "fma_GFLOPs is None"),
-    (json.dumps({**GOOD, "schema": 2}), "schema 2, expected 1"),
+    (json.dumps({**GOOD, "schema": 1}), f"schema 1, expected {peaks.SCHEMA}"),
+    (json.dumps({k: v for k, v in GOOD.items() if k != "fma_fp32_GFLOPs"}),
+     "fma_fp32_GFLOPs is None"),
     (json.dumps({**GOOD, "stream": [1]}), "stream is a list, not an object"),
     ("[1, 2]", "it holds a list, not an object"),
     ('{"schema": 1, "copy_GB', "not JSON"),

@@ -248,6 +248,20 @@ def test_fma_flop_count_is_exact(isa, n_iter, threads):
     assert _core.fma_loop_flops_per_iter(isa) == EXPECTED_FLOPS_PER_ITER[isa]
 
 
+@pytest.mark.parametrize("isa", _core.fma_loop_isas())
+def test_fma_float32_runs_twice_the_lanes_of_float64(isa):
+    """A vector register holds twice as many float32 lanes: the float32 loop counts (and, being
+    the same instructions, does) twice the FLOPs per iteration, and its checksum stays finite."""
+    per64 = EXPECTED_FLOPS_PER_ITER[isa]
+    assert _core.fma_loop_flops_per_iter(isa, "float32") == 2 * per64
+    assert _core.fma_loop_flops_per_iter(isa, dtype="float64") == per64
+    assert _core.fma_loop(1001, threads=2, isa=isa, dtype="float32") == 1001 * 2 * per64
+    with pytest.raises(ValueError, match="dtype must be 'float64' or 'float32', got 'float16'"):
+        _core.fma_loop(1, isa=isa, dtype="float16")
+    with pytest.raises(ValueError, match="dtype must be"):
+        _core.fma_loop_flops_per_iter(isa, "int8")
+
+
 def test_fma_default_isa_and_positional_threads():
     per_iter = EXPECTED_FLOPS_PER_ITER[_core.fma_loop_isa()]
     assert _core.fma_loop(100) == 100 * per_iter
@@ -447,7 +461,10 @@ def test_measure_cpu_peaks_small(cache_dir):
         assert k["best_GBps"] == pytest.approx(k["bytes_per_call"] / min(k["times_s"]) / 1e9)
     f = d["fma"]
     assert f["flops_per_call"] == f["n_iter"] * EXPECTED_FLOPS_PER_ITER[f["isa"]]
-    assert f["best_GFLOPs"] >= f["median_GFLOPs"] > 0
+    assert f["best_GFLOPs"] >= f["median_GFLOPs"] > 0 and f["dtype"] == "float64"
+    f32 = d["fma_fp32"]
+    assert f32["flops_per_call"] == f32["n_iter"] * 2 * EXPECTED_FLOPS_PER_ITER[f32["isa"]]
+    assert d["fma_fp32_GFLOPs"] == f32["best_GFLOPs"] > 0 and f32["dtype"] == "float32"
     assert d["threads"] == 2
     assert META_KEYS <= set(d["metadata"])
     # saved, and loads back equal
@@ -456,7 +473,7 @@ def test_measure_cpu_peaks_small(cache_dir):
     assert os.path.basename(path).startswith("peaks-") and path.endswith(".json")
     assert peaks.load_cached_peaks() == json.loads(json.dumps(d))
     table = peaks.peaks_table(d)
-    assert "copy" in table and "triad" in table and "GFLOP/s" in table
+    assert "copy" in table and "triad" in table and "fma f64" in table and "fma f32" in table
 
 
 def test_measure_cpu_peaks_no_save(cache_dir):

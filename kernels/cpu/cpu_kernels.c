@@ -2,9 +2,13 @@
  *
  *   stream_copy(dst, src, threads=1)            dst[i] = src[i]              (STREAM "copy")
  *   stream_triad(a, b, c, scalar, threads=1)    a[i] = b[i] + scalar * c[i]  (STREAM "triad")
- *   fma_loop(n_iter, threads=1, isa=None)       compute-bound FMA loop, returns the FLOPs done
+ *   fma_loop(n_iter, threads=1, isa=None, dtype="float64")
+ *                                               compute-bound FMA loop, returns the FLOPs done
  *   fma_loop_isa(), fma_loop_isas()             the variant fma_loop runs / all this CPU can run
- *   fma_loop_flops_per_iter(isa=None)           FLOPs in one fma_loop iteration
+ *   fma_loop_flops_per_iter(isa=None, dtype="float64")  FLOPs in one fma_loop iteration
+ *
+ * The FMA loop runs in float64 or float32: a vector holds twice as many float32 lanes, so the
+ * float32 ceiling is about twice the float64 one, and a float32 kernel is measured against it.
  *
  * The STREAM kernels are compiled once per ISA with target_clones (picked at load time by an
  * ifunc resolver), so a portable wheel still issues full-width loads and stores. The FMA loop
@@ -335,19 +339,19 @@ error:
 #define KB_FMA_MUL (1.0 - 0x1p-20)
 #define KB_FMA_ADD 0x1p-20
 
-#define KB_DEFINE_FMA_KERNEL(NAME, ATTR, LANES, NACC)                                          \
-    typedef double NAME##_vec __attribute__((vector_size(8 * (LANES))));                       \
+#define KB_DEFINE_FMA_KERNEL(NAME, ATTR, T, LANES, NACC)                                       \
+    typedef T NAME##_vec __attribute__((vector_size(sizeof(T) * (LANES))));                    \
     ATTR static double NAME(uint64_t n_iter)                                                   \
     {                                                                                          \
         NAME##_vec acc[NACC];                                                                  \
         NAME##_vec mul, add;                                                                   \
         for (int l = 0; l < (LANES); l++) {                                                    \
-            mul[l] = KB_FMA_MUL;                                                               \
-            add[l] = KB_FMA_ADD;                                                               \
+            mul[l] = (T)KB_FMA_MUL;                                                            \
+            add[l] = (T)KB_FMA_ADD;                                                            \
         }                                                                                      \
         for (int k = 0; k < (NACC); k++)                                                       \
             for (int l = 0; l < (LANES); l++)                                                  \
-                acc[k][l] = 1.0 + (double)(k * (LANES) + l) * 0x1p-10;                         \
+                acc[k][l] = (T)(1.0 + (double)(k * (LANES) + l) * 0x1p-10);                    \
         for (uint64_t i = 0; i < n_iter; i++) {                                                \
             _Pragma("GCC unroll 16")                                                           \
             for (int k = 0; k < (NACC); k++)                                                   \
@@ -356,21 +360,28 @@ error:
         double sum = 0.0;                                                                      \
         for (int k = 0; k < (NACC); k++)                                                       \
             for (int l = 0; l < (LANES); l++)                                                  \
-                sum += acc[k][l];                                                              \
+                sum += (double)acc[k][l];                                                      \
         return sum;                                                                            \
     }
 
+/* The element types fma_loop runs: index 0 float64, 1 float32. */
+#define KB_FMA_DTYPES 2
+static const char *const fma_dtypes[KB_FMA_DTYPES] = {"float64", "float32"};
+
 typedef struct {
     const char *name;           /* what fma_loop_isa() reports */
-    double (*kernel)(uint64_t n_iter);
-    int flops_per_iter;         /* 2 (multiply + add) per lane per accumulator */
+    double (*kernel[KB_FMA_DTYPES])(uint64_t n_iter);     /* per element type (fma_dtypes) */
+    int flops_per_iter[KB_FMA_DTYPES];  /* 2 (multiply + add) per lane per accumulator */
     int (*supported)(void);
 } fma_variant;
 
 #ifdef KB_X86_MULTIVERSION
-KB_DEFINE_FMA_KERNEL(fma_avx512f, __attribute__((target("avx512f"))), 8, 16)
-KB_DEFINE_FMA_KERNEL(fma_avx2, __attribute__((target("avx2,fma"))), 4, 12)
-KB_DEFINE_FMA_KERNEL(fma_generic, , 2, 8)   /* baseline x86-64: SSE2, separate mul and add */
+KB_DEFINE_FMA_KERNEL(fma_avx512f, __attribute__((target("avx512f"))), double, 8, 16)
+KB_DEFINE_FMA_KERNEL(fma_avx2, __attribute__((target("avx2,fma"))), double, 4, 12)
+KB_DEFINE_FMA_KERNEL(fma_generic, , double, 2, 8)   /* baseline x86-64: SSE2, mul then add */
+KB_DEFINE_FMA_KERNEL(fma32_avx512f, __attribute__((target("avx512f"))), float, 16, 16)
+KB_DEFINE_FMA_KERNEL(fma32_avx2, __attribute__((target("avx2,fma"))), float, 8, 12)
+KB_DEFINE_FMA_KERNEL(fma32_generic, , float, 4, 8)
 
 static int has_avx512f(void) { return __builtin_cpu_supports("avx512f"); }
 static int has_avx2_fma(void) { return __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma"); }
@@ -378,15 +389,17 @@ static int always(void) { return 1; }
 
 /* Most capable first: dispatch takes the first supported one. */
 static const fma_variant fma_variants[] = {
-    {"avx512f", fma_avx512f, 2 * 8 * 16, has_avx512f},
-    {"avx2+fma", fma_avx2, 2 * 4 * 12, has_avx2_fma},
-    {"generic", fma_generic, 2 * 2 * 8, always},
+    {"avx512f", {fma_avx512f, fma32_avx512f}, {2 * 8 * 16, 2 * 16 * 16}, has_avx512f},
+    {"avx2+fma", {fma_avx2, fma32_avx2}, {2 * 4 * 12, 2 * 8 * 12}, has_avx2_fma},
+    {"generic", {fma_generic, fma32_generic}, {2 * 2 * 8, 2 * 4 * 8}, always},
 };
 #else
-KB_DEFINE_FMA_KERNEL(fma_generic, , 2, 8)   /* the compiler's baseline ISA for this target */
+/* the compiler's baseline ISA for this target: 16-byte vectors */
+KB_DEFINE_FMA_KERNEL(fma_generic, , double, 2, 8)
+KB_DEFINE_FMA_KERNEL(fma32_generic, , float, 4, 8)
 static int always(void) { return 1; }
 static const fma_variant fma_variants[] = {
-    {"generic", fma_generic, 2 * 2 * 8, always},
+    {"generic", {fma_generic, fma32_generic}, {2 * 2 * 8, 2 * 4 * 8}, always},
 };
 #endif
 
@@ -400,28 +413,42 @@ static const fma_variant *best_fma_variant(void)
     return &fma_variants[KB_N_FMA_VARIANTS - 1];
 }
 
+/* The index of a dtype name in fma_dtypes (NULL: float64), or -1 with ValueError. */
+static int fma_dtype_index(const char *dtype)
+{
+    if (dtype == NULL)
+        return 0;
+    for (int i = 0; i < KB_FMA_DTYPES; i++)
+        if (strcmp(dtype, fma_dtypes[i]) == 0)
+            return i;
+    PyErr_Format(PyExc_ValueError, "dtype must be 'float64' or 'float32', got '%s'", dtype);
+    return -1;
+}
+
 typedef struct {
-    const fma_variant *variant;
+    double (*kernel)(uint64_t n_iter);
     double *checksums;          /* one per chunk */
 } fma_args;
 
 static void fma_chunk(void *ctx, int chunk, size_t begin, size_t end)
 {
     fma_args *f = ctx;
-    f->checksums[chunk] = f->variant->kernel((uint64_t)(end - begin));
+    f->checksums[chunk] = f->kernel((uint64_t)(end - begin));
 }
 
 static PyObject *py_fma_loop(PyObject *self, PyObject *args, PyObject *kwds)
 {
-    static char *kwlist[] = {"n_iter", "threads", "isa", NULL};
+    static char *kwlist[] = {"n_iter", "threads", "isa", "dtype", NULL};
     long long n_iter;
-    int threads = 1, rc;
-    const char *isa = NULL;
+    int threads = 1, rc, dt;
+    const char *isa = NULL, *dtype = NULL;
     const fma_variant *variant = NULL;
     double *checksums = NULL;
 
-    if (!PyArg_ParseTupleAndKeywords(args, kwds, "L|iz:fma_loop", kwlist,
-                                     &n_iter, &threads, &isa))
+    if (!PyArg_ParseTupleAndKeywords(args, kwds, "L|izz:fma_loop", kwlist,
+                                     &n_iter, &threads, &isa, &dtype))
+        return NULL;
+    if ((dt = fma_dtype_index(dtype)) < 0)
         return NULL;
     if (n_iter < 0) {
         PyErr_Format(PyExc_ValueError, "n_iter must be >= 0, got %lld", n_iter);
@@ -450,7 +477,7 @@ static PyObject *py_fma_loop(PyObject *self, PyObject *args, PyObject *kwds)
         return NULL;
     }
 
-    fma_args fa = {variant, checksums};
+    fma_args fa = {variant->kernel[dt], checksums};
     Py_BEGIN_ALLOW_THREADS
     rc = kb_parallel_for(threads, (size_t)n_iter, 1, fma_chunk, &fa);
     Py_END_ALLOW_THREADS
@@ -462,12 +489,13 @@ static PyObject *py_fma_loop(PyObject *self, PyObject *args, PyObject *kwds)
     for (int t = 0; t < threads; t++) {
         if (!isfinite(checksums[t])) {
             PyErr_Format(kb_get_state(self)->KbenchError,
-                         "fma_loop (%s) produced a non-finite checksum", variant->name);
+                         "fma_loop (%s, %s) produced a non-finite checksum", variant->name,
+                         fma_dtypes[dt]);
             goto error;
         }
     }
     PyMem_Free(checksums);
-    return PyFloat_FromDouble((double)n_iter * (double)variant->flops_per_iter);
+    return PyFloat_FromDouble((double)n_iter * (double)variant->flops_per_iter[dt]);
 
 error:
     PyMem_Free(checksums);
@@ -481,15 +509,19 @@ static PyObject *py_fma_loop_isa(PyObject *self, PyObject *unused)
 
 static PyObject *py_fma_loop_flops_per_iter(PyObject *self, PyObject *args, PyObject *kwds)
 {
-    static char *kwlist[] = {"isa", NULL};
-    const char *isa = NULL;
-    if (!PyArg_ParseTupleAndKeywords(args, kwds, "|z:fma_loop_flops_per_iter", kwlist, &isa))
+    static char *kwlist[] = {"isa", "dtype", NULL};
+    const char *isa = NULL, *dtype = NULL;
+    int dt;
+    if (!PyArg_ParseTupleAndKeywords(args, kwds, "|zz:fma_loop_flops_per_iter", kwlist, &isa,
+                                     &dtype))
+        return NULL;
+    if ((dt = fma_dtype_index(dtype)) < 0)
         return NULL;
     if (isa == NULL)
-        return PyLong_FromLong(best_fma_variant()->flops_per_iter);
+        return PyLong_FromLong(best_fma_variant()->flops_per_iter[dt]);
     for (int i = 0; i < KB_N_FMA_VARIANTS; i++)
         if (strcmp(isa, fma_variants[i].name) == 0)
-            return PyLong_FromLong(fma_variants[i].flops_per_iter);
+            return PyLong_FromLong(fma_variants[i].flops_per_iter[dt]);
     PyErr_Format(PyExc_ValueError, "unknown isa '%s'", isa);
     return NULL;
 }
@@ -530,7 +562,7 @@ static PyMethodDef cpu_kernel_methods[] = {
      "over C-contiguous float64 buffers of equal length (a writable). STREAM counts 24 bytes\n"
      "per element."},
     {"fma_loop", (PyCFunction)(void (*)(void))py_fma_loop, METH_VARARGS | METH_KEYWORDS,
-     "fma_loop(n_iter, threads=1, isa=None) -> float\n\n"
+     "fma_loop(n_iter, threads=1, isa=None, dtype='float64') -> float\n\n"
      "Run n_iter iterations (split over `threads`) of a register-resident loop of independent\n"
      "vector FMAs and return the floating-point operations done (2 per FMA lane).\n"
      "isa=None picks the widest variant the CPU supports (see fma_loop_isa()); a name from\n"
@@ -542,7 +574,8 @@ static PyMethodDef cpu_kernel_methods[] = {
      "fma_loop_isas() -> list[str]\n\nEvery fma_loop variant this CPU can run, widest first."},
     {"fma_loop_flops_per_iter", (PyCFunction)(void (*)(void))py_fma_loop_flops_per_iter,
      METH_VARARGS | METH_KEYWORDS,
-     "fma_loop_flops_per_iter(isa=None) -> int\n\nFLOPs one fma_loop iteration does."},
+     "fma_loop_flops_per_iter(isa=None, dtype='float64') -> int\n\n"
+     "FLOPs one fma_loop iteration does."},
     {NULL, NULL, 0, NULL},
 };
 
