@@ -240,9 +240,11 @@ for threads in (1, 2):
     c3 = np.empty(4099)
     ok(_core.stream_triad, c3, src, dst, 2.5, threads=threads)
 for isa in _core.fma_loop_isas():
-    ok(_core.fma_loop, 1000, threads=1, isa=isa)
-    ok(_core.fma_loop_flops_per_iter, isa)
+    for dtype in ("float64", "float32"):
+        ok(_core.fma_loop, 1000, threads=1, isa=isa, dtype=dtype)
+        ok(_core.fma_loop_flops_per_iter, isa, dtype)
 ok(_core.fma_loop, 1000, 2)
+ok(_core.fma_loop, 1000, 2, dtype="float32")
 ok(_core.fma_loop_isa)
 for fn, args in ((_core.stream_copy, (np.zeros(8, np.float32), np.zeros(8))),
                  (_core.stream_copy, (np.zeros(8), [1.0] * 8)),
@@ -252,7 +254,9 @@ for fn, args in ((_core.stream_copy, (np.zeros(8, np.float32), np.zeros(8))),
                  (_core.stream_triad, (np.zeros(8), np.zeros(7), np.zeros(8), 1.0)),
                  (_core.stream_triad, (np.zeros(8), np.zeros(8), np.zeros(8), "2")),
                  (_core.fma_loop, (-1,)), (_core.fma_loop, (1, 1, "sse9")),
-                 (_core.fma_loop_flops_per_iter, ("sse9",))):
+                 (_core.fma_loop, (1, 1, None, "float16")),
+                 (_core.fma_loop_flops_per_iter, ("sse9",)),
+                 (_core.fma_loop_flops_per_iter, (None, "int8"))):
     expect((TypeError, ValueError), fn, *args)
 
 # -- GPU loaders' failing paths (no GPU library here: each must raise a kbench error)
@@ -276,6 +280,9 @@ if _core.HAVE_CUDA:
                       ("hip", 1)):
         gpu_path(_core._raise_check_error, lib, code, "api->someCall(&h, 42)")
     ok(_core._raise_check_error, "nvml", 0, "f()")
+    # measure_hip's option errors name the option (the message is rebuilt around the value's)
+    for kw in ({"gate_batch": 2.5}, {"gate_batch": 10**30}, {"gate_timeout_s": "x"}):
+        expect((TypeError, OverflowError), _core.measure_hip, (object(),), stream=1, **kw)
     ok(_core.nvml_clock_event_reason_names, 0x4 | 0x20 | (1 << 40))
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
