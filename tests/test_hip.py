@@ -256,8 +256,11 @@ def test_gate_watchdog_opens_a_blocked_queue(tmp_path):
     p = run_py("""
         import json, numpy as np, kbench
         a = np.ones(1024, dtype=np.float32)
+        # warmup_s leaves room for the warm-up's second batch (2 calls, each held ~20 ms by the
+        # gate) on a loaded machine: a shorter budget is cut to 1-call batches (the loop never
+        # plans past it), no chunk of more than one call fires, and nothing shrinks
         r = kbench.bench(lambda x: x * 2, a, device="cuda", backend="hip", stream=1,
-                         cold_cache=None, gate_timeout_s=0.02, warmup_s=0.05, max_time_s=0.3,
+                         cold_cache=None, gate_timeout_s=0.02, warmup_s=0.5, max_time_s=0.3,
                          memory=False)
         print("RESULT" + json.dumps({"gate": r.extra["hip"]["gate"], "n": len(r.samples),
                                      "warnings": r.warnings}))

@@ -1,34 +1,32 @@
 """Importing kbench is cheap and touches no GPU library."""
-import compileall
-import os
-import re
 import subprocess
 import sys
 
 import kbench
 
-PKG = os.path.dirname(kbench.__file__)
 GPU_LIBS = ("libcuda.so", "libcupti", "libnvidia-ml", "libnvrtc")
 
 
-def _cumulative_us(out: str, module: str) -> int:
-    for line in out.splitlines():
-        m = re.match(r"import time:\s+\d+ \|\s+(\d+) \| (\s*)(\S+)$", line)
-        if m and m.group(3) == module:
-            return int(m.group(1))
-    raise AssertionError(f"{module} not in -X importtime output")
+# What `import kbench` may bring in beyond numpy besides its own modules: small pure-Python
+# stdlib modules. The cost in milliseconds is a benchmark figure (benchmarks/cpu_overhead.py),
+# not a unit test's: under load a timed import fails for reasons that are not kbench's.
+# kbench's own top-level imports (and what they import) are listed, so a numpy that stops
+# importing one of them first does not fail the test.
+LIGHT_STDLIB = {"__future__", "_csv", "_json", "copy", "csv", "dataclasses", "html",
+                "html.entities", "json", "json.decoder", "json.encoder", "json.scanner",
+                "threading", "numbers", "functools", "typing", "warnings", "math", "enum", "io",
+                "itertools", "time", "inspect", "keyword", "re", "collections", "operator",
+                "types", "weakref", "contextlib", "abc", "_weakrefset", "_thread"}
 
 
-def test_import_costs_under_30_ms_beyond_numpy():
-    compileall.compile_dir(PKG, quiet=1)        # measure imports, not first-time compilation
-    env = {k: v for k, v in os.environ.items() if k != "PYTHONDONTWRITEBYTECODE"}
-    costs = []
-    for _ in range(5):
-        p = subprocess.run([sys.executable, "-X", "importtime", "-c", "import numpy; import kbench"],
-                           capture_output=True, text=True, env=env, check=True)
-        costs.append(_cumulative_us(p.stderr, "kbench"))
-    # numpy is imported first, so kbench's cumulative time is what kbench adds beyond it
-    assert min(costs) < 30_000, f"import kbench cost {sorted(costs)} us beyond numpy"
+def test_import_brings_only_kbench_and_light_stdlib_modules_beyond_numpy():
+    code = ("import sys, numpy; before = set(sys.modules); import kbench; "
+            "print(' '.join(sorted(set(sys.modules) - before)))")
+    p = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    new = set(p.stdout.split())
+    assert "kbench" in new and "kbench._core" in new
+    others = {m for m in new if m != "kbench" and not m.startswith("kbench.")}
+    assert others <= LIGHT_STDLIB, f"import kbench now also imports {sorted(others - LIGHT_STDLIB)}"
 
 
 def test_import_maps_no_gpu_library_and_loads_no_framework():
