@@ -263,9 +263,10 @@ def cmd_info(args: argparse.Namespace) -> int:
     print("caches: " + ", ".join(f"L{c['level']} {c['type']} {fmt_bytes(c['bytes'])}"
                                  for c in caches["levels"])
           + f"; last level {fmt_bytes(caches['llc_bytes'])} ({caches['source']})")
-    print(f"host timer: {timer['clock']}, resolution {timer['resolution_ns']} ns, read "
-          f"{timer['read_cost_ns']:.1f} ns, per-sample overhead around an empty call "
-          f"{timer['call_overhead_min_ns']} ns (min) / {timer['call_overhead_mean_ns']:.0f} ns (mean)")
+    print(f"host timer: {timer['clock']}, reads in {timer['resolution_ns']} ns steps (smallest "
+          f"move between reads {timer['min_move_ns']} ns), read {timer['read_cost_ns']:.1f} ns, "
+          f"per-sample overhead around an empty call {timer['call_overhead_min_ns']} ns (min) / "
+          f"{timer['call_overhead_mean_ns']:.0f} ns (mean)")
     print(describe_build())
     print("\n".join(describe_status(info["hip"])))
     if not _core.HAVE_CUDA:

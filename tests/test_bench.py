@@ -205,6 +205,12 @@ def test_metadata_says_how_to_reproduce():
 def test_host_timer_info_reports_resolution_and_overhead():
     t = _core.host_timer_info(lambda: None, calls=2000)
     assert 0 < t["resolution_ns"] < 1_000_000
+    # the step kbench info and the metadata report is the one the loop's samples sit on
+    # (one probe, core/clock.c); the smallest move between reads is at least that step
+    loop_step = _core.measure_host(lambda: None, ((),), None, warmup_s=0.0, min_samples=5,
+                                   max_samples=5)["resolution_s"]
+    assert t["resolution_ns"] == round(loop_step * 1e9)
+    assert t["min_move_ns"] >= t["resolution_ns"]
     assert 0 < t["call_overhead_min_ns"] <= t["call_overhead_mean_ns"]
     with pytest.raises(TypeError):
         _core.host_timer_info(5)

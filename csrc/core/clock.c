@@ -1,6 +1,7 @@
-/* clock.c -- the host clock: monotonic nanoseconds, its resolution and its read cost. */
+/* clock.c -- the host clock: monotonic nanoseconds, the step it reads in, its read cost. */
 #include "kbench.h"
 
+#include <stdlib.h>
 #include <time.h>
 
 uint64_t kb_now_ns(void)
@@ -11,8 +12,61 @@ uint64_t kb_now_ns(void)
     return (uint64_t)ts.tv_sec * 1000000000ull + (uint64_t)ts.tv_nsec;
 }
 
-/* Smallest positive step between two consecutive reads, and the mean cost of one read. */
-static void measure_clock(uint64_t *resolution_ns, double *read_cost_ns)
+static int cmp_u64(const void *a, const void *b)
+{
+    uint64_t x = *(const uint64_t *)a, y = *(const uint64_t *)b;
+    return (x > y) - (x < y);
+}
+
+/* The step the host clock reads in, in seconds, probed from back-to-back reads (~50 us):
+ *  - when reads repeat, the clock is coarser than a read: the smallest move is its step;
+ *  - else the moves sit on levels one step apart (a VM's clock at 10 ns steps read in ~25 ns
+ *    moves by 20 or 30 ns): the smallest gap between levels that hold at least 1/256 of the
+ *    moves (values within 2 ns are one level: conversions round);
+ *  - a clock whose moves spread without gaps reads in 1 ns, the unit of the samples; so does
+ *    one with any populated run of moves wider than two roundings (a stepped clock's moves
+ *    all sit within a rounding of a multiple of its step). Without that, a fine clock's
+ *    read-cost spread (18-35 ns on the 2-core Xeon VM) beside a cluster of slow reads was
+ *    taken for levels 18 ns apart, now and then (an ASan run).
+ * 0 when the clock never moved. Samples on such steps can agree exactly, and a CI of zero
+ * width from them says nothing finer than one step (kb_criterion.resolution). */
+double kb_clock_step_s(void)
+{
+    enum { READS = 2049 };
+    uint64_t t[READS], d[READS - 1];
+    for (int i = 0; i < READS; i++)
+        t[i] = kb_now_ns();
+    size_t n = 0, repeats = 0;
+    for (int i = 0; i + 1 < READS; i++) {
+        if (t[i + 1] > t[i])
+            d[n++] = t[i + 1] - t[i];
+        else
+            repeats++;
+    }
+    if (n == 0)
+        return 0.0;
+    qsort(d, n, sizeof d[0], cmp_u64);
+    if (repeats > 0)
+        return (double)d[0] * 1e-9;
+    size_t min_count = n / 256 > 4 ? n / 256 : 4;
+    uint64_t level = 0, gap = 0;
+    for (size_t i = 0, j; i < n; i = j) {
+        for (j = i + 1; j < n && d[j] - d[j - 1] <= 2; j++)
+            ;
+        if (j - i < min_count)
+            continue;
+        if (d[j - 1] - d[i] > 4)        /* a populated run, not a level: the clock is fine */
+            return 1e-9;
+        if (level > 0 && (gap == 0 || d[i] - level < gap))
+            gap = d[i] - level;
+        level = d[i];
+    }
+    return (double)(gap > 0 ? gap : 1) * 1e-9;
+}
+
+/* Smallest positive move between two consecutive reads (a fine clock's read cost, a coarse
+ * clock's step), and the mean cost of one read. */
+static void measure_clock(uint64_t *min_move_ns, double *read_cost_ns)
 {
     enum { READS = 200000 };
     uint64_t best = UINT64_MAX;
@@ -24,7 +78,7 @@ static void measure_clock(uint64_t *resolution_ns, double *read_cost_ns)
         prev = t;
     }
     *read_cost_ns = (double)(prev - start) / READS;
-    *resolution_ns = best == UINT64_MAX ? 0 : best;
+    *min_move_ns = best == UINT64_MAX ? 0 : best;
 }
 
 static PyObject *now_ns(PyObject *self, PyObject *unused)
@@ -32,7 +86,8 @@ static PyObject *now_ns(PyObject *self, PyObject *unused)
     return PyLong_FromUnsignedLongLong(kb_now_ns());
 }
 
-/* host_timer_info(fn=None, calls=100000): the clock's resolution and read cost, and when a
+/* host_timer_info(fn=None, calls=100000): the step the clock reads in (kb_clock_step_s, what
+ * measure_host's loop uses), the smallest move between reads and the read cost, and when a
  * callable is given, the per-sample overhead of the host loop around an empty call of it. */
 static PyObject *host_timer_info(PyObject *self, PyObject *args, PyObject *kw)
 {
@@ -44,14 +99,18 @@ static PyObject *host_timer_info(PyObject *self, PyObject *args, PyObject *kw)
     if (calls <= 0)
         return PyErr_Format(PyExc_ValueError, "calls must be positive, got %zd", calls);
 
-    uint64_t resolution;
-    double read_cost;
+    uint64_t min_move;
+    double read_cost, step_s;
     Py_BEGIN_ALLOW_THREADS
-    measure_clock(&resolution, &read_cost);
+    measure_clock(&min_move, &read_cost);
+    step_s = kb_clock_step_s();
     Py_END_ALLOW_THREADS
 
-    PyObject *out = Py_BuildValue("{s:K,s:d,s:s}", "resolution_ns", (unsigned long long)resolution,
-                                  "read_cost_ns", read_cost, "clock", "CLOCK_MONOTONIC");
+    /* resolution_ns: the step the loop's samples sit on (the same probe measure_host uses) */
+    PyObject *out = Py_BuildValue("{s:K,s:K,s:d,s:s}", "resolution_ns",
+                                  (unsigned long long)(step_s * 1e9 + 0.5), "min_move_ns",
+                                  (unsigned long long)min_move, "read_cost_ns", read_cost,
+                                  "clock", "CLOCK_MONOTONIC");
     if (out == NULL || fn == Py_None)
         return out;
     if (!PyCallable_Check(fn)) {
@@ -92,8 +151,9 @@ static PyObject *host_timer_info(PyObject *self, PyObject *args, PyObject *kw)
 static PyMethodDef clock_methods[] = {
     {"now_ns", now_ns, METH_NOARGS, "now_ns() -> int: the host monotonic clock in nanoseconds."},
     {"host_timer_info", (PyCFunction)(void (*)(void))host_timer_info, METH_VARARGS | METH_KEYWORDS,
-     "host_timer_info(fn=None, calls=100000) -> dict: clock resolution and read cost; with fn, "
-     "the host loop's per-sample overhead around calls of fn()."},
+     "host_timer_info(fn=None, calls=100000) -> dict: the step the clock reads in (the loop's),\n"
+     "the smallest move between reads and the read cost; with fn, the host loop's per-sample\n"
+     "overhead around calls of fn()."},
     {NULL, NULL, 0, NULL},
 };
 

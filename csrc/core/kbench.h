@@ -104,6 +104,9 @@ void kb_hip_module_free(kb_state *st);
 
 /* Monotonic host clock in nanoseconds (CLOCK_MONOTONIC, vDSO: ~20 ns a read). */
 uint64_t kb_now_ns(void);
+/* The step the host clock reads in, in seconds (1e-9 for a fine clock; 0 if it never moved),
+ * probed from ~2000 back-to-back reads (clock.c). */
+double kb_clock_step_s(void);
 static inline double kb_now_s(void) { return (double)kb_now_ns() * 1e-9; }
 
 /* ------------------------------------------------------------------ stats.c */

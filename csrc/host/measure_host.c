@@ -77,58 +77,6 @@ static int host_run_batch(kb_backend *b, Py_ssize_t n, double *out, int warmup)
     return 0;
 }
 
-static int cmp_u64(const void *a, const void *b)
-{
-    uint64_t x = *(const uint64_t *)a, y = *(const uint64_t *)b;
-    return (x > y) - (x < y);
-}
-
-/* The step the host clock reads in, in seconds, probed from back-to-back reads (~50 us):
- *  - when reads repeat, the clock is coarser than a read: the smallest move is its step;
- *  - else the moves sit on levels one step apart (a VM's clock at 10 ns steps read in ~25 ns
- *    moves by 20 or 30 ns): the smallest gap between levels that hold at least 1/256 of the
- *    moves (values within 2 ns are one level: conversions round);
- *  - a clock whose moves spread without gaps reads in 1 ns, the unit of the samples; so does
- *    one with any populated run of moves wider than two roundings (a stepped clock's moves
- *    all sit within a rounding of a multiple of its step). Without that, a fine clock's
- *    read-cost spread (18-35 ns on the 2-core Xeon VM) beside a cluster of slow reads was
- *    taken for levels 18 ns apart, now and then (an ASan run).
- * 0 when the clock never moved. Samples on such steps can agree exactly, and a CI of zero
- * width from them says nothing finer than one step (kb_criterion.resolution). */
-static double host_clock_step_s(void)
-{
-    enum { READS = 2049 };
-    uint64_t t[READS], d[READS - 1];
-    for (int i = 0; i < READS; i++)
-        t[i] = kb_now_ns();
-    size_t n = 0, repeats = 0;
-    for (int i = 0; i + 1 < READS; i++) {
-        if (t[i + 1] > t[i])
-            d[n++] = t[i + 1] - t[i];
-        else
-            repeats++;
-    }
-    if (n == 0)
-        return 0.0;
-    qsort(d, n, sizeof d[0], cmp_u64);
-    if (repeats > 0)
-        return (double)d[0] * 1e-9;
-    size_t min_count = n / 256 > 4 ? n / 256 : 4;
-    uint64_t level = 0, gap = 0;
-    for (size_t i = 0, j; i < n; i = j) {
-        for (j = i + 1; j < n && d[j] - d[j - 1] <= 2; j++)
-            ;
-        if (j - i < min_count)
-            continue;
-        if (d[j - 1] - d[i] > 4)        /* a populated run, not a level: the clock is fine */
-            return 1e-9;
-        if (level > 0 && (gap == 0 || d[i] - level < gap))
-            gap = d[i] - level;
-        level = d[i];
-    }
-    return (double)(gap > 0 ? gap : 1) * 1e-9;
-}
-
 /* The loop's keep_warming hook, driven from Python so the settling path of measure.c (used by
  * the CUDA backend's clock settling) is tested without a GPU: _keep_warming(elapsed_s) returns
  * (keep_warming: bool, min_sampling_s: float); the minimum is applied when it says stop. */
@@ -258,7 +206,7 @@ static PyObject *measure_host(PyObject *self, PyObject *args, PyObject *kw)
     ctx.n_sets = PyTuple_GET_SIZE(arg_sets);
     kb_backend backend = {.name = "host", .ctx = &ctx, .run_batch = host_run_batch,
                           .keep_warming = ctx.keep_warming ? host_keep_warming : NULL,
-                          .resolution_s = host_clock_step_s(), .warmup_timed = 1,
+                          .resolution_s = kb_clock_step_s(), .warmup_timed = 1,
                           .prompt_stop = 1};
     /* One measuring loop at a time: two benches on the CPU at once would time each other. */
     if (kb_measure_lock_acquire(self) < 0)
