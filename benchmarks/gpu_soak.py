@@ -101,9 +101,9 @@ def main() -> None:
         res["modes"][spec] = {"rounds": rows, "growth_after_first_round_mb": growth}
         print(f"{spec:14} growth after the first round: device {growth['device_used_mb']:+.1f} MB, "
               f"rss {growth['rss_mb']:+.1f} MB over {args.rounds - 1} rounds", flush=True)
-    if args.out:
-        with open(args.out, "w") as f:
-            json.dump(res, f, indent=1)
+        if args.out:        # after every mode: a run cut by a timeout keeps what it measured
+            with open(args.out, "w") as f:
+                json.dump(res, f, indent=1)
 
 
 if __name__ == "__main__":

@@ -5,7 +5,7 @@
 #   regime: build, kbench peaks, the GPU tests, benchmarks/gpu_regime.py (figures against the
 #          GPU's history, both regimes; graph-cold) and a pytest regression gate re-run three
 #          times against its own baseline
-# Prints a short table last. Results land in $OUT (the device tool brings back at most 8 files,
+# Prints a short table last (wrap: a summary of its files). Results land in $OUT (the device tool brings back at most 8 files,
 # so logs that only matter on failure stay in $LOGS and are tailed here instead).
 # KBENCH_GIT_COMMIT: the commit being tested, from the sender (a copied tree's .git can lag).
 set -uo pipefail
@@ -133,13 +133,49 @@ for m in ('cupti', 'events', 'graph'):
   timeout 70 $PY benchmarks/gpu_time_to_figure.py --out "$OUT/h200_time_to_figure.json" \
     --md "$OUT/h200_time_to_figure.md" 2>&1 | tail -14
   echo "== graph soak: default, events (no CUPTI), full gc per round, CUPTI detached per bench"
-  timeout 80 $PY benchmarks/gpu_soak.py --modes graph,graph@events,graph@gc,graph@linger0 --benches "${SOAK_BENCHES:-60}" \
+  timeout 80 $PY benchmarks/gpu_soak.py --modes graph,graph@events,graph@gc,graph@linger0 --benches "${SOAK_BENCHES:-40}" \
     --rounds 3 --out "$OUT/h200_soak_graph.json" 2>&1 | grep -E "growth"
   echo "== the rest of the GPU suite, one line a test (appended to pytest_gpu.log; cut by the timeout)"
   rest=$(( ${WRAP_BUDGET_S:-210} - SECONDS )); echo "($rest s left of WRAP_BUDGET_S)"
   [ "$rest" -gt 15 ] && timeout "$rest" $PY -m pytest -v -p no:cacheprovider -rfE --tb=line --timeout=60 -m gpu tests/ \
     --deselect tests/test_distributed_gpu.py -k "not (stream_passed or graph_mode or names_its_regime or burst_batches)" \
     2>&1 | tee -a "$OUT/pytest_gpu.log" | grep -E "FAILED|ERROR|passed|failed" | head -30
+  echo "== summary"
+  OUT="$OUT" NPROC="$nproc" $PY - <<'PYEOF'
+import json, os, re
+out = os.environ["OUT"]
+def load(name):
+    try:
+        with open(os.path.join(out, name)) as f:
+            return json.load(f)
+    except (OSError, ValueError):
+        return None
+rows = []
+tp = (load(f"h200x{os.environ['NPROC']}_tp.json") or {}).get("tp") or {}
+for mode in ("events", "graph"):
+    r = tp.get(mode)
+    if r is not None:
+        rows.append((f"TP GEMM {mode}", f"{r['median_s'] * 1e6:.1f} us, skew {r['skew']:.1%}"
+                     if "median_s" in r else f"failed: {r.get('error', '?')[:70]}"))
+try:
+    text = open(os.path.join(out, "pytest_gpu.log")).read()
+    rows += [("GPU tests", m) for m in re.findall(r"\d+ (?:passed|failed)[^\n=]*", text)]
+except OSError:
+    rows.append(("GPU tests", "no log"))
+ttf = (load("h200_time_to_figure.json") or {}).get("summary") or {}
+if ttf:
+    fmt = lambda v: "?" if v is None else f"{v:.2f}"
+    rows.append(("sweep kbench / do_bench", f"{fmt(ttf.get('sweep_kbench_s'))} / "
+                 f"{fmt(ttf.get('sweep_do_bench_s'))} s"))
+    rows.append(("first bench (CUPTI set-up)", f"{fmt(ttf.get('first_bench_s'))} s "
+                 f"({fmt(ttf.get('first_bench_cupti_setup_s'))} s)"))
+for spec, m in ((load("h200_soak_graph.json") or {}).get("modes") or {}).items():
+    g = m["growth_after_first_round_mb"]
+    rows.append((f"soak {spec}", f"device {g['device_used_mb']:+.1f} MB, rss {g['rss_mb']:+.1f} MB"))
+w = max((len(k) for k, _ in rows), default=10)
+for k, v in rows:
+    print(f"{k:<{w}}  {v}")
+PYEOF
 fi
 if [ "$mode" = bench ] || [ "$mode" = all ]; then
   [ -d "$KBENCH_CACHE_DIR" ] || timeout 150 $PY -m kbench peaks --seconds 2 > "$LOGS/peaks.txt" 2>&1
