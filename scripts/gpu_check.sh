@@ -5,7 +5,8 @@
 #   regime: build, kbench peaks, the GPU tests, benchmarks/gpu_regime.py (figures against the
 #          GPU's history, both regimes; graph-cold) and a pytest regression gate re-run three
 #          times against its own baseline
-# Prints a short table last (wrap: a summary of its files). Results land in $OUT (the device tool brings back at most 8 files,
+# Prints a short table last (wrap: a summary of its files). Results land in $OUT (the device
+# tool brings back at most 8 files,
 # so logs that only matter on failure stay in $LOGS and are tailed here instead).
 # KBENCH_GIT_COMMIT: the commit being tested, from the sender (a copied tree's .git can lag).
 set -uo pipefail
