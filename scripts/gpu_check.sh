@@ -6,8 +6,8 @@
 #          GPU's history, both regimes; graph-cold) and a pytest regression gate re-run three
 #          times against its own baseline
 # Prints a short table last (wrap: a summary of its files). Results land in $OUT (the device
-# tool brings back at most 8 files,
-# so logs that only matter on failure stay in $LOGS and are tailed here instead).
+# tool brings back at most 8 files, so logs that only matter on failure stay in $LOGS and are
+# tailed here instead).
 # KBENCH_GIT_COMMIT: the commit being tested, from the sender (a copied tree's .git can lag).
 set -uo pipefail
 cd "$(dirname "$0")/.."
