@@ -202,6 +202,34 @@ def test_metadata_says_how_to_reproduce():
     assert md["host_timer"]["resolution_ns"] > 0
 
 
+def _reads(moves):
+    """Clock readings whose consecutive moves are `moves` (ns)."""
+    import itertools
+    return [1_000_000 + x for x in itertools.accumulate([0] + list(moves))]
+
+
+def test_the_clock_step_rule_on_known_clocks():
+    rng = np.random.default_rng(3)
+    step = _core._clock_step_from_reads
+    # a fine clock (1 ns) read in 18-35 ns, with a cluster of slow reads at 85-95 ns: the old
+    # rule took the two populated clusters for levels 67 ns apart
+    fine = list(rng.integers(18, 36, 2000)) + list(rng.integers(85, 96, 48))
+    rng.shuffle(fine)
+    assert step(_reads(fine)) == 1e-9
+    # a fine clock with a tighter read cost (18-22, wider than a 2 ns level) beside slow reads
+    # at 36-40: still 1 ns
+    tight = list(rng.integers(18, 23, 1900)) + list(rng.integers(36, 41, 148))
+    assert step(_reads(tight)) == 1e-9
+    # a 10 ns clock read in ~25 ns moves by 20 or 30 (+-1 rounding): its step
+    stepped = [int(rng.choice([20, 30])) + int(rng.integers(-1, 2)) for _ in range(2048)]
+    assert step(_reads(stepped)) == pytest.approx(10e-9, abs=2e-9)
+    # a clock coarser than a read repeats: its smallest move is the step
+    assert step(_reads([0, 0, 30, 0, 60, 30] * 300)) == pytest.approx(30e-9)
+    assert step(_reads([0] * 100)) == 0.0            # never moved
+    with pytest.raises(TypeError):
+        step([1, "x"])
+
+
 def test_host_timer_info_reports_resolution_and_overhead():
     t = _core.host_timer_info(lambda: None, calls=2000)
     assert 0 < t["resolution_ns"] < 1_000_000

@@ -24,20 +24,19 @@ static int cmp_u64(const void *a, const void *b)
  *    moves by 20 or 30 ns): the smallest gap between levels that hold at least 1/256 of the
  *    moves (values within 2 ns are one level: conversions round);
  *  - a clock whose moves spread without gaps reads in 1 ns, the unit of the samples; so does
- *    one with any populated run of moves wider than two roundings (a stepped clock's moves
+ *    one with any populated run of moves wider than a level (2 ns: a stepped clock's moves
  *    all sit within a rounding of a multiple of its step). Without that, a fine clock's
  *    read-cost spread (18-35 ns on the 2-core Xeon VM) beside a cluster of slow reads was
- *    taken for levels 18 ns apart, now and then (an ASan run).
+ *    taken for levels 18 ns apart, now and then (an ASan run). A fine clock whose reads all
+ *    fall within 2 ns, beside a populated cluster of slow reads, still reads as stepped: the
+ *    moves cannot tell it from one.
  * 0 when the clock never moved. Samples on such steps can agree exactly, and a CI of zero
  * width from them says nothing finer than one step (kb_criterion.resolution). */
-double kb_clock_step_s(void)
+/* The step from n consecutive reads t (the rule above); d: room for n - 1 moves. */
+static double step_from_reads(const uint64_t *t, size_t n_reads, uint64_t *d)
 {
-    enum { READS = 2049 };
-    uint64_t t[READS], d[READS - 1];
-    for (int i = 0; i < READS; i++)
-        t[i] = kb_now_ns();
     size_t n = 0, repeats = 0;
-    for (int i = 0; i + 1 < READS; i++) {
+    for (size_t i = 0; i + 1 < n_reads; i++) {
         if (t[i + 1] > t[i])
             d[n++] = t[i + 1] - t[i];
         else
@@ -55,13 +54,54 @@ double kb_clock_step_s(void)
             ;
         if (j - i < min_count)
             continue;
-        if (d[j - 1] - d[i] > 4)        /* a populated run, not a level: the clock is fine */
+        if (d[j - 1] - d[i] > 2)        /* wider than a level: a run, so the clock is fine */
             return 1e-9;
         if (level > 0 && (gap == 0 || d[i] - level < gap))
             gap = d[i] - level;
         level = d[i];
     }
     return (double)(gap > 0 ? gap : 1) * 1e-9;
+}
+
+double kb_clock_step_s(void)
+{
+    enum { READS = 2049 };
+    uint64_t t[READS], d[READS - 1];
+    for (int i = 0; i < READS; i++)
+        t[i] = kb_now_ns();
+    return step_from_reads(t, READS, d);
+}
+
+/* _clock_step_from_reads(reads) -> seconds: the step rule on given clock readings (ns), for
+ * tests (a real probe reads whatever clock the machine has). */
+static PyObject *clock_step_from_reads(PyObject *self, PyObject *arg)
+{
+    PyObject *seq = PySequence_Fast(arg, "_clock_step_from_reads needs a sequence of ints");
+    if (seq == NULL)
+        return NULL;
+    Py_ssize_t n = PySequence_Fast_GET_SIZE(seq);
+    uint64_t *t = PyMem_Calloc((size_t)n + 1, sizeof *t);
+    uint64_t *d = PyMem_Calloc((size_t)n + 1, sizeof *d);
+    PyObject *out = NULL;
+    if (t == NULL || d == NULL) {
+        PyErr_NoMemory();
+        goto done;
+    }
+    for (Py_ssize_t i = 0; i < n; i++) {
+        PyObject *v = PyNumber_Index(PySequence_Fast_GET_ITEM(seq, i));   /* numpy ints too */
+        if (v == NULL)
+            goto done;
+        t[i] = PyLong_AsUnsignedLongLong(v);
+        Py_DECREF(v);
+        if (PyErr_Occurred())
+            goto done;
+    }
+    out = PyFloat_FromDouble(step_from_reads(t, (size_t)n, d));
+done:
+    PyMem_Free(t);
+    PyMem_Free(d);
+    Py_DECREF(seq);
+    return out;
 }
 
 /* Smallest positive move between two consecutive reads (a fine clock's read cost, a coarse
@@ -150,6 +190,8 @@ static PyObject *host_timer_info(PyObject *self, PyObject *args, PyObject *kw)
 
 static PyMethodDef clock_methods[] = {
     {"now_ns", now_ns, METH_NOARGS, "now_ns() -> int: the host monotonic clock in nanoseconds."},
+    {"_clock_step_from_reads", clock_step_from_reads, METH_O,
+     "_clock_step_from_reads(reads) -> float: the clock-step rule on given readings (ns)."},
     {"host_timer_info", (PyCFunction)(void (*)(void))host_timer_info, METH_VARARGS | METH_KEYWORDS,
      "host_timer_info(fn=None, calls=100000) -> dict: the step the clock reads in (the loop's),\n"
      "the smallest move between reads and the read cost; with fn, the host loop's per-sample\n"
