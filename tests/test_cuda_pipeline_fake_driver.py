@@ -130,6 +130,9 @@ CARRY = textwrap.dedent('''
                                   "carried_sm_mhz", "end_settled", "end_sm_mhz")} | {
                 "busy": r["cuda"]["busy_warmup_s"], "cupti_setup": r["cuda"]["cupti_setup"]}
     out = {"first": settle(_core.measure_cuda(fn, ((),), None, **Q))}
+    # a measurement that samples no clocks (kbench's floor probe) judges nothing: it leaves
+    # the record as it found it
+    out["unjudged"] = settle(_core.measure_cuda(fn, ((),), None, sample_clocks=False, **Q))
     out["next"] = settle(_core.measure_cuda(fn, ((),), None, **Q))
     time.sleep(1.2)
     out["after_a_pause"] = settle(_core.measure_cuda(fn, ((),), None, **Q))
@@ -142,7 +145,8 @@ CARRY = textwrap.dedent('''
 def test_a_settled_state_is_carried_to_the_next_measurement_on_the_device(fake_driver_nvml):
     """Through the real sampler thread and measure_cuda's settle step, on a fake NVML that always
     reads one unlimited state: the first measurement settles on two clock windows and leaves
-    its state; the next, started at once, settles on one short window checked against it; one
+    its state; a measurement that samples no clocks neither takes nor replaces it; the next,
+    started at once, settles on one short window checked against it; one
     after a pause past the carry gap, or after a burst measurement (which settles nothing),
     carries nothing."""
     env = dict(os.environ, LD_LIBRARY_PATH=f"{fake_driver_nvml}:"
@@ -161,6 +165,9 @@ def test_a_settled_state_is_carried_to_the_next_measurement_on_the_device(fake_d
     assert nxt["settled"] is True and nxt["by_carry"] is True
     assert 0 <= nxt["carried_from_s_ago"] <= 1.0 and nxt["carried_sm_mhz"] == 1980
     assert nxt["end_settled"] is True
+    un = out["unjudged"]
+    assert un["carried_from_s_ago"] is None and un["by_carry"] is False
+    assert un["end_settled"] is False
     for later in ("after_a_pause", "after_burst"):
         s = out[later]
         assert s["settled"] is True and s["by_carry"] is False, later

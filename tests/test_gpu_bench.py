@@ -104,7 +104,15 @@ def test_the_raw_cuda_record_has_every_key_with_its_type(x):
     assert cu["busy_warmup_s"] in (0.0, pytest.approx(0.01))   # 0: the GPU was warm already
     assert cu["cupti_dropped"] == 0 and cu["unroll"] == 1.0 and cu["arg_sets"] == 1
     assert cu["cupti_ticks_per_ns"] > 0
-    assert set(cu["settle"]) == {"settled", "at_s", "sm_mhz", "max_s", "min_sampling_s"}
+    st = cu["settle"]
+    assert set(st) == {"settled", "at_s", "sm_mhz", "max_s", "min_sampling_s",
+                       "carried_from_s_ago", "carried_sm_mhz", "carried_under_limit",
+                       "by_carry", "end_settled", "end_sm_mhz"}
+    assert isinstance(st["by_carry"], bool) and isinstance(st["end_settled"], bool)
+    carried = st["carried_from_s_ago"]
+    assert carried is None or (isinstance(carried, float) and carried >= 0)
+    assert (st["carried_under_limit"] is None) == (carried is None)
+    assert not st["by_carry"] or carried is not None   # only a record can settle by carry
     assert set(cu["between_batches"]) == {"n", "total_s", "max_s"}
     kb = cu["keep_busy"]
     assert set(kb) == {"enabled", "bridges", "iterations", "gpu_s", "turnaround_s"}

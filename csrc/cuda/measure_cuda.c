@@ -746,10 +746,16 @@ static int step_setup(cuda_ctx *c, const kb_loop_config *cfg)
 }
 
 /* What the last measurement on this device established, taken for this one (sustained only),
- * and cleared: a measurement that fails leaves nothing to carry. */
+ * and cleared: a measurement that fails leaves nothing to carry. One that samples no clocks
+ * (kbench's floor probe, run after a bench's own measurement) judges nothing: it neither takes
+ * nor replaces the record, so the bench after it still carries what the bench before it left
+ * (the probe cleared it: a process's second bench settled from scratch, 0.5 s instead of
+ * 0.15 s). The carry's own check, on the next load's readings, covers whatever ran between. */
 static void take_carry(cuda_ctx *c)
 {
     static const kb_settle_rule rule = KB_SETTLE_RULE_DEFAULT;
+    if (!c->opt.sample_clocks)
+        return;
     struct kb_gpu_carry *g = &kb_get_state(c->m)->gpu_carry[c->opt.device];
     double ago = kb_now_s() - g->end_s;
     c->carry = (kb_settle_carry){.sm_mhz = NAN, .under_limit = 0, .ago_s = NAN};
@@ -770,6 +776,8 @@ static void record_carry(cuda_ctx *c)
     static const kb_settle_rule rule = KB_SETTLE_RULE_DEFAULT;
     double median = NAN;
     int how = KB_UNSETTLED, by_carry = 0;
+    if (!c->opt.sample_clocks)
+        return;
     if (c->sampler != NULL && c->opt.regime == KB_REGIME_SUSTAINED && !c->clocks_locked &&
         c->settled > 0) {
         const kb_settle_carry *carry = isfinite(c->carry.sm_mhz) ? &c->carry : NULL;
