@@ -14,7 +14,9 @@ gc.collect() before each round's reading, to tell objects held in reference cycl
 by a full collection, rare in a process with a large heap) from a leak; 'graph@events' runs graph
 mode with CUPTI reported unusable, so the eager estimate and the replays are timed with CUDA
 events and CUPTI never traces a graph launch: flat there and growing in 'graph' puts the growth
-in CUPTI's tracing of graph replays, growing in both puts it in the capture path.
+in CUPTI's tracing of graph replays, growing in both puts it in the capture path;
+'graph@torchonly' runs no kbench at all: each "bench" captures the same torch.mul into a new
+torch.cuda.CUDAGraph on the side stream, replays it 50 times and drops it (torch's own share).
 """
 from __future__ import annotations
 
@@ -64,9 +66,9 @@ def main() -> None:
            "commit": os.environ.get("KBENCH_GIT_COMMIT"), "modes": {}}
     for spec in args.modes.split(","):
         mode, _, variant = spec.partition("@")
-        if variant not in ("", "linger0", "gc", "events"):
+        if variant not in ("", "linger0", "gc", "events", "torchonly"):
             raise SystemExit(f"unknown variant {variant!r} in {spec!r} "
-                             f"(known: linger0, gc, events)")
+                             f"(known: linger0, gc, events, torchonly)")
         if variant == "linger0":
             os.environ["KBENCH_CUPTI_LINGER_S"] = "0"
         else:
@@ -78,7 +80,16 @@ def main() -> None:
         t0 = time.perf_counter()
         for rnd in range(args.rounds):
             for _ in range(args.benches):
-                if mode == "graph":
+                if variant == "torchonly":
+                    side.wait_stream(torch.cuda.current_stream())
+                    g = torch.cuda.CUDAGraph()
+                    with torch.cuda.graph(g, stream=side):
+                        torch.mul(x, 2.0, out=y)
+                    for _ in range(50):
+                        g.replay()
+                    torch.cuda.synchronize()
+                    del g
+                elif mode == "graph":
                     with torch.cuda.stream(side):
                         kbench.bench(torch.mul, x, 2.0, kwargs={"out": y}, mode=mode,
                                      max_time_s=0.02, warmup_s=0.0, settle_max_s=0,

@@ -13,7 +13,7 @@ set -uo pipefail
 cd "$(dirname "$0")/.."
 OUT=${OUT:-/tmp/kbench_out}; mkdir -p "$OUT"
 LOGS=${LOGS:-/tmp/kbench_logs}; mkdir -p "$LOGS"
-export PYTHONUNBUFFERED=1 KBENCH_CACHE_DIR="${KBENCH_CACHE_DIR:-$LOGS/cache}" MPLBACKEND=Agg
+export PYTHONUNBUFFERED=1 PYTHONFAULTHANDLER=1 KBENCH_CACHE_DIR="${KBENCH_CACHE_DIR:-$LOGS/cache}" MPLBACKEND=Agg
 PY=${PY:-python3}
 mode=${1:-all}
 echo "== build"

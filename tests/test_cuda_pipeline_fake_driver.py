@@ -237,3 +237,37 @@ def test_measure_cuda_returns_c_verdicts_that_read_record_copies(fake_driver_nvm
         assert r["extra_keys"] == EXTRA_KEYS and r["extra_regime_keys"] == REGIME_KEYS
         assert r["extra_clocks"] == summary and r["warn"] == []
         assert r["fractions"] == [rec["gpu_timed_fraction"], rec["gpu_busy_fraction"]]
+
+
+CAPTURE_ERRORS = textwrap.dedent('''
+    import json, os
+    from kbench import _core
+    out = {}
+    def boom():
+        raise RuntimeError("synchronize inside capture")
+    for case, fn in (("callable_raised", boom), ("end_capture_failed", lambda: None)):
+        if case == "end_capture_failed":
+            os.environ["FAKE_CUDA_END_CAPTURE_ERROR"] = "901"
+        try:
+            _core.graph_capture(fn, ((),), None, stream=1)
+            out[case] = None
+        except Exception as e:
+            out[case] = [type(e).__name__, str(e), type(e.__cause__).__name__]
+    print(json.dumps(out))
+''')
+
+
+def test_a_failed_capture_raises_a_capture_error_not_a_system_error(fake_driver):
+    """graph_capture's error paths free the half-built graph with the CaptureError pending; the
+    graph's destructor used to clear it, so the call returned NULL with no exception (Python's
+    SystemError, the cause lost: seen on the H200 for a capture beside NCCL)."""
+    env = dict(os.environ, LD_LIBRARY_PATH=f"{fake_driver}:{os.environ.get('LD_LIBRARY_PATH', '')}")
+    p = subprocess.run([sys.executable, "-c", CAPTURE_ERRORS], env=env, capture_output=True,
+                       text=True, timeout=60)
+    assert p.returncode == 0, p.stderr
+    out = json.loads(p.stdout.strip().splitlines()[-1])
+    name, msg, cause = out["callable_raised"]
+    assert name == "CaptureError" and cause == "RuntimeError", out
+    assert "synchronize inside capture" in msg and "stream restored" in msg
+    name, msg, _ = out["end_capture_failed"]
+    assert name == "CaptureError" and "cuStreamEndCapture returned CUDA_ERROR_FAKE" in msg, out

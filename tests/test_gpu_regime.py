@@ -25,8 +25,12 @@ def test_a_result_names_its_regime_and_whether_it_held(gemm):
     reg = r.extra["regime"]
     assert reg["name"] == "sustained" and isinstance(reg["held"], bool)
     assert "Regime" in str(r) and "sustained" in str(r)
-    # the settle rule judged the load, not the idle before it: it had loaded the GPU
-    assert reg["loaded_s"] >= 0.3 or reg["clocks_locked"]
+    # the settle rule judged the load, not the idle before it: it had loaded the GPU (0.3 s,
+    # min_load_s; or 0.1 s of response and one 0.05 s window when the state of a bench that
+    # ended a moment ago carried, csrc/core/kbench.h KB_SETTLE_RULE_DEFAULT)
+    carried = r.extra["clock_settle"].get("by_carry")
+    assert reg["loaded_s"] >= (0.15 if carried else 0.3) * 0.99 or reg["clocks_locked"], \
+        (reg, r.extra["clock_settle"])
     assert r.to_dict()["extra"]["regime"]["name"] == "sustained"
 
 

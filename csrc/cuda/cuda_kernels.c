@@ -165,6 +165,8 @@ typedef struct {
 
 static void devbuf_dealloc(DeviceBuffer *self)
 {
+    PyObject *et, *ev, *etb;        /* a destructor keeps the exception being raised */
+    PyErr_Fetch(&et, &ev, &etb);
     PyTypeObject *tp = Py_TYPE(self);
     if (self->ptr && self->module) {
         kb_state *st = kb_get_state(self->module);
@@ -181,6 +183,7 @@ static void devbuf_dealloc(DeviceBuffer *self)
     Py_XDECREF(self->module);
     tp->tp_free((PyObject *)self);
     Py_DECREF(tp);
+    PyErr_Restore(et, ev, etb);
 }
 
 /* DeviceBuffer.__new__ does the allocation: the module is reachable from the type. */
@@ -502,6 +505,8 @@ done:
 
 static void kernel_dealloc(CudaKernel *self)
 {
+    PyObject *et, *ev, *etb;        /* a destructor keeps the exception being raised */
+    PyErr_Fetch(&et, &ev, &etb);
     PyTypeObject *tp = Py_TYPE(self);
     if (self->cumod && self->module) {
         const kb_cuda_api *cu = kb_cuda(self->module);
@@ -517,6 +522,7 @@ static void kernel_dealloc(CudaKernel *self)
     Py_XDECREF(self->module);
     tp->tp_free((PyObject *)self);
     Py_DECREF(tp);
+    PyErr_Restore(et, ev, etb);
 }
 
 /* One kernel parameter, packed by its signature letter. */

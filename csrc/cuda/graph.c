@@ -189,6 +189,11 @@ static PyObject *graph_launch_py(kb_graph_object *self, PyObject *args, PyObject
 
 static void graph_dealloc(kb_graph_object *self)
 {
+    /* A destructor must not touch the exception being raised: graph_capture's error path
+     * frees a half-built graph with its CaptureError pending, and clearing it here made
+     * graph_capture return NULL with no exception set (a SystemError, the cause lost). */
+    PyObject *et, *ev, *etb;
+    PyErr_Fetch(&et, &ev, &etb);
     PyTypeObject *tp = Py_TYPE(self);
     PyObject *m = PyType_GetModule(tp);
     if (m != NULL && (self->exec || self->graph)) {
@@ -201,10 +206,11 @@ static void graph_dealloc(kb_graph_object *self)
                 cu->cuGraphDestroy(self->graph);
         }
     }
-    PyErr_Clear();
+    PyErr_Clear();                  /* kb_cuda's own, if any: a destructor cannot raise */
     Py_XDECREF(self->keepalive);
     tp->tp_free((PyObject *)self);
     Py_DECREF(tp);
+    PyErr_Restore(et, ev, etb);
 }
 
 static PyMethodDef graph_methods[] = {

@@ -491,14 +491,17 @@ typedef struct {
 
 static void box_destructor(PyObject *capsule)
 {
+    PyObject *et, *ev, *etb;            /* a destructor keeps the exception being raised */
+    PyErr_Fetch(&et, &ev, &etb);
     sampler_box *box = PyCapsule_GetPointer(capsule, CAPSULE_NAME);
     if (box == NULL) {
         PyErr_Clear();
-        return;
+    } else {
+        kb_nvml_sampler_abort(box->sampler);    /* dropped without stop: join and discard */
+        Py_XDECREF(box->module);
+        free(box);
     }
-    kb_nvml_sampler_abort(box->sampler);    /* dropped without stop: join and discard */
-    Py_XDECREF(box->module);
-    free(box);
+    PyErr_Restore(et, ev, etb);
 }
 
 static PyObject *nvml_sampler_start(PyObject *m, PyObject *args, PyObject *kwargs)

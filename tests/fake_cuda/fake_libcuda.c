@@ -43,6 +43,13 @@ static CUresult gFuncGetAttribute(int *v, CUfunction_attribute a, CUfunction f) 
 static CUresult gCtxGetStreamPriorityRange(int *lo, int *hi) { *lo = 0; *hi = -1; return 0; }
 static CUresult gOcc(int *n, CUfunction f, int b, size_t s) { *n = 1; return 0; }
 static CUresult gPrimaryCtxGetState(CUdevice d, unsigned *f, int *a) { *f = 0; *a = 1; return 0; }
+/* FAKE_CUDA_END_CAPTURE_ERROR=<code>: cuStreamEndCapture fails with it (an invalidated capture) */
+static CUresult gStreamEndCapture(CUstream s, CUgraph *g)
+{
+    const char *e = getenv("FAKE_CUDA_END_CAPTURE_ERROR");
+    *g = NULL;
+    return e ? (CUresult)atoi(e) : 0;
+}
 int fake_events_alive(void) { return n_events; }
 static const struct { const char *n; void *f; } table[] = {
     {"cuDriverGetVersion", gDriverGetVersion}, {"cuDeviceGet", gDeviceGet},
@@ -62,6 +69,7 @@ static const struct { const char *n; void *f; } table[] = {
     {"cuCtxGetStreamPriorityRange", gCtxGetStreamPriorityRange},
     {"cuOccupancyMaxActiveBlocksPerMultiprocessor", gOcc},
     {"cuDevicePrimaryCtxGetState", gPrimaryCtxGetState},
+    {"cuStreamEndCapture", gStreamEndCapture},
 };
 CUresult cuGetProcAddress_v2(const char *name, void **fn, int v, cuuint64_t flags,
                              CUdriverProcAddressQueryResult *st)
