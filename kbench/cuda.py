@@ -118,35 +118,48 @@ def _loop_for_probe(seconds: float) -> Dict[str, Any]:
 
 def mode_floor(mode: str, ordinal: int, stream: int, gate: bool,
                cupti_ok: bool) -> Dict[str, Any]:
-    """What a mode reads for kbench's empty kernel: the smallest time it can resolve."""
+    """What a mode reads for kbench's empty kernel: the smallest time it can resolve. Probed
+    once per (mode, device, gate); a probe that failed is kept too, and raises again: it would
+    fail (and cost its time and memory) again on every later bench."""
     key = (mode, ordinal, gate)
     if key not in _floor_cache:
         inner = "cupti" if (mode == "cupti" or (mode == "graph" and cupti_ok)) else "events"
-        if mode == "graph":
-            keep = None
-            if stream == 0:              # the legacy stream cannot be captured: use a side one
-                torch = sys.modules.get("torch")
-                if torch is None:
-                    raise _core.KbenchError("graph floor needs a non-default stream")
-                keep = torch.cuda.Stream(device=ordinal)
-                stream = int(keep.cuda_stream)
-            g = _core.graph_capture(_core.launch_empty, ((stream, ordinal),), None,
-                                    stream=stream, device=ordinal, unroll=10)
-            raw = _core.measure_cuda(g, ((),), None, stream=stream, device=ordinal, mode=inner,
-                                     cold=None, unroll=10, gate=gate, busy_warmup_s=0.0,
-                                     sample_clocks=False, cupti_allow_foreign=True,
-                                     **_loop_for_probe(0.5))
-        else:
-            raw = _core.measure_cuda(_core.launch_empty, ((stream, ordinal),), None,
-                                     stream=stream, device=ordinal, mode=inner, cold=None,
-                                     gate=gate, busy_warmup_s=0.0, sample_clocks=False,
-                                     cupti_allow_foreign=True, **_loop_for_probe(0.5))
+        try:
+            raw = _probe_floor(mode, inner, ordinal, stream, gate)
+        except _core.KbenchError as e:
+            _floor_cache[key] = {"error": str(e)}
+            raise
         s = np.asarray(raw["samples"])
         _floor_cache[key] = {"median_s": float(np.median(s)), "min_s": float(s.min()),
                              "n": int(s.size), "timer": inner, "gated": gate,
                              "probe": "kbench empty kernel" + (" x10 per graph" if
                                                                mode == "graph" else "")}
+    if "error" in _floor_cache[key]:
+        raise _core.KbenchError(_floor_cache[key]["error"])
     return _floor_cache[key]
+
+
+def _probe_floor(mode: str, inner: str, ordinal: int, stream: int, gate: bool) -> Dict[str, Any]:
+    common = dict(stream=stream, device=ordinal, mode=inner, cold=None, gate=gate,
+                  busy_warmup_s=0.0, sample_clocks=False, cupti_allow_foreign=True,
+                  **_loop_for_probe(0.5))
+    if mode != "graph":
+        return _core.measure_cuda(_core.launch_empty, ((stream, ordinal),), None, **common)
+    keep = None
+    if stream == 0:                  # the legacy stream cannot be captured: use a side one
+        torch = sys.modules.get("torch")
+        if torch is None:
+            raise _core.KbenchError("graph floor needs a non-default stream")
+        keep = torch.cuda.Stream(device=ordinal)
+        stream = common["stream"] = int(keep.cuda_stream)
+    # One eager launch first: it loads kbench's kernels, whose first load allocates (cuMemAlloc),
+    # which a capture refuses. Without it, in a process whose first kbench launch was this
+    # capture, the probe failed on every graph bench, each failure loading and unloading the
+    # module again (+58 KB of host memory a bench on the H200).
+    _core.launch_empty(stream, ordinal)
+    g = _core.graph_capture(_core.launch_empty, ((stream, ordinal),), None, stream=stream,
+                            device=ordinal, unroll=10)
+    return _core.measure_cuda(g, ((),), None, **dict(common, unroll=10))
 
 
 def cupti_copies_mapped() -> List[str]:

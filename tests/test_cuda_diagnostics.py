@@ -229,3 +229,50 @@ def test_burst_batches_that_started_unrecovered_break_the_regime(monkeypatch):
                    regime={"name": "burst", "clocks_locked": False,
                            "burst": dict(burst, unrecovered=0)})
     assert ok["regime"]["held"] is True and ok["clocks"]["steady"] is True
+
+
+class _FloorCore:
+    """Records what the floor probe asks of _core, in order; capture refuses allocations."""
+    KbenchError = _core.KbenchError
+
+    def __init__(self, fail_measure: bool = False):
+        self.calls, self.fail_measure, self.loaded = [], fail_measure, False
+
+    def launch_empty(self, stream, ordinal):
+        self.calls.append("launch_empty")
+        self.loaded = True
+
+    def graph_capture(self, fn, sets, kwargs, **kw):
+        self.calls.append("graph_capture")
+        if not self.loaded:     # as the driver: the kernels' first load allocates, refused here
+            raise _core.CaptureError("cuMemAlloc failed: CUDA_ERROR_STREAM_CAPTURE_UNSUPPORTED")
+        return "graph"
+
+    def measure_cuda(self, fn, sets, kwargs, **kw):
+        self.calls.append("measure_cuda")
+        if self.fail_measure:
+            raise _core.KbenchError("probe failed")
+        return {"samples": [1e-6, 2e-6, 3e-6]}
+
+
+def test_the_graph_floor_loads_kbench_kernels_before_its_capture(monkeypatch):
+    # On the H200 the capture was the process's first kbench launch: the probe failed on every
+    # graph bench, each time loading the module again (+58 KB of host memory a bench)
+    fake = _FloorCore()
+    monkeypatch.setattr(cuda, "_core", fake)
+    monkeypatch.setattr(cuda, "_floor_cache", {})
+    f = cuda.mode_floor("graph", 0, 7, True, False)
+    assert fake.calls == ["launch_empty", "graph_capture", "measure_cuda"]
+    assert f["median_s"] == pytest.approx(2e-6) and f["timer"] == "events"
+    cuda.mode_floor("graph", 0, 7, True, False)
+    assert len(fake.calls) == 3                  # cached
+
+
+def test_a_failed_floor_probe_is_kept_and_not_run_again(monkeypatch):
+    fake = _FloorCore(fail_measure=True)
+    monkeypatch.setattr(cuda, "_core", fake)
+    monkeypatch.setattr(cuda, "_floor_cache", {})
+    for _ in range(3):
+        with pytest.raises(_core.KbenchError, match="probe failed"):
+            cuda.mode_floor("events", 0, 7, True, False)
+    assert fake.calls == ["measure_cuda"]        # probed once, its failure raised again
