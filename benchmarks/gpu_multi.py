@@ -274,7 +274,8 @@ def main() -> None:
                            "versions": comm.versions(), "topology": topo,
                            "topology_text": topology_text(topo),
                            "env": {k: os.environ.get(k) for k in kd.LENT_MACHINE_ENV},
-                           "argv": sys.argv, "kbench": kbench.__version__}
+                           "argv": sys.argv, "kbench": kbench.__version__,
+                           "commit": os.environ.get("KBENCH_GIT_COMMIT")}
     if "sweep" in phases:
         doc["sweep"] = sweep(args)
     if "tp" in phases:
