@@ -276,3 +276,11 @@ def test_a_failed_floor_probe_is_kept_and_not_run_again(monkeypatch):
         with pytest.raises(_core.KbenchError, match="probe failed"):
             cuda.mode_floor("events", 0, 7, True, False)
     assert fake.calls == ["measure_cuda"]        # probed once, its failure raised again
+
+
+def test_cupti_mode_does_not_probe_a_floor(monkeypatch):
+    # CUPTI times the kernel itself: no floor warning can come of it, and its stepped probe
+    # was a fifth of the first bench in a process (0.2 of 0.93 s on the H200)
+    extra = _fake_run(monkeypatch, [1e-3] * 50, 0.052, [0] * 20)   # its mode_floor: 100 ns
+    assert extra["floor"]["probed"] is False and "cupti" in extra["floor"]["why"]
+    assert "median_s" not in extra["floor"]
