@@ -16,7 +16,12 @@ mode with CUPTI reported unusable, so the eager estimate and the replays are tim
 events and CUPTI never traces a graph launch: flat there and growing in 'graph' puts the growth
 in CUPTI's tracing of graph replays, growing in both puts it in the capture path;
 'graph@torchonly' runs no kbench at all: each "bench" captures the same torch.mul into a new
-torch.cuda.CUDAGraph on the side stream, replays it 50 times and drops it (torch's own share).
+torch.cuda.CUDAGraph on the side stream, replays it 50 times and drops it (torch's own share);
+'graph@eager_events' times the replays with CUPTI as 'graph' does, but graph mode's eager
+estimate (which sets the unroll) with CUDA events: flat there and growing in 'graph' puts the
+growth in the CUPTI-traced eager probe before the capture (the open part of #12: graph mode
+with CUPTI grew 75 KB a bench at 5c802cb while C's CUPTI measurement of the replays alone was
+flat).
 """
 from __future__ import annotations
 
@@ -52,6 +57,13 @@ def _events_only(mode, warn):
     return mode, False
 
 
+_estimate_eager = kbench.cuda._estimate_eager
+
+
+def _eager_on_events(fn, sets, kwargs, s, ordinal, timer, *rest, **kw):
+    return _estimate_eager(fn, sets, kwargs, s, ordinal, "events", *rest, **kw)
+
+
 def main() -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("--benches", type=int, default=1000, help="benches per round")
@@ -66,9 +78,9 @@ def main() -> None:
            "commit": os.environ.get("KBENCH_GIT_COMMIT"), "modes": {}}
     for spec in args.modes.split(","):
         mode, _, variant = spec.partition("@")
-        if variant not in ("", "linger0", "gc", "events", "torchonly"):
+        if variant not in ("", "linger0", "gc", "events", "torchonly", "eager_events"):
             raise SystemExit(f"unknown variant {variant!r} in {spec!r} "
-                             f"(known: linger0, gc, events, torchonly)")
+                             f"(known: linger0, gc, events, torchonly, eager_events)")
         if variant == "linger0":
             os.environ["KBENCH_CUPTI_LINGER_S"] = "0"
         else:
@@ -76,6 +88,8 @@ def main() -> None:
         # kbench has no option to time graph replays without CUPTI where CUPTI works: the
         # diagnostic replaces the mode resolver for this variant only.
         kbench.cuda._resolve_mode = (_events_only if variant == "events" else _resolve_mode)
+        kbench.cuda._estimate_eager = (_eager_on_events if variant == "eager_events"
+                                       else _estimate_eager)
         rows = []
         t0 = time.perf_counter()
         for rnd in range(args.rounds):
