@@ -327,8 +327,9 @@ def _run(fn: Callable[..., Any], sets: List[Tuple[Any, ...]], kwargs: Dict[str, 
     read_record(raw, extra, warn, timer=timer, expected_launches=expected_launches)
     if floor and mode == "cupti":
         # CUPTI times the kernel itself: an empty kernel's duration is no blind spot of the
-        # timer and draws no warning (floor_share), and its probe, a sub-2 us figure sampled
-        # for the stepped 0.2 s, was a fifth of the first bench in a process.
+        # timer (a kernel near it is simply that short, measured exactly), so no share of the
+        # figure to warn about, and its probe, a sub-2 us figure sampled for the stepped 0.2 s,
+        # was a fifth of the first bench in a process.
         extra["floor"] = {"probed": False, "why": "cupti times kernels themselves: no timer "
                           "floor to compare against (events and graph modes probe theirs)"}
     elif floor:

@@ -129,12 +129,11 @@ def read_record(raw: Dict[str, Any], extra: Dict[str, Any], warn: List[str], *, 
 
 
 def floor_share(extra: Dict[str, Any], mode: str, raw: Dict[str, Any], warn: List[str]) -> None:
-    """How much of the figure the mode's floor (extra["floor"]) may be."""
+    """How much of the figure the mode's floor (extra["floor"]) may be: events and graph modes
+    only (an event pair's floor is launch and event overhead that may sit inside every sample;
+    cupti mode probes none, kbench.cuda._run says why)."""
     med = float(np.median(np.asarray(raw["samples"])))
-    # cupti's floor is the empty kernel's own duration, not a blind spot of the timer: a kernel
-    # near it is simply that short, measured exactly. An event pair's floor is launch and event
-    # overhead that may sit inside every sample.
-    if mode != "cupti" and med > 0:
+    if med > 0:
         share = extra["floor"]["median_s"] / med
         extra["floor"]["share_of_figure"] = share
         if share >= FLOOR_SHARE_WARN:

@@ -94,7 +94,7 @@ if [ "$mode" = last ]; then
      --out "$OUT/h200_wheel_source.json" | cut -c1-400)
   echo "== graph soak: 1000 benches"
   timeout 130 $PY benchmarks/gpu_soak.py --modes graph --benches 250 --rounds 4 \
-    --out "$OUT/h200_soak_graph.json" 2>&1 | grep -E "growth|round"
+    --out "$OUT/h200_soak.json" 2>&1 | grep -E "growth|round"
   echo "== time to a figure (sweep and single cases, kbench and do_bench)"
   timeout 80 $PY benchmarks/gpu_time_to_figure.py --out "$OUT/h200_time_to_figure.json" 2>&1 | tail -6
 fi
@@ -136,7 +136,7 @@ for m in ('cupti', 'events', 'graph'):
     --md "$OUT/h200_time_to_figure.md" 2>&1 | tail -14
   echo "== graph soak: default (CUPTI), and its eager estimate on events (the open part of #12)"
   timeout 110 $PY benchmarks/gpu_soak.py --modes graph,graph@eager_events --benches "${SOAK_BENCHES:-150}" \
-    --rounds 3 --out "$OUT/h200_soak_graph.json" 2>&1 | grep -E "growth"
+    --rounds 3 --out "$OUT/h200_soak.json" 2>&1 | grep -E "growth"
   echo "== the rest of the GPU suite, one line a test (appended to pytest_gpu.log; cut by the timeout)"
   rest=$(( ${WRAP_BUDGET_S:-210} - SECONDS )); echo "($rest s left of WRAP_BUDGET_S)"
   [ "$rest" -gt 15 ] && timeout "$rest" $PY -m pytest -v -p no:cacheprovider -rfE --tb=line --timeout=60 -m gpu tests/ \
@@ -171,7 +171,7 @@ if ttf:
                  f"{fmt(ttf.get('sweep_do_bench_s'))} s"))
     rows.append(("first bench (CUPTI set-up)", f"{fmt(ttf.get('first_bench_s'))} s "
                  f"({fmt(ttf.get('first_bench_cupti_setup_s'))} s)"))
-for spec, m in ((load("h200_soak_graph.json") or {}).get("modes") or {}).items():
+for spec, m in ((load("h200_soak.json") or {}).get("modes") or {}).items():
     g = m["growth_after_first_round_mb"]
     rows.append((f"soak {spec}", f"device {g['device_used_mb']:+.1f} MB, rss {g['rss_mb']:+.1f} MB"))
 w = max((len(k) for k, _ in rows), default=10)
