@@ -362,6 +362,16 @@ def _check_after(post: Any, sets: List[Tuple[Any, ...]], check: Any, rtol: Any, 
                              f"stale):\n{cmp.report()}")
 
 
+# Graph mode's eager probe: a median to size the unroll (an integer in 1..100) and, on CUPTI,
+# the activity of a few calls to compare with the replays'. A handful of calls tells both. It
+# was the floor probes' loop (0.3 s, 1% target): ungated, it ran its 2000 calls every time
+# (75 ms of each graph bench), and with CUPTI attached the launches before a capture cost host
+# memory CUPTI never gives back (graph mode grew 76 KB of malloc'd memory a bench on the H200;
+# plain torch launches and a capture, CUPTI merely attached, grew 62 KB per 2000 launches).
+EAGER_PROBE_LOOP = dict(warmup_s=0.0, min_samples=5, max_samples=50, max_time_s=0.05,
+                        target=0.05, ci_level=0.95, criterion="ci")
+
+
 def _estimate_eager(fn, sets, kwargs, s, ordinal, timer, pre_sample=None,
                     ranks=None) -> Tuple[float, Dict[str, Any]]:
     # No gate: a callable that cannot be captured (it synchronizes) must reach the capture and
@@ -369,7 +379,7 @@ def _estimate_eager(fn, sets, kwargs, s, ordinal, timer, pre_sample=None,
     raw = _core.measure_cuda(fn, tuple(sets), kwargs or None, stream=s, device=ordinal,
                              mode=timer, cold=None, busy_warmup_s=0.0, sample_clocks=False,
                              cupti_allow_foreign=True, gate=False, pre_sample=pre_sample,
-                             **_loop_for_probe(0.3), **({"ranks": ranks} if ranks else {}))
+                             **EAGER_PROBE_LOOP, **({"ranks": ranks} if ranks else {}))
     if ranks is not None:
         ranks.start_run()           # the reducer keeps the measurement's samples, not these
     return float(np.median(np.asarray(raw["samples"]))), raw

@@ -112,7 +112,7 @@ if [ "$mode" = leak ]; then
 fi
 if [ "$mode" = wrap ]; then
   # one short call (nvidia-h200-x2 where lent; else world 1), most needed first: the TP GEMM in both modes, the
-  # world-1 agreement and stream= tests, time to a figure, the graph-mode RSS soak variants
+  # world-1 agreement and stream= tests, time to a figure, the soak of every mode
   echo "== canary: one bench per mode, printed as a user sees it"
   timeout 40 $PY -c "
 import torch, kbench
@@ -134,9 +134,9 @@ for m in ('cupti', 'events', 'graph'):
   echo "== time to a figure"
   timeout 70 $PY benchmarks/gpu_time_to_figure.py --out "$OUT/h200_time_to_figure.json" \
     --md "$OUT/h200_time_to_figure.md" 2>&1 | tail -14
-  echo "== graph soak: default (CUPTI), and its eager estimate on events (the open part of #12)"
-  timeout 110 $PY benchmarks/gpu_soak.py --modes graph,graph@eager_events --benches "${SOAK_BENCHES:-150}" \
-    --rounds 3 --out "$OUT/h200_soak.json" 2>&1 | grep -E "growth"
+  echo "== soak: every mode, ${SOAK_BENCHES:-250} benches x 4 rounds (#12)"
+  timeout 160 $PY benchmarks/gpu_soak.py --modes cupti,events,graph --benches "${SOAK_BENCHES:-250}" \
+    --rounds 4 --out "$OUT/h200_soak.json" 2>&1 | grep -E "growth"
   echo "== the rest of the GPU suite, one line a test (appended to pytest_gpu.log; cut by the timeout)"
   rest=$(( ${WRAP_BUDGET_S:-210} - SECONDS )); echo "($rest s left of WRAP_BUDGET_S)"
   [ "$rest" -gt 15 ] && timeout "$rest" $PY -m pytest -v -p no:cacheprovider -rfE --tb=line --timeout=60 -m gpu tests/ \

@@ -284,3 +284,22 @@ def test_cupti_mode_does_not_probe_a_floor(monkeypatch):
     extra = _fake_run(monkeypatch, [1e-3] * 50, 0.052, [0] * 20)   # its mode_floor: 100 ns
     assert extra["floor"]["probed"] is False and "cupti" in extra["floor"]["why"]
     assert "median_s" not in extra["floor"]
+
+
+def test_graph_modes_eager_probe_is_a_handful_of_calls(monkeypatch):
+    # It sizes an integer unroll and names the activity of a call: on the H200 the old probe
+    # (the floor's 0.3 s loop at a 1% target) ran its 2000-call cap on every graph bench, 75 ms
+    # each, and with CUPTI attached those launches before the capture grew host memory 76 KB a
+    # bench (benchmarks/gpu_soak.py)
+    fake = _FloorCore()
+    seen = {}
+
+    def measure_cuda(fn, sets, kwargs, **kw):
+        seen.update(kw)
+        return {"samples": [4e-6] * 5}
+    fake.measure_cuda = measure_cuda
+    monkeypatch.setattr(cuda, "_core", fake)
+    t, raw = cuda._estimate_eager(lambda: None, [()], {}, 7, 0, "cupti")
+    assert t == pytest.approx(4e-6)
+    assert seen["max_samples"] <= 50 and seen["max_time_s"] <= 0.05
+    assert seen["gate"] is False and seen["cold"] is None and seen["sample_clocks"] is False
