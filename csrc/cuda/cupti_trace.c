@@ -47,7 +47,6 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/mman.h>
 #include <time.h>
 
 #define KB_CUPTI_BUFFER (8u << 20)
@@ -222,20 +221,13 @@ static void parse_buffer(kb_cupti_trace *t, uint8_t *buf, size_t valid)
     }
 }
 
-/* Activity buffers are mapped, not malloc'd: glibc serves an 8 MB request from the heap once
- * its mmap threshold has risen past it (the first free of a mapped block raises it), and a freed
- * buffer then stays resident behind whatever small allocation lands above it. On the H200, graph
- * mode's RSS grew in 8.1 MB steps, one every ~750 benches, over CUPTI's own small growth
- * (benchmarks/gpu_soak.py). A mapping goes back to the system when CUPTI returns it, and only
- * the pages CUPTI wrote were ever resident. */
 static void CUPTIAPI buffer_requested(uint8_t **buffer, size_t *size, size_t *max_records)
 {
+    void *p = NULL;
     *buffer = NULL;
     *size = 0;
     *max_records = 0;
-    void *p = mmap(NULL, KB_CUPTI_BUFFER, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS,
-                   -1, 0);
-    if (p != MAP_FAILED) {
+    if (posix_memalign(&p, 8, KB_CUPTI_BUFFER) == 0) {
         *buffer = p;
         *size = KB_CUPTI_BUFFER;
     }
@@ -257,8 +249,7 @@ static void CUPTIAPI buffer_completed(CUcontext ctx, uint32_t stream_id, uint8_t
         pthread_mutex_unlock(&t->mu);
     }
     pthread_mutex_unlock(&g_active_mu);
-    /* CUPTI returns the buffers it was given, each of the one size requested above */
-    munmap(buffer, KB_CUPTI_BUFFER);
+    free(buffer);
 }
 
 /* The subscriber's callback. No callback is enabled during a trace; at its end kb_cupti_end
