@@ -18,10 +18,8 @@ in CUPTI's tracing of graph replays, growing in both puts it in the capture path
 'graph@torchonly' runs no kbench at all: each "bench" captures the same torch.mul into a new
 torch.cuda.CUDAGraph on the side stream, replays it 50 times and drops it (torch's own share);
 'graph@eager_events' times the replays with CUPTI as 'graph' does, but graph mode's eager
-estimate (which sets the unroll) with CUDA events: flat there and growing in 'graph' puts the
-growth in the CUPTI-traced eager probe before the capture (the open part of #12: graph mode
-with CUPTI grew 75 KB a bench at 5c802cb while C's CUPTI measurement of the replays alone was
-flat).
+estimate (which sets the unroll) with CUDA events (at 5c802cb it halved graph mode's growth:
+the probe's 2000 launches before each capture, with CUPTI attached, were most of it; NOTES.md).
 """
 from __future__ import annotations
 
