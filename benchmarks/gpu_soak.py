@@ -15,8 +15,6 @@ by a full collection, rare in a process with a large heap) from a leak; 'graph@e
 mode with CUPTI reported unusable, so the eager estimate and the replays are timed with CUDA
 events and CUPTI never traces a graph launch: flat there and growing in 'graph' puts the growth
 in CUPTI's tracing of graph replays, growing in both puts it in the capture path;
-'graph@torchonly' runs no kbench at all: each "bench" captures the same torch.mul into a new
-torch.cuda.CUDAGraph on the side stream, replays it 50 times and drops it (torch's own share);
 'graph@eager_events' times the replays with CUPTI as 'graph' does, but graph mode's eager
 estimate (which sets the unroll) with CUDA events (at 5c802cb it halved graph mode's growth:
 the probe's 2000 launches before each capture, with CUPTI attached, were most of it; NOTES.md).
@@ -76,9 +74,9 @@ def main() -> None:
            "commit": os.environ.get("KBENCH_GIT_COMMIT"), "modes": {}}
     for spec in args.modes.split(","):
         mode, _, variant = spec.partition("@")
-        if variant not in ("", "linger0", "gc", "events", "torchonly", "eager_events"):
+        if variant not in ("", "linger0", "gc", "events", "eager_events"):
             raise SystemExit(f"unknown variant {variant!r} in {spec!r} "
-                             f"(known: linger0, gc, events, torchonly, eager_events)")
+                             f"(known: linger0, gc, events, eager_events)")
         if variant == "linger0":
             os.environ["KBENCH_CUPTI_LINGER_S"] = "0"
         else:
@@ -92,16 +90,7 @@ def main() -> None:
         t0 = time.perf_counter()
         for rnd in range(args.rounds):
             for _ in range(args.benches):
-                if variant == "torchonly":
-                    side.wait_stream(torch.cuda.current_stream())
-                    g = torch.cuda.CUDAGraph()
-                    with torch.cuda.graph(g, stream=side):
-                        torch.mul(x, 2.0, out=y)
-                    for _ in range(50):
-                        g.replay()
-                    torch.cuda.synchronize()
-                    del g
-                elif mode == "graph":
+                if mode == "graph":
                     with torch.cuda.stream(side):
                         kbench.bench(torch.mul, x, 2.0, kwargs={"out": y}, mode=mode,
                                      max_time_s=0.02, warmup_s=0.0, settle_max_s=0,
