@@ -3,7 +3,11 @@
 A pytest session or a sweep runs thousands of benches in one process: what each bench creates
 (graphs and their execs, CUPTI buffers, flush and gate memory, modules) must be freed or reused.
 Per round: driver-level used memory (cuMemGetInfo through torch), torch's allocated and reserved
-bytes, and the process's RSS. Flat after the first round is the bar.
+bytes, the process's RSS and glibc's malloc'd bytes in use (mallinfo2). Flat after the first
+round is the bar. The same figures are read before a mode's first bench and after its last
+round with CUPTI released (kbench.release_cupti(), the detach a sweep gets 1 s after its last
+bench): what is in use after the release and was not before was kept past the detach. On the
+H200 that is libcupti's own (NOTES.md, "What stays in use after a soak").
 
     python benchmarks/gpu_soak.py --benches 1000 --rounds 4 --out benchmarks/results/h200_soak.json
 
@@ -22,6 +26,7 @@ the probe's 2000 launches before each capture, with CUPTI attached, were most of
 from __future__ import annotations
 
 import argparse
+import ctypes
 import gc
 import json
 import os
@@ -41,6 +46,29 @@ def rss_mb() -> float:
     return float("nan")
 
 
+class _MallInfo2(ctypes.Structure):
+    _fields_ = [(n, ctypes.c_size_t) for n in ("arena", "ordblks", "smblks", "hblks", "hblkhd",
+                                                "usmblks", "fsmblks", "uordblks", "fordblks",
+                                                "keepcost")]
+
+
+def _mallinfo2():
+    try:
+        f = ctypes.CDLL("libc.so.6").mallinfo2     # glibc >= 2.33
+    except (OSError, AttributeError):
+        return None
+    f.restype = _MallInfo2
+    return f
+
+
+_MALLINFO2 = _mallinfo2()
+
+
+def malloc_in_use_mb() -> float:
+    """Bytes glibc's malloc has handed out and not had back (NaN where there is no mallinfo2)."""
+    return _MALLINFO2().uordblks / 2**20 if _MALLINFO2 else float("nan")
+
+
 def device_used_mb() -> float:
     free, total = torch.cuda.mem_get_info()
     return (total - free) / 2**20
@@ -58,6 +86,21 @@ _estimate_eager = kbench.cuda._estimate_eager
 
 def _eager_on_events(fn, sets, kwargs, s, ordinal, timer, *rest, **kw):
     return _estimate_eager(fn, sets, kwargs, s, ordinal, "events", *rest, **kw)
+
+
+def _reading(rnd, t0: float) -> dict:
+    torch.cuda.synchronize()
+    return {"round": rnd, "device_used_mb": device_used_mb(), "rss_mb": rss_mb(),
+            "malloc_in_use_mb": malloc_in_use_mb(),
+            "torch_allocated_mb": torch.cuda.memory_allocated() / 2**20,
+            "torch_reserved_mb": torch.cuda.memory_reserved() / 2**20,
+            "elapsed_s": time.perf_counter() - t0}
+
+
+def _print_row(spec: str, what: str, row: dict) -> None:
+    print(f"{spec:14} {what:9}: device {row['device_used_mb']:9.1f} MB  rss {row['rss_mb']:8.1f} MB"
+          f"  malloc in use {row['malloc_in_use_mb']:7.1f} MB  torch reserved "
+          f"{row['torch_reserved_mb']:7.1f} MB  ({row['elapsed_s']:.1f} s)", flush=True)
 
 
 def main() -> None:
@@ -88,6 +131,8 @@ def main() -> None:
                                        else _estimate_eager)
         rows = []
         t0 = time.perf_counter()
+        before = _reading("before", t0)
+        _print_row(spec, "before", before)
         for rnd in range(args.rounds):
             for _ in range(args.benches):
                 if mode == "graph":
@@ -101,18 +146,23 @@ def main() -> None:
             torch.cuda.synchronize()
             if variant == "gc":
                 gc.collect()
-            row = {"round": rnd, "device_used_mb": device_used_mb(), "rss_mb": rss_mb(),
-                   "torch_allocated_mb": torch.cuda.memory_allocated() / 2**20,
-                   "torch_reserved_mb": torch.cuda.memory_reserved() / 2**20,
-                   "elapsed_s": time.perf_counter() - t0}
+            row = _reading(rnd, t0)
             rows.append(row)
-            print(f"{spec:14} round {rnd}: device {row['device_used_mb']:9.1f} MB  rss "
-                  f"{row['rss_mb']:8.1f} MB  torch reserved {row['torch_reserved_mb']:7.1f} MB"
-                  f"  ({row['elapsed_s']:.1f} s)", flush=True)
-        growth = {k: rows[-1][k] - rows[0][k] for k in ("device_used_mb", "rss_mb")}
-        res["modes"][spec] = {"rounds": rows, "growth_after_first_round_mb": growth}
+            _print_row(spec, f"round {rnd}", row)
+        kbench.release_cupti()
+        released = _reading("released", t0)
+        _print_row(spec, "released", released)
+        keys = ("device_used_mb", "rss_mb", "malloc_in_use_mb")
+        growth = {k: rows[-1][k] - rows[0][k] for k in keys}
+        kept = {k: released[k] - before[k] for k in keys}
+        res["modes"][spec] = {"before": before, "rounds": rows, "released": released,
+                              "growth_after_first_round_mb": growth,
+                              "kept_after_release_mb": kept}
         print(f"{spec:14} growth after the first round: device {growth['device_used_mb']:+.1f} MB, "
-              f"rss {growth['rss_mb']:+.1f} MB over {args.rounds - 1} rounds", flush=True)
+              f"rss {growth['rss_mb']:+.1f} MB, malloc in use {growth['malloc_in_use_mb']:+.1f} MB "
+              f"over {args.rounds - 1} rounds; kept after release (against before the mode's first "
+              f"bench): malloc in use {kept['malloc_in_use_mb']:+.1f} MB, device "
+              f"{kept['device_used_mb']:+.1f} MB", flush=True)
         if args.out:        # after every mode: a run cut by a timeout keeps what it measured
             with open(args.out, "w") as f:
                 json.dump(res, f, indent=1)

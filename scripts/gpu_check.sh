@@ -1,5 +1,6 @@
 #!/usr/bin/env bash
-# Device runs, batched: bash scripts/gpu_check.sh tests|bench|all|regime|final|soak|last|leak
+# Device runs, batched: bash scripts/gpu_check.sh tests|bench|all|regime|final|soak|last|leak|gpusoak
+#   gpusoak: the GPU tests (pytest -m gpu), then the soak of every mode (250 benches x 4)
 #   tests: build, kbench info, kbench peaks, the whole pytest suite (GPU tests included)
 #   bench: build, benchmarks/gpu_agreement.py, the vLLM-style drop-in script twice, the GPU notebook
 #   regime: build, kbench peaks, the GPU tests, benchmarks/gpu_regime.py (figures against the
@@ -50,7 +51,7 @@ if [ "$mode" = regime ]; then
   done 2>&1 | tee "$OUT/gate.txt"
   echo "== soak: device memory and RSS over rounds of short benches"
   timeout 200 $PY benchmarks/gpu_soak.py --benches "${SOAK_BENCHES:-100}" --rounds "${SOAK_ROUNDS:-3}" \
-    --out "$OUT/h200_soak.json" 2>&1 | grep -E "growth|round" | tail -12
+    --out "$OUT/h200_soak.json" 2>&1 | grep -E "growth|round|released" | tail -12
   echo "== regime benchmark"
   (cd benchmarks && timeout 330 $PY gpu_regime.py --out "$OUT/h200_regime.json" --md "$OUT/h200_regime.md" 2>&1 | tail -40)
 fi
@@ -69,6 +70,14 @@ if [ "$mode" = final ]; then
   echo "== regime benchmark"
   (cd benchmarks && timeout 240 $PY gpu_regime.py --out "$OUT/h200_regime.json" --md "$OUT/h200_regime.md" 2>&1 | tail -34)
 fi
+if [ "$mode" = gpusoak ]; then
+  echo "== GPU tests (pytest -m gpu)"
+  timeout "${GPU_TESTS_S:-210}" $PY -m pytest -q -rfEs --tb=short --timeout=120 -m gpu tests/ 2>&1 \
+    | tee "$OUT/h200_pytest_gpu.log" | grep -E "^(FAILED|ERROR)|^E |passed|failed" | head -30
+  echo "== soak: 1000 benches per mode"
+  timeout "${SOAK_S:-150}" $PY benchmarks/gpu_soak.py --benches 250 --rounds 4 --out "$OUT/h200_soak.json" \
+    2>&1 | grep -E "growth|round|released|before"
+fi
 if [ "$mode" = soak ]; then
   echo "== peaks (burst)"; timeout 150 $PY -m kbench peaks --seconds 2 2>&1 | tee "$OUT/peaks.txt" | tail -4
   echo "== CUPTI attach tests"
@@ -76,7 +85,7 @@ if [ "$mode" = soak ]; then
     tests/test_gpu_bench.py -k "detach or back_to_back or profiler or regime or burst" 2>&1 \
     | tee "$OUT/pytest_gpu_attach.log" | grep -E "^(FAILED|ERROR)|^E |passed|failed" | head -20
   echo "== soak: 1000 benches per mode"
-  timeout 260 $PY benchmarks/gpu_soak.py --benches 250 --rounds 4 --out "$OUT/h200_soak.json" 2>&1 | grep -E "growth|round"
+  timeout 260 $PY benchmarks/gpu_soak.py --benches 250 --rounds 4 --out "$OUT/h200_soak.json" 2>&1 | grep -E "growth|round|released"
   echo "== regime benchmark"
   (cd benchmarks && timeout 200 $PY gpu_regime.py --out "$OUT/h200_regime.json" --md "$OUT/h200_regime.md" 2>&1 | grep -E "^\| (sus|bur|clamp)|^- " | head -40)
 fi
@@ -94,7 +103,7 @@ if [ "$mode" = last ]; then
      --out "$OUT/h200_wheel_source.json" | cut -c1-400)
   echo "== graph soak: 1000 benches"
   timeout 130 $PY benchmarks/gpu_soak.py --modes graph --benches 250 --rounds 4 \
-    --out "$OUT/h200_soak.json" 2>&1 | grep -E "growth|round"
+    --out "$OUT/h200_soak.json" 2>&1 | grep -E "growth|round|released"
   echo "== time to a figure (sweep and single cases, kbench and do_bench)"
   timeout 80 $PY benchmarks/gpu_time_to_figure.py --out "$OUT/h200_time_to_figure.json" 2>&1 | tail -6
 fi
@@ -104,11 +113,11 @@ if [ "$mode" = leak ]; then
     tests/test_gpu_bench.py -k "floor or regime or cold or facts or burst" 2>&1 | tail -4
   echo "== peaks"; timeout 150 $PY -m kbench peaks --seconds 2 2>&1 | tee "$OUT/peaks.txt" | tail -6
   echo "== soak cupti (default detach)"
-  timeout 100 $PY benchmarks/gpu_soak.py --benches 100 --rounds 3 --modes cupti 2>&1 | grep -E "growth|round"
+  timeout 100 $PY benchmarks/gpu_soak.py --benches 100 --rounds 3 --modes cupti 2>&1 | grep -E "growth|round|released"
   echo "== soak cupti (KBENCH_CUPTI_DETACH=0)"
-  KBENCH_CUPTI_DETACH=0 timeout 100 $PY benchmarks/gpu_soak.py --benches 100 --rounds 3 --modes cupti 2>&1 | grep -E "growth|round"
+  KBENCH_CUPTI_DETACH=0 timeout 100 $PY benchmarks/gpu_soak.py --benches 100 --rounds 3 --modes cupti 2>&1 | grep -E "growth|round|released"
   echo "== soak graph"
-  timeout 100 $PY benchmarks/gpu_soak.py --benches 50 --rounds 3 --modes graph 2>&1 | grep -E "growth|round"
+  timeout 100 $PY benchmarks/gpu_soak.py --benches 50 --rounds 3 --modes graph 2>&1 | grep -E "growth|round|released"
 fi
 if [ "$mode" = wrap ]; then
   # one short call (nvidia-h200-x2 where lent; else world 1), most needed first: the TP GEMM in both modes, the
