@@ -182,7 +182,8 @@ if ttf:
                  f"({fmt(ttf.get('first_bench_cupti_setup_s'))} s)"))
 for spec, m in ((load("h200_soak.json") or {}).get("modes") or {}).items():
     g = m["growth_after_first_round_mb"]
-    rows.append((f"soak {spec}", f"device {g['device_used_mb']:+.1f} MB, rss {g['rss_mb']:+.1f} MB"))
+    rows.append((f"soak {spec}", f"device {g['device_used_mb']:+.1f} MB, rss {g['rss_mb']:+.1f} MB, "
+                                   f"malloc in use {g.get('malloc_in_use_mb', float('nan')):+.1f} MB"))
 w = max((len(k) for k, _ in rows), default=10)
 for k, v in rows:
     print(f"{k:<{w}}  {v}")
