@@ -100,10 +100,7 @@ def _reading(rnd, t0: float) -> dict:
 def _print_row(spec: str, what: str, row: dict) -> None:
     print(f"{spec:14} {what:9}: device {row['device_used_mb']:9.1f} MB  rss {row['rss_mb']:8.1f} MB"
           f"  malloc in use {row['malloc_in_use_mb']:7.1f} MB  torch reserved "
-          f"{row['torch_reserved_mb']:7.1f} MB  ({row['elapsed_s']:.1f} s)"
-          + (f"  last bench: {row['last_bench']['samples']} samples, "
-             f"{row['last_bench']['cupti_reads']} CUPTI reads" if "last_bench" in row else ""),
-          flush=True)
+          f"{row['torch_reserved_mb']:7.1f} MB  ({row['elapsed_s']:.1f} s)", flush=True)
 
 
 def main() -> None:
@@ -140,23 +137,16 @@ def main() -> None:
             for _ in range(args.benches):
                 if mode == "graph":
                     with torch.cuda.stream(side):
-                        last = kbench.bench(torch.mul, x, 2.0, kwargs={"out": y}, mode=mode,
-                                            max_time_s=0.02, warmup_s=0.0, settle_max_s=0,
-                                            min_samples=5)
+                        kbench.bench(torch.mul, x, 2.0, kwargs={"out": y}, mode=mode,
+                                     max_time_s=0.02, warmup_s=0.0, settle_max_s=0,
+                                     min_samples=5)
                 else:
-                    last = kbench.bench(torch.mul, x, 2.0, kwargs={"out": y}, mode=mode,
-                                        max_time_s=0.02, warmup_s=0.0, settle_max_s=0,
-                                        min_samples=5)
+                    kbench.bench(torch.mul, x, 2.0, kwargs={"out": y}, mode=mode,
+                                 max_time_s=0.02, warmup_s=0.0, settle_max_s=0, min_samples=5)
             torch.cuda.synchronize()
             if variant == "gc":
                 gc.collect()
             row = _reading(rnd, t0)
-            # libcupti keeps 72 B per activity flush, one a batch read (NOTES.md): the reads
-            # of the round's last bench (graph mode: of its replays, not its eager probe)
-            flushes = last.extra.get("cupti_flushes") or {}
-            row["last_bench"] = {"samples": int(len(last.samples)),
-                                 "cupti_reads": flushes.get("default", 0) + flushes.get("forced", 0)
-                                 if flushes else None}
             rows.append(row)
             _print_row(spec, f"round {rnd}", row)
         kbench.release_cupti()

@@ -363,16 +363,10 @@ def _check_after(post: Any, sets: List[Tuple[Any, ...]], check: Any, rtol: Any, 
 
 
 # Graph mode's eager probe: a median to size the unroll (an integer in 1..100) and, on CUPTI,
-# the activity of a few calls to compare with the replays'. A handful of calls tells both. It
-# was the floor probes' loop (0.3 s, 1% target): ungated, it ran its 2000 calls every time
-# (75 ms of each graph bench), and with CUPTI attached the launches before a capture cost host
-# memory CUPTI never gives back (graph mode grew 76 KB of malloc'd memory a bench on the H200;
-# plain torch launches and a capture, CUPTI merely attached, grew 62 KB per 2000 launches).
-# Five calls, not 5-50 at a 5% target: a 0.02 s graph bench made 84 CUPTI reads against a
-# cupti bench's 34 on the H200, most of the difference this probe's batches of one or two, and
-# libcupti keeps 72 B per read and 24 B per launch once the process has captured a graph
-# (NOTES.md).
-EAGER_PROBE_LOOP = dict(warmup_s=0.0, min_samples=5, max_samples=5, max_time_s=0.05,
+# the activity of a few calls to compare with the replays'. A handful of calls tells both, and
+# every launch and CUPTI read it makes costs host memory libcupti keeps once the process has
+# captured a graph (NOTES.md, "What stays in use after a soak").
+EAGER_PROBE_LOOP = dict(warmup_s=0.0, min_samples=5, max_samples=50, max_time_s=0.05,
                         target=0.05, ci_level=0.95, criterion="ci")
 
 
