@@ -100,7 +100,10 @@ def _reading(rnd, t0: float) -> dict:
 def _print_row(spec: str, what: str, row: dict) -> None:
     print(f"{spec:14} {what:9}: device {row['device_used_mb']:9.1f} MB  rss {row['rss_mb']:8.1f} MB"
           f"  malloc in use {row['malloc_in_use_mb']:7.1f} MB  torch reserved "
-          f"{row['torch_reserved_mb']:7.1f} MB  ({row['elapsed_s']:.1f} s)", flush=True)
+          f"{row['torch_reserved_mb']:7.1f} MB  ({row['elapsed_s']:.1f} s)"
+          + (f"  CUPTI flushes {row['cupti_flushes_per_bench']:.1f} a bench, sub-batches "
+             f"{row['sub_batches_per_bench']:.1f}" if "cupti_flushes_per_bench" in row else ""),
+          flush=True)
 
 
 def main() -> None:
@@ -134,19 +137,28 @@ def main() -> None:
         before = _reading("before", t0)
         _print_row(spec, "before", before)
         for rnd in range(args.rounds):
+            flushes = sub_batches = 0
             for _ in range(args.benches):
                 if mode == "graph":
                     with torch.cuda.stream(side):
-                        kbench.bench(torch.mul, x, 2.0, kwargs={"out": y}, mode=mode,
+                        r = kbench.bench(torch.mul, x, 2.0, kwargs={"out": y}, mode=mode,
+                                         max_time_s=0.02, warmup_s=0.0, settle_max_s=0,
+                                         min_samples=5)
+                else:
+                    r = kbench.bench(torch.mul, x, 2.0, kwargs={"out": y}, mode=mode,
                                      max_time_s=0.02, warmup_s=0.0, settle_max_s=0,
                                      min_samples=5)
-                else:
-                    kbench.bench(torch.mul, x, 2.0, kwargs={"out": y}, mode=mode,
-                                 max_time_s=0.02, warmup_s=0.0, settle_max_s=0, min_samples=5)
+                # libcupti keeps 72 B per flush: the bench's own (graph mode's eager probe,
+                # a separate measurement, is not in it)
+                fl = r.extra.get("cupti_flushes") or {}
+                flushes += fl.get("default", 0) + fl.get("forced", 0)
+                sub_batches += (r.extra.get("gate") or {}).get("sub_batches", 0)
             torch.cuda.synchronize()
             if variant == "gc":
                 gc.collect()
             row = _reading(rnd, t0)
+            row["cupti_flushes_per_bench"] = flushes / args.benches
+            row["sub_batches_per_bench"] = sub_batches / args.benches
             rows.append(row)
             _print_row(spec, f"round {rnd}", row)
         kbench.release_cupti()

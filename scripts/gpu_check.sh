@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # Device runs, batched: bash scripts/gpu_check.sh tests|bench|all|regime|final|soak|last|leak|gpusoak
-#   gpusoak: the GPU tests (pytest -m gpu), then the soak of every mode (250 benches x 4)
+#   gpusoak: the GPU tests (pytest -m gpu), then the soak of every mode (250 benches x 4);
+#            TTF=1 adds benchmarks/gpu_time_to_figure.py
 #   tests: build, kbench info, kbench peaks, the whole pytest suite (GPU tests included)
 #   bench: build, benchmarks/gpu_agreement.py, the vLLM-style drop-in script twice, the GPU notebook
 #   regime: build, kbench peaks, the GPU tests, benchmarks/gpu_regime.py (figures against the
@@ -77,6 +78,11 @@ if [ "$mode" = gpusoak ]; then
   echo "== soak: 1000 benches per mode"
   timeout "${SOAK_S:-150}" $PY benchmarks/gpu_soak.py --benches 250 --rounds 4 --out "$OUT/h200_soak.json" \
     2>&1 | grep -E "growth|round|released|before"
+  if [ "${TTF:-0}" = 1 ]; then
+    echo "== time to a figure"
+    timeout 90 $PY benchmarks/gpu_time_to_figure.py --out "$OUT/h200_time_to_figure.json" \
+      --md "$OUT/h200_time_to_figure.md" 2>&1 | tail -14
+  fi
 fi
 if [ "$mode" = soak ]; then
   echo "== peaks (burst)"; timeout 150 $PY -m kbench peaks --seconds 2 2>&1 | tee "$OUT/peaks.txt" | tail -4

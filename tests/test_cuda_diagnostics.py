@@ -290,7 +290,8 @@ def test_graph_modes_eager_probe_is_a_handful_of_calls(monkeypatch):
     # It sizes an integer unroll and names the activity of a call: on the H200 the old probe
     # (the floor's 0.3 s loop at a 1% target) ran its 2000-call cap on every graph bench, 75 ms
     # each, and with CUPTI attached those launches before the capture grew host memory 76 KB a
-    # bench (benchmarks/gpu_soak.py)
+    # bench (benchmarks/gpu_soak.py); at 5-50 calls (5% target) its batches were most of a graph
+    # bench's 84 CUPTI reads, and libcupti keeps 72 B of each (NOTES.md)
     fake = _FloorCore()
     seen = {}
 
@@ -301,5 +302,5 @@ def test_graph_modes_eager_probe_is_a_handful_of_calls(monkeypatch):
     monkeypatch.setattr(cuda, "_core", fake)
     t, raw = cuda._estimate_eager(lambda: None, [()], {}, 7, 0, "cupti")
     assert t == pytest.approx(4e-6)
-    assert seen["max_samples"] <= 50 and seen["max_time_s"] <= 0.05
+    assert seen["max_samples"] <= 5 and seen["max_time_s"] <= 0.05
     assert seen["gate"] is False and seen["cold"] is None and seen["sample_clocks"] is False

@@ -115,7 +115,8 @@ def test_the_raw_cuda_record_has_every_key_with_its_type(x):
     assert not st["by_carry"] or carried is not None   # only a record can settle by carry
     assert set(cu["between_batches"]) == {"n", "total_s", "max_s"}
     kb = cu["keep_busy"]
-    assert set(kb) == {"enabled", "bridges", "iterations", "gpu_s", "turnaround_s"}
+    assert set(kb) == {"enabled", "bridges", "iterations", "gpu_s", "turnaround_s",
+                       "turnaround_end_s"}
     assert kb["enabled"] is True and isinstance(kb["bridges"], int)
     assert isinstance(kb["gpu_s"], float) and kb["turnaround_s"] > 0
     assert len(cu["events_s"]) == len(raw["samples"]) == len(cu["kernels_per_iter"])
@@ -143,6 +144,33 @@ def test_cupti_attributes_kernels_to_iterations_and_excludes_the_flush(x):
     r2 = kbench.bench(three_kernels, device="cuda", mode="cupti", cold_cache=None,
                       expected_launches=2, **FAST)
     assert any("expected 2 kernel launch(es) per call" in w for w in r2.warnings)
+
+
+def test_cupti_is_read_once_per_loop_batch_not_per_gated_sub_batch(x):
+    """libcupti keeps 72 B of host memory per cuptiActivityFlushAll for good, and every flush
+    is host time the GPU waits through: the sub-batches of a loop batch are collected with one
+    flush. Small sub-batches and three kernels a call: a sample merged into the wrong slot
+    would show 0 or 6 kernels, or a NaN figure."""
+    y = torch.empty_like(x)
+
+    def three_kernels():
+        torch.mul(x, 2.0, out=y)
+        y.add_(1.0)
+        y.sqrt_()
+
+    for mode in ("cupti", "graph"):
+        r = kbench.bench(three_kernels, device="cuda", mode=mode, cold_cache="flush",
+                         gate_batch=4, min_samples=400, **FAST)
+        fl, sub = r.extra["cupti_flushes"], r.extra["gate"]["sub_batches"]
+        assert 1 <= fl["default"] + fl["forced"] <= sub / 4, (mode, fl, sub)
+        assert fl["forced"] == 0, (mode, fl)
+        assert all(s > 0 for s in r.samples), mode
+        if mode == "cupti":
+            assert r.extra["kernels_per_call"] == {"min": 3.0, "max": 3.0}
+            # each sample's CUPTI time is its own: never above the event pair around it
+            assert r.extra["events_median_s"] >= r.median * 0.999
+            cupti_median = r.median
+    assert r.median == pytest.approx(cupti_median, rel=0.25)
 
 
 def test_graph_mode_times_replays_and_reports_the_unroll(x):

@@ -93,9 +93,11 @@ void kb_cupti_pop_quiet(kb_cupti_trace *t);     /* error paths: pop, ignore the 
  * first_id .. first_id + n - 1. Activity without an id (the L2 flush) is ignored. sentinel_id:
  * the id of device work launched after the batch (kbench's empty kernel); when its record is
  * back after a default flush the flush is not forced (a forced flush lengthens the records of
- * later kernels). 0: no sentinel, always forced. */
+ * later kernels). 0: no sentinel, always forced. names_of[i] (or NULL: none): id first_id + i
+ * counts towards the per-name activity table. */
 int kb_cupti_collect(PyObject *m, kb_cupti_trace *t, uint64_t first_id, Py_ssize_t n,
-                     kb_iter_activity *acts, int record_names, uint64_t sentinel_id);
+                     kb_iter_activity *acts, const unsigned char *names_of,
+                     uint64_t sentinel_id);
 /* Batches read with the default flush, and forced. */
 void kb_cupti_flush_counts(kb_cupti_trace *t, uint64_t *by_default, uint64_t *forced);
 /* Switch the kernel/memcpy/memset records off (on = 0) while untimed work is queued that may

@@ -600,7 +600,7 @@ static int flush(PyObject *m, kb_cupti_trace *t, uint32_t flag)
 }
 
 int kb_cupti_collect(PyObject *m, kb_cupti_trace *t, uint64_t first_id, Py_ssize_t n,
-                     kb_iter_activity *acts, int record_names, uint64_t sentinel_id)
+                     kb_iter_activity *acts, const unsigned char *names_of, uint64_t sentinel_id)
 {
     /* The default flush first; forced only when the sentinel's record is not back (see the
      * top of this file). */
@@ -653,7 +653,7 @@ int kb_cupti_collect(PyObject *m, kb_cupti_trace *t, uint64_t first_id, Py_ssize
             it->memcpys++;
         else
             it->memsets++;
-        if (record_names) {
+        if (names_of != NULL && names_of[e->ext - first_id]) {
             name_stat *ns = &t->names[a->name];
             ns->count++;
             ns->total_ns += d;

@@ -85,6 +85,8 @@ typedef struct {
     kb_gpu_timer *timer;
     int cupti;                      /* the chain holds the CUPTI timer */
     kb_gpu_sample *samples;         /* gate_cap: one batch as read */
+    kb_gpu_sample *deferred;        /* deferred_cap: the deferred fields, as finished */
+    Py_ssize_t deferred_cap;
     CUevent marks[4];               /* the two batch-end markers, then the two bridge ends */
     kb_gate gate;
     int gate_ready;
@@ -96,11 +98,14 @@ typedef struct {
     Py_ssize_t sub_batches;         /* queued so far: its parity picks the markers */
     double gap_sum_s, gap_max_s;    /* GPU idle from a sub-batch's end (or its bridge's) to the */
     Py_ssize_t gaps;                /* next one's first event (timed sub-batches) */
-    Py_ssize_t bridge_n;            /* iterations to queue after the next sub-batch */
+    Py_ssize_t bridge_n;            /* iterations to queue after the next sub-batch, and after */
+    Py_ssize_t bridge_n_end;        /* one that ends a loop batch (followed by a collection) */
     int bridge_queued;              /* after the last sub-batch: its bridge end is recorded */
     int bridge_pending;             /* a bridge may still run: drain before leaving */
     double ready_at_s;              /* host clock when the last sub-batch had been waited for */
-    double turnaround_s;            /* host time from then to the next gate opening */
+    double turnaround_s;            /* host time from then to the next gate opening; the same */
+    double turnaround_end_s;        /* after a sub-batch that ended a loop batch: the timer's */
+    int prev_ended;                 /* collection and the loop's rule are in it */
     Py_ssize_t bridges, bridge_iters;
     double bridge_gpu_s;            /* GPU time the bridges of timed sub-batches ran */
     Py_ssize_t prev_bridge;         /* iterations in the last sub-batch's bridge (0: none) */
@@ -227,14 +232,14 @@ static int launch_once(cuda_ctx *c, const char *phase)
 /* Iterations of the bridge to queue after the next sub-batch: enough to cover 1.5 x the host's
  * last turnaround, from the last sub-batch's GPU time per iteration and host time per queued
  * iteration; 0 when it cannot help (see the top of this file). */
-static Py_ssize_t bridge_size(const cuda_ctx *c, double iter_gpu_s, double queue_per_iter_s,
-                              Py_ssize_t n)
+static Py_ssize_t bridge_size(const cuda_ctx *c, double turnaround_s, double iter_gpu_s,
+                              double queue_per_iter_s, Py_ssize_t n)
 {
-    if (!c->opt.keep_busy || c->turnaround_s <= 0 || !(iter_gpu_s > 0))
+    if (!c->opt.keep_busy || turnaround_s <= 0 || !(iter_gpu_s > 0))
         return 0;
-    if (iter_gpu_s < queue_per_iter_s || c->turnaround_s < 0.01 * iter_gpu_s * (double)n)
+    if (iter_gpu_s < queue_per_iter_s || turnaround_s < 0.01 * iter_gpu_s * (double)n)
         return 0;
-    double want = ceil(1.5 * c->turnaround_s / iter_gpu_s);
+    double want = ceil(1.5 * turnaround_s / iter_gpu_s);
     return want < 1 ? 1 : want > (double)c->gate_cap_initial ? c->gate_cap_initial
                                                               : (Py_ssize_t)want;
 }
@@ -356,7 +361,8 @@ static int count_gap(cuda_ctx *c)
     return 0;
 }
 
-/* Keep a read batch's samples: out[i] the figure, the side arrays the rest. */
+/* Keep a read batch's samples: out[i] the figure, the side arrays the rest (a deferring
+ * timer's figure, span and counts are filled in by finish_reads). */
 static int keep_samples(cuda_ctx *c, Py_ssize_t n, double *out)
 {
     if (side_reserve(&c->side, c->side.n + n) < 0)
@@ -381,12 +387,10 @@ static int read_batch(cuda_ctx *c, Py_ssize_t n, double *out, int warmup, int fi
 {
     kb_gpu_timer *t = c->timer;
     int keep = !(warmup || (fired && c->gate_cap > 1));
-    int flags = (!warmup && !fired ? KB_READ_NAMES : 0) | (keep ? KB_READ_KEEP : 0);
-    double read_start_s = kb_now_s();
+    int flags = (!warmup && !fired ? KB_READ_NAMES : 0) | (keep ? KB_READ_KEEP : 0) |
+                KB_READ_DEFER;
     if (t->read(t, n, flags, c->samples) < 0)
         return -1;
-    if (c->cupti && c->cupti_reads++ == 0)     /* CUPTI's first flush and collection */
-        c->cupti_first_read_s = kb_now_s() - read_start_s;
     double iter_sum_s = 0.0;
     for (Py_ssize_t i = 0; i < n; i++) {
         iter_sum_s += c->samples[i].launch_s;
@@ -398,13 +402,51 @@ static int read_batch(cuda_ctx *c, Py_ssize_t n, double *out, int warmup, int fi
     c->sub_batches++;
     c->iter_gpu_s = iter_sum_s / (double)n;
     c->last_batch_gpu_s = iter_sum_s;
-    c->bridge_n = bridge_size(c, iter_sum_s / (double)n, queue_per_iter_s, n);
+    c->bridge_n = bridge_size(c, c->turnaround_s, iter_sum_s / (double)n, queue_per_iter_s, n);
+    /* Until a turnaround after a collection has been seen, the plain one stands for it. */
+    c->bridge_n_end = bridge_size(c, c->turnaround_end_s > 0 ? c->turnaround_end_s
+                                                             : c->turnaround_s,
+                                  iter_sum_s / (double)n, queue_per_iter_s, n);
     return keep ? keep_samples(c, n, out) : 0;
 }
 
+/* The timer's deferred fields of the kept samples out[0..n), whose side arrays start at
+ * side_from: one collection for every sub-batch read since the last (n = 0 after warm-up
+ * sub-batches, whose samples are not kept: it releases what they left). */
+static int finish_reads(cuda_ctx *c, double *out, Py_ssize_t side_from, Py_ssize_t n)
+{
+    kb_gpu_timer *t = c->timer;
+    if (t->finish == NULL)
+        return 0;
+    if (n > c->deferred_cap) {
+        kb_gpu_sample *p = realloc(c->deferred, (size_t)n * sizeof *p);
+        if (p == NULL) {
+            PyErr_NoMemory();
+            return -1;
+        }
+        c->deferred = p;
+        c->deferred_cap = n;
+    }
+    double start_s = kb_now_s();
+    if (t->finish(t, n, c->deferred) < 0)
+        return -1;
+    if (c->cupti && c->cupti_reads++ == 0)     /* CUPTI's first flush and collection */
+        c->cupti_first_read_s = kb_now_s() - start_s;
+    for (Py_ssize_t i = 0; i < n; i++) {
+        const kb_gpu_sample *d = &c->deferred[i];
+        out[i] = d->time_s;
+        c->side.span_s[side_from + i] = d->span_s;
+        c->side.kernels[side_from + i] = d->kernels;
+        c->side.copies[side_from + i] = d->copies;
+    }
+    return 0;
+}
+
 /* Queue and run one gated sub-batch of n <= gate_cap iterations; out[i] gets sample i.
- * *fired is set when the watchdog had to open the gate. */
-static int run_sub_batch(cuda_ctx *c, Py_ssize_t n, double *out, int warmup, int *fired)
+ * *fired is set when the watchdog had to open the gate. ends: the timer's collection and the
+ * loop's rule follow it, so its bridge covers the longer turnaround. */
+static int run_sub_batch(cuda_ctx *c, Py_ssize_t n, double *out, int warmup, int ends,
+                         int *fired)
 {
     *fired = 0;
     double queue_start_s = kb_now_s();
@@ -420,10 +462,13 @@ static int run_sub_batch(cuda_ctx *c, Py_ssize_t n, double *out, int warmup, int
     if (c->opt.gate)
         *fired = kb_gate_open(&c->gate);
     double opened_s = kb_now_s();
-    if (c->ready_at_s > 0)
+    if (c->ready_at_s > 0 && c->prev_ended)
+        c->turnaround_end_s = opened_s - c->ready_at_s;
+    else if (c->ready_at_s > 0)
         c->turnaround_s = opened_s - c->ready_at_s;
+    c->prev_ended = ends;
     double queue_per_iter_s = (opened_s - queue_start_s) / (double)n;
-    Py_ssize_t bridge = failed ? 0 : c->bridge_n;
+    Py_ssize_t bridge = failed ? 0 : ends ? c->bridge_n_end : c->bridge_n;
     if (queue_bridge(c, bridge, bridge_end) < 0)
         failed = 1;
     if (wait_batch(c, marker, failed) < 0)
@@ -549,6 +594,13 @@ static void note_timestamp_steps(cuda_ctx *c, kb_backend *b, const double *out, 
     }
 }
 
+/* Samples whose timer fields wait for one collection: CUPTI flushes once per loop batch (or
+ * per this many samples of a long one) instead of once per gated sub-batch. A 0.02 s cupti
+ * bench of a 4 MB torch.mul made 34 flushes on the H200, a default-length one 500-700, and
+ * libcupti keeps 72 B of host memory per flush (NOTES.md). The bound keeps the records held
+ * between flushes (CUPTI's buffers, the trace's arrays) to a few MB. */
+#define KB_DEFER_MAX 8192
+
 /* The loop's batch of n: sub-batches of at most gate_cap (in burst, of BURST_BATCH_S GPU time,
  * each after the GPU has recovered). */
 static int cuda_run_batch(kb_backend *b, Py_ssize_t n, double *out, int warmup)
@@ -565,7 +617,7 @@ static int cuda_run_batch(kb_backend *b, Py_ssize_t n, double *out, int warmup)
         c->load_started = 1;
     }
     int burst = !warmup && c->opt.regime == KB_REGIME_BURST;
-    Py_ssize_t done = 0;
+    Py_ssize_t done = 0, finished = 0, side_from = c->side.n;
     while (done < n) {
         Py_ssize_t k = n - done < c->gate_cap ? n - done : c->gate_cap;
         if (burst) {
@@ -575,7 +627,8 @@ static int cuda_run_batch(kb_backend *b, Py_ssize_t n, double *out, int warmup)
                 return -1;
         }
         int fired = 0;
-        int rc = run_sub_batch(c, k, out + done, warmup, &fired);
+        int ends = done + k == n || done + k - finished >= KB_DEFER_MAX;
+        int rc = run_sub_batch(c, k, out + done, warmup, ends, &fired);
         if (burst) {
             c->last_batch_end_s = kb_now_s();
             c->burst_batches++;
@@ -588,7 +641,16 @@ static int cuda_run_batch(kb_backend *b, Py_ssize_t n, double *out, int warmup)
             continue;
         }
         done += k;
+        /* The timer's records of a long batch are collected every KB_DEFER_MAX samples. */
+        if (done - finished >= KB_DEFER_MAX && done < n) {
+            if (finish_reads(c, out + finished, side_from + finished,
+                             warmup ? 0 : done - finished) < 0)
+                return -1;
+            finished = done;
+        }
     }
+    if (finish_reads(c, out + finished, side_from + finished, warmup ? 0 : done - finished) < 0)
+        return -1;
     if (!warmup && c->timer->stepped && n > 0)
         note_timestamp_steps(c, b, out, n);
     return warmup ? 0 : c->timer->check(c->timer);
@@ -973,10 +1035,11 @@ static PyObject *cuda_dict(cuda_ctx *c, const char *backend, double sampling_s)
     if (cuda == NULL)
         return NULL;
     if (kb_dict_set_steal(cuda, "keep_busy",
-                          Py_BuildValue("{s:O,s:n,s:n,s:d,s:d}", "enabled",
+                          Py_BuildValue("{s:O,s:n,s:n,s:d,s:d,s:d}", "enabled",
                                         c->opt.keep_busy ? Py_True : Py_False, "bridges",
                                         c->bridges, "iterations", c->bridge_iters, "gpu_s",
-                                        c->bridge_gpu_s, "turnaround_s", c->turnaround_s)) < 0 ||
+                                        c->bridge_gpu_s, "turnaround_s", c->turnaround_s,
+                                        "turnaround_end_s", c->turnaround_end_s)) < 0 ||
         kb_dict_set_steal(cuda, "regime", regime_dict(c)) < 0 ||
         kb_dict_set_steal(cuda, "stepped_min_sampling_s",
                           PyFloat_FromDouble(c->stepped ? KB_STEPPED_MIN_SAMPLING_S : 0.0)) < 0 ||
@@ -1053,6 +1116,7 @@ static void step_teardown(cuda_ctx *c, PyObject *out)
         kb_measure_lock_release(c->m);
     PyErr_Restore(et, ev, etb);
     free(c->samples);
+    free(c->deferred);
     side_free(&c->side);
     kb_cuda_options_fini(&c->opt);
 }

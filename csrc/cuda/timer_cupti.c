@@ -8,9 +8,15 @@
  * sentinel whose record coming back shows that every record of the batch did. Untimed work
  * queued between batches (keep-busy bridges) runs with the device records switched off, so a
  * forced flush does not wait on it (KBENCH_CUPTI_BRIDGE_RECORDS=on keeps them on: a diagnosis).
+ *
+ * Deferred reads. A read with KB_READ_DEFER only notes the ids of the samples it keeps (a
+ * segment); `finish` collects every segment since the last one with a single flush, after the
+ * pipeline has waited for the last sub-batch, whose sentinel stands for all of them. The ids
+ * between segments (sentinels, sub-batches the watchdog spoiled) are collected and dropped.
  */
 #include "cuda_backend.h"
 
+#include <math.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -24,10 +30,17 @@ typedef struct {
     int foreign;                    /* another CUPTI subscriber was present */
     int bridge_records;             /* keep device records on while bridges are queued */
     int records_off;
-    kb_iter_activity *acts;         /* cap */
     uint64_t next_id;               /* external correlation id of the next sample */
     uint64_t first_id, sentinel_id; /* of the batch being queued */
     Py_ssize_t unattributed;        /* kept samples with no attributed activity */
+    /* reads since the last finish: the kept ones as segments of ids */
+    struct cupti_segment { uint64_t first_id; Py_ssize_t n; int names; } *segs;
+    Py_ssize_t n_segs, segs_cap;
+    int unread;                     /* a batch was read but not yet collected */
+    uint64_t last_sentinel;         /* the sentinel of the last batch read */
+    kb_iter_activity *acts;         /* acts_cap: one collection's ids, first to last segment */
+    unsigned char *names_of;        /* acts_cap */
+    Py_ssize_t acts_cap;
 } cupti_timer;
 
 static int cupti_batch_begin(kb_gpu_timer *t, Py_ssize_t n)
@@ -90,27 +103,116 @@ static int cupti_untimed(kb_gpu_timer *t, int begin)
     return t->inner->untimed(t->inner, begin);
 }
 
+/* Grow acts and names_of to hold n ids. */
+static int reserve_ids(cupti_timer *c, Py_ssize_t n)
+{
+    if (n <= c->acts_cap)
+        return 0;
+    Py_ssize_t cap = c->acts_cap > 0 ? c->acts_cap : 64;
+    while (cap < n)
+        cap *= 2;
+    kb_iter_activity *acts = realloc(c->acts, (size_t)cap * sizeof *acts);
+    if (acts == NULL) {
+        PyErr_NoMemory();
+        return -1;
+    }
+    c->acts = acts;
+    unsigned char *names_of = realloc(c->names_of, (size_t)cap);
+    if (names_of == NULL) {
+        PyErr_NoMemory();
+        return -1;
+    }
+    c->names_of = names_of;
+    c->acts_cap = cap;
+    return 0;
+}
+
+/* One flush for every batch read since the last collection; out gets the kept samples'
+ * CUPTI fields in read order (n of them: as many as the segments hold). */
+static int collect_segments(cupti_timer *c, Py_ssize_t n, kb_gpu_sample *out)
+{
+    Py_ssize_t kept = 0, n_segs = c->n_segs;
+    for (Py_ssize_t s = 0; s < n_segs; s++)
+        kept += c->segs[s].n;
+    c->n_segs = 0;
+    c->unread = 0;
+    if (kept != n) {
+        PyErr_Format(kb_get_state(c->m)->KbenchError, "internal: the CUPTI timer holds %zd "
+                     "deferred samples, the pipeline asked for %zd", kept, n);
+        return -1;
+    }
+    uint64_t lo = n_segs > 0 ? c->segs[0].first_id : 0;
+    uint64_t hi = n_segs > 0 ? c->segs[n_segs - 1].first_id + (uint64_t)c->segs[n_segs - 1].n
+                             : 0;
+    Py_ssize_t span = (Py_ssize_t)(hi - lo);
+    if (reserve_ids(c, span) < 0)
+        return -1;
+    int any_names = 0;
+    if (span > 0)
+        memset(c->names_of, 0, (size_t)span);
+    for (Py_ssize_t s = 0; s < n_segs; s++)
+        if (c->segs[s].names) {
+            memset(c->names_of + (c->segs[s].first_id - lo), 1, (size_t)c->segs[s].n);
+            any_names = 1;
+        }
+    if (kb_cupti_collect(c->m, c->trace, lo, span, c->acts, any_names ? c->names_of : NULL,
+                         c->last_sentinel) < 0)
+        return -1;
+    double ticks = kb_cupti_ticks_per_ns(c->trace);
+    Py_ssize_t k = 0;
+    for (Py_ssize_t s = 0; s < n_segs; s++)
+        for (Py_ssize_t i = 0; i < c->segs[s].n; i++, k++) {
+            const kb_iter_activity *a = &c->acts[c->segs[s].first_id - lo + (uint64_t)i];
+            out[k].kernels = a->kernels;
+            out[k].copies = a->memcpys + a->memsets;
+            out[k].span_s = a->last_end > a->first_start && a->first_start != UINT64_MAX
+                                ? (double)(a->last_end - a->first_start) * 1e-9 / ticks
+                                : 0.0;
+            out[k].time_s = (double)a->sum_ns * 1e-9;
+            if (a->kernels + a->memcpys + a->memsets == 0)
+                c->unattributed++;
+        }
+    return 0;
+}
+
 static int cupti_read(kb_gpu_timer *t, Py_ssize_t n, int flags, kb_gpu_sample *out)
 {
     cupti_timer *c = t->impl;
     if (t->inner->read(t->inner, n, flags, out) < 0)
         return -1;
-    if (kb_cupti_collect(c->m, c->trace, c->first_id, n, c->acts, (flags & KB_READ_NAMES) != 0,
-                         c->sentinel_id) < 0)
-        return -1;
-    double ticks = kb_cupti_ticks_per_ns(c->trace);
-    for (Py_ssize_t i = 0; i < n; i++) {
-        const kb_iter_activity *a = &c->acts[i];
-        out[i].kernels = a->kernels;
-        out[i].copies = a->memcpys + a->memsets;
-        out[i].span_s = a->last_end > a->first_start && a->first_start != UINT64_MAX
-                            ? (double)(a->last_end - a->first_start) * 1e-9 / ticks
-                            : 0.0;
-        out[i].time_s = (double)a->sum_ns * 1e-9;
-        if ((flags & KB_READ_KEEP) && a->kernels + a->memcpys + a->memsets == 0)
-            c->unattributed++;
+    c->unread = 1;
+    c->last_sentinel = c->sentinel_id;
+    Py_ssize_t kept = flags & KB_READ_KEEP ? n : 0;
+    if (kept > 0) {
+        if (c->n_segs == c->segs_cap) {
+            Py_ssize_t cap = c->segs_cap > 0 ? 2 * c->segs_cap : 16;
+            void *p = realloc(c->segs, (size_t)cap * sizeof *c->segs);
+            if (p == NULL) {
+                PyErr_NoMemory();
+                return -1;
+            }
+            c->segs = p;
+            c->segs_cap = cap;
+        }
+        c->segs[c->n_segs++] = (struct cupti_segment){.first_id = c->first_id, .n = n,
+                                                      .names = (flags & KB_READ_NAMES) != 0};
     }
-    return 0;
+    for (Py_ssize_t i = 0; i < n; i++) {     /* until collected */
+        out[i].time_s = out[i].span_s = NAN;
+        out[i].kernels = out[i].copies = 0;
+    }
+    if (flags & KB_READ_DEFER)
+        return 0;
+    /* At once: this batch alone (any earlier deferred reads would have been finished). */
+    return collect_segments(c, kept, out);
+}
+
+static int cupti_finish(kb_gpu_timer *t, Py_ssize_t n, kb_gpu_sample *out)
+{
+    cupti_timer *c = t->impl;
+    if (!c->unread && c->n_segs == 0 && n == 0)
+        return 0;               /* nothing queued since the last collection */
+    return collect_segments(c, n, out);
 }
 
 static int cupti_check(kb_gpu_timer *t)
@@ -161,6 +263,8 @@ static void cupti_teardown(kb_gpu_timer *t)
     if (c != NULL) {
         kb_cupti_end(c->m, c->trace);
         free(c->acts);
+        free(c->names_of);
+        free(c->segs);
         free(c);
         t->impl = NULL;
     }
@@ -173,23 +277,22 @@ int kb_timer_cupti_init(kb_gpu_timer *t, kb_gpu_timer *inner, PyObject *m,
                         int allow_foreign_subscriber)
 {
     cupti_timer *c = calloc(1, sizeof *c);
-    kb_iter_activity *acts = calloc((size_t)cap, sizeof *acts);
-    if (c == NULL || acts == NULL) {
-        free(c);
-        free(acts);
+    if (c == NULL) {
         PyErr_NoMemory();
         return -1;
     }
-    *c = (cupti_timer){.m = m, .cu = cu, .stream = stream, .ordinal = ordinal, .acts = acts,
-                       .next_id = 1};
-    if (kb_cupti_begin(m, allow_foreign_subscriber, &c->trace, &c->foreign) < 0) {
-        free(acts);
+    *c = (cupti_timer){.m = m, .cu = cu, .stream = stream, .ordinal = ordinal, .next_id = 1};
+    if (reserve_ids(c, cap) < 0 || kb_cupti_begin(m, allow_foreign_subscriber, &c->trace,
+                                                 &c->foreign) < 0) {
+        free(c->acts);
+        free(c->names_of);
         free(c);
         return -1;
     }
     if ((c->builtins = kb_builtin_get(m, cu, ordinal)) == NULL) {
         kb_cupti_end(m, c->trace);
-        free(acts);
+        free(c->acts);
+        free(c->names_of);
         free(c);
         return -1;
     }
@@ -198,8 +301,8 @@ int kb_timer_cupti_init(kb_gpu_timer *t, kb_gpu_timer *inner, PyObject *m,
     *t = (kb_gpu_timer){.name = "cupti", .impl = c, .inner = inner, .stepped = 1,
                         .batch_begin = cupti_batch_begin, .sample_start = cupti_sample_start,
                         .sample_end = cupti_sample_end, .batch_end = cupti_batch_end,
-                        .untimed = cupti_untimed, .read = cupti_read, .check = cupti_check,
-                        .start_mark = cupti_start_mark, .report = cupti_report,
-                        .teardown = cupti_teardown};
+                        .untimed = cupti_untimed, .read = cupti_read, .finish = cupti_finish,
+                        .check = cupti_check, .start_mark = cupti_start_mark,
+                        .report = cupti_report, .teardown = cupti_teardown};
     return 0;
 }

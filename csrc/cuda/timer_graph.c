@@ -36,9 +36,24 @@ static int graph_read(kb_gpu_timer *t, Py_ssize_t n, int flags, kb_gpu_sample *o
     const graph_timer *g = t->impl;
     if (t->inner->read(t->inner, n, flags, out) < 0)
         return -1;
+    int deferred = (flags & KB_READ_DEFER) && t->inner->finish != NULL;
+    for (Py_ssize_t i = 0; i < n; i++) {
+        out[i].bracket_s /= g->unroll;
+        if (!deferred) {
+            out[i].time_s /= g->unroll;
+            out[i].span_s /= g->unroll;
+        }
+    }
+    return 0;
+}
+
+static int graph_finish(kb_gpu_timer *t, Py_ssize_t n, kb_gpu_sample *out)
+{
+    const graph_timer *g = t->impl;
+    if (t->inner->finish(t->inner, n, out) < 0)
+        return -1;
     for (Py_ssize_t i = 0; i < n; i++) {
         out[i].time_s /= g->unroll;
-        out[i].bracket_s /= g->unroll;
         out[i].span_s /= g->unroll;
     }
     return 0;
@@ -76,7 +91,9 @@ int kb_timer_graph_init(kb_gpu_timer *t, kb_gpu_timer *inner, double unroll)
                         .stepped = inner->stepped, .batch_begin = graph_batch_begin,
                         .sample_start = graph_sample_start, .sample_end = graph_sample_end,
                         .batch_end = graph_batch_end, .untimed = graph_untimed,
-                        .read = graph_read, .check = graph_check,
+                        .read = graph_read,
+                        .finish = inner->finish != NULL ? graph_finish : NULL,
+                        .check = graph_check,
                         .start_mark = graph_start_mark, .report = graph_report,
                         .teardown = graph_teardown};
     return 0;
