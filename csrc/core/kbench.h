@@ -223,6 +223,11 @@ struct kb_backend {
      * never runs past the stop rule's next check and the loop stops within that check's 1/16
      * of the samples. The CUDA backends keep their long batches (a batch costs a collection). */
     int prompt_stop;
+    /* Set by the backend (0 otherwise): what a sampling batch costs it, over and above its
+     * samples, makes batches shorter than this wasteful. Sampling then starts at a batch this
+     * long (at the warm-up's pace), grows to it whatever the time budget, and its last batch is
+     * cut to end about at max_time_s. */
+    double min_batch_s;
 };
 
 typedef struct {

@@ -308,7 +308,8 @@ static double window_min(const double *x, Py_ssize_t n)
  * Untimed warm-up batches grow 1, 2, 4, ... so a slow callable is not overrun and a fast one
  * does not pay a clock read per call; timed ones are windows of >= 5 calls and >= 5 ms after a
  * first call of its own (first calls pay for page faults, lazy set-up and cold code). */
-static int warm_up(kb_backend *b, const kb_loop_config *cfg, kb_loop_result *res)
+static int warm_up(kb_backend *b, const kb_loop_config *cfg, kb_loop_result *res,
+                   double *per_call_out)
 {
     int judge = b->warmup_timed && cfg->warmup_tol > 0 && cfg->warmup_s > 0;
     Py_ssize_t batch = 1, scratch_cap = 0, batches = 0;
@@ -388,6 +389,7 @@ static int warm_up(kb_backend *b, const kb_loop_config *cfg, kb_loop_result *res
         goto error;
     b->min_sampling_s = floor_s;
     res->warmup_s = kb_now_s() - t_start;
+    *per_call_out = per_call;
     free(scratch);
     return 0;
 
@@ -416,13 +418,24 @@ int kb_loop_run(kb_backend *b, const kb_loop_config *cfg, kb_loop_result *res)
     memset(res, 0, sizeof *res);
     if (kb_criterion_init(&crit, cfg->criterion, cfg->target, cfg->ci_level) < 0)
         return -1;
-    if (warm_up(b, cfg, res) < 0)
+    double warm_per_call = 0.0;
+    if (warm_up(b, cfg, res, &warm_per_call) < 0)
         goto error;
 
     /* Sampling. The rule is checked when the count has grown by ~1/16 since the last check,
      * so its O(n log n) cost stays a small fraction of the loop. */
     Py_ssize_t batch = 1, batches = 0;
     Py_ssize_t next_check = cfg->min_samples;
+    /* Batches grow while they take under 1% of the time budget, or the backend's own minimum.
+     * With one, the first batch is that long at the warm-up's last pace (agreed with ranks),
+     * not 1, 2, 4, ... calls, each a collection. */
+    double grow_below_s = cfg->max_time_s * 0.01;
+    if (b->min_batch_s > grow_below_s)
+        grow_below_s = b->min_batch_s;
+    if (b->min_batch_s > 0 && warm_per_call > 0) {
+        double want = floor(b->min_batch_s / warm_per_call);
+        batch = want < 1 ? 1 : want > (double)cfg->batch_max ? cfg->batch_max : (Py_ssize_t)want;
+    }
     double t0 = kb_now_s();
     res->stop = KB_STOP_RUNNING;
     while (res->stop == KB_STOP_RUNNING) {
@@ -437,8 +450,15 @@ int kb_loop_run(kb_backend *b, const kb_loop_config *cfg, kb_loop_result *res)
         /* Under a sampling floor the rule is first asked at the floor: a batch planned at the
          * doubled size would run far past it (stepped CUPTI figures sampled 0.32-0.37 s
          * against a 0.2 s floor), so it ends near the floor at the pace so far. */
-        if (cfg->ranks == NULL)     /* with ranks every batch size must be agreed */
-            k = floor_fit(b, res->n, kb_now_s() - t0, k);
+        if (cfg->ranks == NULL) {   /* with ranks every batch size must be agreed */
+            double so_far = kb_now_s() - t0;
+            k = floor_fit(b, res->n, so_far, k);
+            /* Batches past 1% of the budget: the last one ends about at the time cap. */
+            if (b->min_batch_s > 0 && res->n >= cfg->min_samples && so_far > 0) {
+                double fit = ceil((cfg->max_time_s - so_far) / (so_far / (double)res->n));
+                k = fit < 1 ? 1 : fit < (double)k ? (Py_ssize_t)fit : k;
+            }
+        }
         if (reserve(res, res->n + k) < 0)
             goto error;
         if (b->run_batch(b, k, res->samples + res->n, 0) < 0 || PyErr_CheckSignals() < 0)
@@ -472,8 +492,8 @@ int kb_loop_run(kb_backend *b, const kb_loop_config *cfg, kb_loop_result *res)
             res->stop = KB_STOP_ITER_CAP;
         else if (elapsed >= cfg->max_time_s && res->n >= cfg->min_samples)
             res->stop = KB_STOP_TIME_CAP;
-        /* Grow the batch while a batch takes under ~1% of the time budget. */
-        if (batch < cfg->batch_max && elapsed < cfg->max_time_s * 0.01 * (double)res->n / batch)
+        /* Grow the batch while a batch takes under grow_below_s. */
+        if (batch < cfg->batch_max && elapsed < grow_below_s * (double)res->n / batch)
             batch *= 2;
         if (batch > cfg->batch_max)
             batch = cfg->batch_max;

@@ -49,8 +49,9 @@ struct kb_gpu_timer {
      * timer undoes what start did without clobbering the pending exception. */
     int (*sample_start)(kb_gpu_timer *t, Py_ssize_t i);
     int (*sample_end)(kb_gpu_timer *t, Py_ssize_t i, int ok);
-    /* After the batch's last sample, before the pipeline's end-of-batch marker. */
-    int (*batch_end)(kb_gpu_timer *t);
+    /* After the batch's last sample, before the pipeline's end-of-batch marker. collected: the
+     * next finish follows this batch's read (it is the last one that finish collects). */
+    int (*batch_end)(kb_gpu_timer *t, int collected);
     /* Untimed work (keep-busy bridges) is about to be queued (begin = 1), or has been (0). */
     int (*untimed)(kb_gpu_timer *t, int begin);
     /* The device has run the batch: read its n samples into out. flags: KB_READ_NAMES, the

@@ -259,7 +259,7 @@ static int count_bridge(cuda_ctx *c, Py_ssize_t p)
 
 /* sample, queue: n samples behind the (closed) gate, each
  * [pre_sample] [flush] start(i) fn end(i); then the timer's end of batch. */
-static int queue_samples(cuda_ctx *c, Py_ssize_t n, int warmup)
+static int queue_samples(cuda_ctx *c, Py_ssize_t n, int warmup, int ends)
 {
     kb_gpu_timer *t = c->timer;
     const char *phase = warmup ? "a warm-up" : "a timed";
@@ -278,7 +278,7 @@ static int queue_samples(cuda_ctx *c, Py_ssize_t n, int warmup)
         if (t->sample_end(t, i, ok) < 0)
             return -1;
     }
-    return t->batch_end(t);
+    return t->batch_end(t, ends);
 }
 
 /* bridge: untimed iterations queued while the GPU runs the sub-batch, to keep it busy through
@@ -452,7 +452,7 @@ static int run_sub_batch(cuda_ctx *c, Py_ssize_t n, double *out, int warmup, int
     double queue_start_s = kb_now_s();
     if (c->opt.gate && kb_gate_close(c->m, c->cu, &c->gate, c->opt.stream) < 0)
         return -1;
-    int failed = queue_samples(c, n, warmup) < 0;
+    int failed = queue_samples(c, n, warmup, ends) < 0;
     /* A marker after the batch: the next batch's first event, minus this (or minus the end of
      * the bridge after it), is the time the GPU sat idle between the two. */
     CUevent marker = c->marks[c->sub_batches & 1];
@@ -600,6 +600,11 @@ static void note_timestamp_steps(cuda_ctx *c, kb_backend *b, const double *out, 
  * libcupti keeps 72 B of host memory per flush (NOTES.md). The bound keeps the records held
  * between flushes (CUPTI's buffers, the trace's arrays) to a few MB. */
 #define KB_DEFER_MAX 8192
+
+/* A loop batch costs the CUPTI timer a collection (a flush, ~0.2-0.5 ms of host time on the
+ * H200), whatever its length: sampling batches of at least this long (the loop's own rule is
+ * 1% of max_time_s: 0.2 ms batches in a 0.02 s bench, 55 flushes a bench). */
+#define KB_COLLECT_MIN_BATCH_S 0.002
 
 /* The loop's batch of n: sub-batches of at most gate_cap (in burst, of BURST_BATCH_S GPU time,
  * each after the GPU has recovered). */
@@ -888,6 +893,8 @@ static int step_sample(cuda_ctx *c, const kb_loop_config *cfg, kb_loop_result *r
 {
     kb_backend backend = {.name = c->timer->name, .ctx = c, .run_batch = cuda_run_batch,
                           .keep_warming = cuda_keep_warming};
+    if (c->timer->finish != NULL)
+        backend.min_batch_s = KB_COLLECT_MIN_BATCH_S;
     if (kb_loop_run(&backend, cfg, res) < 0)
         return -1;
     if (c->bridge_pending) {         /* the last bridge may still run */
@@ -1012,7 +1019,7 @@ static PyObject *cuda_dict(cuda_ctx *c, const char *backend, double sampling_s)
         Py_INCREF(clocks);
     const side_arrays *sd = &c->side;
     PyObject *cuda = Py_BuildValue(
-        "{s:s,s:N,s:N,s:N,s:N,s:O,s:N,s:{s:O,s:n,s:n,s:n,s:n,s:d},s:n,s:n,s:d,s:K,s:O,s:d,s:d,"
+        "{s:s,s:N,s:N,s:N,s:N,s:O,s:N,s:{s:O,s:n,s:n,s:n,s:n,s:d,s:n},s:n,s:n,s:d,s:K,s:O,s:d,s:d,"
         "s:i,s:K,s:{s:O,s:d,s:d,s:d,s:d},s:{s:n,s:d,s:d}}",
         "backend", backend,
         "events_s", kb_array_copy(sd->events_s, sd->n, NPY_FLOAT64, sizeof(double)),
@@ -1022,7 +1029,7 @@ static PyObject *cuda_dict(cuda_ctx *c, const char *backend, double sampling_s)
         "names", Py_None, "clocks", clocks,
         "gate", "enabled", c->opt.gate ? Py_True : Py_False, "batch", c->gate_cap_initial,
         "batch_final", c->gate_cap, "watchdog_fired", c->gate_fired, "fired_kept",
-        c->gate_fired_kept, "timeout_s", c->opt.gate_timeout_s,
+        c->gate_fired_kept, "timeout_s", c->opt.gate_timeout_s, "sub_batches", c->sub_batches,
         "flush_bytes", (Py_ssize_t)c->flusher.bytes, "arg_sets", c->n_sets,
         "unroll", c->opt.unroll, "persisting_l2_limit_bytes",
         (unsigned long long)c->persisting_limit, "cupti_foreign_subscriber", Py_False,

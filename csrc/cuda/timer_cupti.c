@@ -70,9 +70,14 @@ static int cupti_sample_end(kb_gpu_timer *t, Py_ssize_t i, int ok)
     return t->inner->sample_end(t->inner, i, ok);
 }
 
-static int cupti_batch_end(kb_gpu_timer *t)
+static int cupti_batch_end(kb_gpu_timer *t, int collected)
 {
     cupti_timer *c = t->impl;
+    /* Only the last batch before a collection needs one: its record stands for every batch
+     * read since the last (records come back in launch order). Each launch also costs host
+     * memory libcupti keeps once the process has captured a graph. */
+    if (!collected)
+        return t->inner->batch_end(t->inner, collected);
     if (kb_cupti_push(c->m, c->trace, c->next_id) < 0)
         return -1;
     int failed = KB_CU(c->m, c->cu->cuLaunchKernel(c->builtins->empty, 1, 1, 1, 32, 1, 1, 0,
@@ -84,7 +89,7 @@ static int cupti_batch_end(kb_gpu_timer *t)
     c->sentinel_id = c->next_id++;
     if (failed)
         return -1;
-    return t->inner->batch_end(t->inner);
+    return t->inner->batch_end(t->inner, collected);
 }
 
 static int cupti_untimed(kb_gpu_timer *t, int begin)

@@ -34,7 +34,7 @@ static int events_sample_end(kb_gpu_timer *t, Py_ssize_t i, int ok)
     return KB_CU(e->m, e->cu->cuEventRecord(e->ev[2 * i + 1], e->stream));
 }
 
-static int events_batch_end(kb_gpu_timer *t) { return 0; }
+static int events_batch_end(kb_gpu_timer *t, int collected) { return 0; }
 
 static int events_untimed(kb_gpu_timer *t, int begin) { return 0; }
 

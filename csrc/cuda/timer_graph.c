@@ -27,7 +27,10 @@ static int graph_sample_end(kb_gpu_timer *t, Py_ssize_t i, int ok)
     return t->inner->sample_end(t->inner, i, ok);
 }
 
-static int graph_batch_end(kb_gpu_timer *t) { return t->inner->batch_end(t->inner); }
+static int graph_batch_end(kb_gpu_timer *t, int collected)
+{
+    return t->inner->batch_end(t->inner, collected);
+}
 
 static int graph_untimed(kb_gpu_timer *t, int begin) { return t->inner->untimed(t->inner, begin); }
 
