@@ -31,10 +31,7 @@ typedef struct {
     uint32_t copies;        /* memcpys + memsets attributed (cupti), else 0 */
 } kb_gpu_sample;
 
-/* KB_READ_DEFER: the timer may leave time_s, span_s, kernels and copies of kept samples to
- * `finish` (bracket_s and launch_s are always read at once: the pipeline sizes bridges and
- * counts gaps from them per sub-batch). */
-enum { KB_READ_NAMES = 1, KB_READ_KEEP = 2, KB_READ_DEFER = 4 };
+enum { KB_READ_NAMES = 1, KB_READ_KEEP = 2 };
 
 typedef struct kb_gpu_timer kb_gpu_timer;
 struct kb_gpu_timer {
@@ -57,11 +54,13 @@ struct kb_gpu_timer {
     /* The device has run the batch: read its n samples into out. flags: KB_READ_NAMES, the
      * batch counts towards the per-name activity table; KB_READ_KEEP, its samples are kept. */
     int (*read)(kb_gpu_timer *t, Py_ssize_t n, int flags, kb_gpu_sample *out);
-    /* NULL for a timer that never defers. Else: every read since the last finish has run on
-     * the device; fill the deferred fields of the n samples those reads kept, in read order
-     * (n may be 0: release what the discarded reads left). CUPTI makes one flush here instead
-     * of one per sub-batch: libcupti keeps 72 B of host memory per flush, for good, and each
-     * costs the host a turnaround. */
+    /* NULL for a timer whose reads are complete. Else its reads fill only bracket_s and
+     * launch_s (the pipeline sizes bridges and counts gaps from them per sub-batch), and
+     * finish, called once the device has run every batch read since the last finish, fills
+     * time_s, span_s, kernels and copies of the n samples those reads kept, in read order (n
+     * may be 0: release what discarded reads left). CUPTI makes one flush here instead of one
+     * per sub-batch: libcupti keeps 72 B of host memory per flush, for good, and each costs
+     * the host a turnaround. */
     int (*finish)(kb_gpu_timer *t, Py_ssize_t n, kb_gpu_sample *out);
     /* After a timed batch of the loop: raise when the kept samples cannot stand (cupti: a
      * sample with no attributed activity, the callable launched nothing it could see). */

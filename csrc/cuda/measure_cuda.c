@@ -387,8 +387,7 @@ static int read_batch(cuda_ctx *c, Py_ssize_t n, double *out, int warmup, int fi
 {
     kb_gpu_timer *t = c->timer;
     int keep = !(warmup || (fired && c->gate_cap > 1));
-    int flags = (!warmup && !fired ? KB_READ_NAMES : 0) | (keep ? KB_READ_KEEP : 0) |
-                KB_READ_DEFER;
+    int flags = (!warmup && !fired ? KB_READ_NAMES : 0) | (keep ? KB_READ_KEEP : 0);
     if (t->read(t, n, flags, c->samples) < 0)
         return -1;
     double iter_sum_s = 0.0;
@@ -595,15 +594,15 @@ static void note_timestamp_steps(cuda_ctx *c, kb_backend *b, const double *out, 
 }
 
 /* Samples whose timer fields wait for one collection: CUPTI flushes once per loop batch (or
- * per this many samples of a long one) instead of once per gated sub-batch. A 0.02 s cupti
- * bench of a 4 MB torch.mul made 34 flushes on the H200, a default-length one 500-700, and
- * libcupti keeps 72 B of host memory per flush (NOTES.md). The bound keeps the records held
- * between flushes (CUPTI's buffers, the trace's arrays) to a few MB. */
+ * per this many samples of a long one) instead of once per gated sub-batch (500-700 flushes a
+ * default-length bench of a small kernel on the H200), and libcupti keeps 72 B of host memory
+ * per flush (NOTES.md). The bound keeps the records held between flushes (CUPTI's buffers,
+ * the trace's arrays) to a few MB. */
 #define KB_DEFER_MAX 8192
 
-/* A loop batch costs the CUPTI timer a collection (a flush, ~0.2-0.5 ms of host time on the
- * H200), whatever its length: sampling batches of at least this long (the loop's own rule is
- * 1% of max_time_s: 0.2 ms batches in a 0.02 s bench, 55 flushes a bench). */
+/* A loop batch costs the CUPTI timer a collection (a flush and a host turnaround), whatever
+ * its length: sampling batches of at least this long (the loop's own rule is 1% of max_time_s:
+ * 0.2 ms batches in a 0.02 s bench, 55 flushes a bench on the H200; 6.3-6.7 with it). */
 #define KB_COLLECT_MIN_BATCH_S 0.002
 
 /* The loop's batch of n: sub-batches of at most gate_cap (in burst, of BURST_BATCH_S GPU time,

@@ -9,8 +9,7 @@
  * queued between batches (keep-busy bridges) runs with the device records switched off, so a
  * forced flush does not wait on it (KBENCH_CUPTI_BRIDGE_RECORDS=on keeps them on: a diagnosis).
  *
- * Deferred reads. A read with KB_READ_DEFER only notes the ids of the samples it keeps (a
- * segment); `finish` collects every segment since the last one with a single flush, after the
+ * Deferred reads. A read only notes the ids of the samples it keeps (a segment); `finish` collects every segment since the last one with a single flush, after the
  * pipeline has waited for the last sub-batch, whose sentinel stands for all of them. The ids
  * between segments (sentinels, sub-batches the watchdog spoiled) are collected and dropped.
  */
@@ -206,10 +205,7 @@ static int cupti_read(kb_gpu_timer *t, Py_ssize_t n, int flags, kb_gpu_sample *o
         out[i].time_s = out[i].span_s = NAN;
         out[i].kernels = out[i].copies = 0;
     }
-    if (flags & KB_READ_DEFER)
-        return 0;
-    /* At once: this batch alone (any earlier deferred reads would have been finished). */
-    return collect_segments(c, kept, out);
+    return 0;
 }
 
 static int cupti_finish(kb_gpu_timer *t, Py_ssize_t n, kb_gpu_sample *out)

@@ -39,7 +39,7 @@ static int graph_read(kb_gpu_timer *t, Py_ssize_t n, int flags, kb_gpu_sample *o
     const graph_timer *g = t->impl;
     if (t->inner->read(t->inner, n, flags, out) < 0)
         return -1;
-    int deferred = (flags & KB_READ_DEFER) && t->inner->finish != NULL;
+    int deferred = t->inner->finish != NULL;
     for (Py_ssize_t i = 0; i < n; i++) {
         out[i].bracket_s /= g->unroll;
         if (!deferred) {
