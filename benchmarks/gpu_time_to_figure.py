@@ -41,12 +41,14 @@ def kbench_row(r: Any, wall_s: float) -> Dict[str, Any]:
     cupti = ex.get("cupti_setup") or {}
     regime = ex.get("regime") or {}
     warm, samp = _num(st.get("warmup_s")) or 0.0, _num(st.get("sampling_s")) or 0.0
+    overlap = _num(st.get("sampling_overlap_s")) or 0.0     # sampling inside the warm-up
     busy = _num(ex.get("busy_warmup_s")) or 0.0
     return {
         "figure_us": r.median * 1e6, "wall_s": wall_s,
         "ci_rel": _num(st.get("achieved")), "stop": st.get("stop"), "n": len(r.samples),
         "busy_s": busy, "warmup_s": warm, "sampling_s": samp,
-        "overhead_s": max(wall_s - busy - warm - samp, 0.0),
+        "sampling_overlap_s": overlap, "kept_from_load_s": _num(settle.get("kept_from_load_s")),
+        "overhead_s": max(wall_s - busy - warm - (samp - overlap), 0.0),
         "settled": settle.get("settled"), "settle_at_s": _num(settle.get("at_s")),
         "settle_sm_mhz": _num(settle.get("sm_mhz")), "by_carry": settle.get("by_carry"),
         "carried_from_s_ago": _num(settle.get("carried_from_s_ago")),
@@ -126,14 +128,18 @@ class Run:
                  f"(CUPTI's set-up {f3(s['first_bench_cupti_setup_s'])} s)",
                  f"- sweep, 8 sizes: kbench {f2(s['sweep_kbench_s'], ' s')}, do_bench "
                  f"{f2(s['sweep_do_bench_s'], ' s')}", "",
+                 "Sampling counts from the first sample kept; 'of it settling' is the part "
+                 "taken while the warm-up settled (samples kept from where the readings showed "
+                 "the settled state, at 'kept from' s of load).", "",
                  "| section | case | tool | figure (us) | wall (s) | busy | warm-up | settle at "
-                 "| carried from (s ago) | sampling | overhead | CUPTI set-up | regime |",
+                 "| carried from (s ago) | sampling | of it settling | kept from | overhead "
+                 "| CUPTI set-up | regime |",
                  "| --- | --- | --- | ---: | ---: | ---: | ---: | ---: | --- | ---: | ---: | ---: "
-                 "| --- |"]
+                 "| ---: | ---: | --- |"]
         for c in r["cases"]:
             if "figure_us" not in c:
                 lines.append(f"| {c['section']} | {c['case']} | {c['tool']} | "
-                             f"{c.get('error') or c.get('skipped')} | | | | | | | | | |")
+                             f"{c.get('error') or c.get('skipped')} | | | | | | | | | | | |")
                 continue
             carried = ("-" if c.get("carried_from_s_ago") is None else
                        f"{c['carried_from_s_ago']:.2f} ({'used' if c.get('by_carry') else 'no match'})")
@@ -143,6 +149,7 @@ class Run:
                 f"| {c['section']} | {c['case']} | {c['tool']} | {c['figure_us']:.2f} | "
                 f"{c['wall_s']:.3f} | {f3(c.get('busy_s'))} | {f3(c.get('warmup_s'))} | "
                 f"{f3(c.get('settle_at_s'))} | {carried} | {f3(c.get('sampling_s'))} | "
+                f"{f3(c.get('sampling_overlap_s'))} | {f3(c.get('kept_from_load_s'))} | "
                 f"{f3(c.get('overhead_s'))} | {f3(c.get('cupti_setup_s'))} | {regime} |")
         return "\n".join(lines) + "\n"
 

@@ -29,8 +29,12 @@ def _settle_text(settle: Optional[Dict[str, Any]]) -> str:
                else "its own load did not match it: two windows")
         carried = (f"; carried the state of the measurement that ended {ago:.2f} s before "
                    f"(SM {settle.get('carried_sm_mhz') or 0:.0f} MHz): {how}")
+    kept = settle.get("samples_while_settling") or 0
+    from_s = settle.get("kept_from_load_s")
+    kept_s = (f"; {kept} samples kept from {from_s:.2f} s of load, where the readings first "
+              f"showed the settled state" if kept and from_s is not None else "")
     if settle["settled"]:
-        return f"settled after {where}{clock}{carried}{held}"
+        return f"settled after {where}{clock}{carried}{kept_s}{held}"
     return (f"NOT settled after {where}{clock}, gave up at settle_max_s={settle.get('max_s')}"
             f"{carried}{held}")
 
@@ -52,14 +56,19 @@ def _time_text(st: Dict[str, Any], cc: Dict[str, Any],
     w_note_s = f" ({'; '.join(w_note)})" if w_note else ""
     busy = extra.get("busy_warmup_s") or 0.0
     busy_s = f"busy kernel {busy:.2f}, " if busy else ""
-    s_note = f" (flush {cc['flush_s']:.2f})" if cc.get("flush_s") is not None else ""
+    # samples kept from the settle began inside the warm-up: counted once
+    overlap = st.get("sampling_overlap_s") or 0.0
+    s_notes = [f"flush {cc['flush_s']:.2f}"] if cc.get("flush_s") is not None else []
+    if overlap > 0:
+        s_notes.append(f"{overlap:.2f} of it while settling")
+    s_note = f" ({'; '.join(s_notes)})" if s_notes else ""
     o_notes = [f"flush buffer set-up {cc['setup_s']:.2f}"] if cc.get("setup_s") else []
     cupti = extra.get("cupti_setup") or {}
     if cupti.get("total_s") is not None:
         o_notes.append(f"CUPTI set-up {cupti['total_s']:.3f}")
     o_note = f" ({'; '.join(o_notes)})" if o_notes else ""
     return (f"{wall:.2f} s: {busy_s}warm-up {warm:.2f}{w_note_s}, sampling {samp:.2f}{s_note}, "
-            f"overhead {max(wall - warm - samp - busy, 0.0):.2f}{o_note}")
+            f"overhead {max(wall - warm - (samp - overlap) - busy, 0.0):.2f}{o_note}")
 
 
 def _regime_text(regime: Optional[Dict[str, Any]]) -> str:

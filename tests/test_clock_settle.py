@@ -316,3 +316,52 @@ def test_the_recorded_h200_gemm_state_is_not_carried_to_the_idle_after_it(h200_r
         k, _, _, by = carried_at(t, sm, r, pa, pi, carried_mhz=med, carried_under_limit=under,
                                  carried_ago_s=0.0, load_start_s=t[end])
         assert not by
+
+
+# ---- clock_settled_since: from where the samples taken while settling may be kept
+
+
+def test_a_clock_coming_up_keeps_samples_only_from_its_last_reading_below_the_settled_clock():
+    t, mhz, r = trace(1.0, lambda t: np.where(t < 0.3, 1410.0, 1980.0))
+    since = _core.clock_settled_since(t, mhz, r, settled_mhz=1980.0)
+    assert since == t[t < 0.3][-1]
+    # a reading within 2% (and 15 MHz) of the settled clock is the settled state
+    mhz2 = np.where(t < 0.3, 1965.0, 1980.0)
+    assert _core.clock_settled_since(t, mhz2, r, settled_mhz=1980.0) == t[0]
+
+
+def test_a_steady_load_keeps_samples_from_its_start_and_a_failed_read_proves_nothing():
+    t, mhz, r = trace(0.5, lambda t: np.full(t.size, 1980.0))
+    mhz[40] = np.nan
+    assert _core.clock_settled_since(t, mhz, r, settled_mhz=1980.0, load_start_s=0.1) == 0.1
+
+
+def test_a_limit_reason_on_an_unlimited_settle_keeps_nothing_from_before_it():
+    t, mhz, r = trace(0.8, lambda t: np.full(t.size, 1980.0))
+    r[(t > 0.2) & (t < 0.25)] = POWER_CAP
+    since = _core.clock_settled_since(t, mhz, r, settled_mhz=1980.0)
+    assert since == t[(t > 0.2) & (t < 0.25)][-1]
+
+
+def test_an_unsettled_load_keeps_nothing():
+    t, mhz, r = trace(0.5, lambda t: np.full(t.size, 1980.0))
+    assert _core.clock_settled_since(t, mhz, r, settled_mhz=None) == float("inf")
+
+
+def test_the_recorded_capped_gemm_keeps_nothing_from_before_its_settle(h200_ramp):
+    """Under a power limit the clock read 1470-1485 MHz from 0.39 s of load on, yet GEMMs ran
+    faster until the averaged power caught up (the controller's dips fall between NVML's
+    snapshots): nothing from before the settle is kept."""
+    d, end = h200_ramp, h200_ramp["load_end_i"]
+    i, med, limited = _core.clock_settled_at(d["t"][:end], d["sm"][:end], d["reasons"][:end],
+                                             d["p_avg"][:end], d["p_inst"][:end],
+                                             load_start_s=d["load_start"], power_limit_w=LIMIT_W)
+    assert limited
+    since = _core.clock_settled_since(d["t"][:i + 1], d["sm"][:i + 1], d["reasons"][:i + 1],
+                                      settled_mhz=med, under_limit=True,
+                                      load_start_s=d["load_start"])
+    assert since == d["t"][i]
+    g, loaded = d["gemm_us"], d["t"][i] - d["load_start"]
+    # what keeping the readings' matching clock would have let in: faster GEMMs
+    early = g[(g[:, 0] >= 0.3) & (g[:, 0] < 0.5), 1]
+    assert np.median(early) < 0.995 * np.median(g[g[:, 0] >= loaded, 1])

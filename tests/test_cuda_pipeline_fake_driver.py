@@ -271,3 +271,58 @@ def test_a_failed_capture_raises_a_capture_error_not_a_system_error(fake_driver)
     assert "synchronize inside capture" in msg and "stream restored" in msg
     name, msg, _ = out["end_capture_failed"]
     assert name == "CaptureError" and "cuStreamEndCapture returned CUDA_ERROR_FAKE" in msg, out
+
+
+SETTLE_KEEP = textwrap.dedent('''
+    import json, time
+    import numpy as np
+    from kbench import _core
+    fn = lambda: time.sleep(0.0001)     # a few thousand calls while settling, not millions
+    Q = dict(stream=0, min_samples=64, max_samples=20000)
+    def record(r):
+        s, cu = r["cuda"]["settle"], r["cuda"]
+        return {"settled": s["settled"], "by_carry": s["by_carry"], "at_s": s["at_s"],
+                "kept": s["samples_while_settling"], "from_load_s": s["kept_from_load_s"],
+                "n": len(r["samples"]), "events_n": len(cu["events_s"]),
+                "sampling_s": r["sampling_s"], "overlap_s": r["sampling_overlap_s"],
+                "warmup_s": r["warmup_s"], "dropped": r["tentative_dropped"],
+                "timed_sm": sorted(set(np.asarray(cu["clocks"]["sm_mhz"]).tolist())),
+                "held": cu["regime"]["held"]}
+    out = {"ramp": record(_core.measure_cuda(fn, ((),), None, **Q))}
+    out["carried"] = record(_core.measure_cuda(fn, ((),), None, **Q))
+    out["cut"] = record(_core.measure_cuda(lambda: None, ((),), None, **dict(Q, max_samples=500)))
+    print(json.dumps(out))
+''')
+
+
+def test_samples_taken_while_settling_are_kept_from_where_the_readings_show_the_settled_state(
+        fake_driver_nvml):
+    """The sustained regime times the batches that run while the load settles and keeps those
+    that began after the last reading that did not show the settled state. Through the fake
+    NVML whose SM clock reads 1410 MHz for the first 0.3 s, then 1980: the first measurement
+    keeps nothing from before the clock came up (its timed part's readings are all 1980), and
+    the next, which carries that state, keeps samples from about the warm-up's end. The loop's
+    samples and the CUDA side's records stay one-to-one, also when a free callable's millions
+    of settling calls are cut to max_samples."""
+    env = dict(os.environ, FAKE_NVML_SM_RAMP_S="0.3",
+               LD_LIBRARY_PATH=f"{fake_driver_nvml}:{os.environ.get('LD_LIBRARY_PATH', '')}")
+    p = subprocess.run([sys.executable, "-c", SETTLE_KEEP], env=env, capture_output=True,
+                       text=True, timeout=120)
+    assert p.returncode == 0, p.stderr
+    out = json.loads(p.stdout.strip().splitlines()[-1])
+    ramp, carried = out["ramp"], out["carried"]
+    # the two windows agree once the earlier one is mostly past 0.3 s
+    assert ramp["settled"] is True and ramp["by_carry"] is False and ramp["at_s"] >= 0.6
+    assert ramp["kept"] > 0 and ramp["from_load_s"] >= 0.29
+    assert ramp["timed_sm"] == [1980.0] and ramp["held"] is True
+    assert carried["settled"] is True and carried["by_carry"] is True
+    assert carried["kept"] > 0 and carried["from_load_s"] < 0.1
+    assert carried["timed_sm"] == [1980.0]
+    assert ramp["dropped"] > 0 and carried["dropped"] == 0
+    # a free callable: only the last max_samples of its settling calls are held
+    cut = out["cut"]
+    assert cut["by_carry"] is True and cut["kept"] == cut["n"] == 500 and cut["dropped"] > 500
+    for r in (ramp, carried, cut):
+        assert r["n"] == r["events_n"]
+        # the sampling began with the kept samples, inside the warm-up's settle
+        assert 0 < r["overlap_s"] <= r["sampling_s"] and r["overlap_s"] < r["warmup_s"]

@@ -125,3 +125,20 @@ def test_a_result_saved_without_the_breakdown_prints_no_time_row():
     d = r.to_dict()
     del d["stop"]["wall_s"]
     assert "Time:" not in repr(kbench.Result.from_dict(d))
+
+
+def test_sampling_kept_from_the_settle_is_counted_once_in_the_time_row():
+    """A CUDA result whose first samples were taken while the warm-up settled: the Time row says
+    how much of the sampling ran then and leaves it out of the overhead, and the settle row
+    says from how far into the load the samples were kept."""
+    from kbench.result import _settle_text, _time_text
+    st = {"wall_s": 0.40, "warmup_s": 0.30, "sampling_s": 0.25, "sampling_overlap_s": 0.20}
+    settle = {"settled": True, "at_s": 0.30, "sm_mhz": 1980.0, "by_carry": False,
+              "samples_while_settling": 700, "kept_from_load_s": 0.12}
+    row = _time_text(st, {}, {"clock_settle": settle})
+    assert "sampling 0.25 (0.20 of it while settling)" in row
+    assert "overhead 0.05" in row          # 0.40 - 0.30 - (0.25 - 0.20)
+    assert "700 samples kept from 0.12 s of load" in _settle_text(settle)
+    st.pop("sampling_overlap_s")
+    row = _time_text(st, {}, {"clock_settle": settle})
+    assert "while settling" not in row and "overhead 0.00" in row

@@ -200,9 +200,11 @@ typedef struct kb_backend kb_backend;
 struct kb_backend {
     const char *name;           /* "host", "events", "cupti", "graph" */
     void *ctx;                  /* backend-private */
-    /* Time n iterations, writing n durations in seconds to out. `warmup` is 1 during warm-up
-     * (the backend may skip bookkeeping). 0, or -1 with a Python exception set. */
-    int (*run_batch)(kb_backend *b, Py_ssize_t n, double *out, int warmup);
+    /* Time n iterations, writing n durations in seconds to out. `kind` is KB_BATCH_WARMUP
+     * during warm-up (the backend may skip bookkeeping), KB_BATCH_TENTATIVE while it settles
+     * with settled_keep (timed and kept like a sample until settled_keep decides), else
+     * KB_BATCH_SAMPLE. 0, or -1 with a Python exception set. */
+    int (*run_batch)(kb_backend *b, Py_ssize_t n, double *out, int kind);
     /* Optional. Asked after each warm-up batch once the loop's own warm-up rule is met: 1 while
      * the device still needs warming up (its clock has not settled), 0 when done, -1 with an
      * exception. `elapsed_s` is the warm-up's wall time so far. */
@@ -228,7 +230,18 @@ struct kb_backend {
      * long (at the warm-up's pace), grows to it whatever the time budget, and its last batch is
      * cut to end about at max_time_s. */
     double min_batch_s;
+    /* Optional, with keep_warming. The loop times the batches that run while keep_warming
+     * says "more" as samples (KB_BATCH_TENTATIVE; not with ranks) and, once it says done, asks
+     * which to keep (final = 1): the last `kept` <= max_keep of those n, whose first batch
+     * began at *from_s (kb_now_s clock): those the device's readings show ran in the state it
+     * settled in. The backend drops the rest from its own records; the loop counts sampling
+     * from *from_s. While settling (final = 0) it only keeps the last max_keep, so a long
+     * settle holds no more than twice that. -1 with an exception. The settle's wait then
+     * holds samples instead of idle warm-up calls. */
+    Py_ssize_t (*settled_keep)(kb_backend *b, Py_ssize_t n, Py_ssize_t max_keep, int final,
+                               double *from_s);
 };
+enum { KB_BATCH_SAMPLE = 0, KB_BATCH_WARMUP = 1, KB_BATCH_TENTATIVE = 2 };
 
 typedef struct {
     double *samples;            /* seconds, malloc'd, n of cap used */
@@ -237,7 +250,9 @@ typedef struct {
     double warmup_s;            /* wall time spent warming up */
     int warmup_stable;          /* the warm-up ended because per-call times were stable (1),
                                  * not at warmup_s or by keep_warming (0) */
-    double sampling_s;          /* wall time spent sampling */
+    double sampling_s;          /* wall time spent sampling (from the first kept sample) */
+    double overlap_s;           /* of it, taken while the backend settled (settled_keep) */
+    Py_ssize_t tentative_dropped;   /* samples taken while settling that were not kept */
     kb_stop stop;
     double achieved;            /* the criterion's last value */
     double resolution_s;        /* the backend's timer step, when it reported one */
@@ -356,6 +371,20 @@ typedef struct {
 int kb_clock_settled_carried(const kb_clock_trace *tr, double load_start_s, double power_limit_w,
                              const kb_settle_rule *rule, const kb_settle_carry *carry,
                              double *scratch, double *median_last, int *by_carry);
+/* Since when the load has shown the state it settled in (`how`, at median SM clock sm_mhz).
+ * Settled unlimited: the time of the last reading after load_start_s that did not -- its SM
+ * clock beyond rel_tol (>= 15 MHz) of sm_mhz, or a limit reason -- or load_start_s when none
+ * did. A sample that began after that time ran at the settled clock as far as the readings
+ * show: NVML's values lag the GPU by at most one update and the readings after the sample
+ * cover it (a sample within the last update is as unproven as one taken after the settle), and
+ * with nothing limiting the clock (the rule's power test) its clock is the state. A failed read
+ * proves nothing either way and is skipped. Settled under a limit: the last reading's time,
+ * nothing before the settle. The capped clock dips between NVML's snapshots once the averaged
+ * power reaches the limit: on the recorded H200 GEMM ramp the clock read 1470-1485 MHz from
+ * 0.39 s of load on, yet GEMMs ran 542 us in 0.3-0.5 s against 547 us after the settle.
+ * INFINITY when unsettled. Pure, like kb_clock_settled. */
+double kb_clock_settled_since(const kb_clock_trace *tr, double load_start_s, double sm_mhz,
+                              int how, const kb_settle_rule *rule);
 /* Burst: has the GPU recovered from earlier load as of the last reading (no limit reason over
  * the last recover_window_s, instantaneous power under headroom x limit, averaged power under
  * recover_avg_frac x limit)? 1 or 0. */

@@ -298,7 +298,26 @@ static double window_min(const double *x, Py_ssize_t n)
     return m;
 }
 
-/* Warm-up, samples discarded. It ends once the loop's own rule is met and the backend's
+/* The samples timed while settling (res->samples[0..*n)): the backend's settled_keep says how
+ * many of the latest to keep (final: once settled, and from when, into *from_s; else only a
+ * bound on what a long settle holds); they move to the front. */
+static int keep_tentative(kb_backend *b, const kb_loop_config *cfg, kb_loop_result *res,
+                          int final, Py_ssize_t *n, double *from_s)
+{
+    double from = NAN;
+    Py_ssize_t kept = b->settled_keep(b, *n, cfg->max_samples, final, &from);
+    if (kept < 0)
+        return -1;
+    kept = kept < *n ? kept : *n;
+    memmove(res->samples, res->samples + (*n - kept), (size_t)kept * sizeof(double));
+    res->tentative_dropped += *n - kept;
+    *n = kept;
+    if (from_s != NULL && kept > 0)
+        *from_s = from;
+    return 0;
+}
+
+/* Warm-up, samples discarded (but see settled_keep). It ends once the loop's own rule is met and the backend's
  * keep_warming (if any) says done. The loop's rule: warmup_min iterations, and either warmup_s
  * has passed or -- for a backend whose warm-up calls are timed (warmup_timed) -- the per-call
  * times have stopped falling: the fastest call of a window is no more than warmup_tol below
@@ -307,12 +326,16 @@ static double window_min(const double *x, Py_ssize_t n)
  * one that is slower is noise or a slowdown that more warming would not cure.
  * Untimed warm-up batches grow 1, 2, 4, ... so a slow callable is not overrun and a fast one
  * does not pay a clock read per call; timed ones are windows of >= 5 calls and >= 5 ms after a
- * first call of its own (first calls pay for page faults, lazy set-up and cold code). */
+ * first call of its own (first calls pay for page faults, lazy set-up and cold code).
+ * With a backend's settled_keep, the batches run while keep_warming says "more" are timed as
+ * samples, and those it keeps open the sampling (res->n, from *kept_from_s). */
 static int warm_up(kb_backend *b, const kb_loop_config *cfg, kb_loop_result *res,
-                   double *per_call_out)
+                   double *per_call_out, double *kept_from_s)
 {
     int judge = b->warmup_timed && cfg->warmup_tol > 0 && cfg->warmup_s > 0;
-    Py_ssize_t batch = 1, scratch_cap = 0, batches = 0;
+    /* Settling batches timed as samples, kept once the backend has shown them settled. */
+    int tentative = b->settled_keep != NULL && cfg->ranks == NULL;
+    Py_ssize_t batch = 1, scratch_cap = 0, batches = 0, tentative_n = 0;
     double *scratch = NULL;
     double t_start = kb_now_s();
     int settling = 0;   /* past the loop's own rule, warming on until the backend settles */
@@ -346,12 +369,24 @@ static int warm_up(kb_backend *b, const kb_loop_config *cfg, kb_loop_result *res
         }
         if (cfg->ranks)     /* an untimed backend leaves them unwritten; the reducer reads them */
             memset(scratch, 0, (size_t)batch * sizeof(double));
+        double *dst = scratch;
+        int kind = KB_BATCH_WARMUP;
+        if (settling && tentative) {
+            if (reserve(res, tentative_n + batch) < 0)
+                goto error;
+            dst = res->samples + tentative_n;
+            kind = KB_BATCH_TENTATIVE;
+        }
         double tb = kb_now_s();
-        if (b->run_batch(b, batch, scratch, 1) < 0 || PyErr_CheckSignals() < 0)
+        if (b->run_batch(b, batch, dst, kind) < 0 || PyErr_CheckSignals() < 0)
             goto error;
         double t_end = kb_now_s();
         double times[2] = {t_end - tb, t_end - t_start};
         if (kb_ranks_agree(cfg, "warmup batch", batches++, scratch, batch, times, 2) < 0)
+            goto error;
+        if (kind == KB_BATCH_TENTATIVE &&
+            (tentative_n += batch) > 2 * cfg->max_samples &&
+            keep_tentative(b, cfg, res, 0, &tentative_n, NULL) < 0)
             goto error;
         agreed_s = times[1];
         per_call = times[0] / (double)batch;
@@ -359,7 +394,7 @@ static int warm_up(kb_backend *b, const kb_loop_config *cfg, kb_loop_result *res
         if (cfg->warmup_s <= 0 && res->warmup_iters >= cfg->warmup_min)
             break;
         if (judge && !res->warmup_stable && batch >= KB_WARM_WINDOW_MIN) {
-            double m = window_min(scratch, batch);
+            double m = window_min(dst, batch);
             if (last_min > 0 && m >= (1.0 - cfg->warmup_tol) * last_min)
                 res->warmup_stable = 1;
             last_min = m;
@@ -390,6 +425,11 @@ static int warm_up(kb_backend *b, const kb_loop_config *cfg, kb_loop_result *res
     b->min_sampling_s = floor_s;
     res->warmup_s = kb_now_s() - t_start;
     *per_call_out = per_call;
+    *kept_from_s = NAN;
+    if (tentative_n > 0 && keep_tentative(b, cfg, res, 1, &tentative_n, kept_from_s) < 0)
+        goto error;
+    res->n = tentative_n;
+    res->warmup_iters -= tentative_n;
     free(scratch);
     return 0;
 
@@ -418,8 +458,8 @@ int kb_loop_run(kb_backend *b, const kb_loop_config *cfg, kb_loop_result *res)
     memset(res, 0, sizeof *res);
     if (kb_criterion_init(&crit, cfg->criterion, cfg->target, cfg->ci_level) < 0)
         return -1;
-    double warm_per_call = 0.0;
-    if (warm_up(b, cfg, res, &warm_per_call) < 0)
+    double warm_per_call = 0.0, kept_from_s = NAN;
+    if (warm_up(b, cfg, res, &warm_per_call, &kept_from_s) < 0)
         goto error;
 
     /* Sampling. The rule is checked when the count has grown by ~1/16 since the last check,
@@ -438,6 +478,26 @@ int kb_loop_run(kb_backend *b, const kb_loop_config *cfg, kb_loop_result *res)
     }
     double t0 = kb_now_s();
     res->stop = KB_STOP_RUNNING;
+    if (res->n > 0) {
+        /* Samples kept from the settle: the sampling began with them, and may be done. */
+        res->overlap_s = t0 - kept_from_s > 0 ? t0 - kept_from_s : 0.0;
+        t0 = kept_from_s < t0 ? kept_from_s : t0;
+        crit.resolution = res->resolution_s = b->resolution_s;
+        if (res->n >= cfg->min_samples && kb_now_s() - t0 >= b->min_sampling_s) {
+            int fin = crit.is_finished(&crit, res->samples, res->n);
+            if (fin < 0) {
+                PyErr_NoMemory();
+                goto error;
+            }
+            res->achieved = crit.achieved;
+            if (fin)
+                res->stop = KB_STOP_PRECISION;
+            else
+                next_check = res->n + (res->n / 16 > 0 ? res->n / 16 : 1);
+        }
+        if (res->stop == KB_STOP_RUNNING && res->n >= cfg->max_samples)
+            res->stop = KB_STOP_ITER_CAP;
+    }
     while (res->stop == KB_STOP_RUNNING) {
         Py_ssize_t k = batch;
         if (k > cfg->max_samples - res->n)
@@ -528,12 +588,13 @@ PyObject *kb_loop_result_to_dict(const kb_loop_result *res, const kb_loop_config
     if (arr == NULL)
         return NULL;
     PyObject *out = Py_BuildValue(
-        "{s:N,s:s,s:n,s:d,s:O,s:d,s:d,s:s,s:d,s:d,s:d,s:n,s:n,s:d,s:d,s:O}", "samples", arr,
+        "{s:N,s:s,s:n,s:d,s:O,s:d,s:d,s:s,s:d,s:d,s:d,s:n,s:n,s:d,s:d,s:O,s:d,s:n}", "samples", arr,
         "stop", kb_stop_name(res->stop), "warmup_iters", res->warmup_iters, "warmup_s",
         res->warmup_s, "warmup_stable", res->warmup_stable ? Py_True : Py_False, "warmup_tol",
         cfg->warmup_tol, "sampling_s", res->sampling_s, "criterion", cfg->criterion, "target", cfg->target,
         "achieved", res->achieved, "ci_level", cfg->ci_level, "min_samples", cfg->min_samples,
         "max_samples", cfg->max_samples, "max_time_s", cfg->max_time_s, "resolution_s",
-        res->resolution_s, "at_resolution", res->at_resolution ? Py_True : Py_False);
+        res->resolution_s, "at_resolution", res->at_resolution ? Py_True : Py_False,
+        "sampling_overlap_s", res->overlap_s, "tentative_dropped", res->tentative_dropped);
     return out;
 }

@@ -190,6 +190,27 @@ int kb_clock_settled_carried(const kb_clock_trace *tr, double load_start_s, doub
     return how;
 }
 
+double kb_clock_settled_since(const kb_clock_trace *tr, double load_start_s, double sm_mhz,
+                              int how, const kb_settle_rule *rule)
+{
+    if (how == KB_UNSETTLED || !isfinite(sm_mhz) || tr->n == 0)
+        return INFINITY;
+    if (how == KB_SETTLED_UNDER_LIMIT)
+        return tr->t[tr->n - 1];
+    double tol = rule->rel_tol * sm_mhz > CLOCK_STEP_MHZ ? rule->rel_tol * sm_mhz
+                                                          : CLOCK_STEP_MHZ;
+    for (size_t i = tr->n; i-- > 0;) {
+        if (tr->t[i] <= load_start_s)
+            break;
+        int off = isfinite(tr->sm_mhz[i]) && fabs(tr->sm_mhz[i] - sm_mhz) > tol;
+        if (how == KB_SETTLED && (tr->reasons[i] & KB_CLOCK_LIMIT_REASONS))
+            off = 1;
+        if (off)
+            return tr->t[i];
+    }
+    return load_start_s;
+}
+
 int kb_power_recovered(const kb_clock_trace *tr, double power_limit_w,
                        const kb_settle_rule *rule)
 {
@@ -387,6 +408,43 @@ static PyObject *clock_settled_carried_at(PyObject *m, PyObject *args, PyObject 
     return settled_scan(t_obj, mhz_obj, r_obj, p_obj, pi_obj, load_start, limit, &rule, &carry);
 }
 
+/* clock_settled_since(t_s, sm_mhz, reasons, *, settled_mhz, under_limit=False,
+ *                     load_start_s=None, rel_tol=0.02) -> float
+ * kb_clock_settled_since over these readings: the time after which samples ran in the state
+ * the load settled in (settled_mhz None: unsettled, inf). */
+static PyObject *clock_settled_since(PyObject *m, PyObject *args, PyObject *kw)
+{
+    static char *kwlist[] = {"t_s", "sm_mhz", "reasons", "settled_mhz", "under_limit",
+                             "load_start_s", "rel_tol", NULL};
+    PyObject *t_obj, *mhz_obj, *r_obj, *held[5] = {NULL};
+    kb_settle_rule rule = KB_SETTLE_RULE_DEFAULT;
+    double settled_mhz = NAN, load_start = NAN;
+    int under = 0;
+    if (!PyArg_ParseTupleAndKeywords(args, kw, "OOO|$O&pO&d:clock_settled_since", kwlist,
+                                     &t_obj, &mhz_obj, &r_obj, optional_double, &settled_mhz,
+                                     &under, optional_double, &load_start, &rule.rel_tol))
+        return NULL;
+    if (rule_check(&rule) < 0)
+        return NULL;
+    kb_clock_trace tr;
+    PyObject *out = NULL;
+    if (trace_from_python(t_obj, mhz_obj, r_obj, Py_None, Py_None, &tr, held) == 0) {
+        if (tr.sm_mhz == NULL)
+            PyErr_SetString(PyExc_TypeError, "sm_mhz must be an array, not None");
+        else {
+            if (!isfinite(load_start))
+                load_start = tr.n ? tr.t[0] : 0.0;
+            int how = !isfinite(settled_mhz) ? KB_UNSETTLED
+                      : under                ? KB_SETTLED_UNDER_LIMIT
+                                             : KB_SETTLED;
+            out = PyFloat_FromDouble(
+                kb_clock_settled_since(&tr, load_start, settled_mhz, how, &rule));
+        }
+    }
+    trace_release(held);
+    return out;
+}
+
 /* power_recovered(t_s, reasons, power_w=None, power_inst_w=None, *, power_limit_w=None,
  *                 recover_window_s, recover_avg_frac, headroom) -> bool
  * Whether the burst rule would start a batch after the last of these readings. */
@@ -432,6 +490,16 @@ static PyMethodDef steady_methods[] = {
      "this load began, settled at carried_mhz (under a limit or not): the load may settle on "
      "one short window of its own readings that agrees with the carried state (by_carry), "
      "else by the two-window rule. carried_mhz=None carries nothing."},
+    {"clock_settled_since", (PyCFunction)(void (*)(void))clock_settled_since,
+     METH_VARARGS | METH_KEYWORDS,
+     "clock_settled_since(t_s, sm_mhz, reasons, *, settled_mhz, under_limit=False, "
+     "load_start_s=t_s[0], rel_tol=0.02) -> float\n\n"
+     "The time after which a sample ran in the state the load settled in (SM clock "
+     "settled_mhz), as the readings show: settled unlimited, the last reading after "
+     "load_start_s with its SM clock beyond rel_tol of settled_mhz or a limit reason, else "
+     "load_start_s; settled under a limit, the last reading (nothing before the settle). "
+     "kbench's sustained regime keeps the samples taken while it settled from there on. "
+     "settled_mhz=None: inf."},
     {"power_recovered", (PyCFunction)(void (*)(void))power_recovered,
      METH_VARARGS | METH_KEYWORDS,
      "power_recovered(t_s, reasons, power_w=None, power_inst_w=None, *, power_limit_w=None, "

@@ -66,6 +66,16 @@ typedef struct {
     Py_ssize_t n, cap;
 } side_arrays;
 
+/* The counters of timed sub-batches, as they stood when a loop batch taken while settling
+ * began: the batches before the first one kept are taken off them. */
+typedef struct {
+    double start_s;                 /* sampler time (before the batch was queued) */
+    double start_now_s;             /* the same instant on kb_now_s's clock */
+    Py_ssize_t side_n;              /* samples kept so far (c->side.n) */
+    double gap_sum_s, bridge_gpu_s;
+    Py_ssize_t gaps, bridges, bridge_iters, gate_fired, gate_fired_kept;
+} tentative_batch;
+
 typedef struct {
     PyObject *m;
     const kb_cuda_api *cu;
@@ -139,6 +149,13 @@ typedef struct {
     double cupti_begin_s;           /* CUPTI's set-up: subscribe (or take the lingering */
     double cupti_first_read_s;      /* subscriber), enable, calibrate; the first batch's read */
     int cupti_reads;
+    tentative_batch *tentative;     /* the loop batches timed while settling (settled_keep) */
+    Py_ssize_t tentative_n, tentative_cap;
+    double settled_since_s;         /* sampler time from which the readings show the settled
+                                     * state (kb_clock_settled_since); INFINITY: none */
+    Py_ssize_t tentative_kept;      /* samples kept from them (gap_max_s keeps its maximum
+                                     * over all timed sub-batches, kept or not) */
+    double tentative_from_s;        /* sampler time the first kept batch began */
 } cuda_ctx;
 
 static int side_reserve(side_arrays *s, Py_ssize_t need)
@@ -542,9 +559,9 @@ static int burst_wait(cuda_ctx *c)
 
 /* The watchdog opened the gate of a sub-batch: 1 to re-measure it with a smaller cap, 0 to keep
  * it, -1 when even single-iteration batches keep firing (the callable blocks behind the gate). */
-static int on_watchdog(cuda_ctx *c, int warmup)
+static int on_watchdog(cuda_ctx *c, int warmup, int settling)
 {
-    if (warmup && c->sampler != NULL)
+    if ((warmup || settling) && c->sampler != NULL)
         /* the GPU idled behind the gate: the load starts again */
         c->load_start_s = kb_nvml_sampler_elapsed_s(c->sampler);
     if (warmup)
@@ -607,10 +624,35 @@ static void note_timestamp_steps(cuda_ctx *c, kb_backend *b, const double *out, 
 
 /* The loop's batch of n: sub-batches of at most gate_cap (in burst, of BURST_BATCH_S GPU time,
  * each after the GPU has recovered). */
-static int cuda_run_batch(kb_backend *b, Py_ssize_t n, double *out, int warmup)
+static int note_tentative(cuda_ctx *c)
+{
+    if (c->tentative_n == c->tentative_cap) {
+        Py_ssize_t cap = c->tentative_cap ? 2 * c->tentative_cap : 64;
+        tentative_batch *p = realloc(c->tentative, (size_t)cap * sizeof *p);
+        if (p == NULL) {
+            PyErr_NoMemory();
+            return -1;
+        }
+        c->tentative = p;
+        c->tentative_cap = cap;
+    }
+    c->tentative[c->tentative_n++] = (tentative_batch){
+        .start_s = kb_nvml_sampler_elapsed_s(c->sampler), .start_now_s = kb_now_s(),
+        .side_n = c->side.n, .gap_sum_s = c->gap_sum_s, .bridge_gpu_s = c->bridge_gpu_s,
+        .gaps = c->gaps, .bridges = c->bridges, .bridge_iters = c->bridge_iters,
+        .gate_fired = c->gate_fired, .gate_fired_kept = c->gate_fired_kept};
+    return 0;
+}
+
+static int cuda_run_batch(kb_backend *b, Py_ssize_t n, double *out, int kind)
 {
     cuda_ctx *c = b->ctx;
-    if (!warmup && c->sampler != NULL && !c->sampler_marked) {
+    /* A batch timed while settling is read and kept like a sampling one; only the sampler's
+     * mark waits for settled_keep. */
+    int warmup = kind == KB_BATCH_WARMUP, settling = kind == KB_BATCH_TENTATIVE;
+    if (settling && note_tentative(c) < 0)
+        return -1;
+    if (kind == KB_BATCH_SAMPLE && c->sampler != NULL && !c->sampler_marked) {
         /* The result's clocks cover the timed part only. */
         kb_nvml_sampler_mark(c->sampler);
         c->sampler_marked = 1;
@@ -639,7 +681,7 @@ static int cuda_run_batch(kb_backend *b, Py_ssize_t n, double *out, int warmup)
         }
         if (rc < 0)
             return -1;
-        if (fired && (rc = on_watchdog(c, warmup)) != 0) {
+        if (fired && (rc = on_watchdog(c, warmup, settling)) != 0) {
             if (rc < 0)
                 return -1;
             continue;
@@ -685,6 +727,8 @@ static int cuda_keep_warming(kb_backend *b, double elapsed_s)
     }
     if (settled != KB_UNSETTLED || elapsed_s >= c->opt.settle_max_s) {
         c->settled = settled != KB_UNSETTLED;
+        c->settled_since_s = kb_nvml_sampler_settled_since(c->sampler, &rule, c->load_start_s,
+                                                           median, settled);
         /* Under a limit (or still moving), sample across several swings of its controller. */
         if (settled != KB_SETTLED) {
             b->min_sampling_s = KB_LIMITED_MIN_SAMPLING_S;
@@ -695,6 +739,81 @@ static int cuda_keep_warming(kb_backend *b, double elapsed_s)
     return 1;
 }
 
+
+/* Drop the first `drop` of the samples timed while settling from the side arrays, and the
+ * records of the batches left with none; the first record left starts at the first sample. */
+static void drop_tentative_front(cuda_ctx *c, Py_ssize_t drop)
+{
+    side_arrays *sa = &c->side;
+    Py_ssize_t base = c->tentative[0].side_n, kept = sa->n - base - drop;
+    memmove(sa->events_s + base, sa->events_s + base + drop, (size_t)kept * sizeof *sa->events_s);
+    memmove(sa->span_s + base, sa->span_s + base + drop, (size_t)kept * sizeof *sa->span_s);
+    memmove(sa->kernels + base, sa->kernels + base + drop, (size_t)kept * sizeof *sa->kernels);
+    memmove(sa->copies + base, sa->copies + base + drop, (size_t)kept * sizeof *sa->copies);
+    sa->n = base + kept;
+    Py_ssize_t first = 0;       /* the batch that holds the first sample left */
+    while (first + 1 < c->tentative_n && c->tentative[first + 1].side_n <= base + drop)
+        first++;
+    memmove(c->tentative, c->tentative + first,
+            (size_t)(c->tentative_n - first) * sizeof *c->tentative);
+    c->tentative_n -= first;
+    for (Py_ssize_t i = 0; i < c->tentative_n; i++)
+        c->tentative[i].side_n = c->tentative[i].side_n - drop > base ? c->tentative[i].side_n - drop
+                                                                       : base;
+}
+
+/* The loop's batches timed while settling (KB_BATCH_TENTATIVE), n samples: keep at most
+ * max_keep (the latest) and, once settled (`final`), only those of batches that began after
+ * the readings last showed anything but the state the load settled in (settled_since_s):
+ * none when the load did not settle or was not judged. The rest leave the side arrays and,
+ * at the end, the sub-batch counters; the sampler's timed part starts with the first batch
+ * kept. Called with final = 0 while settling, to bound what a long settle holds. */
+static Py_ssize_t cuda_settled_keep(kb_backend *b, Py_ssize_t n, Py_ssize_t max_keep, int final,
+                                    double *from_s)
+{
+    cuda_ctx *c = b->ctx;
+    if (n == 0)
+        return 0;
+    if (c->tentative_n == 0 || c->side.n - c->tentative[0].side_n != n) {
+        PyErr_Format(PyExc_SystemError, "kbench: %zd samples taken while settling, %zd kept "
+                     "on the CUDA side", n, c->tentative_n ? c->side.n - c->tentative[0].side_n
+                                                          : (Py_ssize_t)0);
+        return -1;
+    }
+    Py_ssize_t drop = n > max_keep ? n - max_keep : 0;
+    if (final) {
+        Py_ssize_t i = 0, base = c->tentative[0].side_n;
+        if (c->settled > 0 && isfinite(c->settled_since_s))
+            while (i < c->tentative_n && c->tentative[i].start_s < c->settled_since_s)
+                i++;
+        else
+            i = c->tentative_n;
+        Py_ssize_t unsettled = i < c->tentative_n ? c->tentative[i].side_n - base : n;
+        drop = unsettled > drop ? unsettled : drop;
+    }
+    drop_tentative_front(c, drop);
+    Py_ssize_t kept = n - drop;
+    if (!final)
+        return kept;
+    /* what the sub-batches before the first kept batch added to the counters */
+    const tentative_batch *t = kept > 0 ? &c->tentative[0] : NULL;
+    c->gap_sum_s -= t ? t->gap_sum_s : c->gap_sum_s;
+    c->bridge_gpu_s -= t ? t->bridge_gpu_s : c->bridge_gpu_s;
+    c->gaps -= t ? t->gaps : c->gaps;
+    c->bridges -= t ? t->bridges : c->bridges;
+    c->bridge_iters -= t ? t->bridge_iters : c->bridge_iters;
+    c->gate_fired -= t ? t->gate_fired : c->gate_fired;
+    c->gate_fired_kept -= t ? t->gate_fired_kept : c->gate_fired_kept;
+    if (t != NULL) {
+        kb_nvml_sampler_mark_at(c->sampler, t->start_s);
+        c->sampler_marked = 1;
+        c->tentative_from_s = t->start_s;
+        *from_s = t->start_now_s;
+    }
+    c->tentative_kept = kept;
+    c->tentative_n = 0;
+    return kept;
+}
 
 /* ---- parse: the arguments, measure_cuda's options (cuda_options.c) and the loop's (measure.c).
  * The callable's own warm-up is clamped here (KB_CUDA_CALLABLE_WARMUP_MAX_S; the busy kernel
@@ -894,6 +1013,15 @@ static int step_sample(cuda_ctx *c, const kb_loop_config *cfg, kb_loop_result *r
                           .keep_warming = cuda_keep_warming};
     if (c->timer->finish != NULL)
         backend.min_batch_s = KB_COLLECT_MIN_BATCH_S;
+    /* Where the sustained rule judges the load, the batches that run while it settles are
+     * timed and kept from the moment the readings show the settled state (cuda_settled_keep);
+     * the callable's own warm-up then ends once its timed windows stop getting faster instead
+     * of at callable_warmup_max_s. With ranks every batch must be agreed: not there. */
+    if (c->sampler != NULL && c->opt.regime == KB_REGIME_SUSTAINED && c->opt.settle_max_s > 0 &&
+        cfg->ranks == NULL) {
+        backend.settled_keep = cuda_settled_keep;
+        backend.warmup_timed = 1;
+    }
     if (kb_loop_run(&backend, cfg, res) < 0)
         return -1;
     if (c->bridge_pending) {         /* the last bridge may still run */
@@ -946,7 +1074,13 @@ static int settle_carry_fields(const cuda_ctx *c, PyObject *settle)
                    kb_dict_set_steal(settle, "by_carry", PyBool_FromLong(c->settled_by_carry)) ||
                    kb_dict_set_steal(settle, "end_settled",
                                      PyBool_FromLong(c->end_settled != KB_UNSETTLED)) ||
-                   kb_dict_set_steal(settle, "end_sm_mhz", finite_or_none(c->end_sm_mhz))
+                   kb_dict_set_steal(settle, "end_sm_mhz", finite_or_none(c->end_sm_mhz)) ||
+                   kb_dict_set_steal(settle, "samples_while_settling",
+                                     PyLong_FromSsize_t(c->tentative_kept)) ||
+                   kb_dict_set_steal(settle, "kept_from_load_s",
+                                     finite_or_none(c->tentative_kept > 0
+                                                        ? c->tentative_from_s - c->load_start_s
+                                                        : NAN))
                ? -1 : 0;
 }
 
@@ -1123,6 +1257,7 @@ static void step_teardown(cuda_ctx *c, PyObject *out)
     PyErr_Restore(et, ev, etb);
     free(c->samples);
     free(c->deferred);
+    free(c->tentative);
     side_free(&c->side);
     kb_cuda_options_fini(&c->opt);
 }
@@ -1139,6 +1274,7 @@ static PyObject *measure_cuda(PyObject *m, PyObject *args, PyObject *kw)
     c.m = m;
     c.settled = -1;
     c.settled_at_s = c.settled_mhz = NAN;
+    c.settled_since_s = INFINITY;
     c.carry.sm_mhz = c.carried_from_s_ago = c.end_sm_mhz = NAN;
     if (step_parse(&c, args, kw, &cfg) < 0)
         goto done;

@@ -250,6 +250,16 @@ int kb_nvml_sampler_settled(kb_nvml_sampler *s, const kb_settle_rule *rule, doub
     return settled;
 }
 
+double kb_nvml_sampler_settled_since(kb_nvml_sampler *s, const kb_settle_rule *rule,
+                                     double load_start_s, double sm_mhz, int how)
+{
+    pthread_mutex_lock(&s->lock);
+    kb_clock_trace tr = sampler_trace(s);
+    double since = kb_clock_settled_since(&tr, load_start_s, sm_mhz, how, rule);
+    pthread_mutex_unlock(&s->lock);
+    return since;
+}
+
 int kb_nvml_sampler_recovered(kb_nvml_sampler *s, const kb_settle_rule *rule)
 {
     pthread_mutex_lock(&s->lock);
@@ -282,6 +292,17 @@ void kb_nvml_sampler_mark(kb_nvml_sampler *s)
     pthread_mutex_lock(&s->lock);
     s->keep_from = s->n;
     s->keep_from_ns = mono_ns();
+    pthread_mutex_unlock(&s->lock);
+}
+
+void kb_nvml_sampler_mark_at(kb_nvml_sampler *s, double t_s)
+{
+    pthread_mutex_lock(&s->lock);
+    size_t k = s->n;
+    while (k > 0 && s->t_s[k - 1] > t_s)
+        k--;
+    s->keep_from = k;
+    s->keep_from_ns = s->start_ns + (uint64_t)(t_s > 0 ? t_s * 1e9 : 0.0);
     pthread_mutex_unlock(&s->lock);
 }
 

@@ -480,6 +480,9 @@ PyObject *kb_nvml_sampler_stop(PyObject *m, kb_nvml_sampler *s);
  * its times count from the mark (a warm-up sampled for kb_nvml_sampler_settled, then the timed
  * part). Without a mark stop reports everything. */
 void kb_nvml_sampler_mark(kb_nvml_sampler *s);
+/* kb_nvml_sampler_mark as of sampler time t_s (kb_nvml_sampler_elapsed_s then), for a timed
+ * part that began earlier: samples taken after t_s are kept. */
+void kb_nvml_sampler_mark_at(kb_nvml_sampler *s, double t_s);
 /* Seconds since the sampler started, on the clock of its t_s: where a load began. */
 double kb_nvml_sampler_elapsed_s(const kb_nvml_sampler *s);
 /* kb_clock_settled_carried over the samples so far (all of them, from the start), for the load
@@ -488,6 +491,11 @@ double kb_nvml_sampler_elapsed_s(const kb_nvml_sampler *s);
  * whether the carried rule settled it; -1 when scratch memory could not be had. No Python. */
 int kb_nvml_sampler_settled(kb_nvml_sampler *s, const kb_settle_rule *rule, double load_start_s,
                             const kb_settle_carry *carry, double *median, int *by_carry);
+/* kb_clock_settled_since over the samples so far: the sampler time after which the load of
+ * load_start_s has shown the state it settled in (how, median SM clock sm_mhz); INFINITY when
+ * unsettled. No Python. */
+double kb_nvml_sampler_settled_since(kb_nvml_sampler *s, const kb_settle_rule *rule,
+                                     double load_start_s, double sm_mhz, int how);
 /* kb_power_recovered over the samples so far. No Python. */
 int kb_nvml_sampler_recovered(kb_nvml_sampler *s, const kb_settle_rule *rule);
 /* The last reading's SM clock (NaN before the first) and whether the clocks are set by the user:

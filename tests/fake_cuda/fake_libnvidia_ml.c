@@ -1,10 +1,13 @@
 /* fake_libnvidia_ml.c -- a stand-in libnvidia-ml.so.1 beside the fake libcuda (tests/
  * test_cuda_pipeline_fake_driver.py): one GPU that always reads the same steady, unlimited state
- * (SM 1980 MHz, 300 W instantaneous and averaged, a 700 W limit, no clock event reason), so the
+ * (SM 1980 MHz, 300 W instantaneous and averaged, a 700 W limit, no clock event reason; or a
+ * clock that comes up late, FAKE_NVML_SM_RAMP_S), so the
  * sustained regime's settle rule and the state carried between measurements run for real on
  * the sampler's thread. Every other call succeeds. */
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
+#include <time.h>
 
 typedef struct { unsigned int gpu, memory; } util_t;
 typedef struct { unsigned long long total, free, used; } mem_t;
@@ -23,7 +26,24 @@ int nvmlSystemGetDriverVersion(char *v, unsigned n) { snprintf(v, n, "580.fake")
 int nvmlDeviceGetHandleByPciBusId_v2(const char *pci, void **d) { *d = &dev_dummy; return 0; }
 int nvmlDeviceGetHandleByIndex_v2(unsigned i, void **d) { *d = &dev_dummy; return 0; }
 int nvmlDeviceGetName(void *d, char *n, unsigned len) { snprintf(n, len, "Fake GPU"); return 0; }
-int nvmlDeviceGetClockInfo(void *d, int type, unsigned *mhz) { *mhz = type == 2 ? 3201 : 1980; return 0; }
+/* FAKE_NVML_SM_RAMP_S=x: the SM clock reads 1410 MHz for the first x seconds after the first
+ * clock read, then 1980 (a clock still coming up as the load starts). */
+static double now_s(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
+}
+static unsigned sm_clock(void)
+{
+    static double first = -1.0;
+    const char *ramp = getenv("FAKE_NVML_SM_RAMP_S");
+    double t = now_s();
+    if (first < 0)
+        first = t;
+    return ramp && t - first < atof(ramp) ? 1410 : 1980;
+}
+int nvmlDeviceGetClockInfo(void *d, int type, unsigned *mhz) { *mhz = type == 2 ? 3201 : sm_clock(); return 0; }
 int nvmlDeviceGetMaxClockInfo(void *d, int type, unsigned *mhz) { *mhz = type == 2 ? 3201 : 1980; return 0; }
 int nvmlDeviceGetPowerUsage(void *d, unsigned *mw) { *mw = 300000; return 0; }
 int nvmlDeviceGetTemperature(void *d, int sensor, unsigned *c) { *c = 40; return 0; }
