@@ -83,6 +83,10 @@ def test_warm_up_waits_for_the_clock_and_the_clocks_cover_the_timed_part(x):
     clocks = r.extra["clocks"]
     if settle["min_sampling_s"]:        # settled under a power cap: sampled across its swings
         assert r.stop["sampling_s"] >= min(settle["min_sampling_s"], 0.5) * 0.99
+        # ... and keeps nothing timed before the settle (the capped clock dips between
+        # NVML's snapshots until the averaged power has caught up)
+        assert settle["samples_while_settling"] == 0 and settle["kept_from_load_s"] is None
+        assert r.stop["sampling_overlap_s"] == 0
     assert clocks["warmup_samples"] >= 1          # the warm-up's samples were dropped ...
     assert clocks["n"] >= 1                       # ... and the timed part's kept
     assert isinstance(r.extra["busy_warmup_s"], float) and r.extra["busy_warmup_s"] >= 0
@@ -91,6 +95,23 @@ def test_warm_up_waits_for_the_clock_and_the_clocks_cover_the_timed_part(x):
                       settle_max_s=0.0)
     assert r0.extra["clock_settle"]["settled"] is None
     assert not any("had not settled" in w for w in r0.warnings)
+
+
+def test_a_kernel_under_no_limit_keeps_the_samples_it_took_while_settling(x):
+    """Back to back, the second bench of a 4 MB mul carries the first's settled state; its
+    settle ran timed batches, and those the readings show at the settled clock (all of them
+    for a load nothing limits) open its sampling: counted once in the Time row."""
+    y = torch.empty_like(x)
+    kbench.bench(torch.mul, x, 2.0, kwargs={"out": y}, max_time_s=0.2)
+    r = kbench.bench(torch.mul, x, 2.0, kwargs={"out": y}, max_time_s=0.2)
+    settle = r.extra["clock_settle"]
+    assert settle["settled"] is True and not settle["min_sampling_s"]   # nothing limits it
+    assert settle["samples_while_settling"] > 0
+    assert 0 <= settle["kept_from_load_s"] < settle["at_s"]
+    st = r.stop
+    assert 0 < st["sampling_overlap_s"] <= st["sampling_s"]
+    assert f"{st['sampling_overlap_s']:.2f} of it while settling" in repr(r)
+    assert r.extra["regime"]["held"] is True
 
 
 def test_the_raw_cuda_record_has_every_key_with_its_type(x):
@@ -107,8 +128,13 @@ def test_the_raw_cuda_record_has_every_key_with_its_type(x):
     st = cu["settle"]
     assert set(st) == {"settled", "at_s", "sm_mhz", "max_s", "min_sampling_s",
                        "carried_from_s_ago", "carried_sm_mhz", "carried_under_limit",
-                       "by_carry", "end_settled", "end_sm_mhz"}
+                       "by_carry", "end_settled", "end_sm_mhz", "samples_while_settling",
+                       "kept_from_load_s"}
     assert isinstance(st["by_carry"], bool) and isinstance(st["end_settled"], bool)
+    assert isinstance(st["samples_while_settling"], int)
+    assert (st["kept_from_load_s"] is None) == (st["samples_while_settling"] == 0)
+    assert isinstance(raw["sampling_overlap_s"], float) and raw["sampling_overlap_s"] >= 0
+    assert isinstance(raw["tentative_dropped"], int) and raw["tentative_dropped"] >= 0
     carried = st["carried_from_s_ago"]
     assert carried is None or (isinstance(carried, float) and carried >= 0)
     assert (st["carried_under_limit"] is None) == (carried is None)
