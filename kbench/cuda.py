@@ -129,8 +129,8 @@ def mode_floor(mode: str, ordinal: int, stream: int, gate: bool,
         except _core.KbenchError as e:
             _floor_cache[key] = {"error": str(e)}
             raise
-        s = np.asarray(raw["samples"])
-        _floor_cache[key] = {"median_s": float(np.median(s)), "min_s": float(s.min()),
+        s = np.asarray(raw["samples"], dtype=np.float64)
+        _floor_cache[key] = {"median_s": _core.quantile(s, 0.5), "min_s": float(s.min()),
                              "n": int(s.size), "timer": inner, "gated": gate,
                              "probe": "kbench empty kernel" + (" x10 per graph" if
                                                                mode == "graph" else "")}
@@ -382,7 +382,7 @@ def _estimate_eager(fn, sets, kwargs, s, ordinal, timer, pre_sample=None,
                              **EAGER_PROBE_LOOP, **({"ranks": ranks} if ranks else {}))
     if ranks is not None:
         ranks.start_run()           # the reducer keeps the measurement's samples, not these
-    return float(np.median(np.asarray(raw["samples"]))), raw
+    return _core.quantile(np.asarray(raw["samples"], dtype=np.float64), 0.5), raw
 
 
 def _run_graph(fn, sets, kwargs, s, ordinal, timer, cold_arg, unroll, loop, common,

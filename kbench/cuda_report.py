@@ -70,13 +70,15 @@ def read_record(raw: Dict[str, Any], extra: Dict[str, Any], warn: List[str], *, 
                                               hi / u != expected_launches):
             warn.append(f"expected {expected_launches} kernel launch(es) per call, CUPTI saw "
                         f"{lo / u:g}..{hi / u:g}")
-        span = np.asarray(cuda["span_s"])
-        ev = np.asarray(cuda["events_s"])
-        extra["span_median_s"] = float(np.median(span)) if span.size else None
-        extra["events_median_s"] = float(np.median(ev)) if ev.size else None
+        # medians from C: numpy's median imports numpy.ma on first use, 0.05 s of a
+        # process's first bench on the H200
+        span = np.asarray(cuda["span_s"], dtype=np.float64)
+        ev = np.asarray(cuda["events_s"], dtype=np.float64)
+        extra["span_median_s"] = _core.quantile(span, 0.5) if span.size else None
+        extra["events_median_s"] = _core.quantile(ev, 0.5) if ev.size else None
         extra["cupti_ticks_per_ns"] = cuda.get("cupti_ticks_per_ns")
         extra["cupti_detach"] = cuda.get("cupti_detach")
-        med = float(np.median(np.asarray(raw["samples"])))
+        med = _core.quantile(np.asarray(raw["samples"], dtype=np.float64), 0.5)
         # The kernels run inside the event bracket of their iteration: CUPTI time above the
         # event time of the same iterations means its timestamps cannot be trusted.
         if ev.size and med > 1.02 * extra["events_median_s"] + 0.5e-6:
@@ -132,7 +134,7 @@ def floor_share(extra: Dict[str, Any], mode: str, raw: Dict[str, Any], warn: Lis
     """How much of the figure the mode's floor (extra["floor"]) may be: events and graph modes
     only (an event pair's floor is launch and event overhead that may sit inside every sample;
     cupti mode probes none, kbench.cuda._run says why)."""
-    med = float(np.median(np.asarray(raw["samples"])))
+    med = _core.quantile(np.asarray(raw["samples"], dtype=np.float64), 0.5)
     if med > 0:
         share = extra["floor"]["median_s"] / med
         extra["floor"]["share_of_figure"] = share
