@@ -317,9 +317,10 @@ static int keep_tentative(kb_backend *b, const kb_loop_config *cfg, kb_loop_resu
     return 0;
 }
 
-/* Warm-up, samples discarded (but see settled_keep). It ends once the loop's own rule is met and the backend's
- * keep_warming (if any) says done. The loop's rule: warmup_min iterations, and either warmup_s
- * has passed or -- for a backend whose warm-up calls are timed (warmup_timed) -- the per-call
+/* Warm-up, samples discarded (but see settled_keep). It ends once the loop's own rule is met
+ * and the backend's keep_warming (if any) says done. The loop's rule: warmup_min iterations,
+ * and either warmup_s has passed or -- for a backend whose warm-up calls are timed
+ * (warmup_timed) -- the per-call
  * times have stopped falling: the fastest call of a window is no more than warmup_tol below
  * the fastest of the window before it. Warm-up makes calls faster (page faults, lazy set-up,
  * cold code, clocks ramping up); a window that is not faster than the last is past that, and
@@ -588,7 +589,8 @@ PyObject *kb_loop_result_to_dict(const kb_loop_result *res, const kb_loop_config
     if (arr == NULL)
         return NULL;
     PyObject *out = Py_BuildValue(
-        "{s:N,s:s,s:n,s:d,s:O,s:d,s:d,s:s,s:d,s:d,s:d,s:n,s:n,s:d,s:d,s:O,s:d,s:n}", "samples", arr,
+        "{s:N,s:s,s:n,s:d,s:O,s:d,s:d,s:s,s:d,s:d,s:d,s:n,s:n,s:d,s:d,s:O,s:d,s:n}", "samples",
+        arr,
         "stop", kb_stop_name(res->stop), "warmup_iters", res->warmup_iters, "warmup_s",
         res->warmup_s, "warmup_stable", res->warmup_stable ? Py_True : Py_False, "warmup_tol",
         cfg->warmup_tol, "sampling_s", res->sampling_s, "criterion", cfg->criterion, "target", cfg->target,

@@ -757,9 +757,10 @@ static void drop_tentative_front(cuda_ctx *c, Py_ssize_t drop)
     memmove(c->tentative, c->tentative + first,
             (size_t)(c->tentative_n - first) * sizeof *c->tentative);
     c->tentative_n -= first;
-    for (Py_ssize_t i = 0; i < c->tentative_n; i++)
-        c->tentative[i].side_n = c->tentative[i].side_n - drop > base ? c->tentative[i].side_n - drop
-                                                                       : base;
+    for (Py_ssize_t i = 0; i < c->tentative_n; i++) {
+        Py_ssize_t at = c->tentative[i].side_n - drop;
+        c->tentative[i].side_n = at > base ? at : base;
+    }
 }
 
 /* The loop's batches timed while settling (KB_BATCH_TENTATIVE), n samples: keep at most

@@ -43,7 +43,11 @@ static unsigned sm_clock(void)
         first = t;
     return ramp && t - first < atof(ramp) ? 1410 : 1980;
 }
-int nvmlDeviceGetClockInfo(void *d, int type, unsigned *mhz) { *mhz = type == 2 ? 3201 : sm_clock(); return 0; }
+int nvmlDeviceGetClockInfo(void *d, int type, unsigned *mhz)
+{
+    *mhz = type == 2 ? 3201 : sm_clock();
+    return 0;
+}
 int nvmlDeviceGetMaxClockInfo(void *d, int type, unsigned *mhz) { *mhz = type == 2 ? 3201 : 1980; return 0; }
 int nvmlDeviceGetPowerUsage(void *d, unsigned *mw) { *mw = 300000; return 0; }
 int nvmlDeviceGetTemperature(void *d, int sensor, unsigned *c) { *c = 40; return 0; }
