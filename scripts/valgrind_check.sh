@@ -4,7 +4,7 @@
 #   scripts/valgrind_check.sh [valgrind|asan|all]      (default: all)
 #
 # valgrind: runs an exercise script (measure_host with flush/rotate/none, a raising callable,
-#   every stats function, criterion_check, clock_settled_at, compare on several dtypes and bit-pattern kinds, the
+#   every stats function, criterion_check, clock_settled_at/_since, compare on several dtypes and bit-pattern kinds, the
 #   stream/FMA kernels, cpu_flush, the GPU loaders' failing paths) under memcheck with
 #   PYTHONMALLOC=malloc, using the in-place build of this tree (it builds nothing). The baseline
 #   is the same valgrind on `python -c "import numpy"`: its reports become a suppression file,
@@ -154,6 +154,13 @@ ok(_core.clock_settled_at, t, 1500 + 480 * np.exp(-t / 0.3), cap)
 ok(_core.clock_settled_at, t, np.full(t.size, 1980.0), np.zeros(t.size, np.uint64),
    np.minimum(300 + 900 * t, 700.0))
 ok(_core.clock_settled_at, t, np.where(t % 0.1 < 0.05, np.nan, 1600.0), cap, np.full(t.size, np.nan))
+# from where the samples timed while settling are kept
+ok(_core.clock_settled_since, t, np.where(t < 0.3, 1410.0, 1980.0), np.zeros(t.size, np.uint64),
+   settled_mhz=1980.0)
+ok(_core.clock_settled_since, t, np.full(t.size, 1470.0), cap, settled_mhz=1470.0, under_limit=True)
+ok(_core.clock_settled_since, t, np.full(t.size, 1980.0), cap, settled_mhz=None, load_start_s=0.2)
+expect((TypeError, ValueError), _core.clock_settled_since, t, None, cap, settled_mhz=1980.0)
+expect((TypeError, ValueError), _core.clock_settled_since, t, t[:3], cap, settled_mhz=1980.0)
 # the verdicts on a CUDA record (regime.c), the named choices (choices.c), the CUPTI preference
 n20 = 20
 rec = {"n": n20, "period_s": 0.005, "sm_mhz": np.r_[np.full(10, 1980.0), np.full(10, 1500.0)],
