@@ -280,7 +280,7 @@ def test_a_failed_capture_raises_a_capture_error_not_a_system_error(fake_driver)
 
 
 SETTLE_KEEP = textwrap.dedent('''
-    import json, time
+    import json, os, time
     import numpy as np
     from kbench import _core
     fn = lambda: time.sleep(0.0001)     # a few thousand calls while settling, not millions
@@ -292,11 +292,16 @@ SETTLE_KEEP = textwrap.dedent('''
                 "n": len(r["samples"]), "events_n": len(cu["events_s"]),
                 "sampling_s": r["sampling_s"], "overlap_s": r["sampling_overlap_s"],
                 "warmup_s": r["warmup_s"], "dropped": r["tentative_dropped"],
+                "warmup_stable": r["warmup_stable"], "min_sampling_s": s["min_sampling_s"],
                 "timed_sm": sorted(set(np.asarray(cu["clocks"]["sm_mhz"]).tolist())),
                 "held": cu["regime"]["held"]}
-    out = {"ramp": record(_core.measure_cuda(fn, ((),), None, **Q))}
-    out["carried"] = record(_core.measure_cuda(fn, ((),), None, **Q))
-    out["cut"] = record(_core.measure_cuda(lambda: None, ((),), None, **dict(Q, max_samples=500)))
+    if os.environ.get("FAKE_NVML_REASONS"):
+        out = {"limited": record(_core.measure_cuda(fn, ((),), None, **Q))}
+    else:
+        out = {"ramp": record(_core.measure_cuda(fn, ((),), None, **Q))}
+        out["carried"] = record(_core.measure_cuda(fn, ((),), None, **Q))
+        out["cut"] = record(_core.measure_cuda(lambda: None, ((),), None,
+                                               **dict(Q, max_samples=500)))
     print(json.dumps(out))
 ''')
 
@@ -325,6 +330,9 @@ def test_samples_taken_while_settling_are_kept_from_where_the_readings_show_the_
     assert carried["kept"] > 0 and carried["from_load_s"] < 0.1
     assert carried["timed_sm"] == [1980.0]
     assert ramp["dropped"] > 0 and carried["dropped"] == 0
+    # the callable's own warm-up ends at stable timed windows only after a settled unlimited
+    # measurement (which the load may settle on in 0.15 s); from scratch it runs its 0.1 s
+    assert ramp["warmup_stable"] is False and carried["warmup_stable"] is True
     # a free callable: only the last max_samples of its settling calls are held
     cut = out["cut"]
     assert cut["by_carry"] is True and cut["kept"] == cut["n"] == 500 and cut["dropped"] > 500
@@ -332,3 +340,27 @@ def test_samples_taken_while_settling_are_kept_from_where_the_readings_show_the_
         assert r["n"] == r["events_n"]
         # the sampling began with the kept samples, inside the warm-up's settle
         assert 0 < r["overlap_s"] <= r["sampling_s"] and r["overlap_s"] < r["warmup_s"]
+
+
+@pytest.mark.parametrize("reason_after_s", [None, "0.25"])
+def test_a_load_under_a_limit_times_nothing_while_it_settles(fake_driver_nvml, reason_after_s):
+    """Through the fake NVML with sw_power_cap in every reading (or from 0.25 s on): the load
+    settles under the limit, where nothing timed before the settle could be kept, so once the
+    reason shows no settling batch is timed (the settle runs as the warm-up did before samples
+    were kept) and those timed before it are dropped; the sampling holds for the limited 1 s,
+    all of it after the settle, and the loop's samples and the CUDA side's records stay
+    one-to-one."""
+    env = dict(os.environ, FAKE_NVML_REASONS="4",
+               LD_LIBRARY_PATH=f"{fake_driver_nvml}:{os.environ.get('LD_LIBRARY_PATH', '')}")
+    if reason_after_s:
+        env["FAKE_NVML_REASONS_AFTER_S"] = reason_after_s
+    p = subprocess.run([sys.executable, "-c", SETTLE_KEEP], env=env, capture_output=True,
+                       text=True, timeout=120)
+    assert p.returncode == 0, p.stderr
+    r = json.loads(p.stdout.strip().splitlines()[-1])["limited"]
+    assert r["settled"] is True and r["min_sampling_s"] == 1.0
+    assert r["kept"] == 0 and r["from_load_s"] is None
+    # batches were timed only before the reason showed (0.1-0.25 s of load), then dropped
+    assert (r["dropped"] > 0) == (reason_after_s is not None)
+    assert r["overlap_s"] == 0 and r["sampling_s"] >= 1.0 and r["warmup_stable"] is False
+    assert r["timed_sm"] == [1980.0] and r["n"] == r["events_n"] > 0

@@ -206,8 +206,10 @@ struct kb_backend {
      * KB_BATCH_SAMPLE. 0, or -1 with a Python exception set. */
     int (*run_batch)(kb_backend *b, Py_ssize_t n, double *out, int kind);
     /* Optional. Asked after each warm-up batch once the loop's own warm-up rule is met: 1 while
-     * the device still needs warming up (its clock has not settled), 0 when done, -1 with an
-     * exception. `elapsed_s` is the warm-up's wall time so far. */
+     * the device still needs warming up (its clock has not settled), 2 the same when nothing
+     * timed while settling could be kept any more (settled_keep: the loop drops what it holds
+     * and times no more), 0 when done, -1 with an exception. `elapsed_s` is the warm-up's wall
+     * time so far. */
     int (*keep_warming)(kb_backend *b, double elapsed_s);
     /* Set by the backend during warm-up (0 otherwise): the precision rule may not stop the
      * sampling before this long. A power-capped GPU's speed swings with its controller over

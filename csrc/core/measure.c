@@ -299,13 +299,13 @@ static double window_min(const double *x, Py_ssize_t n)
 }
 
 /* The samples timed while settling (res->samples[0..*n)): the backend's settled_keep says how
- * many of the latest to keep (final: once settled, and from when, into *from_s; else only a
- * bound on what a long settle holds); they move to the front. */
-static int keep_tentative(kb_backend *b, const kb_loop_config *cfg, kb_loop_result *res,
-                          int final, Py_ssize_t *n, double *from_s)
+ * many of the latest (at most max_keep) to keep (final: once settled, and from when, into
+ * *from_s; else only a bound on what a long settle holds); they move to the front. */
+static int keep_tentative(kb_backend *b, Py_ssize_t max_keep, kb_loop_result *res, int final,
+                          Py_ssize_t *n, double *from_s)
 {
     double from = NAN;
-    Py_ssize_t kept = b->settled_keep(b, *n, cfg->max_samples, final, &from);
+    Py_ssize_t kept = b->settled_keep(b, *n, max_keep, final, &from);
     if (kept < 0)
         return -1;
     kept = kept < *n ? kept : *n;
@@ -354,6 +354,13 @@ static int warm_up(kb_backend *b, const kb_loop_config *cfg, kb_loop_result *res
                 goto error;
             if (more == 0)
                 break;
+            if (more == 2 && tentative) {
+                /* nothing timed while settling can be kept now: drop it, time no more */
+                if (tentative_n > 0 &&
+                    keep_tentative(b, 0, res, 1, &tentative_n, NULL) < 0)
+                    goto error;
+                tentative = 0;
+            }
             /* While settling, keep batches short (~20 ms) so the backend is asked often. */
             settling = 1;
             if (per_call > 0 && (double)batch * per_call > 0.02)
@@ -387,7 +394,7 @@ static int warm_up(kb_backend *b, const kb_loop_config *cfg, kb_loop_result *res
             goto error;
         if (kind == KB_BATCH_TENTATIVE &&
             (tentative_n += batch) > 2 * cfg->max_samples &&
-            keep_tentative(b, cfg, res, 0, &tentative_n, NULL) < 0)
+            keep_tentative(b, cfg->max_samples, res, 0, &tentative_n, NULL) < 0)
             goto error;
         agreed_s = times[1];
         per_call = times[0] / (double)batch;
@@ -427,7 +434,8 @@ static int warm_up(kb_backend *b, const kb_loop_config *cfg, kb_loop_result *res
     res->warmup_s = kb_now_s() - t_start;
     *per_call_out = per_call;
     *kept_from_s = NAN;
-    if (tentative_n > 0 && keep_tentative(b, cfg, res, 1, &tentative_n, kept_from_s) < 0)
+    if (tentative_n > 0 &&
+        keep_tentative(b, cfg->max_samples, res, 1, &tentative_n, kept_from_s) < 0)
         goto error;
     res->n = tentative_n;
     res->warmup_iters -= tentative_n;

@@ -736,7 +736,10 @@ static int cuda_keep_warming(kb_backend *b, double elapsed_s)
         }
         return 0;
     }
-    return 1;
+    /* A limit reason since the load began: nothing timed before it can be kept, and a load
+     * that shows one mostly settles under the limit, where nothing timed before the settle is
+     * kept; so the rest of the settle runs untimed, as it did before samples were kept. */
+    return kb_nvml_sampler_limited_since(c->sampler, c->load_start_s) ? 2 : 1;
 }
 
 
@@ -1015,13 +1018,16 @@ static int step_sample(cuda_ctx *c, const kb_loop_config *cfg, kb_loop_result *r
     if (c->timer->finish != NULL)
         backend.min_batch_s = KB_COLLECT_MIN_BATCH_S;
     /* Where the sustained rule judges the load, the batches that run while it settles are
-     * timed and kept from the moment the readings show the settled state (cuda_settled_keep);
-     * the callable's own warm-up then ends once its timed windows stop getting faster instead
-     * of at callable_warmup_max_s. With ranks every batch must be agreed: not there. */
+     * timed and kept from the moment the readings show the settled state (cuda_settled_keep),
+     * until a limit reason shows (cuda_keep_warming). With ranks every batch must be agreed:
+     * not there. After a settled unlimited measurement, which this load may settle on in
+     * 0.15 s, the callable's own warm-up ends once its timed windows stop getting faster
+     * instead of at callable_warmup_max_s: elsewhere the settle takes longer than that anyway,
+     * and a load under a limit warms up as it did before samples were kept. */
     if (c->sampler != NULL && c->opt.regime == KB_REGIME_SUSTAINED && c->opt.settle_max_s > 0 &&
         cfg->ranks == NULL) {
         backend.settled_keep = cuda_settled_keep;
-        backend.warmup_timed = 1;
+        backend.warmup_timed = isfinite(c->carry.sm_mhz) && !c->carry.under_limit;
     }
     if (kb_loop_run(&backend, cfg, res) < 0)
         return -1;

@@ -496,6 +496,9 @@ int kb_nvml_sampler_settled(kb_nvml_sampler *s, const kb_settle_rule *rule, doub
  * unsettled. No Python. */
 double kb_nvml_sampler_settled_since(kb_nvml_sampler *s, const kb_settle_rule *rule,
                                      double load_start_s, double sm_mhz, int how);
+/* Whether any reading taken after sampler time t_s showed a power/thermal limit reason
+ * (KB_CLOCK_LIMIT_REASONS). No Python. */
+int kb_nvml_sampler_limited_since(kb_nvml_sampler *s, double t_s);
 /* kb_power_recovered over the samples so far. No Python. */
 int kb_nvml_sampler_recovered(kb_nvml_sampler *s, const kb_settle_rule *rule);
 /* The last reading's SM clock (NaN before the first) and whether the clocks are set by the user:

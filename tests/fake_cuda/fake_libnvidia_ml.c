@@ -1,7 +1,7 @@
 /* fake_libnvidia_ml.c -- a stand-in libnvidia-ml.so.1 beside the fake libcuda (tests/
  * test_cuda_pipeline_fake_driver.py): one GPU that always reads the same steady, unlimited state
  * (SM 1980 MHz, 300 W instantaneous and averaged, a 700 W limit, no clock event reason; or a
- * clock that comes up late, FAKE_NVML_SM_RAMP_S), so the
+ * clock that comes up late, FAKE_NVML_SM_RAMP_S, or a limit reason, FAKE_NVML_REASONS), so the
  * sustained regime's settle rule and the state carried between measurements run for real on
  * the sampler's thread. Every other call succeeds. */
 #include <stdio.h>
@@ -53,7 +53,18 @@ int nvmlDeviceGetPowerUsage(void *d, unsigned *mw) { *mw = 300000; return 0; }
 int nvmlDeviceGetTemperature(void *d, int sensor, unsigned *c) { *c = 40; return 0; }
 int nvmlDeviceGetUtilizationRates(void *d, util_t *u) { u->gpu = u->memory = 0; return 0; }
 int nvmlDeviceGetMemoryInfo(void *d, mem_t *m) { m->total = 1ull << 34; m->free = 1ull << 33; m->used = 1ull << 33; return 0; }
-int nvmlDeviceGetCurrentClocksEventReasons(void *d, unsigned long long *r) { *r = 0; return 0; }
+/* FAKE_NVML_REASONS=mask: the clock event reasons every read shows (4: sw_power_cap), from
+ * FAKE_NVML_REASONS_AFTER_S seconds after the first read on (default 0). */
+int nvmlDeviceGetCurrentClocksEventReasons(void *d, unsigned long long *r)
+{
+    static double first = -1.0;
+    const char *mask = getenv("FAKE_NVML_REASONS"), *after = getenv("FAKE_NVML_REASONS_AFTER_S");
+    double t = now_s();
+    if (first < 0)
+        first = t;
+    *r = mask && (!after || t - first >= atof(after)) ? strtoull(mask, NULL, 0) : 0;
+    return 0;
+}
 int nvmlDeviceGetEnforcedPowerLimit(void *d, unsigned *mw) { *mw = 700000; return 0; }
 int nvmlDeviceGetFieldValues(void *d, int n, field_t *v)
 {
