@@ -234,6 +234,7 @@ def test_burst_batches_that_started_unrecovered_break_the_regime(monkeypatch):
 class _FloorCore:
     """Records what the floor probe asks of _core, in order; capture refuses allocations."""
     KbenchError = _core.KbenchError
+    quantile = staticmethod(_core.quantile)     # pure statistics: the real one
 
     def __init__(self, fail_measure: bool = False):
         self.calls, self.fail_measure, self.loaded = [], fail_measure, False
