@@ -622,19 +622,19 @@ static void note_timestamp_steps(cuda_ctx *c, kb_backend *b, const double *out, 
  * 0.2 ms batches in a 0.02 s bench, 55 flushes a bench on the H200; 6.3-6.7 with it). */
 #define KB_COLLECT_MIN_BATCH_S 0.002
 
-/* The loop's batch of n: sub-batches of at most gate_cap (in burst, of BURST_BATCH_S GPU time,
- * each after the GPU has recovered). */
+/* A loop batch timed while settling begins: the counters as they stand, for cuda_settled_keep. */
 static int note_tentative(cuda_ctx *c)
 {
     if (c->tentative_n == c->tentative_cap) {
-        Py_ssize_t cap = c->tentative_cap ? 2 * c->tentative_cap : 64;
-        tentative_batch *p = realloc(c->tentative, (size_t)cap * sizeof *p);
+        size_t cap = kb_grown_capacity((size_t)c->tentative_cap, (size_t)c->tentative_n + 1, 64,
+                                       sizeof *c->tentative);
+        tentative_batch *p = kb_resize(c->tentative, cap, sizeof *p);
         if (p == NULL) {
             PyErr_NoMemory();
             return -1;
         }
         c->tentative = p;
-        c->tentative_cap = cap;
+        c->tentative_cap = (Py_ssize_t)cap;
     }
     c->tentative[c->tentative_n++] = (tentative_batch){
         .start_s = kb_nvml_sampler_elapsed_s(c->sampler), .start_now_s = kb_now_s(),
@@ -644,6 +644,8 @@ static int note_tentative(cuda_ctx *c)
     return 0;
 }
 
+/* The loop's batch of n: sub-batches of at most gate_cap (in burst, of BURST_BATCH_S GPU time,
+ * each after the GPU has recovered). */
 static int cuda_run_batch(kb_backend *b, Py_ssize_t n, double *out, int kind)
 {
     cuda_ctx *c = b->ctx;
