@@ -44,8 +44,9 @@ def test_the_recorded_h200_gemm_settles_at_its_capped_clock_after_the_average_ca
     assert i >= 0 and limited
     loaded = d["t"][i] - d["load_start"]
     # the one-second average must have caught up with the instantaneous power (its mean over
-    # the same second: what an average converges to) first
-    assert loaded >= 1.0
+    # the same second: what an average converges to) first, and under the limit the load must
+    # have run two averaging windows
+    assert loaded >= 2.0
     window = (d["t"] > d["t"][i] - 1) & (d["t"] <= d["t"][i])
     assert d["p_avg"][i] >= 0.95 * np.mean(d["p_inst"][window]) - 15
     # at the capped clock, not the burst clock: the GEMM ran ~540 us there, 470 us at 1980 MHz
@@ -53,6 +54,48 @@ def test_the_recorded_h200_gemm_settles_at_its_capped_clock_after_the_average_ca
     g = d["gemm_us"]
     after = g[g[:, 0] >= loaded, 1]
     assert np.median(after) > 530
+
+
+def test_the_recorded_capped_gemm_is_sampled_where_its_controller_holds_it(h200_ramp):
+    """The clock windows agreed and the average had caught up at 1.05 s of load, but the
+    controller had not yet pulled the clock to where it holds it: the GEMMs of the second after
+    that ran 1.2% faster than the last second of the load. From two averaging windows on, the
+    second after the settle is the load's last second within 0.75%."""
+    d, end = h200_ramp, h200_ramp["load_end_i"]
+    g = d["gemm_us"]
+    late = np.median(g[g[:, 0] >= g[-1, 0] - 1.0, 1])
+    gap = {}
+    for floor in (0.0, 2.0):
+        i, _, limited = _core.clock_settled_at(
+            d["t"][:end], d["sm"][:end], d["reasons"][:end], d["p_avg"][:end],
+            d["p_inst"][:end], load_start_s=d["load_start"], power_limit_w=LIMIT_W,
+            capped_min_load_s=floor)
+        assert limited
+        loaded = d["t"][i] - d["load_start"]
+        gap[floor] = abs(np.median(g[(g[:, 0] >= loaded) & (g[:, 0] < loaded + 1.0), 1]) / late - 1)
+    assert gap[2.0] < 0.0075 < gap[0.0]
+
+
+def test_a_capped_load_waits_two_averaging_windows_unless_it_continues_a_capped_one():
+    t, sm, r, pa, pi = steady(3.0, mhz=1470.0, inst=690.0, avg=690.0, reasons=POWER_CAP)
+    i, _, limited = _core.clock_settled_at(t, sm, r, pa, pi, power_limit_w=LIMIT_W)
+    assert limited and t[i] == pytest.approx(2.0, abs=PERIOD)
+    # the previous measurement's capped load ran 3 s: this one continues it
+    j, _, limited, by_carry = carried_at(t, sm, r, pa, pi, carried_mhz=1470.0,
+                                         carried_under_limit=True, carried_ago_s=0.05,
+                                         carried_loaded_s=3.0)
+    assert limited and by_carry and t[j] < 0.2
+    # one that ran 0.5 s: together they need two windows, by either rule
+    k, _, limited, _ = carried_at(t, sm, r, pa, pi, carried_mhz=1470.0,
+                                  carried_under_limit=True, carried_ago_s=0.05,
+                                  carried_loaded_s=0.5)
+    assert limited and t[k] == pytest.approx(1.5, abs=PERIOD)
+    # a carried unlimited state continues nothing capped
+    m, _, _, _ = carried_at(t, sm, r, pa, pi, carried_mhz=1470.0, carried_ago_s=0.05,
+                            carried_loaded_s=3.0)
+    assert t[m] == pytest.approx(2.0, abs=PERIOD)
+    with pytest.raises(ValueError, match="carried_loaded_s must be >= 0"):
+        carried_at(t, sm, r, pa, pi, carried_mhz=1470.0, carried_loaded_s=-1.0)
 
 
 def test_a_load_with_gaps_settles_when_its_average_meets_its_mean():
@@ -125,7 +168,9 @@ def test_a_power_capped_clock_settles_only_once_its_decay_flattens():
     t, mhz, r = trace(3.0, lambda t: 1500 + 480 * np.exp(-t / 0.3), POWER_CAP)
     mhz = np.round(mhz / 15) * 15                      # clocks move in 15 MHz steps
     p = np.full_like(t, 700.0)
-    i, med, limited = _core.clock_settled_at(t, mhz, r, p, p, power_limit_w=LIMIT_W)
+    # the window rule alone (not the two averaging windows a capped load waits)
+    i, med, limited = _core.clock_settled_at(t, mhz, r, p, p, power_limit_w=LIMIT_W,
+                                             capped_min_load_s=0.0)
     assert i >= 0 and limited
     # two 0.25 s windows differ by under 2% only once the decay has mostly run out
     assert t[i] > 0.7
@@ -145,12 +190,13 @@ def test_an_oscillating_capped_clock_settles_on_its_medians():
     t, mhz, r = trace(2.0, lambda t: 1560 + 120 * np.sign(np.sin(2 * np.pi * 20 * t + 0.1)),
                       POWER_CAP)
     p = np.full_like(t, 700.0)
-    i, _, limited = _core.clock_settled_at(t, mhz, r, p, p, power_limit_w=LIMIT_W)
+    i, _, limited = _core.clock_settled_at(t, mhz, r, p, p, power_limit_w=LIMIT_W,
+                                           capped_min_load_s=0.0)
     assert 0.5 - PERIOD <= t[i] <= 0.6 and limited
 
 
 def test_failed_reads_are_ignored_not_counted_as_a_clock():
-    t, mhz, r = trace(1.5, lambda t: np.full_like(t, 1600.0), POWER_CAP)
+    t, mhz, r = trace(2.5, lambda t: np.full_like(t, 1600.0), POWER_CAP)
     p = np.full_like(t, 690.0)
     mhz[::3] = np.nan
     p[::4] = np.nan
@@ -262,12 +308,13 @@ def test_a_limit_reason_lingering_from_the_previous_load_blocks_an_unlimited_car
 def test_a_capped_state_is_carried_only_when_the_averaged_power_is_this_loads_power():
     t, sm, r, pa, pi = steady(1.0, mhz=1470.0, inst=700.0, avg=690.0, reasons=POWER_CAP)
     i, med, limited, by_carry = carried_at(t, sm, r, pa, pi, carried_mhz=1470.0,
-                                           carried_under_limit=True, carried_ago_s=0.1)
+                                           carried_under_limit=True, carried_ago_s=0.1,
+                                           carried_loaded_s=2.0)
     assert by_carry and limited and med == 1470 and t[i] < 0.2
     # the previous load drew less power: the average has not caught up with this one
     pa[:] = 450.0
     assert not carried_at(t, sm, r, pa, pi, carried_mhz=1470.0, carried_under_limit=True,
-                          carried_ago_s=0.1)[3]
+                          carried_ago_s=0.1, carried_loaded_s=2.0)[3]
     # an unlimited carried state says nothing about a capped load
     pa[:] = 690.0
     assert not carried_at(t, sm, r, pa, pi, carried_mhz=1470.0, carried_ago_s=0.1)[3]
@@ -284,7 +331,8 @@ def test_the_recorded_h200_gemm_carried_into_a_second_bench_of_itself(h200_ramp)
     settled: where their own readings after the response time agree with the carried capped
     clock and power they settle at once; where the controller has wandered off it (the capped
     clock moves 1395-1500 MHz, more than the 2% tolerance) they wait for the two-window rule,
-    which no longer waits for the average (it has caught up already)."""
+    which no longer waits for the average (it has caught up already) nor for two averaging
+    windows of load (they continue the first bench's)."""
     d, end = h200_ramp, h200_ramp["load_end_i"]
     t, sm, r, pa, pi = (d[k][:end] for k in ("t", "sm", "reasons", "p_avg", "p_inst"))
     i, med, limited = _core.clock_settled_at(t, sm, r, pa, pi, load_start_s=d["load_start"],
@@ -292,17 +340,23 @@ def test_the_recorded_h200_gemm_carried_into_a_second_bench_of_itself(h200_ramp)
     assert i >= 0 and limited
     carried, full = [], []
     for start in t[(t > t[i] + 0.2) & (t < t[end - 1] - 0.8)][::10]:   # later benches
+        # the first bench's load ran from load_start to this one's start: this one continues it
         k, med2, lim2, by = carried_at(t, sm, r, pa, pi, carried_mhz=med,
                                        carried_under_limit=True, carried_ago_s=0.02,
+                                       carried_loaded_s=start - d["load_start"],
                                        load_start_s=start)
         assert k >= 0 and lim2
+        # a bench that carried nothing starts the two averaging windows again
+        assert _core.clock_settled_at(t, sm, r, pa, pi, load_start_s=start,
+                                      power_limit_w=LIMIT_W)[0] == -1
         if by:
             carried.append(t[k] - start)
             assert abs(med2 - med) <= max(0.02 * med, 15)
         else:
             full.append(t[k] - start)
-    assert carried and max(carried) < 0.35
-    assert full and min(full) >= 0.5 and max(full) < 0.8
+    # continuing the first bench's load, none waits the two averaging windows again
+    assert carried and min(carried) < 0.25 and max(carried + full) < 0.8
+    assert full and min(full) >= 0.5
 
 
 def test_the_recorded_h200_gemm_state_is_not_carried_to_the_idle_after_it(h200_ramp):

@@ -297,6 +297,7 @@ SETTLE_KEEP = textwrap.dedent('''
                 "held": cu["regime"]["held"]}
     if os.environ.get("FAKE_NVML_REASONS"):
         out = {"limited": record(_core.measure_cuda(fn, ((),), None, **Q))}
+        out["limited_again"] = record(_core.measure_cuda(fn, ((),), None, **Q))
     else:
         out = {"ramp": record(_core.measure_cuda(fn, ((),), None, **Q))}
         out["carried"] = record(_core.measure_cuda(fn, ((),), None, **Q))
@@ -345,7 +346,8 @@ def test_samples_taken_while_settling_are_kept_from_where_the_readings_show_the_
 @pytest.mark.parametrize("reason_after_s", [None, "0.25"])
 def test_a_load_under_a_limit_times_nothing_while_it_settles(fake_driver_nvml, reason_after_s):
     """Through the fake NVML with sw_power_cap in every reading (or from 0.25 s on): the load
-    settles under the limit, where nothing timed before the settle could be kept, so once the
+    settles under the limit (after two averaging windows of load; a second measurement
+    continues it), where nothing timed before the settle could be kept, so once the
     reason shows no settling batch is timed (the settle runs as the warm-up did before samples
     were kept) and those timed before it are dropped; the sampling holds for the limited 1 s,
     all of it after the settle, and the loop's samples and the CUDA side's records stay
@@ -357,8 +359,14 @@ def test_a_load_under_a_limit_times_nothing_while_it_settles(fake_driver_nvml, r
     p = subprocess.run([sys.executable, "-c", SETTLE_KEEP], env=env, capture_output=True,
                        text=True, timeout=120)
     assert p.returncode == 0, p.stderr
-    r = json.loads(p.stdout.strip().splitlines()[-1])["limited"]
+    out = json.loads(p.stdout.strip().splitlines()[-1])
+    r, again = out["limited"], out["limited_again"]
     assert r["settled"] is True and r["min_sampling_s"] == 1.0
+    # under a limit the load runs two averaging windows (2 s) before it counts as settled;
+    # the next measurement continues that capped load and settles on the carried state
+    assert r["at_s"] >= 2.0 and r["by_carry"] is False
+    assert again["settled"] is True and again["by_carry"] is True and again["at_s"] < 0.5
+    assert again["kept"] == 0 and again["sampling_s"] >= 1.0
     assert r["kept"] == 0 and r["from_load_s"] is None
     # batches were timed only before the reason showed (0.1-0.25 s of load), then dropped
     assert (r["dropped"] > 0) == (reason_after_s is not None)

@@ -62,6 +62,7 @@ typedef struct {
         int settled;            /* KB_SETTLED / KB_SETTLED_UNDER_LIMIT judged at its end, or
                                  * KB_UNSETTLED (burst, no clocks, moved): nothing to carry */
         double sm_mhz;          /* the median SM clock of its last window */
+        double loaded_s;        /* how long its load (and a capped one it continued) had run */
     } gpu_carry[64];
     char cupti_detach[192];     /* how the last CUPTI trace left CUPTI (cupti_trace.c) */
     PyThread_type_lock measure_lock;  /* held while a timing loop runs: one at a time */
@@ -336,28 +337,35 @@ typedef struct {
                                  * updates about every 0.1 s on the H200, and the clock and the
                                  * instantaneous power follow a load within one update) */
     double carry_window_s;      /* the carried rule's one clock window, after the response */
+    double capped_min_load_s;   /* under a limit, never settled before the load (with a capped
+                                 * load it continues) lasted this long: the averaged power
+                                 * fills with the load in one window, and the clock the
+                                 * controller holds on it comes in the next */
 } kb_settle_rule;
 #define KB_SETTLE_RULE_DEFAULT {.window_s = 0.25, .rel_tol = 0.02, .min_load_s = 0.3,          \
                                 .avg_window_s = 1.0, .power_tol = 0.05, .headroom = 0.8,       \
                                 .recover_window_s = 0.03, .recover_avg_frac = 0.6,             \
                                 .carry_max_gap_s = 1.0, .carry_response_s = 0.1,               \
-                                .carry_window_s = 0.05}
+                                .carry_window_s = 0.05, .capped_min_load_s = 2.0}
 
 enum { KB_UNSETTLED = 0, KB_SETTLED = 1, KB_SETTLED_UNDER_LIMIT = 2 };
 /* Whether the GPU has reached the sustained state of the load that began at tr->t value
  * load_start_s, as of the last reading: KB_SETTLED (nothing limits the clock, nor will),
  * KB_SETTLED_UNDER_LIMIT (a power/thermal limit holds it, at a steady median) or KB_UNSETTLED.
- * power_limit_w is NaN when unknown. *median_last gets the last window's median SM clock.
- * `scratch` holds tr->n doubles. Pure: no Python, no NVML. */
+ * power_limit_w is NaN when unknown. prior_load_s: how long a capped load that this one
+ * continues had run (0: none), counted toward capped_min_load_s. *median_last gets the last
+ * window's median SM clock. `scratch` holds tr->n doubles. Pure: no Python, no NVML. */
 int kb_clock_settled(const kb_clock_trace *tr, double load_start_s, double power_limit_w,
-                     const kb_settle_rule *rule, double *scratch, double *median_last);
+                     const kb_settle_rule *rule, double prior_load_s, double *scratch,
+                     double *median_last);
 /* What the previous measurement on the device established, as the next one's settle rule sees
  * it: its last window's median SM clock, whether it was settled under a limit, how long ago it
- * ended. */
+ * ended, and how long its load (with any capped load it continued) had run by then. */
 typedef struct {
     double sm_mhz;          /* NaN: nothing carried */
     int under_limit;
     double ago_s;
+    double loaded_s;
 } kb_settle_carry;
 /* The sustained rule with a carried state: kb_clock_settled, or -- when the load started within
  * carry_max_gap_s of the previous measurement's end, which had settled -- settled earlier, on
@@ -368,7 +376,8 @@ typedef struct {
  *   - carried under a limit: a limit reason in the window, and the averaged power within
  *     power_tol (>= 15 W) of the window's mean instantaneous power: the previous load drew the
  *     same power at the same clock (KB_SETTLED_UNDER_LIMIT).
- * Without instantaneous power nothing is carried. *by_carry is set when the carried rule (not
+ * A load carried under a limit continues the previous one: its loaded_s counts toward
+ * capped_min_load_s, on either rule. Without instantaneous power nothing is carried. *by_carry is set when the carried rule (not
  * the two-window one) settled it. carry may be NULL. Pure, like kb_clock_settled. */
 int kb_clock_settled_carried(const kb_clock_trace *tr, double load_start_s, double power_limit_w,
                              const kb_settle_rule *rule, const kb_settle_carry *carry,

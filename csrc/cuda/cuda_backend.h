@@ -178,7 +178,7 @@ typedef struct {
     int cupti_allow_foreign;    /* take CUPTI beside another subscriber (0) */
     int sample_clocks;          /* NVML clock sampling (1) */
     double clock_period_s;      /* its period (0.005) */
-    double settle_max_s;        /* the warm-up waits at most this long for the clock (3.0) */
+    double settle_max_s;        /* the warm-up waits at most this long for the clock (4.0) */
     kb_regime regime;           /* 'sustained' */
     PyObject *pre_sample;       /* called before every call of fn, outside the timed part;
                                  * None (NULL); a strong reference */

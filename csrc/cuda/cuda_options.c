@@ -13,7 +13,7 @@ static void cuda_options_defaults(kb_cuda_options *o)
                            .cold = KB_COLD_NONE, .flush_bytes = 0, .unroll = 1.0, .gate = 1,
                            .keep_busy = 1, .gate_batch = 32, .gate_timeout_s = 1.0,
                            .busy_warmup_s = -1.0, .cupti_allow_foreign = 0, .sample_clocks = 1,
-                           .clock_period_s = 0.005, .settle_max_s = 3.0,
+                           .clock_period_s = 0.005, .settle_max_s = 4.0,
                            .regime = KB_REGIME_SUSTAINED, .pre_sample = NULL};
 }
 

@@ -949,12 +949,13 @@ static void take_carry(cuda_ctx *c)
         return;
     struct kb_gpu_carry *g = &kb_get_state(c->m)->gpu_carry[c->opt.device];
     double ago = kb_now_s() - g->end_s;
-    c->carry = (kb_settle_carry){.sm_mhz = NAN, .under_limit = 0, .ago_s = NAN};
+    c->carry = (kb_settle_carry){.sm_mhz = NAN, .under_limit = 0, .ago_s = NAN, .loaded_s = 0};
     c->carried_from_s_ago = NAN;
     if (g->end_s > 0 && g->settled != KB_UNSETTLED && c->opt.regime == KB_REGIME_SUSTAINED &&
         ago >= 0 && ago <= rule.carry_max_gap_s) {
         c->carry = (kb_settle_carry){.sm_mhz = g->sm_mhz, .ago_s = ago,
-                                     .under_limit = g->settled == KB_SETTLED_UNDER_LIMIT};
+                                     .under_limit = g->settled == KB_SETTLED_UNDER_LIMIT,
+                                     .loaded_s = g->loaded_s};
         c->carried_from_s_ago = ago;
     }
     memset(g, 0, sizeof *g);
@@ -977,8 +978,14 @@ static void record_carry(cuda_ctx *c)
     }
     c->end_settled = how > 0 ? how : KB_UNSETTLED;
     c->end_sm_mhz = c->end_settled != KB_UNSETTLED ? median : NAN;
+    /* a capped load it continued counts as this one's: the next continues both */
+    double loaded = c->sampler != NULL ? kb_nvml_sampler_elapsed_s(c->sampler) - c->load_start_s
+                                       : 0.0;
+    if (isfinite(c->carry.sm_mhz) && c->carry.under_limit)
+        loaded += c->carry.loaded_s;
     kb_get_state(c->m)->gpu_carry[c->opt.device] = (struct kb_gpu_carry){
-        .end_s = kb_now_s(), .settled = c->end_settled, .sm_mhz = c->end_sm_mhz};
+        .end_s = kb_now_s(), .settled = c->end_settled, .sm_mhz = c->end_sm_mhz,
+        .loaded_s = loaded > 0 ? loaded : 0.0};
 }
 
 /* ---- settle: the NVML sampler the warm-up's settle rule reads (cuda_keep_warming), the state
