@@ -29,6 +29,9 @@ def _settle_text(settle: Optional[Dict[str, Any]]) -> str:
                else "its own load did not match it: two windows")
         carried = (f"; carried the state of the measurement that ended {ago:.2f} s before "
                    f"(SM {settle.get('carried_sm_mhz') or 0:.0f} MHz): {how}")
+    if settle.get("at_max_clock"):
+        # no carried state: the load's own window showed the board's maximum clock, unlimited
+        carried += "; one window of its own load showed the board's maximum SM clock, unlimited"
     kept = settle.get("samples_while_settling") or 0
     from_s = settle.get("kept_from_load_s")
     kept_s = (f"; {kept} samples kept from {from_s:.2f} s of load, where the readings first "
@@ -51,7 +54,8 @@ def _time_text(st: Dict[str, Any], cc: Dict[str, Any],
         w_note.append("stable" if st["warmup_stable"] else "to its limit")
     settle = extra.get("clock_settle") or {}
     if settle.get("settled") is not None and settle.get("at_s") is not None:
-        carried = " carried" if settle.get("by_carry") else ""
+        carried = (" carried" if settle.get("by_carry")
+                   else " at max clock" if settle.get("at_max_clock") else "")
         w_note.append(f"settle{carried} {settle['at_s']:.2f}")
     w_note_s = f" ({'; '.join(w_note)})" if w_note else ""
     busy = extra.get("busy_warmup_s") or 0.0

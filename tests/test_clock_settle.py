@@ -372,6 +372,60 @@ def test_the_recorded_h200_gemm_state_is_not_carried_to_the_idle_after_it(h200_r
         assert not by
 
 
+
+# ---- the board's maximum SM clock as a known state (kb_clock_settled_carried, by=2)
+
+def test_a_light_load_at_the_boards_maximum_clock_settles_on_one_short_window():
+    """The H200 idles at its maximum SM clock (1980 MHz): a light load there has no ramp left,
+    and with its power under the headroom nothing will pull it down."""
+    t, sm, r, pa, pi = steady(1.0)
+    i, med, limited, by = carried_at(t, sm, r, pa, pi, carried_mhz=None, max_sm_mhz=1980.0)
+    assert by == 2 and not limited and med == 1980
+    # the response time and a whole NVML update period of this load's own readings
+    assert 0.2 - PERIOD <= t[i] < 0.25
+    # without the maximum known: the two-window rule
+    j, _, _, by = carried_at(t, sm, r, pa, pi, carried_mhz=None)
+    assert by == 0 and t[j] >= 0.5
+    # one 15 MHz step under it is at it; 2% under it is not (it may still be ramping)
+    sm[:] = 1965.0
+    assert carried_at(t, sm, r, pa, pi, carried_mhz=None, max_sm_mhz=1980.0)[3] == 2
+    sm[:] = 1935.0
+    k, _, _, by = carried_at(t, sm, r, pa, pi, carried_mhz=None, max_sm_mhz=1980.0)
+    assert by == 0 and t[k] >= 0.5
+
+
+def test_a_clock_coming_up_to_its_maximum_settles_once_a_window_shows_it():
+    t, sm, r, pa, pi = steady(1.0)
+    sm[t < 0.3] = 1410.0
+    i, _, _, by = carried_at(t, sm, r, pa, pi, carried_mhz=None, max_sm_mhz=1980.0)
+    assert by == 2 and 0.4 - PERIOD <= t[i] < 0.45
+
+
+@pytest.mark.parametrize("what", ["heavy", "limit"])
+def test_the_maximum_clock_settles_nothing_that_may_be_capped(what):
+    """At the maximum clock, but drawing more than the headroom (it may be capped once the
+    average catches up), or with a limit reason since the load began."""
+    t, sm, r, pa, pi = steady(1.0, inst=620.0 if what == "heavy" else 300.0)
+    if what == "limit":
+        r[(t > 0.02) & (t < 0.05)] = POWER_CAP
+    i, _, _, by = carried_at(t, sm, r, pa, pi, carried_mhz=None, max_sm_mhz=1980.0)
+    assert by != 2
+
+
+def test_the_recorded_capped_gemm_is_not_settled_by_the_maximum_clock(h200_ramp):
+    """The recorded GEMM idled at 1980 MHz; its first call (7.3 ms: cuBLAS's set-up) ended
+    0.147 s into the phase and the readings moved 0.08 s later. kbench's load begins after an
+    untimed first call, so here it begins at that call's end: the window after the response
+    time sees the load's own power and clock, not the idle's."""
+    d, end = h200_ramp, h200_ramp["load_end_i"]
+    t, sm, r, pa, pi = (d[k][:end] for k in ("t", "sm", "reasons", "p_avg", "p_inst"))
+    start = d["load_start"] + d["gemm_us"][0, 0]
+    plain = _core.clock_settled_at(t, sm, r, pa, pi, load_start_s=start, power_limit_w=LIMIT_W)
+    i, med, limited, by = carried_at(t, sm, r, pa, pi, carried_mhz=None, max_sm_mhz=1980.0,
+                                     load_start_s=start)
+    assert by == 0 and limited and (i, med, limited) == plain
+
+
 # ---- clock_settled_since: from where the samples taken while settling may be kept
 
 

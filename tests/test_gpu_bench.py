@@ -128,9 +128,10 @@ def test_the_raw_cuda_record_has_every_key_with_its_type(x):
     st = cu["settle"]
     assert set(st) == {"settled", "at_s", "sm_mhz", "max_s", "min_sampling_s",
                        "carried_from_s_ago", "carried_sm_mhz", "carried_under_limit",
-                       "by_carry", "end_settled", "end_sm_mhz", "samples_while_settling",
-                       "kept_from_load_s"}
+                       "by_carry", "at_max_clock", "end_settled", "end_sm_mhz",
+                       "samples_while_settling", "kept_from_load_s"}
     assert isinstance(st["by_carry"], bool) and isinstance(st["end_settled"], bool)
+    assert isinstance(st["at_max_clock"], bool) and not (st["by_carry"] and st["at_max_clock"])
     assert isinstance(st["samples_while_settling"], int)
     assert (st["kept_from_load_s"] is None) == (st["samples_while_settling"] == 0)
     assert isinstance(raw["sampling_overlap_s"], float) and raw["sampling_overlap_s"] >= 0

@@ -142,3 +142,15 @@ def test_sampling_kept_from_the_settle_is_counted_once_in_the_time_row():
     st.pop("sampling_overlap_s")
     row = _time_text(st, {}, {"clock_settle": settle})
     assert "while settling" not in row and "overhead 0.00" in row
+
+
+def test_a_settle_at_the_boards_maximum_clock_is_named_in_both_rows():
+    from kbench.result import _settle_text, _time_text
+    st = {"wall_s": 0.30, "warmup_s": 0.21, "sampling_s": 0.20, "sampling_overlap_s": 0.11}
+    settle = {"settled": True, "at_s": 0.21, "sm_mhz": 1980.0, "by_carry": False,
+              "at_max_clock": True, "samples_while_settling": 0, "kept_from_load_s": None}
+    assert "settle at max clock 0.21" in _time_text(st, {}, {"clock_settle": settle})
+    assert "showed the board's maximum SM clock" in _settle_text(settle)
+    settle["at_max_clock"] = False
+    assert "max" not in _time_text(st, {}, {"clock_settle": settle})
+    assert "maximum" not in _settle_text(settle)

@@ -318,6 +318,8 @@ typedef struct {
     const double *power_inst_w;
     const uint64_t *reasons;
     size_t n;
+    double max_sm_mhz;      /* the board's maximum SM clock (nvmlDeviceGetMaxClockInfo); <= 0
+                             * or NaN: unknown */
 } kb_clock_trace;
 
 /* The sustained regime's settle rule and the burst regime's recovery rule (steady.c). */
@@ -337,6 +339,12 @@ typedef struct {
                                  * updates about every 0.1 s on the H200, and the clock and the
                                  * instantaneous power follow a load within one update) */
     double carry_window_s;      /* the carried rule's one clock window, after the response */
+    double at_max_tol;          /* a reading within this fraction (>= 15 MHz) of the board's
+                                 * maximum SM clock is at it */
+    double at_max_window_s;     /* the maximum-clock rule's one window, after the response: a
+                                 * whole NVML update period, so an update taken after the
+                                 * response time is in it (nothing is known of this load, unlike
+                                 * a carried state the readings need only match) */
     double capped_min_load_s;   /* under a limit, never settled before the load (with a capped
                                  * load it continues) lasted this long: the averaged power
                                  * fills with the load in one window, and the clock the
@@ -346,7 +354,8 @@ typedef struct {
                                 .avg_window_s = 1.0, .power_tol = 0.05, .headroom = 0.8,       \
                                 .recover_window_s = 0.03, .recover_avg_frac = 0.6,             \
                                 .carry_max_gap_s = 1.0, .carry_response_s = 0.1,               \
-                                .carry_window_s = 0.05, .capped_min_load_s = 2.0}
+                                .carry_window_s = 0.05, .at_max_tol = 0.01,                    \
+                                .at_max_window_s = 0.1, .capped_min_load_s = 2.0}
 
 enum { KB_UNSETTLED = 0, KB_SETTLED = 1, KB_SETTLED_UNDER_LIMIT = 2 };
 /* Whether the GPU has reached the sustained state of the load that began at tr->t value
@@ -367,6 +376,9 @@ typedef struct {
     double ago_s;
     double loaded_s;
 } kb_settle_carry;
+/* How a load settled (kb_clock_settled_carried's *by): the two-window rule, the carried state,
+ * or the board's maximum clock. */
+enum { KB_SETTLED_BY_RULE = 0, KB_SETTLED_BY_CARRY = 1, KB_SETTLED_AT_MAX = 2 };
 /* The sustained rule with a carried state: kb_clock_settled, or -- when the load started within
  * carry_max_gap_s of the previous measurement's end, which had settled -- settled earlier, on
  * this load's own readings: once the load has run carry_response_s + carry_window_s, every SM
@@ -377,11 +389,16 @@ typedef struct {
  *     power_tol (>= 15 W) of the window's mean instantaneous power: the previous load drew the
  *     same power at the same clock (KB_SETTLED_UNDER_LIMIT).
  * A load carried under a limit continues the previous one: its loaded_s counts toward
- * capped_min_load_s, on either rule. Without instantaneous power nothing is carried. *by_carry is set when the carried rule (not
- * the two-window one) settled it. carry may be NULL. Pure, like kb_clock_settled. */
+ * capped_min_load_s, on either rule. With nothing carried (or a carry its readings do not
+ * match), the board's maximum SM clock is a state the load can be settled in the same way as
+ * a carried unlimited one, over at_max_window_s: every SM reading within at_max_tol (>= 15 MHz)
+ * of it, no limit reason since the load began and the power under the headroom -- a clock
+ * cannot ramp past its maximum, and nothing will pull it down. Without instantaneous power neither applies.
+ * *by says which rule settled it (KB_SETTLED_BY_*). carry may be NULL. Pure, like
+ * kb_clock_settled. */
 int kb_clock_settled_carried(const kb_clock_trace *tr, double load_start_s, double power_limit_w,
                              const kb_settle_rule *rule, const kb_settle_carry *carry,
-                             double *scratch, double *median_last, int *by_carry);
+                             double *scratch, double *median_last, int *by);
 /* Since when the load has shown the state it settled in (`how`, at median SM clock sm_mhz).
  * Settled unlimited: the time of the last reading after load_start_s that did not -- its SM
  * clock beyond rel_tol (>= 15 MHz) of sm_mhz, or a limit reason -- or load_start_s when none

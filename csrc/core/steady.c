@@ -24,6 +24,10 @@
  *     same again), while the two clock windows agreed and the average had caught up at 1.2 s:
  *     sampled from there, the figure was 1-2% faster than after 8 s of load;
  *   - without it: the load has lasted a whole averaging window and the average is not rising.
+ * Sooner, on one short window of the load's own readings (kb_clock_settled_carried): the state
+ * the previous measurement settled in, carried, or the board's maximum SM clock with nothing
+ * limiting it and the power under the headroom (a clock at its maximum has no ramp left; the
+ * H200 idles at it, so a light load's first bench need not wait for two windows).
  *
  * Burst (opt-in): reproducible peak-clock figures. Each short batch starts only once the GPU has
  * recovered: no limit reason over the last readings, instantaneous power under the headroom and
@@ -130,19 +134,21 @@ int kb_clock_settled(const kb_clock_trace *tr, double load_start_s, double power
     return settled;
 }
 
-/* The carried rule of kb_clock_settled_carried (see kbench.h); carry is valid here. */
-static int carried_verdict(const kb_clock_trace *tr, double load_start_s, double power_limit_w,
-                           const kb_settle_rule *rule, const kb_settle_carry *carry,
-                           double *scratch, double *median)
+/* The one-window rule of kb_clock_settled_carried (see kbench.h): this load's readings of the
+ * last `window_s` show the known state `carry` (a carried one, or the board's maximum clock),
+ * every SM reading within rel_tol of its clock. carry is valid here. */
+static int window_verdict(const kb_clock_trace *tr, double load_start_s, double power_limit_w,
+                          const kb_settle_rule *rule, const kb_settle_carry *carry,
+                          double rel_tol, double window_s, double *scratch, double *median)
 {
     const double *t = tr->t;
     size_t n = tr->n;
-    double now = t[n - 1], lo = now - rule->carry_window_s;
-    if (now - load_start_s < rule->carry_response_s + rule->carry_window_s ||
+    double now = t[n - 1], lo = now - window_s;
+    if (now - load_start_s < rule->carry_response_s + window_s ||
         tr->power_inst_w == NULL)
         return KB_UNSETTLED;
-    double tol = rule->rel_tol * carry->sm_mhz > CLOCK_STEP_MHZ ? rule->rel_tol * carry->sm_mhz
-                                                                : CLOCK_STEP_MHZ;
+    double tol = rel_tol * carry->sm_mhz > CLOCK_STEP_MHZ ? rel_tol * carry->sm_mhz
+                                                          : CLOCK_STEP_MHZ;
     double inst_sum = 0.0, inst_max = -INFINITY;
     size_t clocks = 0, powers = 0;
     for (size_t i = 0; i < n; i++) {
@@ -184,9 +190,9 @@ static int carried_verdict(const kb_clock_trace *tr, double load_start_s, double
 
 int kb_clock_settled_carried(const kb_clock_trace *tr, double load_start_s, double power_limit_w,
                              const kb_settle_rule *rule, const kb_settle_carry *carry,
-                             double *scratch, double *median_last, int *by_carry)
+                             double *scratch, double *median_last, int *by)
 {
-    *by_carry = 0;
+    *by = KB_SETTLED_BY_RULE;
     int valid = carry != NULL && isfinite(carry->sm_mhz) &&
                 carry->ago_s >= 0 && carry->ago_s <= rule->carry_max_gap_s;
     /* the averaged power's test (either rule) is what tells a continued capped load from one
@@ -194,15 +200,29 @@ int kb_clock_settled_carried(const kb_clock_trace *tr, double load_start_s, doub
     double prior = valid && carry->under_limit && carry->loaded_s > 0 ? carry->loaded_s : 0.0;
     int how = kb_clock_settled(tr, load_start_s, power_limit_w, rule, prior, scratch,
                                median_last);
-    if (how != KB_UNSETTLED || !valid || tr->n == 0)
+    if (how != KB_UNSETTLED || tr->n == 0)
         return how;
     double med = NAN;
-    how = carried_verdict(tr, load_start_s, power_limit_w, rule, carry, scratch, &med);
-    if (how != KB_UNSETTLED) {
-        *by_carry = 1;
+    if (valid &&
+        (how = window_verdict(tr, load_start_s, power_limit_w, rule, carry, rule->rel_tol,
+                              rule->carry_window_s, scratch, &med)) != KB_UNSETTLED) {
+        *by = KB_SETTLED_BY_CARRY;
         *median_last = med;
+        return how;
     }
-    return how;
+    /* the board's maximum clock: no ramp left, and unlimited at this power, as carried */
+    if (isfinite(tr->max_sm_mhz) && tr->max_sm_mhz > 0) {
+        kb_settle_carry top = {.sm_mhz = tr->max_sm_mhz, .under_limit = 0, .ago_s = 0.0,
+                               .loaded_s = 0.0};
+        how = window_verdict(tr, load_start_s, power_limit_w, rule, &top, rule->at_max_tol,
+                             rule->at_max_window_s, scratch, &med);
+        if (how != KB_UNSETTLED) {
+            *by = KB_SETTLED_AT_MAX;
+            *median_last = med;
+        }
+        return how;
+    }
+    return KB_UNSETTLED;
 }
 
 double kb_clock_settled_since(const kb_clock_trace *tr, double load_start_s, double sm_mhz,
@@ -339,10 +359,11 @@ static int rule_check(const kb_settle_rule *r)
 
 /* The bindings' shared scan: the first reading at which the rule, applied to the readings up
  * to it, calls the load settled; carry NULL for the plain rule. (index, median, under_limit) or,
- * with a carry, (index, median, under_limit, by_carry). */
+ * with a carry, (index, median, under_limit, by) -- by: KB_SETTLED_BY_*. */
 static PyObject *settled_scan(PyObject *t_obj, PyObject *mhz_obj, PyObject *r_obj,
                               PyObject *p_obj, PyObject *pi_obj, double load_start, double limit,
-                              const kb_settle_rule *rule, const kb_settle_carry *carry)
+                              double max_mhz, const kb_settle_rule *rule,
+                              const kb_settle_carry *carry)
 {
     if (rule_check(rule) < 0)
         return NULL;
@@ -351,6 +372,7 @@ static PyObject *settled_scan(PyObject *t_obj, PyObject *mhz_obj, PyObject *r_ob
     double *scratch = NULL;
     if (trace_from_python(t_obj, mhz_obj, r_obj, p_obj, pi_obj, &tr, held) < 0)
         goto done;
+    tr.max_sm_mhz = max_mhz;
     if (!isfinite(load_start))
         load_start = tr.n ? tr.t[0] : 0.0;      /* the load began with the first reading */
     if ((scratch = malloc((tr.n + 1) * sizeof *scratch)) == NULL) {
@@ -370,7 +392,7 @@ static PyObject *settled_scan(PyObject *t_obj, PyObject *mhz_obj, PyObject *r_ob
             at = (Py_ssize_t)i;
     }
     PyObject *under = how == KB_SETTLED_UNDER_LIMIT ? Py_True : Py_False;
-    out = carry ? Py_BuildValue("(ndOO)", at, med, under, by_carry ? Py_True : Py_False)
+    out = carry ? Py_BuildValue("(ndOi)", at, med, under, by_carry)
                 : Py_BuildValue("(ndO)", at, med, under);
 done:
     free(scratch);
@@ -398,36 +420,42 @@ static PyObject *clock_settled_at(PyObject *m, PyObject *args, PyObject *kw)
                                      &rule.rel_tol, &rule.min_load_s, &rule.avg_window_s,
                                      &rule.power_tol, &rule.headroom, &rule.capped_min_load_s))
         return NULL;
-    return settled_scan(t_obj, mhz_obj, r_obj, p_obj, pi_obj, load_start, limit, &rule, NULL);
+    return settled_scan(t_obj, mhz_obj, r_obj, p_obj, pi_obj, load_start, limit, NAN, &rule,
+                        NULL);
 }
 
 /* clock_settled_carried_at(t_s, sm_mhz, reasons, power_w=None, power_inst_w=None, *,
- *     carried_mhz, carried_under_limit=False, carried_ago_s=0.0, load_start_s=None,
- *     power_limit_w=None, <rule>) -> (index, median, under_limit, by_carry)
- * clock_settled_at with a state carried from a previous measurement (kb_clock_settled_carried). */
+ *     carried_mhz, carried_under_limit=False, carried_ago_s=0.0, carried_loaded_s=0.0,
+ *     load_start_s=None, power_limit_w=None, max_sm_mhz=None, <rule>)
+ *     -> (index, median, under_limit, by)
+ * clock_settled_at with a state carried from a previous measurement, or the board's maximum
+ * clock (kb_clock_settled_carried). */
 static PyObject *clock_settled_carried_at(PyObject *m, PyObject *args, PyObject *kw)
 {
     static char *kwlist[] = {"t_s", "sm_mhz", "reasons", "power_w", "power_inst_w",
                              "carried_mhz", "carried_under_limit", "carried_ago_s",
                              "carried_loaded_s", "load_start_s", "power_limit_w",
-                             "carry_max_gap_s", "carry_response_s", "carry_window_s", NULL};
+                             "max_sm_mhz", "carry_max_gap_s", "carry_response_s",
+                             "carry_window_s", NULL};
     PyObject *t_obj, *mhz_obj, *r_obj, *p_obj = Py_None, *pi_obj = Py_None;
     kb_settle_rule rule = KB_SETTLE_RULE_DEFAULT;
     kb_settle_carry carry = {.sm_mhz = NAN, .under_limit = 0, .ago_s = 0.0, .loaded_s = 0.0};
     double load_start = NAN, limit = NAN;
-    if (!PyArg_ParseTupleAndKeywords(args, kw, "OOO|OO$O&pddO&O&ddd:clock_settled_carried_at",
+    double max_mhz = NAN;
+    if (!PyArg_ParseTupleAndKeywords(args, kw, "OOO|OO$O&pddO&O&O&ddd:clock_settled_carried_at",
                                      kwlist, &t_obj, &mhz_obj, &r_obj, &p_obj, &pi_obj,
                                      optional_double, &carry.sm_mhz, &carry.under_limit,
                                      &carry.ago_s, &carry.loaded_s, optional_double,
-                                     &load_start, optional_double, &limit,
-                                     &rule.carry_max_gap_s, &rule.carry_response_s,
+                                     &load_start, optional_double, &limit, optional_double,
+                                     &max_mhz, &rule.carry_max_gap_s, &rule.carry_response_s,
                                      &rule.carry_window_s))
         return NULL;
     if (!(carry.loaded_s >= 0)) {
         PyErr_SetString(PyExc_ValueError, "carried_loaded_s must be >= 0");
         return NULL;
     }
-    return settled_scan(t_obj, mhz_obj, r_obj, p_obj, pi_obj, load_start, limit, &rule, &carry);
+    return settled_scan(t_obj, mhz_obj, r_obj, p_obj, pi_obj, load_start, limit, max_mhz, &rule,
+                        &carry);
 }
 
 /* clock_settled_since(t_s, sm_mhz, reasons, *, settled_mhz, under_limit=False,
@@ -507,13 +535,15 @@ static PyMethodDef steady_methods[] = {
      METH_VARARGS | METH_KEYWORDS,
      "clock_settled_carried_at(t_s, sm_mhz, reasons, power_w=None, power_inst_w=None, *, "
      "carried_mhz, carried_under_limit=False, carried_ago_s=0.0, carried_loaded_s=0.0, "
-     "load_start_s=t_s[0], "
+     "load_start_s=t_s[0], max_sm_mhz=None, "
      "power_limit_w=None, carry_max_gap_s=1.0, carry_response_s=0.1, carry_window_s=0.05) "
-     "-> (index, median_mhz, under_limit, by_carry)\n\n"
+     "-> (index, median_mhz, under_limit, by)\n\n"
      "clock_settled_at when the previous measurement on the GPU ended carried_ago_s before "
      "this load began, settled at carried_mhz (under a limit or not): the load may settle on "
-     "one short window of its own readings that agrees with the carried state (by_carry), "
-     "else by the two-window rule. A load carried under a limit continues the previous one, "
+     "one short window of its own readings that agrees with the carried state (by=1), or, "
+     "with the board's maximum SM clock known (max_sm_mhz), that shows that clock with "
+     "nothing limiting it and the power under the headroom (by=2); else by the two-window "
+     "rule (by=0). A load carried under a limit continues the previous one, "
      "which had run carried_loaded_s: that counts toward the capped rule's two averaging "
      "windows of load. carried_mhz=None carries nothing."},
     {"clock_settled_since", (PyCFunction)(void (*)(void))clock_settled_since,

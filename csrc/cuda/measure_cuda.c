@@ -143,7 +143,8 @@ typedef struct {
     double callable_warmup_max_s;   /* the clamp on the callable's own warm-up */
     kb_settle_carry carry;          /* the last measurement's settled state (sm_mhz NaN: none) */
     double carried_from_s_ago;      /* how long before this load it ended; NaN: none carried */
-    int settled_by_carry;           /* the carried rule (one short window) settled the load */
+    int settled_by;                 /* KB_SETTLED_BY_*: the two-window rule, the carried state or
+                                       the board's maximum clock (one short window) */
     int end_settled;                /* the rule judged again at the end of sampling: what the */
     double end_sm_mhz;              /* next measurement on the device may carry */
     double cupti_begin_s;           /* CUPTI's set-up: subscribe (or take the lingering */
@@ -719,7 +720,7 @@ static int cuda_keep_warming(kb_backend *b, double elapsed_s)
     double median = NAN;
     const kb_settle_carry *carry = isfinite(c->carry.sm_mhz) ? &c->carry : NULL;
     int settled = kb_nvml_sampler_settled(c->sampler, &rule, c->load_start_s, carry, &median,
-                                          &c->settled_by_carry);
+                                          &c->settled_by);
     c->settled_at_s = elapsed_s;
     c->settled_mhz = median;
     c->loaded_s = kb_nvml_sampler_elapsed_s(c->sampler) - c->load_start_s;
@@ -967,14 +968,13 @@ static void record_carry(cuda_ctx *c)
 {
     static const kb_settle_rule rule = KB_SETTLE_RULE_DEFAULT;
     double median = NAN;
-    int how = KB_UNSETTLED, by_carry = 0;
+    int how = KB_UNSETTLED, by = KB_SETTLED_BY_RULE;
     if (!c->opt.sample_clocks)
         return;
     if (c->sampler != NULL && c->opt.regime == KB_REGIME_SUSTAINED && !c->clocks_locked &&
         c->settled > 0) {
         const kb_settle_carry *carry = isfinite(c->carry.sm_mhz) ? &c->carry : NULL;
-        how = kb_nvml_sampler_settled(c->sampler, &rule, c->load_start_s, carry, &median,
-                                      &by_carry);
+        how = kb_nvml_sampler_settled(c->sampler, &rule, c->load_start_s, carry, &median, &by);
     }
     c->end_settled = how > 0 ? how : KB_UNSETTLED;
     c->end_sm_mhz = c->end_settled != KB_UNSETTLED ? median : NAN;
@@ -1087,7 +1087,10 @@ static int settle_carry_fields(const cuda_ctx *c, PyObject *settle)
                    kb_dict_set_steal(settle, "carried_under_limit",
                                      carried ? PyBool_FromLong(c->carry.under_limit)
                                              : Py_NewRef(Py_None)) ||
-                   kb_dict_set_steal(settle, "by_carry", PyBool_FromLong(c->settled_by_carry)) ||
+                   kb_dict_set_steal(settle, "by_carry",
+                                     PyBool_FromLong(c->settled_by == KB_SETTLED_BY_CARRY)) ||
+                   kb_dict_set_steal(settle, "at_max_clock",
+                                     PyBool_FromLong(c->settled_by == KB_SETTLED_AT_MAX)) ||
                    kb_dict_set_steal(settle, "end_settled",
                                      PyBool_FromLong(c->end_settled != KB_UNSETTLED)) ||
                    kb_dict_set_steal(settle, "end_sm_mhz", finite_or_none(c->end_sm_mhz)) ||

@@ -222,15 +222,16 @@ static kb_clock_trace sampler_trace(const kb_nvml_sampler *s)
 {
     kb_clock_trace tr = {.t = s->t_s, .sm_mhz = s->sm_mhz, .power_avg_w = s->power_w,
                          .power_inst_w = s->inst_unsupported ? NULL : s->power_inst_w,
-                         .reasons = s->reasons, .n = s->n};
+                         .reasons = s->reasons, .n = s->n,
+                         .max_sm_mhz = s->max_sm_mhz ? (double)s->max_sm_mhz : NAN};
     return tr;
 }
 
 int kb_nvml_sampler_settled(kb_nvml_sampler *s, const kb_settle_rule *rule, double load_start_s,
-                            const kb_settle_carry *carry, double *median, int *by_carry)
+                            const kb_settle_carry *carry, double *median, int *by)
 {
     int settled = -1;
-    *by_carry = 0;
+    *by = KB_SETTLED_BY_RULE;
     pthread_mutex_lock(&s->lock);
     if (s->scratch_cap < s->n + 1) {
         size_t cap = kb_grown_capacity(s->scratch_cap, s->n + 1, KB_SAMPLER_INITIAL_CAP,
@@ -244,7 +245,7 @@ int kb_nvml_sampler_settled(kb_nvml_sampler *s, const kb_settle_rule *rule, doub
     if (s->scratch_cap >= s->n + 1) {
         kb_clock_trace tr = sampler_trace(s);
         settled = kb_clock_settled_carried(&tr, load_start_s, s->power_limit_w, rule, carry,
-                                           s->scratch, median, by_carry);
+                                           s->scratch, median, by);
     }
     pthread_mutex_unlock(&s->lock);
     return settled;

@@ -488,9 +488,9 @@ double kb_nvml_sampler_elapsed_s(const kb_nvml_sampler *s);
 /* kb_clock_settled_carried over the samples so far (all of them, from the start), for the load
  * that began at load_start_s (kb_nvml_sampler_elapsed_s then) with the state carried from the
  * previous measurement (NULL: none): its KB_* answer, the last window's median SM clock and
- * whether the carried rule settled it; -1 when scratch memory could not be had. No Python. */
+ * which rule settled it (KB_SETTLED_BY_*); -1 when scratch memory could not be had. No Python. */
 int kb_nvml_sampler_settled(kb_nvml_sampler *s, const kb_settle_rule *rule, double load_start_s,
-                            const kb_settle_carry *carry, double *median, int *by_carry);
+                            const kb_settle_carry *carry, double *median, int *by);
 /* kb_clock_settled_since over the samples so far: the sampler time after which the load of
  * load_start_s has shown the state it settled in (how, median SM clock sm_mhz); INFINITY when
  * unsettled. No Python. */
