@@ -51,6 +51,7 @@ def kbench_row(r: Any, wall_s: float) -> Dict[str, Any]:
         "overhead_s": max(wall_s - busy - warm - (samp - overlap), 0.0),
         "settled": settle.get("settled"), "settle_at_s": _num(settle.get("at_s")),
         "settle_sm_mhz": _num(settle.get("sm_mhz")), "by_carry": settle.get("by_carry"),
+        "at_max_clock": settle.get("at_max_clock"),
         "carried_from_s_ago": _num(settle.get("carried_from_s_ago")),
         "min_sampling_s": _num(settle.get("min_sampling_s")),
         "cupti_setup_s": _num(cupti.get("total_s")), "cupti_begin_s": _num(cupti.get("begin_s")),
@@ -143,6 +144,8 @@ class Run:
                 continue
             carried = ("-" if c.get("carried_from_s_ago") is None else
                        f"{c['carried_from_s_ago']:.2f} ({'used' if c.get('by_carry') else 'no match'})")
+            if c.get("at_max_clock"):
+                carried += " (settled at max clock)"
             regime = "-" if c.get("regime") is None else (
                 f"{c['regime']} {'held' if c.get('regime_held') else 'NOT held'}")
             lines.append(
