@@ -4,7 +4,7 @@
 #   scripts/valgrind_check.sh [valgrind|asan|all]      (default: all)
 #
 # valgrind: runs an exercise script (measure_host with flush/rotate/none, a raising callable,
-#   every stats function, criterion_check, clock_settled_at/_since, compare on several dtypes and bit-pattern kinds, the
+#   every stats function, criterion_check, clock_settled_at/_carried_at/_since, compare on several dtypes and bit-pattern kinds, the
 #   stream/FMA kernels, cpu_flush, the GPU loaders' failing paths) under memcheck with
 #   PYTHONMALLOC=malloc, using the in-place build of this tree (it builds nothing). The baseline
 #   is the same valgrind on `python -c "import numpy"`: its reports become a suppression file,
@@ -154,6 +154,18 @@ ok(_core.clock_settled_at, t, 1500 + 480 * np.exp(-t / 0.3), cap)
 ok(_core.clock_settled_at, t, np.full(t.size, 1980.0), np.zeros(t.size, np.uint64),
    np.minimum(300 + 900 * t, 700.0))
 ok(_core.clock_settled_at, t, np.where(t % 0.1 < 0.05, np.nan, 1600.0), cap, np.full(t.size, np.nan))
+# a carried state, the board's maximum clock, a continued capped load, and their errors
+flat, p3 = np.full(t.size, 1980.0), np.full(t.size, 300.0)
+ok(_core.clock_settled_carried_at, t, flat, np.zeros(t.size, np.uint64), p3, p3, carried_mhz=1980.0,
+   carried_ago_s=0.05, power_limit_w=700.0)
+ok(_core.clock_settled_carried_at, t, flat, np.zeros(t.size, np.uint64), p3, p3, carried_mhz=None,
+   max_sm_mhz=1980.0, power_limit_w=700.0)
+ok(_core.clock_settled_carried_at, t, np.full(t.size, 1470.0), cap, p3, p3, carried_mhz=1470.0,
+   carried_under_limit=True, carried_ago_s=0.05, carried_loaded_s=3.0, power_limit_w=700.0)
+ok(_core.clock_settled_at, t, np.full(t.size, 1470.0), cap, p3, p3, power_limit_w=700.0,
+   capped_min_load_s=0.5)
+expect(ValueError, _core.clock_settled_carried_at, t, flat, cap, carried_mhz=1.0, carried_loaded_s=-1.0)
+expect(ValueError, _core.clock_settled_at, t, flat, cap, capped_min_load_s=-1.0)
 # from where the samples timed while settling are kept
 ok(_core.clock_settled_since, t, np.where(t < 0.3, 1410.0, 1980.0), np.zeros(t.size, np.uint64),
    settled_mhz=1980.0)
