@@ -223,6 +223,12 @@ def test_the_clock_step_rule_on_known_clocks():
     # a 10 ns clock read in ~25 ns moves by 20 or 30 (+-1 rounding): its step
     stepped = [int(rng.choice([20, 30])) + int(rng.integers(-1, 2)) for _ in range(2048)]
     assert step(_reads(stepped)) == pytest.approx(10e-9, abs=2e-9)
+    # a 9.6 ns step: two steps read 19 or 20 (mostly 19), three read 28 or 29 (mostly 29);
+    # each level's smallest value would say 9 ns when a 28 shows up, 10 when none does; the
+    # levels' means say 9.6, so 10 either way
+    two = [19] * 1600 + [20] * 400
+    for three in ([28] * 40 + [29] * 160, [29] * 200):
+        assert step(_reads(two + three)) == pytest.approx(10e-9, abs=1e-12)
     # a clock coarser than a read repeats: its smallest move is the step
     assert step(_reads([0, 0, 30, 0, 60, 30] * 300)) == pytest.approx(30e-9)
     assert step(_reads([0] * 100)) == 0.0            # never moved

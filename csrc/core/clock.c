@@ -1,6 +1,7 @@
 /* clock.c -- the host clock: monotonic nanoseconds, the step it reads in, its read cost. */
 #include "kbench.h"
 
+#include <math.h>
 #include <stdlib.h>
 #include <time.h>
 
@@ -22,7 +23,10 @@ static int cmp_u64(const void *a, const void *b)
  *  - when reads repeat, the clock is coarser than a read: the smallest move is its step;
  *  - else the moves sit on levels one step apart (a VM's clock at 10 ns steps read in ~25 ns
  *    moves by 20 or 30 ns): the smallest gap between levels that hold at least 1/256 of the
- *    moves (values within 2 ns are one level: conversions round);
+ *    moves (values within 2 ns are one level: conversions round), each level at the mean of
+ *    its moves, the gap rounded to the ns. A level's smallest value depends on which roundings
+ *    showed up (a 9.6 ns step reads 19 or 20 for two steps, 28 or 29 for three: 9 or 10 ns),
+ *    and two probes of the CI machine's clock read 9 and 10 ns; the means (19.2, 28.8) do not;
  *  - a clock whose moves spread without gaps reads in 1 ns, the unit of the samples; so does
  *    one with any populated run of moves wider than a level (2 ns: a stepped clock's moves
  *    all sit within a rounding of a multiple of its step). Without that, a fine clock's
@@ -48,28 +52,36 @@ static double step_from_reads(const uint64_t *t, size_t n_reads, uint64_t *d)
     if (repeats > 0)
         return (double)d[0] * 1e-9;
     size_t min_count = n / 256 > 4 ? n / 256 : 4;
-    uint64_t level = 0, gap = 0;
+    double level = 0.0, gap = 0.0;
     for (size_t i = 0, j; i < n; i = j) {
+        double sum = (double)d[i];
         for (j = i + 1; j < n && d[j] - d[j - 1] <= 2; j++)
-            ;
+            sum += (double)d[j];
         if (j - i < min_count)
             continue;
         if (d[j - 1] - d[i] > 2)        /* wider than a level: a run, so the clock is fine */
             return 1e-9;
-        if (level > 0 && (gap == 0 || d[i] - level < gap))
-            gap = d[i] - level;
-        level = d[i];
+        double mean = sum / (double)(j - i);
+        if (level > 0 && (gap == 0 || mean - level < gap))
+            gap = mean - level;
+        level = mean;
     }
-    return (double)(gap > 0 ? gap : 1) * 1e-9;
+    gap = floor(gap + 0.5);
+    return (gap >= 1 ? gap : 1) * 1e-9;
 }
 
-double kb_clock_step_s(void)
+double kb_clock_step_s(PyObject *m)
 {
     enum { READS = 2049 };
+    kb_state *st = kb_get_state(m);
+    if (st->clock_step_probed)
+        return st->clock_step_s;
     uint64_t t[READS], d[READS - 1];
     for (int i = 0; i < READS; i++)
         t[i] = kb_now_ns();
-    return step_from_reads(t, READS, d);
+    st->clock_step_s = step_from_reads(t, READS, d);
+    st->clock_step_probed = 1;
+    return st->clock_step_s;
 }
 
 /* _clock_step_from_reads(reads) -> seconds: the step rule on given clock readings (ns), for
@@ -140,13 +152,12 @@ static PyObject *host_timer_info(PyObject *self, PyObject *args, PyObject *kw)
         return PyErr_Format(PyExc_ValueError, "calls must be positive, got %zd", calls);
 
     uint64_t min_move;
-    double read_cost, step_s;
+    double read_cost, step_s = kb_clock_step_s(self);
     Py_BEGIN_ALLOW_THREADS
     measure_clock(&min_move, &read_cost);
-    step_s = kb_clock_step_s();
     Py_END_ALLOW_THREADS
 
-    /* resolution_ns: the step the loop's samples sit on (the same probe measure_host uses) */
+    /* resolution_ns: the step the loop's samples sit on (the process's one probe) */
     PyObject *out = Py_BuildValue("{s:K,s:K,s:d,s:s}", "resolution_ns",
                                   (unsigned long long)(step_s * 1e9 + 0.5), "min_move_ns",
                                   (unsigned long long)min_move, "read_cost_ns", read_cost,

@@ -57,6 +57,8 @@ typedef struct {
                                    the context and every allocation in it) */
     void *cuda_builtins[64];    /* kb_builtin_kernels* per device, for launch_empty */
     double gpu_warm_until;      /* kb_now_s() time until which the GPU counts as warmed up */
+    double clock_step_s;        /* the host clock's step (kb_clock_step_s), once probed */
+    int clock_step_probed;
     struct kb_gpu_carry {       /* per device: how the last CUDA measurement on it ended */
         double end_s;           /* kb_now_s() at its end; 0: none, or it failed */
         int settled;            /* KB_SETTLED / KB_SETTLED_UNDER_LIMIT judged at its end, or
@@ -106,8 +108,9 @@ void kb_hip_module_free(kb_state *st);
 /* Monotonic host clock in nanoseconds (CLOCK_MONOTONIC, vDSO: ~20 ns a read). */
 uint64_t kb_now_ns(void);
 /* The step the host clock reads in, in seconds (1e-9 for a fine clock; 0 if it never moved),
- * probed from ~2000 back-to-back reads (clock.c). */
-double kb_clock_step_s(void);
+ * probed from ~2000 back-to-back reads once a process and kept in module m's state, so the
+ * loop's samples and what kbench info reports sit on one step (clock.c). GIL held. */
+double kb_clock_step_s(PyObject *m);
 static inline double kb_now_s(void) { return (double)kb_now_ns() * 1e-9; }
 
 /* ------------------------------------------------------------------ stats.c */

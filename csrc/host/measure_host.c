@@ -206,7 +206,7 @@ static PyObject *measure_host(PyObject *self, PyObject *args, PyObject *kw)
     ctx.n_sets = PyTuple_GET_SIZE(arg_sets);
     kb_backend backend = {.name = "host", .ctx = &ctx, .run_batch = host_run_batch,
                           .keep_warming = ctx.keep_warming ? host_keep_warming : NULL,
-                          .resolution_s = kb_clock_step_s(), .warmup_timed = 1,
+                          .resolution_s = kb_clock_step_s(self), .warmup_timed = 1,
                           .prompt_stop = 1};
     /* One measuring loop at a time: two benches on the CPU at once would time each other. */
     if (kb_measure_lock_acquire(self) < 0)
