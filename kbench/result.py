@@ -29,15 +29,15 @@ def _settle_text(settle: Optional[Dict[str, Any]]) -> str:
                else "its own load did not match it: two windows")
         carried = (f"; carried the state of the measurement that ended {ago:.2f} s before "
                    f"(SM {settle.get('carried_sm_mhz') or 0:.0f} MHz): {how}")
-    if settle.get("at_max_clock"):
-        # no carried state: the load's own window showed the board's maximum clock, unlimited
-        carried += "; one window of its own load showed the board's maximum SM clock, unlimited"
+    # settled on no carried state: the load's own window showed the board's maximum clock
+    at_max = ("; one window of its own load showed the board's maximum SM clock, unlimited"
+              if settle.get("at_max_clock") else "")
     kept = settle.get("samples_while_settling") or 0
     from_s = settle.get("kept_from_load_s")
     kept_s = (f"; {kept} samples kept from {from_s:.2f} s of load, where the readings first "
               f"showed the settled state" if kept and from_s is not None else "")
     if settle["settled"]:
-        return f"settled after {where}{clock}{carried}{kept_s}{held}"
+        return f"settled after {where}{clock}{carried}{at_max}{kept_s}{held}"
     return (f"NOT settled after {where}{clock}, gave up at settle_max_s={settle.get('max_s')}"
             f"{carried}{held}")
 

@@ -396,9 +396,9 @@ enum { KB_SETTLED_BY_RULE = 0, KB_SETTLED_BY_CARRY = 1, KB_SETTLED_AT_MAX = 2 };
  * match), the board's maximum SM clock is a state the load can be settled in the same way as
  * a carried unlimited one, over at_max_window_s: every SM reading within at_max_tol (>= 15 MHz)
  * of it, no limit reason since the load began and the power under the headroom -- a clock
- * cannot ramp past its maximum, and nothing will pull it down. Without instantaneous power neither applies.
- * *by says which rule settled it (KB_SETTLED_BY_*). carry may be NULL. Pure, like
- * kb_clock_settled. */
+ * cannot ramp past its maximum, and nothing will pull it down. Without instantaneous power
+ * neither applies. *by says which rule settled it (KB_SETTLED_BY_*). carry may be NULL. Pure,
+ * like kb_clock_settled. */
 int kb_clock_settled_carried(const kb_clock_trace *tr, double load_start_s, double power_limit_w,
                              const kb_settle_rule *rule, const kb_settle_carry *carry,
                              double *scratch, double *median_last, int *by);

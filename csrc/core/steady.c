@@ -27,7 +27,8 @@
  * Sooner, on one short window of the load's own readings (kb_clock_settled_carried): the state
  * the previous measurement settled in, carried, or the board's maximum SM clock with nothing
  * limiting it and the power under the headroom (a clock at its maximum has no ramp left; the
- * H200 idles at it, so a light load's first bench need not wait for two windows).
+ * H200 reads it between loads and reaches it within one update of a light one, so a light
+ * load's first bench need not wait for two windows).
  *
  * Burst (opt-in): reproducible peak-clock figures. Each short batch starts only once the GPU has
  * recovered: no limit reason over the last readings, instantaneous power under the headroom and
