@@ -327,8 +327,12 @@ def test_samples_taken_while_settling_are_kept_from_where_the_readings_show_the_
     # nothing carried: it settles once a whole NVML update period (0.1 s) of readings after the
     # response time shows the board's maximum clock (1980 MHz) with nothing limiting it
     assert ramp["settled"] is True and ramp["by_carry"] is False and ramp["at_max"] is True
-    assert ramp["at_s"] >= 0.4
-    assert ramp["kept"] > 0 and ramp["from_load_s"] >= 0.29
+    # at 0.3 s + 0.1 s, less the readings' spacing and the time from the sampler's first read
+    # (the ramp's zero) to the warm-up's start (at_s's zero): read 0.39926 s on a loaded CI
+    # host. A settle on the response time alone (0.2 s) or on the ramp's end (0.3 s) fails.
+    assert ramp["at_s"] >= 0.35
+    # the same offsets, from the load's start: kept from the clock's rise on
+    assert ramp["kept"] > 0 and ramp["from_load_s"] >= 0.25
     assert ramp["timed_sm"] == [1980.0] and ramp["held"] is True
     assert carried["settled"] is True and carried["by_carry"] is True
     assert carried["kept"] > 0 and carried["from_load_s"] < 0.1
