@@ -233,7 +233,14 @@ class Result:
         level = round(100 * s.get('ci_level', 0.95))
         # CI and CV answer different questions, and a high CV beside a tight CI looks like a
         # contradiction unless each says what it is.
-        rows = [["Wall", f"{fmt_time(s['median'])} median (n={s['n']}; {level}% CI of the "
+        counted = f"n={s['n']}"
+        inflation = s.get("ci_inflation") or 1.0
+        if inflation > 1.0:
+            # samples in runs on one side of the median (a controller's swings, a drift) carry
+            # less than independent ones, and the CI says so
+            counted += (f", worth {s['n'] / inflation:.0f} independent ones: their order "
+                        f"shows dependence")
+        rows = [["Wall", f"{fmt_time(s['median'])} median ({counted}; {level}% CI of the "
                          f"median {fmt_time(s['ci_low'])} .. {fmt_time(s['ci_high'])}, "
                          f"{fmt_ci(s.get('median'), s.get('ci_low'), s.get('ci_high'))}: "
                          f"the precision of this figure)"],

@@ -18,7 +18,7 @@ from kbench import _core as core
 
 SUMMARY_KEYS = {"n", "min", "max", "mean", "median", "std", "q1", "q3", "iqr", "mad", "cv",
                 "ci_level", "ci_low", "ci_high", "rel_ci_halfwidth", "outliers_low",
-                "outliers_high"}
+                "outliers_high", "serial_vif", "ci_inflation"}
 
 
 def random_samples(rng, n, kind):
@@ -234,6 +234,13 @@ def test_summarize_infinities_do_not_crash():
     assert s["max"] == math.inf and s["mean"] == math.inf and s["median"] == 2.0
 
 
+def same_summary(a, b):
+    """Equal dicts, NaN equal to NaN (serial_vif below 128 samples)."""
+    return a.keys() == b.keys() and all(
+        a[k] == b[k] or (isinstance(a[k], float) and math.isnan(a[k]) and math.isnan(b[k]))
+        for k in a)
+
+
 def test_summarize_input_forms():
     rng = np.random.default_rng(5)
     x = rng.normal(size=301)
@@ -243,9 +250,12 @@ def test_summarize_input_forms():
     strided = np.empty(602)
     strided[::2] = x
     assert core.summarize(strided[::2]) == ref
-    assert core.summarize(x[::-1]) == ref
+    # reversed: the same batches of the order, summed the other way round
+    rev = core.summarize(x[::-1])
+    assert rev["serial_vif"] == pytest.approx(ref["serial_vif"], rel=1e-12)
+    assert dict(rev, serial_vif=0) == dict(ref, serial_vif=0)
     ints = np.arange(10, dtype=np.int64)
-    assert core.summarize(ints) == core.summarize(ints.astype(float))
+    assert same_summary(core.summarize(ints), core.summarize(ints.astype(float)))
     f32 = x.astype(np.float32)
     assert core.summarize(f32) == core.summarize(f32.astype(np.float64))
 
@@ -275,7 +285,8 @@ def test_median_ci_ranks_are_exact_binomial(level):
             assert s["rel_ci_halfwidth"] == math.inf
         else:
             assert core.median_ci(x, level) == (d - 1.0, float(n - d)), n
-            s = core.summarize(x, level)
+            # without an order: a random permutation shows dependence in 1% of cases
+            s = core.summarize(x, level, ordered=False)
             assert (s["ci_low"], s["ci_high"]) == (d - 1.0, float(n - d))
 
 
@@ -323,6 +334,121 @@ def test_median_ci_with_ties():
     x = [1.0] * 10 + [2.0] * 10
     lo, hi = core.median_ci(x)
     assert lo == 1.0 and hi == 2.0
+
+
+# ------------------------------------------------------------------ serial dependence
+
+def ref_serial_vif(x):
+    """Overlapping batch means of 1[x < median] (1/2 at a tie), batches of n // 16, over the
+    indicator's variance: written from the formula with numpy, not from stats.c."""
+    x = np.asarray(x, dtype=float)
+    n, length = len(x), len(x) // 16
+    if length < 8:
+        return math.nan
+    m = np.median(x)
+    y = np.where(x < m, 1.0, np.where(x == m, 0.5, 0.0))
+    if y.var() <= 1e-12:
+        return 1.0
+    means = np.convolve(y, np.ones(length) / length, mode="valid")
+    long_run = n * length / ((n - length) * (n - length + 1)) * np.sum((means - y.mean()) ** 2)
+    return long_run / y.var()
+
+
+def ar1(rng, rho, n, series=1):
+    """`series` AR(1) paths x_i = rho x_(i-1) + e_i, started in the stationary state."""
+    e = rng.standard_normal((series, n))
+    x = np.empty_like(e)
+    x[:, 0] = e[:, 0] / math.sqrt(1 - rho * rho)
+    for i in range(1, n):
+        x[:, i] = rho * x[:, i - 1] + e[:, i]
+    return x
+
+
+@pytest.mark.parametrize("kind", ["iid", "ties", "ar1", "walk", "sorted", "few"])
+def test_serial_vif_matches_the_batch_means_formula(kind):
+    rng = np.random.default_rng(71)
+    x = {"iid": rng.normal(size=2000), "ties": rng.integers(0, 3, 1500) * 1.0,
+         "ar1": ar1(rng, 0.9, 3000)[0], "walk": np.cumsum(rng.normal(size=1000)),
+         "sorted": np.sort(rng.normal(size=500)), "few": rng.normal(size=127)}[kind]
+    s = core.summarize(x)
+    ref = ref_serial_vif(x)
+    if kind == "few":       # 127 samples: batches of 7, too short to tell
+        assert math.isnan(s["serial_vif"]) and math.isnan(ref) and s["ci_inflation"] == 1.0
+        return
+    assert s["serial_vif"] == pytest.approx(ref, rel=1e-9)
+    shows = ref > 2.0
+    assert s["ci_inflation"] == (s["serial_vif"] if shows else 1.0)
+    # dependence where it was made, and none where it was not
+    assert shows == (kind in ("ar1", "walk", "sorted"))
+
+
+def test_constant_samples_show_no_dependence():
+    s = core.summarize(np.full(1000, 3.0))
+    assert s["serial_vif"] == 1.0 and s["ci_inflation"] == 1.0 and s["rel_ci_halfwidth"] == 0.0
+
+
+def test_independent_samples_keep_their_ci():
+    """Seeded independent samples (normal and lognormal, n 200-3000): the dependence shows in
+    about 1% of them (the threshold's design), and where it does not, the CI is the
+    independent one, rank for rank."""
+    rng = np.random.default_rng(72)
+    shown = 0
+    cases = 0
+    for n in (200, 700, 3000):
+        for kind in ("normal", "lognormal"):
+            for _ in range(100):
+                x = random_samples(rng, n, kind)
+                s, plain = core.summarize(x), core.summarize(x, ordered=False)
+                cases += 1
+                if s["ci_inflation"] > 1.0:
+                    shown += 1
+                    assert s["rel_ci_halfwidth"] > plain["rel_ci_halfwidth"]
+                else:
+                    assert same_summary(dict(s, serial_vif=0.0), dict(plain, serial_vif=0.0))
+    assert shown <= 0.03 * cases, (shown, cases)
+
+
+def test_dependent_samples_get_a_ci_that_covers():
+    """AR(1) paths with rho 0.95 (the median's variance about 25x that of independent
+    samples), 4000 samples each, true median 0: the independent CI covers it in under two
+    thirds of 300 seeded paths; the inflated one in at least 85% (batches of n/16 see most,
+    not all, of the correlation)."""
+    paths = ar1(np.random.default_rng(73), 0.95, 4000, series=300)
+    inflated = plain = 0
+    for x in paths:
+        s, p = core.summarize(x), core.summarize(x, ordered=False)
+        inflated += s["ci_low"] <= 0.0 <= s["ci_high"]
+        plain += p["ci_low"] <= 0.0 <= p["ci_high"]
+        assert s["ci_inflation"] > 2.0
+    assert plain < 0.67 * len(paths) and inflated >= 0.85 * len(paths), (plain, inflated)
+
+
+def test_inflated_ci_moves_its_ranks_by_the_root_of_the_inflation():
+    """Values equal to their ranks, in a slowly swinging order: the CI's ranks are the exact
+    binomial ones moved away from the middle by sqrt(ci_inflation), floor-rounded."""
+    n = 2000
+    order = np.argsort(np.sin(np.arange(n) * 2 * math.pi / 400) + 1e-3 * np.arange(n) / n)
+    x = np.empty(n)
+    x[order] = np.arange(n, dtype=float)
+    s = core.summarize(x)
+    assert s["ci_inflation"] > 2.0
+    d = ref_ci_rank(n, 0.95)
+    mid = (n + 1) / 2
+    d_inflated = math.floor(mid - (mid - d) * math.sqrt(s["ci_inflation"]))
+    assert (s["ci_low"], s["ci_high"]) == (d_inflated - 1.0, float(n - d_inflated))
+    # the stop rule reads the same interval
+    assert core.criterion_check("ci", x, 0.005)[1] == s["rel_ci_halfwidth"]
+
+
+def test_ci_rule_waits_for_dependent_samples():
+    """A series drifting by 5% whose independent CI meets 0.5% is not finished: its inflated CI,
+    which summarize reports too, is wider than the target."""
+    rng = np.random.default_rng(74)
+    x = 1e-3 * (1.0 + 0.002 * rng.standard_normal(3000) + np.linspace(0.0, 0.05, 3000))
+    plain = core.summarize(x, ordered=False)["rel_ci_halfwidth"]
+    assert plain < 0.005
+    finished, achieved = core.criterion_check("ci", x, 0.005)
+    assert finished is False and achieved == core.summarize(x)["rel_ci_halfwidth"] > 0.005
 
 
 # ------------------------------------------------------------------ bootstrap
@@ -484,6 +610,17 @@ def test_ci_rule_does_not_stop_on_high_noise_small_n():
     assert achieved == core.summarize(x)["rel_ci_halfwidth"] > 0.005
 
 
+def test_ci_rule_waits_until_the_order_can_be_judged():
+    """127 samples cannot show their order's dependence (batches of 7): however narrow their
+    CI, the rule goes on; at 128 it may stop. Both report the same CI as summarize."""
+    rng = np.random.default_rng(35)
+    x = 1e-5 * (1.0 + 0.0001 * rng.standard_normal(128))
+    for n, stops in ((127, False), (128, True)):
+        finished, achieved = core.criterion_check("ci", x[:n], 0.005)
+        assert finished is stops and achieved == core.summarize(x[:n])["rel_ci_halfwidth"]
+        assert achieved < 0.005
+
+
 def test_ci_rule_too_few_samples():
     assert core.criterion_check("ci", [1.0, 1.0, 1.0], 0.5) == (False, math.inf)
 
@@ -631,12 +768,12 @@ def test_ci_rule_stops_at_one_timer_step_when_told_the_step():
 def test_ci_rule_reports_a_zero_width_ci_on_one_timer_step_as_one_step_wide():
     # 40 ns samples on a 10 ns clock that all read the same: the CI of the median has zero
     # width, which says nothing finer than the clock's step
-    x = np.full(25, 40e-9)
+    x = np.full(130, 40e-9)
     assert core.criterion_check("ci", x, 1e-9) == (True, 0.0)          # no step known
     done, achieved = core.criterion_check("ci", x, 1e-9, resolution=10e-9)
     assert done and achieved == pytest.approx(0.125)                   # half a step / median
     # a CI wider than a step is reported as it is, and a target above the step rules
-    y = np.array([30, 40, 50] * 9) * 1e-9
+    y = np.array([10, 20, 30, 40, 50, 60, 70] * 20) * 1e-9
     done, achieved = core.criterion_check("ci", y, 0.9, resolution=10e-9)
     assert done and achieved == pytest.approx(0.25)
     done, achieved = core.criterion_check("ci", y, 1e-9, resolution=10e-9)

@@ -1,7 +1,8 @@
 /* criterion.c -- the stopping rules behind kb_criterion.
  *
  *   "ci"       the relative half-width of the order-statistic CI of the median (the one
- *              kb_summarize reports) is at most `target`.
+ *              kb_summarize reports, widened where the samples' order shows dependence) is at
+ *              most `target`.
  *   "entropy"  nvbench's entropy criterion: the Shannon entropy of the samples' value histogram
  *              has stopped changing -- over the entropies after each of the last 299 samples,
  *              the least-squares slope is at most `target` in magnitude (bits per sample;
@@ -9,8 +10,10 @@
  *
  * The timing loop calls is_finished every few samples with the whole sample array, perhaps
  * without the GIL. Each rule remembers what it has consumed and only looks at the new tail, so a
- * call costs O(new samples + sqrt n), not a sort of everything. Fewer samples than last time, or
- * a different first sample, means a new run and the rule starts over.
+ * call costs O(new samples + sqrt n), not a sort of everything; "ci" adds one O(n) pass over the
+ * samples in order (their dependence), which the loop's checks at every n/16 keep to about 17
+ * visits a sample in all. Fewer samples than last time, or a different first sample, means a
+ * new run and the rule starts over.
  */
 #include "kbench.h"
 #include "kb_numpy.h"
@@ -152,16 +155,25 @@ static int ci_is_finished(kb_criterion *c, const double *samples, Py_ssize_t n)
     r->rank_hint = d;
     const double *a = r->merged, *b = r->recent;
     Py_ssize_t na = r->n_merged, nb = r->n_recent;
-    double lo = select_union(a, na, b, nb, d - 1), hi = select_union(a, na, b, nb, n - d);
     double mid_lo = select_union(a, na, b, nb, (n - 1) / 2);
     double median = n % 2 ? mid_lo : kb_lerp(mid_lo, select_union(a, na, b, nb, n / 2), 0.5);
+    /* samples whose order shows dependence count for less (kb_serial_vif): one O(n) pass a
+     * check, and the loop checks every n/16 samples */
+    d = kb_inflated_rank(n, d, kb_ci_inflation(kb_serial_vif(samples, n, median)));
+    if (d == 0) {
+        c->achieved = INFINITY;
+        return 0;
+    }
+    double lo = select_union(a, na, b, nb, d - 1), hi = select_union(a, na, b, nb, n - d);
     c->achieved = kb_rel_halfwidth(lo, hi, median);
     /* A CI no wider than one timer step is the most such samples can say: it stops the rule,
      * and a narrower one (samples that agree because they sit on one step: zero width) is
      * reported as one step wide, never as a precision the timer cannot read. */
     double step = c->resolution > 0 && median > 0 ? 0.5 * c->resolution / median : 0.0;
     double floor = step * (1.0 + 1e-9);     /* rounding */
-    int done = c->achieved <= (floor > c->target ? floor : c->target);
+    /* a CI is trusted once its samples' order can be judged: ten samples of a slow swing
+     * agree closely on a figure that is not the swing's median */
+    int done = n >= KB_VIF_MIN_N && c->achieved <= (floor > c->target ? floor : c->target);
     if (c->achieved < step)
         c->achieved = step;
     return done;
@@ -420,7 +432,8 @@ PyDoc_STRVAR(criterion_check_doc,
 "criterion_check(name, samples, target, ci_level=0.95, step=0, resolution=0.0)\n--\n\n"
 "Apply the stopping rule `name` to samples: (finished, achieved), where achieved is the\n"
 "rule's measured value (relative CI half-width for 'ci', |entropy slope| for 'entropy';\n"
-"inf when there are too few samples). With step > 0 the rule first sees the prefixes of\n"
+"inf when there are too few samples). 'ci' reads summarize's CI of the samples in this order\n"
+"(widened where the order shows dependence) and stops from 128 samples on. With step > 0 the rule first sees the prefixes of\n"
 "step, 2*step, ... samples, as in the timing loop; the answer must not depend on step.\n"
 "resolution: the step the samples come in (0: none); 'ci' then stops at a CI one step wide,\n"
 "and reports a narrower CI as half a step relative to the median.");

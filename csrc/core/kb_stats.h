@@ -50,4 +50,14 @@ static inline Py_ssize_t kb_find_nan(const double *x, Py_ssize_t n)
  * binomial tail evaluations instead of a binary search. */
 Py_ssize_t kb_median_ci_rank(Py_ssize_t n, double level, Py_ssize_t hint);
 
+/* kb_serial_vif's batches: n/16 samples long, at least 8 of them (fewer samples cannot show
+ * their order's dependence, so the "ci" rule does not stop before it has this many). */
+#define KB_VIF_BATCHES 16
+#define KB_VIF_MIN_N (KB_VIF_BATCHES * 8)
+
+/* The rank d of n samples' CI (kb_median_ci_rank) for samples whose median varies `inflation`
+ * times as much as independent ones': d's distance from the middle grown by sqrt(inflation).
+ * 0 when that passes the first sample (or d is 0); d itself for inflation <= 1. */
+Py_ssize_t kb_inflated_rank(Py_ssize_t n, Py_ssize_t d, double inflation);
+
 #endif /* KB_STATS_H */

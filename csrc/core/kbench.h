@@ -123,8 +123,13 @@ typedef struct {
     double mad;                 /* median absolute deviation from the median, unscaled */
     double cv;                  /* std / mean; NaN when mean == 0 */
     double ci_level;            /* confidence level of [ci_low, ci_high], e.g. 0.95 */
-    double ci_low, ci_high;     /* distribution-free CI of the median from order statistics */
+    double ci_low, ci_high;     /* distribution-free CI of the median from order statistics,
+                                 * widened by ci_inflation */
     double rel_ci_halfwidth;    /* (ci_high - ci_low) / 2 / |median|; inf when n too small */
+    double serial_vif;          /* the median's variance inflation from the samples' order
+                                 * (kb_serial_vif); NaN when too few to tell */
+    double ci_inflation;        /* the factor the CI used: serial_vif when it shows dependence,
+                                 * else 1 (kb_ci_inflation) */
     Py_ssize_t outliers_low;    /* samples below q1 - 1.5 iqr */
     Py_ssize_t outliers_high;   /* samples above q3 + 1.5 iqr */
 } kb_summary;
@@ -134,12 +139,23 @@ double kb_quantile_sorted(const double *sorted, Py_ssize_t n, double q);
 /* Sort x[0..n) ascending (radix, O(n); NaNs land at an end). 0, or -1 when its scratch could
  * not be allocated (x unchanged). No Python. */
 int kb_sort_doubles(double *x, Py_ssize_t n);
-/* Order-statistic CI of the median of an ascending-sorted array (binomial, exact ranks).
- * Returns 0, or 1 when n is too small for the level (then lo = min, hi = max). */
-int kb_median_ci_sorted(const double *sorted, Py_ssize_t n, double level, double *lo, double *hi);
-/* Summarize x[0..n). Returns 0, or -1 on allocation failure WITHOUT a Python exception
- * (callable with the GIL released). n >= 1. */
-int kb_summarize(const double *x, Py_ssize_t n, double ci_level, kb_summary *out);
+/* Order-statistic CI of the median of an ascending-sorted array (binomial, exact ranks), its
+ * ranks' distance from the middle grown by sqrt(inflation) (1: independent samples; see
+ * kb_serial_vif). Returns 0, or 1 when n is too small for the level (then lo = min,
+ * hi = max). */
+int kb_median_ci_sorted(const double *sorted, Py_ssize_t n, double level, double inflation,
+                        double *lo, double *hi);
+/* How much more the median of x[0..n), taken in this order, varies than that of as many
+ * independent samples: from overlapping batch means of 1[x < median] (stats.c says how). NaN
+ * when n is too small to tell; 1 when every sample equals the median. O(n), no allocation. */
+double kb_serial_vif(const double *x, Py_ssize_t n, double median);
+/* The inflation a CI applies for an estimate vif: vif when it shows dependence (above what
+ * independent samples give in 1% of runs), else 1. */
+double kb_ci_inflation(double vif);
+/* Summarize x[0..n), taken in this order (ordered = 0: no order, no serial dependence).
+ * Returns 0, or -1 on allocation failure WITHOUT a Python exception (callable with the GIL
+ * released). n >= 1. */
+int kb_summarize(const double *x, Py_ssize_t n, double ci_level, int ordered, kb_summary *out);
 /* A dict of the summary's fields. New reference or NULL with an exception. */
 PyObject *kb_summary_to_dict(const kb_summary *s);
 
