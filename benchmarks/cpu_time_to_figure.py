@@ -53,6 +53,7 @@ def run_kbench(a, b, c, **kw) -> Dict[str, Any]:
     st, cc = r.stop, r.cold_cache
     return {"wall_s": wall, "n": r.n, "median_s": r.median,
             "rel_ci_halfwidth": r.stats["rel_ci_halfwidth"], "stop": st["stop"],
+            "serial_vif": r.stats.get("serial_vif"), "ci_inflation": r.stats.get("ci_inflation"),
             "iqr_over_median": r.stats["iqr"] / r.median, "max_time_s": st["max_time_s"],
             "warmup_s": st["warmup_s"], "warmup_iters": st["warmup_iters"],
             "warmup_stable": st.get("warmup_stable"), "sampling_s": st["sampling_s"],
@@ -122,6 +123,15 @@ def fmt(x: Optional[float], spec: str = ".2f", unit: str = "") -> str:
     return "-" if x is None else f"{x:{spec}}{unit}"
 
 
+def calibration(runs: List[Dict[str, Any]]) -> str:
+    """The rounds' medians, their spread and the CIs they claimed."""
+    medians = [x["median_s"] for x in runs]
+    cis = [x["rel_ci_halfwidth"] * 100 for x in runs]
+    return (", ".join(f"{m * 1e3:.3f}" for m in medians) +
+            f" ms (spread {(max(medians) / min(medians) - 1) * 100:.1f}%, CIs "
+            f"+-{min(cis):.2f}..{max(cis):.2f}%)")
+
+
 def markdown(res: Dict[str, Any]) -> str:
     rounds = res["rounds"]
     md = res["machine"]
@@ -185,6 +195,16 @@ def markdown(res: Dict[str, Any]) -> str:
         f"{max(x['rel_ci_halfwidth'] for x in kb) * 100:.2f}%) | "
         f"{fmt(med([x['rel_ci_halfwidth'] for x in hot]) * 100, '.2f', '%')} |",
         f"| samples | {med([x['n'] for x in kb]):.0f} | {med([x['n'] for x in hot]):.0f} |",
+        f"| CI inflation from the samples' order (rounds inflated) | "
+        f"{fmt(med([x.get('ci_inflation') for x in kb]), '.2f', 'x')} "
+        f"({sum((x.get('ci_inflation') or 1.0) > 1.0 for x in kb)} of {len(kb)}) | "
+        f"{fmt(med([x.get('ci_inflation') for x in hot]), '.2f', 'x')} "
+        f"({sum((x.get('ci_inflation') or 1.0) > 1.0 for x in hot)} of {len(hot)}) |",
+        f"| serial_vif, the estimate (range) | "
+        f"{fmt(med([x.get('serial_vif') for x in kb]), '.2f')} "
+        f"({min(x.get('serial_vif') or 0.0 for x in kb):.2f}.."
+        f"{max(x.get('serial_vif') or 0.0 for x in kb):.2f}) | "
+        f"{fmt(med([x.get('serial_vif') for x in hot]), '.2f')} |",
         f"| warm-up | {med([x['warmup_s'] for x in kb]):.2f} s "
         f"({med([x['warmup_iters'] for x in kb]):.0f} calls) | "
         f"{med([x['warmup_s'] for x in hot]):.2f} s |",
@@ -195,6 +215,11 @@ def markdown(res: Dict[str, Any]) -> str:
         f"| - |",
         f"| flush buffer set-up (in overhead) | "
         f"{fmt(med([x['flush_setup_s'] for x in kb]), unit=' s')} | - |",
+        "",
+        # the CI's calibration: how far the rounds' own figures lie apart, against the CI each
+        # claimed (the rounds are seconds apart in one process)
+        "Round by round, the figures and their CIs: cold " + calibration(kb) + "; hot " +
+        calibration(hot) + ".",
         "",
         "The printed result's Time row, last round: `" + str(kb[-1]["time_row"]) + "`.",
         "",
@@ -245,7 +270,8 @@ def reading(res: Dict[str, Any]) -> str:
          "cold stays the default."),
         f"The spread of single calls (IQR/1.349 over the median) is {spread * 100:.1f}%: a "
         f"0.5% CI of the median needs about {need:.0f} samples, {need * per_sample:.1f} s at "
-        f"{per_sample * 1e3:.1f} ms a sample (flush and call); the cap is "
+        f"{per_sample * 1e3:.1f} ms a sample (flush and call), if the samples are "
+        f"independent (the CI widens by the inflation their order shows); the cap is "
         f"{kb[0]['max_time_s']:.0f} s, and {capped} of {len(kb)} rounds stopped there.",
         "Warm-up ends once a window of >= 5 calls (and >= 5 ms) is no more than 2% faster than "
         "the window before it, and sampling ends at the stop rule's first met check, so the "

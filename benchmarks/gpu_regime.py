@@ -60,6 +60,7 @@ def _profile_us(fn, flush, n=50) -> float:
 def _summary(r) -> dict:
     reg = r.extra.get("regime") or {}
     return {"median_us": r.median * 1e6, "rel_ci": r.stats.get("rel_ci_halfwidth"),
+            "serial_vif": r.stats.get("serial_vif"), "ci_inflation": r.stats.get("ci_inflation"),
             "n": r.n, "stop": r.stop.get("stop"), "sampling_s": r.stop.get("sampling_s"),
             "warmup_s": r.stop.get("warmup_s"), "regime": reg.get("name"),
             "held": reg.get("held"), "why": reg.get("why"), "loaded_s": reg.get("loaded_s"),
@@ -147,6 +148,14 @@ def spread(states: dict, name: str) -> float:
     return (max(v) - min(v)) / min(v)
 
 
+def _ci_note(d: dict) -> str:
+    ci, infl = d.get("rel_ci"), d.get("ci_inflation") or 1.0
+    if ci is None:
+        return ""
+    return f" +-{ci:.2%}" + (f" (x{infl:.0f}, {d.get('stop')} {d.get('sampling_s') or 0:.1f} s)"
+                              if infl > 1.0 else "")
+
+
 def markdown(res: dict) -> str:
     lines = ["# Figures against the GPU's history (benchmarks/gpu_regime.py)", "",
              f"GPU {res.get('gpu')}, driver {res.get('driver')}, commit {res.get('commit')}, "
@@ -157,11 +166,14 @@ def markdown(res: dict) -> str:
     for regime in ("sustained", "burst"):
         st = res[regime]["states"]
         for name in next(iter(st.values())):
-            cells = [f"{st[s][name]['median_us']:.2f}" for s in st]
+            # each figure with its CI (and the inflation its samples' order showed, if any)
+            cells = [f"{st[s][name]['median_us']:.2f}" + _ci_note(st[s][name]) for s in st]
             held = all(st[s][name]["held"] for s in st)
             lines.append(f"| {regime} | {name} | " + " | ".join(cells) +
                          f" | {spread(st, name):.2%} | {held} | {prof.get(name, float('nan')):.2f} |")
-    lines += ["", "Figures in us (kbench defaults, cold L2). Warnings per figure:", ""]
+    lines += ["", "Figures in us (kbench defaults, cold L2), each with its 95% CI half-width; "
+              "(xN, stop, s): the CI was widened N-fold by its samples' order, and the run "
+              "stopped so after s of sampling. Warnings per figure:", ""]
     for regime in ("sustained", "burst"):
         for s, row in res[regime]["states"].items():
             for name, d in row.items():

@@ -46,6 +46,7 @@ def kbench_row(r: Any, wall_s: float) -> Dict[str, Any]:
     return {
         "figure_us": r.median * 1e6, "wall_s": wall_s,
         "ci_rel": _num(st.get("achieved")), "stop": st.get("stop"), "n": len(r.samples),
+        "ci_inflation": _num((r.stats or {}).get("ci_inflation")),
         "busy_s": busy, "warmup_s": warm, "sampling_s": samp,
         "sampling_overlap_s": overlap, "kept_from_load_s": _num(settle.get("kept_from_load_s")),
         "overhead_s": max(wall_s - busy - warm - (samp - overlap), 0.0),
