@@ -40,10 +40,11 @@ def test_warm_up_goes_on_while_the_backend_says_so_in_short_batches():
 
 def test_a_minimum_sampling_time_holds_back_the_precision_rule():
     loose = dict(warmup_s=0.0, warmup_min=1, min_samples=5, target=0.5, max_time_s=5.0)
-    r = _core.measure_host(sleeper, ((),), None, _keep_warming=lambda e: (False, 0.4),
+    # 0.8 s of 5 ms calls is past the 128 samples the rule needs to judge their order
+    r = _core.measure_host(sleeper, ((),), None, _keep_warming=lambda e: (False, 0.8),
                            **dict(loose, warmup_s=0.01))
-    assert r["stop"] == "precision" and r["sampling_s"] >= 0.4
-    # without the minimum the same loose target stops at min_samples
+    assert r["stop"] == "precision" and r["sampling_s"] >= 0.8
+    # without the minimum the same loose target stops at the rule's first check from 128 on
     r0 = _core.measure_host(sleeper, ((),), None, _keep_warming=lambda e: (False, 0.0),
                             **dict(loose, warmup_s=0.01))
     assert r0["stop"] == "precision" and len(r0["samples"]) < len(r["samples"])
