@@ -4,7 +4,8 @@
 #   scripts/valgrind_check.sh [valgrind|asan|all]      (default: all)
 #
 # valgrind: runs an exercise script (measure_host with flush/rotate/none, a raising callable,
-#   every stats function, criterion_check, clock_settled_at/_carried_at/_since, compare on several dtypes and bit-pattern kinds, the
+#   every stats function (with and without an order that shows dependence), criterion_check,
+#   clock_settled_at/_carried_at/_since, compare on several dtypes and bit-pattern kinds, the
 #   stream/FMA kernels, cpu_flush, the GPU loaders' failing paths) under memcheck with
 #   PYTHONMALLOC=malloc, using the in-place build of this tree (it builds nothing). The baseline
 #   is the same valgrind on `python -c "import numpy"`: its reports become a suppression file,
@@ -145,6 +146,11 @@ for n in (1, 2, 5, 6, 50, 1000, 5000):
         ok(_core.criterion_check, name, x, 0.01)
         ok(_core.criterion_check, name, x, 0.01, 0.9, 7)
         ok(_core.criterion_check, name, x, 0.01, 0.9, 7, 1e-3)
+# a drift: the order shows dependence and the CI widens (summarize and the rule); no order
+walk = np.cumsum(rng.normal(size=3000)) + 100.0
+assert ok(_core.summarize, walk)["ci_inflation"] > 2.0
+ok(_core.summarize, walk, 0.95, False)
+ok(_core.criterion_check, "ci", walk, 0.005, 0.95, 97)
 ok(_core.stop_rules)
 # -- the CUDA warm-up's settle rule (steady.c): every branch, and its argument errors
 t = np.arange(0.0, 1.5, 0.005)
