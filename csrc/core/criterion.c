@@ -433,8 +433,9 @@ PyDoc_STRVAR(criterion_check_doc,
 "Apply the stopping rule `name` to samples: (finished, achieved), where achieved is the\n"
 "rule's measured value (relative CI half-width for 'ci', |entropy slope| for 'entropy';\n"
 "inf when there are too few samples). 'ci' reads summarize's CI of the samples in this order\n"
-"(widened where the order shows dependence) and stops from 128 samples on. With step > 0 the rule first sees the prefixes of\n"
-"step, 2*step, ... samples, as in the timing loop; the answer must not depend on step.\n"
+"(widened where the order shows dependence) and stops from 128 samples on. With step > 0\n"
+"the rule first sees the prefixes of step, 2*step, ... samples, as in the timing loop; the\n"
+"answer must not depend on step.\n"
 "resolution: the step the samples come in (0: none); 'ci' then stops at a CI one step wide,\n"
 "and reports a narrower CI as half a step relative to the median.");
 

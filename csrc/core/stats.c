@@ -194,8 +194,9 @@ int kb_median_ci_sorted(const double *sorted, Py_ssize_t n, double level, double
  * means (batches of n/16 consecutive samples, Meketon and Schmeiser's estimator, which has
  * about 1.5x the degrees of freedom of 16 separate batches) over y's own variance. Batches a
  * fixed fraction of the run long see correlations up to that length: a longer run sees
- * slower swings. */
-/* Independent samples' estimate (n 200-2000, with and without ties on few values) exceeds
+ * slower swings.
+ *
+ * Independent samples' estimate (n 200-2000, with and without ties on few values) exceeds
  * 1.85-1.93 in 1% of runs: below 2 the CI keeps its independent width. */
 #define VIF_SHOWS_DEPENDENCE 2.0
 
