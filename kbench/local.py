@@ -326,9 +326,17 @@ def _warnings(r: Result) -> List[str]:
     if st.get("stop") != "precision":
         ach = st.get("achieved")
         ach_s = f"{100 * ach:.2f}%" if isinstance(ach, float) and math.isfinite(ach) else "n/a"
+        why = ""
+        inflation = r.stats.get("ci_inflation") or 1.0
+        if inflation > 1.0:
+            # the likely cause: the figure moved during the run, which a longer run averages
+            # only slowly
+            why = (f"; the samples' order shows dependence ({r.n} samples worth "
+                   f"{r.n / inflation:.0f} independent ones): the figure moved during the run "
+                   f"(a clock or power controller's swings, other load on the machine)")
         out.append(f"stopped by {st.get('stop')} before the {st.get('criterion')} target "
                    f"{100 * st.get('target', 0):.2f}% was met (achieved {ach_s}): the median is "
-                   f"less certain than asked")
+                   f"less certain than asked{why}")
     tp, mode = r.throughput, r.cold_cache.get("mode")
     pct = tp.get("bandwidth_pct_peak")
     if pct is not None and pct > 1.0:

@@ -155,3 +155,18 @@ def test_a_settle_at_the_boards_maximum_clock_is_named_in_both_rows():
     settle["at_max_clock"] = False
     assert "max" not in _time_text(st, {}, {"clock_settle": settle})
     assert "maximum" not in _settle_text(settle)
+
+
+def test_a_figure_that_swings_during_the_run_says_so():
+    """Calls whose cost swings by +-10% over about 630 calls (a slow controller, in effect):
+    the samples' order shows it, the CI is wider than the independent one, the Wall row says
+    how many independent samples the run is worth, and a run the cap stopped says why."""
+    swing = schedule(lambda i: 0.1 * MS * (1 + 0.1 * math.sin(i / 100)))
+    r = kbench.bench(swing, device="cpu", warmup_s=0.01, max_time_s=0.6, cold_cache=None)
+    assert r.n >= 128 and r.stats["ci_inflation"] > 2.0
+    plain = _core.summarize(r.samples, ordered=False)
+    assert r.stats["rel_ci_halfwidth"] > plain["rel_ci_halfwidth"]
+    wall = next(line for line in repr(r).splitlines() if line.strip().startswith("Wall:"))
+    assert f"n={r.n}, worth {r.n / r.stats['ci_inflation']:.0f} independent ones" in wall
+    if r.stop["stop"] != "precision":
+        assert any("order shows dependence" in w for w in r.warnings), r.warnings
