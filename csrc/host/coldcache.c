@@ -214,7 +214,7 @@ error:
     return out;
 }
 
-/* cpu_flush(bytes) -> None: one flush pass, for tests and for callers that flush themselves. */
+/* cpu_flush(nbytes) -> None: one flush pass, for tests and for callers that flush themselves. */
 static PyObject *cpu_flush(PyObject *self, PyObject *arg)
 {
     Py_ssize_t bytes = PyLong_AsSsize_t(arg);
@@ -235,7 +235,7 @@ static PyObject *cpu_flush(PyObject *self, PyObject *arg)
 static PyMethodDef coldcache_methods[] = {
     {"cpu_cache_info", cpu_cache_info, METH_NOARGS,
      "cpu_cache_info() -> dict: CPU cache levels from sysfs and the last-level cache size."},
-    {"cpu_flush", cpu_flush, METH_O, "cpu_flush(bytes): write every cache line of a buffer."},
+    {"cpu_flush", cpu_flush, METH_O, "cpu_flush(nbytes, /): write every cache line of a buffer of nbytes."},
     {NULL, NULL, 0, NULL},
 };
 
