@@ -5,6 +5,7 @@ from typing import Any, Callable, Dict, List, Optional, Sequence, Tuple, Union
 HAVE_CUDA: int
 HAVE_HIP: int   # the HIP backend is built with the GPU backends (0 under KBENCH_NO_CUDA=1)
 LOOP_DEFAULTS: dict[str, Any]   # the timing loop's defaults (csrc/core/measure.c): the only place they are written
+CI_MIN_SAMPLES: int             # the 'ci' rule stops from this many samples on (their order judged)
 CUDA_HEADERS_VERSION: int
 # what the build compiled: backends ("host"[, "cuda"]), cuda_version (CUDA_VERSION of cuda.h),
 # cupti_api_version, headers (where setup.py found them), compiler, python (headers' version),

@@ -323,8 +323,15 @@ COMPUTE_CEILING_SLACK = 1.10
 def _warnings(r: Result) -> List[str]:
     out = []
     st = r.stop
-    if st.get("stop") != "precision":
-        ach = st.get("achieved")
+    ach = st.get("achieved")
+    met = isinstance(ach, float) and ach <= st.get("target", 0)
+    if st.get("stop") != "precision" and met and st.get("criterion") == "ci" \
+            and r.n < _core.CI_MIN_SAMPLES:
+        # the CI met the target, but too few samples to judge their order (max_samples)
+        out.append(f"stopped by {st.get('stop')} at {r.n} samples, before the "
+                   f"{_core.CI_MIN_SAMPLES} from which kbench judges whether their order shows "
+                   f"dependence: the CI ({100 * ach:.2f}%) assumes they are independent")
+    elif st.get("stop") != "precision":
         ach_s = f"{100 * ach:.2f}%" if isinstance(ach, float) and math.isfinite(ach) else "n/a"
         why = ""
         inflation = r.stats.get("ci_inflation") or 1.0

@@ -614,8 +614,10 @@ def test_ci_rule_waits_until_the_order_can_be_judged():
     """127 samples cannot show their order's dependence (batches of 7): however narrow their
     CI, the rule goes on; at 128 it may stop. Both report the same CI as summarize."""
     rng = np.random.default_rng(35)
-    x = 1e-5 * (1.0 + 0.0001 * rng.standard_normal(128))
-    for n, stops in ((127, False), (128, True)):
+    floor = core.CI_MIN_SAMPLES     # 16 batches of 8
+    assert floor == 128
+    x = 1e-5 * (1.0 + 0.0001 * rng.standard_normal(floor))
+    for n, stops in ((floor - 1, False), (floor, True)):
         finished, achieved = core.criterion_check("ci", x[:n], 0.005)
         assert finished is stops and achieved == core.summarize(x[:n])["rel_ci_halfwidth"]
         assert achieved < 0.005

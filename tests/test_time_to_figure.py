@@ -170,3 +170,16 @@ def test_a_figure_that_swings_during_the_run_says_so():
     assert f"n={r.n}, worth {r.n / r.stats['ci_inflation']:.0f} independent ones" in wall
     if r.stop["stop"] != "precision":
         assert any("order shows dependence" in w for w in r.warnings), r.warnings
+
+
+def test_a_run_capped_below_the_ci_floor_says_its_ci_assumes_independence():
+    """max_samples under CI_MIN_SAMPLES: the loop stops at the cap even where the CI already
+    meets the target, and the warning says why (the order was not judged), not that the median
+    is less certain than asked."""
+    r = kbench.bench(schedule(lambda i: 0.2 * MS), device="cpu", max_samples=50, target=0.5,
+                     warmup_s=0.01, cold_cache=None)
+    assert _core.CI_MIN_SAMPLES > 50
+    assert r.stop["stop"] == "iter_cap" and r.n == 50 and r.stop["achieved"] <= 0.5
+    assert any(f"before the {_core.CI_MIN_SAMPLES} from which kbench judges" in w
+               for w in r.warnings), r.warnings
+    assert not any("less certain than asked" in w for w in r.warnings)

@@ -501,5 +501,8 @@ static PyMethodDef criterion_methods[] = {
 
 int kb_criterion_module_init(PyObject *m)
 {
+    /* the 'ci' rule's floor: the fewest samples whose order it judges (kb_serial_vif) */
+    if (PyModule_AddIntConstant(m, "CI_MIN_SAMPLES", KB_VIF_MIN_N) < 0)
+        return -1;
     return PyModule_AddFunctions(m, criterion_methods);
 }
