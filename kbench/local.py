@@ -320,30 +320,36 @@ def _ceiling(peaks: Optional[Dict[str, Any]], key: str) -> Optional[float]:
 COMPUTE_CEILING_SLACK = 1.10
 
 
-def _warnings(r: Result) -> List[str]:
-    out = []
+def _stop_warning(r: Result) -> Optional[str]:
+    """What a run that the caps stopped, not the rule, leaves uncertain; None after a rule
+    stop."""
     st = r.stop
+    if st.get("stop") == "precision":
+        return None
     ach = st.get("achieved")
-    met = isinstance(ach, float) and ach <= st.get("target", 0)
-    if st.get("stop") != "precision" and met and st.get("criterion") == "ci" \
-            and r.n < _core.CI_MIN_SAMPLES:
+    if st.get("criterion") == "ci" and isinstance(ach, float) and \
+            ach <= st.get("target", 0) and r.n < _core.CI_MIN_SAMPLES:
         # the CI met the target, but too few samples to judge their order (max_samples)
-        out.append(f"stopped by {st.get('stop')} at {r.n} samples, before the "
-                   f"{_core.CI_MIN_SAMPLES} from which kbench judges whether their order shows "
-                   f"dependence: the CI ({100 * ach:.2f}%) assumes they are independent")
-    elif st.get("stop") != "precision":
-        ach_s = f"{100 * ach:.2f}%" if isinstance(ach, float) and math.isfinite(ach) else "n/a"
-        why = ""
-        inflation = r.stats.get("ci_inflation") or 1.0
-        if inflation > 1.0:
-            # the likely cause: the figure moved during the run, which a longer run averages
-            # only slowly
-            why = (f"; the samples' order shows dependence ({r.n} samples worth "
-                   f"{r.n / inflation:.0f} independent ones): the figure moved during the run "
-                   f"(a clock or power controller's swings, other load on the machine)")
-        out.append(f"stopped by {st.get('stop')} before the {st.get('criterion')} target "
-                   f"{100 * st.get('target', 0):.2f}% was met (achieved {ach_s}): the median is "
-                   f"less certain than asked{why}")
+        return (f"stopped by {st.get('stop')} at {r.n} samples, before the "
+                f"{_core.CI_MIN_SAMPLES} from which kbench judges whether their order shows "
+                f"dependence: the CI ({100 * ach:.2f}%) assumes they are independent")
+    ach_s = f"{100 * ach:.2f}%" if isinstance(ach, float) and math.isfinite(ach) else "n/a"
+    why = ""
+    inflation = r.stats.get("ci_inflation") or 1.0
+    if inflation > 1.0:
+        # the likely cause: the figure moved during the run, which a longer run averages
+        # only slowly
+        why = (f"; the samples' order shows dependence ({r.n} samples worth "
+               f"{r.n / inflation:.0f} independent ones): the figure moved during the run "
+               f"(a clock or power controller's swings, other load on the machine)")
+    return (f"stopped by {st.get('stop')} before the {st.get('criterion')} target "
+            f"{100 * st.get('target', 0):.2f}% was met (achieved {ach_s}): the median is "
+            f"less certain than asked{why}")
+
+
+def _warnings(r: Result) -> List[str]:
+    stop = _stop_warning(r)
+    out = [stop] if stop else []
     tp, mode = r.throughput, r.cold_cache.get("mode")
     pct = tp.get("bandwidth_pct_peak")
     if pct is not None and pct > 1.0:
