@@ -2,6 +2,8 @@
 # Device runs, batched: bash scripts/gpu_check.sh tests|bench|all|regime|final|soak|last|leak|gpusoak
 #   gpusoak: the GPU tests (pytest -m gpu), then the soak of every mode (250 benches x 4);
 #            TTF=1 adds benchmarks/gpu_time_to_figure.py
+#   final: peaks, the GPU tests, the regression gate and benchmarks/gpu_regime.py; TTF=1 adds
+#          benchmarks/gpu_time_to_figure.py
 #   tests: build, kbench info, kbench peaks, the whole pytest suite (GPU tests included)
 #   bench: build, benchmarks/gpu_agreement.py, the vLLM-style drop-in script twice, the GPU notebook
 #   regime: build, kbench peaks, the GPU tests, benchmarks/gpu_regime.py (figures against the
@@ -70,6 +72,11 @@ if [ "$mode" = final ]; then
     done; } 2>&1 | tee "$OUT/gate.txt"
   echo "== regime benchmark"
   (cd benchmarks && timeout 240 $PY gpu_regime.py --out "$OUT/h200_regime.json" --md "$OUT/h200_regime.md" 2>&1 | tail -34)
+  if [ "${TTF:-0}" = 1 ]; then
+    echo "== time to a figure"
+    timeout 90 $PY benchmarks/gpu_time_to_figure.py --out "$OUT/h200_time_to_figure.json" \
+      --md "$OUT/h200_time_to_figure.md" 2>&1 | tail -14
+  fi
 fi
 if [ "$mode" = gpusoak ]; then
   echo "== GPU tests (pytest -m gpu)"
