@@ -767,6 +767,21 @@ def test_ci_rule_stops_at_one_timer_step_when_told_the_step():
         core.criterion_check("ci", x, 0.005, resolution=-1.0)
 
 
+def test_ci_rule_stops_on_drifting_stepped_samples_within_one_step():
+    """A sub-2 us kernel read in 32 ns steps whose true time drifts +-8 ns over the run (the
+    order shows strong dependence): the widened CI still spans at most one step, so the rule
+    told the step stops, on a step or between two."""
+    rng = np.random.default_rng(36)
+    step, n = 32e-9, 20_000
+    drift = 8e-9 * np.sin(2 * np.pi * 1.5 * np.arange(n) / n)
+    for base in (590e-9, 608e-9):
+        x = np.floor((base + drift + 10e-9 * rng.standard_normal(n)) / step) * step
+        s = core.summarize(x)
+        assert s["ci_inflation"] > 100
+        assert s["ci_high"] - s["ci_low"] <= step * (1 + 1e-9)
+        assert core.criterion_check("ci", x, 0.005, resolution=step)[0] is True
+
+
 def test_ci_rule_reports_a_zero_width_ci_on_one_timer_step_as_one_step_wide():
     # 40 ns samples on a 10 ns clock that all read the same: the CI of the median has zero
     # width, which says nothing finer than the clock's step
