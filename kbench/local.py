@@ -19,7 +19,7 @@ from . import _core
 from .coldcache import flag_rotation, footprint, make_rotation_sets, normalize_arg_sets
 from .prepare import (BENCH_DEFAULTS, check_before_timing, name_of, named_output, one_at_a_time,
                       resolve_device)
-from .result import Result
+from .result import Result, dependence_text
 
 _LOOP_KEYS = ("warmup_s", "min_samples", "max_samples", "max_time_s", "target", "ci_level",
               "criterion")
@@ -334,14 +334,11 @@ def _stop_warning(r: Result) -> Optional[str]:
                 f"{_core.CI_MIN_SAMPLES} from which kbench judges whether their order shows "
                 f"dependence: the CI ({100 * ach:.2f}%) assumes they are independent")
     ach_s = f"{100 * ach:.2f}%" if isinstance(ach, float) and math.isfinite(ach) else "n/a"
-    why = ""
-    inflation = r.stats.get("ci_inflation") or 1.0
-    if inflation > 1.0:
-        # the likely cause: the figure moved during the run, which a longer run averages
-        # only slowly
-        why = (f"; the samples' order shows dependence ({r.n} samples worth "
-               f"{r.n / inflation:.0f} independent ones): the figure moved during the run "
-               f"(a clock or power controller's swings, other load on the machine)")
+    # the likely cause: the figure moved during the run, which a longer run averages only
+    # slowly
+    dependence = dependence_text(r.stats)
+    why = (f"; {dependence}: the figure moved during the run (a clock or power controller's "
+           f"swings, other load on the machine)" if dependence else "")
     return (f"stopped by {st.get('stop')} before the {st.get('criterion')} target "
             f"{100 * st.get('target', 0):.2f}% was met (achieved {ach_s}): the median is "
             f"less certain than asked{why}")

@@ -13,6 +13,16 @@ from ._format import dump_json, fmt_bytes, fmt_ci, fmt_pct, fmt_rate, fmt_time, 
 SCHEMA = "kbench.result/1"
 
 
+def dependence_text(stats: Dict[str, Any]) -> str:
+    """How many independent samples the run is worth, where their order showed dependence
+    (the CI was widened by ci_inflation); "" where it did not."""
+    inflation = stats.get("ci_inflation") or 1.0
+    if inflation <= 1.0:
+        return ""
+    return (f"{stats['n']} samples worth {stats['n'] / inflation:.0f} independent ones: their "
+            f"order shows dependence")
+
+
 def _settle_text(settle: Optional[Dict[str, Any]]) -> str:
     """The CUDA warm-up's clock settle point, in words ('' when not judged)."""
     if not settle or settle.get("settled") is None:
@@ -233,13 +243,10 @@ class Result:
         level = round(100 * s.get('ci_level', 0.95))
         # CI and CV answer different questions, and a high CV beside a tight CI looks like a
         # contradiction unless each says what it is.
-        counted = f"n={s['n']}"
-        inflation = s.get("ci_inflation") or 1.0
-        if inflation > 1.0:
-            # samples in runs on one side of the median (a controller's swings, a drift) carry
-            # less than independent ones, and the CI says so
-            counted += (f", worth {s['n'] / inflation:.0f} independent ones: their order "
-                        f"shows dependence")
+        # samples in runs on one side of the median (a controller's swings, a drift) carry
+        # less than independent ones, and the CI says so
+        dependence = dependence_text(s)
+        counted = f"n={s['n']}" + (f"; {dependence}" if dependence else "")
         rows = [["Wall", f"{fmt_time(s['median'])} median ({counted}; {level}% CI of the "
                          f"median {fmt_time(s['ci_low'])} .. {fmt_time(s['ci_high'])}, "
                          f"{fmt_ci(s.get('median'), s.get('ci_low'), s.get('ci_high'))}: "

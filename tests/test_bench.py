@@ -699,3 +699,24 @@ def test_the_loop_defaults_are_the_c_cores_own():
     r = kbench.bench(np.sum, np.ones(100), warmup_s=0.0, cold_cache=None)
     assert r.stop["max_time_s"] == d["max_time_s"] and r.stop["min_samples"] == d["min_samples"]
     assert r.stop["target"] == d["target"] and r.stats["ci_level"] == d["ci_level"]
+
+
+def test_a_capped_stop_on_dependent_samples_says_what_they_are_worth():
+    """A time-capped run whose samples drift: its warning names how many independent samples
+    they are worth and the likely cause; the same run on independent samples does not."""
+    from kbench.local import _warnings
+    from kbench.result import Result
+    rng = np.random.default_rng(8)
+    for samples, dependent in ((1e-3 * (1 + 0.01 * rng.standard_normal(2000)
+                                        + np.linspace(0, 0.05, 2000)), True),
+                               (1e-3 * (1 + 0.01 * rng.standard_normal(2000)), False)):
+        stats = kbench._core.summarize(samples, 0.95)
+        r = Result(name="drift", device="cpu", backend="host", samples=samples, stats=stats,
+                   stop={"stop": "time_cap", "criterion": "ci", "target": 1e-4,
+                         "achieved": stats["rel_ci_halfwidth"]},
+                   cold_cache={"mode": "none"})
+        stop = [w for w in _warnings(r) if w.startswith("stopped by time_cap")]
+        assert len(stop) == 1 and "less certain than asked" in stop[0]
+        worth = f"2000 samples worth {2000 / stats['ci_inflation']:.0f} independent ones"
+        assert (worth in stop[0] and "the figure moved" in stop[0]) is dependent, stop[0]
+        assert (stats["ci_inflation"] > 1.0) is dependent

@@ -167,9 +167,11 @@ def test_a_figure_that_swings_during_the_run_says_so():
     plain = _core.summarize(r.samples, ordered=False)
     assert r.stats["rel_ci_halfwidth"] > plain["rel_ci_halfwidth"]
     wall = next(line for line in repr(r).splitlines() if line.strip().startswith("Wall:"))
-    assert f"n={r.n}, worth {r.n / r.stats['ci_inflation']:.0f} independent ones" in wall
+    assert f"n={r.n}; {r.n} samples worth {r.n / r.stats['ci_inflation']:.0f} independent " \
+        "ones: their order shows dependence" in wall
     if r.stop["stop"] != "precision":
-        assert any("order shows dependence" in w for w in r.warnings), r.warnings
+        assert any("their order shows dependence: the figure moved" in w for w in r.warnings), \
+            r.warnings
 
 
 def test_a_run_capped_below_the_ci_floor_says_its_ci_assumes_independence():

@@ -217,6 +217,7 @@ typedef struct {
 /* A backend times batches of iterations; the loop owns warm-up, stop rules and bookkeeping.
  * A CUDA backend queues a batch behind a device gate; the host backend runs it directly. */
 typedef struct kb_backend kb_backend;
+enum { KB_WARM_DONE = 0, KB_WARM_MORE = 1, KB_WARM_MORE_UNTIMED = 2 };  /* keep_warming's */
 struct kb_backend {
     const char *name;           /* "host", "events", "cupti", "graph" */
     void *ctx;                  /* backend-private */
@@ -225,11 +226,11 @@ struct kb_backend {
      * with settled_keep (timed and kept like a sample until settled_keep decides), else
      * KB_BATCH_SAMPLE. 0, or -1 with a Python exception set. */
     int (*run_batch)(kb_backend *b, Py_ssize_t n, double *out, int kind);
-    /* Optional. Asked after each warm-up batch once the loop's own warm-up rule is met: 1 while
-     * the device still needs warming up (its clock has not settled), 2 the same when nothing
-     * timed while settling could be kept any more (settled_keep: the loop drops what it holds
-     * and times no more), 0 when done, -1 with an exception. `elapsed_s` is the warm-up's wall
-     * time so far. */
+    /* Optional. Asked after each warm-up batch once the loop's own warm-up rule is met:
+     * KB_WARM_MORE while the device still needs warming up (its clock has not settled),
+     * KB_WARM_MORE_UNTIMED the same when nothing timed while settling could be kept any more
+     * (settled_keep: the loop drops what it holds and times no more), KB_WARM_DONE when done,
+     * -1 with an exception. `elapsed_s` is the warm-up's wall time so far. */
     int (*keep_warming)(kb_backend *b, double elapsed_s);
     /* Set by the backend during warm-up (0 otherwise): the precision rule may not stop the
      * sampling before this long. A power-capped GPU's speed swings with its controller over
@@ -377,6 +378,8 @@ typedef struct {
                                 .at_max_window_s = 0.1, .capped_min_load_s = 2.0}
 
 enum { KB_UNSETTLED = 0, KB_SETTLED = 1, KB_SETTLED_UNDER_LIMIT = 2 };
+/* The clock event reasons of every reading after time lo, or-ed (t non-decreasing). Pure. */
+uint64_t kb_clock_reasons_since(const kb_clock_trace *tr, double lo);
 /* Whether the GPU has reached the sustained state of the load that began at tr->t value
  * load_start_s, as of the last reading: KB_SETTLED (nothing limits the clock, nor will),
  * KB_SETTLED_UNDER_LIMIT (a power/thermal limit holds it, at a steady median) or KB_UNSETTLED.

@@ -352,9 +352,9 @@ static int warm_up(kb_backend *b, const kb_loop_config *cfg, kb_loop_result *res
             double more = b->keep_warming(b, elapsed);
             if (more < 0 || kb_ranks_agree(cfg, "keep_warming", batches, NULL, 0, &more, 1) < 0)
                 goto error;
-            if (more == 0)
+            if (more == KB_WARM_DONE)
                 break;
-            if (more == 2 && tentative) {
+            if (more == KB_WARM_MORE_UNTIMED && tentative) {
                 /* nothing timed while settling can be kept now: drop it, time no more */
                 if (tentative_n > 0 &&
                     keep_tentative(b, 0, res, 1, &tentative_n, NULL) < 0)

@@ -78,12 +78,11 @@ static double window_mean(const double *t, const double *v, size_t n, double lo,
     return k ? sum / (double)k : NAN;
 }
 
-static uint64_t reasons_since(const kb_clock_trace *tr, double lo)
+uint64_t kb_clock_reasons_since(const kb_clock_trace *tr, double lo)
 {
     uint64_t seen = 0;
-    for (size_t i = 0; i < tr->n; i++)
-        if (tr->t[i] > lo)
-            seen |= tr->reasons[i];
+    for (size_t i = tr->n; i-- > 0 && tr->t[i] > lo;)     /* t is non-decreasing */
+        seen |= tr->reasons[i];
     return seen;
 }
 
@@ -106,7 +105,7 @@ int kb_clock_settled(const kb_clock_trace *tr, double load_start_s, double power
     if (!isfinite(before) ||
         fabs(*median_last - before) > (tol > CLOCK_STEP_MHZ ? tol : CLOCK_STEP_MHZ))
         return KB_UNSETTLED;
-    int limited = (reasons_since(tr, now - w) & KB_CLOCK_LIMIT_REASONS) != 0;
+    int limited = (kb_clock_reasons_since(tr, now - w) & KB_CLOCK_LIMIT_REASONS) != 0;
     int settled = limited ? KB_SETTLED_UNDER_LIMIT : KB_SETTLED;
     if (limited && loaded + prior_load_s < rule->capped_min_load_s)
         return KB_UNSETTLED;
@@ -171,14 +170,14 @@ static int window_verdict(const kb_clock_trace *tr, double load_start_s, double 
     *median = window_median(t, tr->sm_mhz, n, lo, now, scratch);
     if (!carry->under_limit) {
         /* nothing limited the clock since this load began, nor will at this power */
-        if ((reasons_since(tr, load_start_s) & KB_CLOCK_LIMIT_REASONS) ||
+        if ((kb_clock_reasons_since(tr, load_start_s) & KB_CLOCK_LIMIT_REASONS) ||
             !isfinite(power_limit_w) || !(inst_max < rule->headroom * power_limit_w))
             return KB_UNSETTLED;
         return KB_SETTLED;
     }
     /* under a limit: still limited, and the averaged power (mostly the previous load's) is
      * this load's power: the controller acts on the same power it settled on */
-    if (!(reasons_since(tr, lo) & KB_CLOCK_LIMIT_REASONS) ||
+    if (!(kb_clock_reasons_since(tr, lo) & KB_CLOCK_LIMIT_REASONS) ||
         now - load_start_s + carry->loaded_s < rule->capped_min_load_s)
         return KB_UNSETTLED;
     double avg = window_median(t, tr->power_avg_w, n, lo, now, scratch);
@@ -253,7 +252,7 @@ int kb_power_recovered(const kb_clock_trace *tr, double power_limit_w,
     if (tr->n == 0)
         return 0;
     double now = tr->t[tr->n - 1];
-    if (reasons_since(tr, now - rule->recover_window_s) & KB_CLOCK_LIMIT_REASONS)
+    if (kb_clock_reasons_since(tr, now - rule->recover_window_s) & KB_CLOCK_LIMIT_REASONS)
         return 0;
     if (!isfinite(power_limit_w))
         return 1;
@@ -536,8 +535,8 @@ static PyMethodDef steady_methods[] = {
      METH_VARARGS | METH_KEYWORDS,
      "clock_settled_carried_at(t_s, sm_mhz, reasons, power_w=None, power_inst_w=None, *, "
      "carried_mhz, carried_under_limit=False, carried_ago_s=0.0, carried_loaded_s=0.0, "
-     "load_start_s=t_s[0], max_sm_mhz=None, "
-     "power_limit_w=None, carry_max_gap_s=1.0, carry_response_s=0.1, carry_window_s=0.05) "
+     "load_start_s=t_s[0], power_limit_w=None, max_sm_mhz=None, "
+     "carry_max_gap_s=1.0, carry_response_s=0.1, carry_window_s=0.05) "
      "-> (index, median_mhz, under_limit, by)\n\n"
      "clock_settled_at when the previous measurement on the GPU ended carried_ago_s before "
      "this load began, settled at carried_mhz (under a limit or not): the load may settle on "

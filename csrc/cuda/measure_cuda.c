@@ -714,9 +714,9 @@ static int cuda_keep_warming(kb_backend *b, double elapsed_s)
     static const kb_settle_rule rule = KB_SETTLE_RULE_DEFAULT;
     /* burst recovers before each batch instead; clocks the user locked need no settling */
     if (c->sampler == NULL || c->opt.settle_max_s <= 0 || c->opt.regime == KB_REGIME_BURST)
-        return 0;
+        return KB_WARM_DONE;
     if ((c->clocks_locked = kb_nvml_sampler_clocks_locked(c->sampler)))
-        return 0;
+        return KB_WARM_DONE;
     double median = NAN;
     const kb_settle_carry *carry = isfinite(c->carry.sm_mhz) ? &c->carry : NULL;
     int settled = kb_nvml_sampler_settled(c->sampler, &rule, c->load_start_s, carry, &median,
@@ -726,7 +726,7 @@ static int cuda_keep_warming(kb_backend *b, double elapsed_s)
     c->loaded_s = kb_nvml_sampler_elapsed_s(c->sampler) - c->load_start_s;
     if (settled < 0) {          /* no memory to judge: measure as is, reported as not judged */
         c->settled = -1;
-        return 0;
+        return KB_WARM_DONE;
     }
     if (settled != KB_UNSETTLED || elapsed_s >= c->opt.settle_max_s) {
         c->settled = settled != KB_UNSETTLED;
@@ -737,12 +737,13 @@ static int cuda_keep_warming(kb_backend *b, double elapsed_s)
             b->min_sampling_s = KB_LIMITED_MIN_SAMPLING_S;
             c->settle_min_sampling_s = KB_LIMITED_MIN_SAMPLING_S;
         }
-        return 0;
+        return KB_WARM_DONE;
     }
     /* A limit reason since the load began: nothing timed before it can be kept, and a load
      * that shows one mostly settles under the limit, where nothing timed before the settle is
      * kept; so the rest of the settle runs untimed, as it did before samples were kept. */
-    return kb_nvml_sampler_limited_since(c->sampler, c->load_start_s) ? 2 : 1;
+    return kb_nvml_sampler_limited_since(c->sampler, c->load_start_s) ? KB_WARM_MORE_UNTIMED
+                                                                      : KB_WARM_MORE;
 }
 
 

@@ -263,10 +263,9 @@ double kb_nvml_sampler_settled_since(kb_nvml_sampler *s, const kb_settle_rule *r
 
 int kb_nvml_sampler_limited_since(kb_nvml_sampler *s, double t_s)
 {
-    uint64_t seen = 0;
     pthread_mutex_lock(&s->lock);
-    for (size_t i = s->n; i-- > 0 && s->t_s[i] > t_s;)
-        seen |= s->reasons[i];
+    kb_clock_trace tr = sampler_trace(s);
+    uint64_t seen = kb_clock_reasons_since(&tr, t_s);
     pthread_mutex_unlock(&s->lock);
     return (seen & KB_CLOCK_LIMIT_REASONS) != 0;
 }

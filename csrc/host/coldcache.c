@@ -235,7 +235,8 @@ static PyObject *cpu_flush(PyObject *self, PyObject *arg)
 static PyMethodDef coldcache_methods[] = {
     {"cpu_cache_info", cpu_cache_info, METH_NOARGS,
      "cpu_cache_info() -> dict: CPU cache levels from sysfs and the last-level cache size."},
-    {"cpu_flush", cpu_flush, METH_O, "cpu_flush(nbytes, /): write every cache line of a buffer of nbytes."},
+    {"cpu_flush", cpu_flush, METH_O,
+     "cpu_flush(nbytes, /): write every cache line of a buffer of nbytes."},
     {NULL, NULL, 0, NULL},
 };
 

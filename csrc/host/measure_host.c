@@ -98,7 +98,7 @@ static int host_keep_warming(kb_backend *b, double elapsed_s)
     Py_DECREF(r);
     if (more == 0)
         b->min_sampling_s = min_s;
-    return more;
+    return more < 0 ? -1 : more ? KB_WARM_MORE : KB_WARM_DONE;
 }
 
 /* measure_host(fn, arg_sets, kwargs=None, *, cold=None, flush_bytes=0, <loop config>) -> dict */
