@@ -1,16 +1,25 @@
-"""Time to a figure on the GPU: a sweep and single cases, kbench against triton's do_bench.
+"""Time to a figure on the GPU: a sweep and single cases, kbench against triton's do_bench and
+FlashInfer's CUPTI timer.
 
 In one process, in this order:
   1. the first kbench bench in the process (torch.add, 16 K float32), with CUPTI's own set-up;
   2. the sweep: torch.add over 8 sizes (16 K to 268 M float32), kbench then do_bench;
   3. a single f16 GEMM 8192x4096x4096: kbench (after the sweep: a different load), kbench again
-     (right after itself: the settled state carried), do_bench.
+     (right after itself: the settled state carried), do_bench;
+  4. FlashInfer's ``bench_gpu_time_with_cupti`` (its defaults: 25 ms dry run, 100 ms of repeats,
+     cold L2) on the same cases, in a process of its own: it registers its own CUPTI activity
+     callbacks and finalizes CUPTI at the end of each call, which would tear down the CUPTI
+     kbench keeps attached. Its first call in that process is recorded and discarded (section
+     'first'): on an f16 GEMM it read 0.854 ms there and 0.382 ms on the next call.
 Each kbench case records where its wall time went: the busy kernel, the warm-up with its clock
 settle (and whether it was carried from the previous bench: ``carried_from_s_ago``), sampling,
 overhead, and CUPTI's set-up. A failing case is recorded with its error and the run goes on; the
 JSON (``--out``) and the markdown table (``--md``) are rewritten after every section, so a late
-failure loses nothing. FlashInfer is listed when importable, else said so. A short table is
-printed last.
+failure loses nothing. FlashInfer is taken from an installed package or, where it cannot be
+installed, from its timer's file (``--flashinfer-utils``, fetched by
+scripts/fetch_flashinfer_timer.sh with the cupti-python wheel it needs; ``--flashinfer-site``
+is where that wheel was installed); a FlashInfer that fell back to CUDA events is said so. A
+short table is printed last.
 
     python benchmarks/gpu_time_to_figure.py --out benchmarks/results/h200_time_to_figure.json \
         --md benchmarks/results/h200_time_to_figure.md
@@ -18,12 +27,16 @@ printed last.
 from __future__ import annotations
 
 import argparse
+import importlib.util
 import json
 import math
 import os
+import subprocess
+import sys
 import time
 import traceback
-from typing import Any, Callable, Dict, List, Optional
+import types
+from typing import Any, Callable, Dict, List, Optional, Tuple
 
 SIZES = [1 << k for k in (14, 16, 18, 20, 22, 24, 26, 28)]
 GEMM = (8192, 4096, 4096)
@@ -109,9 +122,10 @@ class Run:
                 f.write(self.markdown())
 
     def summary(self) -> Dict[str, Any]:
-        first = (self.rows("first") or [{}])[0]
+        first = (self.rows("first", "kbench") or [{}])[0]
         return {"sweep_kbench_s": self.total("sweep", "kbench"),
                 "sweep_do_bench_s": self.total("sweep", "do_bench"),
+                "sweep_flashinfer_s": self.total("sweep", "flashinfer"),
                 "first_bench_s": first.get("wall_s"),
                 "first_bench_cupti_setup_s": first.get("cupti_setup_s"),
                 "first_bench_minus_cupti_s": (first["wall_s"] - first["cupti_setup_s"]
@@ -122,14 +136,15 @@ class Run:
         r, s = self.res, self.summary()
         f2 = lambda v, u="": "-" if v is None else f"{v:.2f}{u}"   # noqa: E731
         f3 = lambda v: "-" if v is None else f"{v:.3f}"              # noqa: E731
-        lines = [f"# Time to a figure: kbench vs do_bench ({r.get('gpu', '?')})", "",
+        lines = [f"# Time to a figure: kbench vs do_bench and FlashInfer ({r.get('gpu', '?')})", "",
                  f"commit {r.get('commit')}, torch {r.get('torch')}, triton {r.get('triton')}, "
                  f"kbench defaults (CUPTI, cold L2, sustained regime, 0.5% CI). "
                  f"FlashInfer: {r.get('flashinfer')}.", "",
                  f"- first bench in the process: {f2(s['first_bench_s'], ' s')} "
                  f"(CUPTI's set-up {f3(s['first_bench_cupti_setup_s'])} s)",
                  f"- sweep, 8 sizes: kbench {f2(s['sweep_kbench_s'], ' s')}, do_bench "
-                 f"{f2(s['sweep_do_bench_s'], ' s')}", "",
+                 f"{f2(s['sweep_do_bench_s'], ' s')}, FlashInfer "
+                 f"{f2(s['sweep_flashinfer_s'], ' s')}", "",
                  "Sampling counts from the first sample kept; 'of it settling' is the part "
                  "taken while the warm-up settled (samples kept from where the readings showed "
                  "the settled state, at 'kept from' s of load).", "",
@@ -159,25 +174,142 @@ class Run:
 
     def print_table(self) -> None:
         s = self.summary()
-        print("\ncase                         kbench (s)  do_bench (s)  kbench figure  do_bench figure")
-        pairs = [("first bench", self.rows("first", "kbench"), [])]
-        for n in SIZES:
-            pairs.append((f"add {n}", [c for c in self.rows("sweep", "kbench") if c["case"] == f"add {n}"],
-                          [c for c in self.rows("sweep", "do_bench") if c["case"] == f"add {n}"]))
-        for tool_name in ("kbench", "kbench again"):
-            pairs.append((f"GEMM ({tool_name})", [c for c in self.rows("single", "kbench")
-                                                 if c["case"] == f"{GEMM_NAME} ({tool_name})"],
-                          self.rows("single", "do_bench")))
-        for name, kb, db in pairs:
-            k, d = (kb or [{}])[0], (db or [{}])[0]
-            cell = lambda c, key, fmt: fmt.format(c[key]) if c.get(key) is not None else (  # noqa: E731
+        tools = ("kbench", "do_bench", "flashinfer")
+        print("\ncase                         " + "".join(f"{t + ' (s)':>16}" for t in tools)
+              + "".join(f"{t + ' (us)':>16}" for t in tools))
+
+        def pick(section: str, tool: str, case: str) -> Dict[str, Any]:
+            return next((c for c in self.rows(section, tool) if c["case"] == case), {})
+
+        def cell(c: Dict[str, Any], key: str, fmt: str) -> str:
+            return fmt.format(c[key]) if c.get(key) is not None else (
                 "error" if c.get("error") else "-")
-            print(f"{name:28} {cell(k, 'wall_s', '{:10.3f}'):>10}  {cell(d, 'wall_s', '{:12.3f}'):>12}"
-                  f"  {cell(k, 'figure_us', '{:10.2f} us'):>13}  {cell(d, 'figure_us', '{:12.2f} us'):>15}")
+        lines = [("first bench", [(self.rows("first", t) or [{}])[0] for t in tools])]
+        for n in SIZES:
+            lines.append((f"add {n}", [pick("sweep", t, f"add {n}") for t in tools]))
+        for again in ("", " again"):
+            lines.append((f"GEMM{again}", [pick("single", "kbench", f"{GEMM_NAME} (kbench{again})"),
+                                           pick("single", "do_bench", GEMM_NAME) if not again else {},
+                                           pick("single", "flashinfer",
+                                                f"{GEMM_NAME} (flashinfer{again})")]))
+        for name, cs in lines:
+            print(f"{name:28} " + "".join(f"{cell(c, 'wall_s', '{:.3f}'):>16}" for c in cs)
+                  + "".join(f"{cell(c, 'figure_us', '{:.2f}'):>16}" for c in cs))
         f = lambda v: "-" if v is None else f"{v:.2f} s"   # noqa: E731
-        print(f"sweep total: kbench {f(s['sweep_kbench_s'])} vs do_bench {f(s['sweep_do_bench_s'])}; "
-              f"first bench {f(s['first_bench_s'])} of which CUPTI set-up "
-              f"{f(s['first_bench_cupti_setup_s'])}; errors: {self.res['errors']}")
+        print(f"sweep total: kbench {f(s['sweep_kbench_s'])}, do_bench {f(s['sweep_do_bench_s'])}, "
+              f"FlashInfer {f(s['sweep_flashinfer_s'])}; first bench {f(s['first_bench_s'])} of "
+              f"which CUPTI set-up {f(s['first_bench_cupti_setup_s'])}; FlashInfer: "
+              f"{self.res.get('flashinfer')}; errors: {self.res['errors']}")
+
+def load_flashinfer_timer(utils_path: Optional[str]) -> Tuple[Callable[..., Any], str]:
+    """FlashInfer's bench_gpu_time_with_cupti and where it came from: the installed package, else
+    its flashinfer/testing/utils.py loaded as that module (unmodified). The package's own import
+    needs its kernels, cutlass-dsl and tvm-ffi; the file's only import from the package is
+    flashinfer.utils.round_up (for fp8 helpers, not the timer), given here as a stand-in."""
+    try:
+        import flashinfer
+        from flashinfer.testing import bench_gpu_time_with_cupti
+        return bench_gpu_time_with_cupti, f"flashinfer {flashinfer.__version__} (installed)"
+    except ImportError as e:
+        if not utils_path:
+            raise ImportError(f"flashinfer not installed ({e}) and no --flashinfer-utils") from e
+    package = types.ModuleType("flashinfer")
+    package.__path__ = []                                    # a package, with nothing on disk
+    helpers = types.ModuleType("flashinfer.utils")
+    helpers.round_up = lambda x, y: (x + y - 1) // y * y     # type: ignore[attr-defined]
+    sys.modules.update({"flashinfer": package, "flashinfer.utils": helpers})
+    spec = importlib.util.spec_from_file_location("flashinfer.testing.utils", utils_path)
+    if spec is None or spec.loader is None:
+        raise ImportError(f"cannot load {utils_path}")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    source = os.path.join(os.path.dirname(utils_path), "SOURCE.txt")
+    label = open(source).readline().strip() if os.path.exists(source) else utils_path
+    return module.bench_gpu_time_with_cupti, f"its timer's file alone: {label}"
+
+
+def flashinfer_child(utils_path: Optional[str]) -> None:
+    """Time the cases with FlashInfer's CUPTI timer in this (fresh) process; print one JSON line:
+    {"source", "rows": [{section, case, figure_us, wall_s, n, timer, ...} | {..., error}]} or
+    {"error"}."""
+    import warnings
+    import numpy as np
+    import torch
+    try:
+        timer, source = load_flashinfer_timer(utils_path)
+    except Exception as e:
+        print(json.dumps({"error": f"{type(e).__name__}: {e}"}))
+        return
+    rows: List[Dict[str, Any]] = []
+
+    def case(section: str, name: str, fn: Callable[[], Any]) -> None:
+        row: Dict[str, Any] = {"section": section, "case": name}
+        try:
+            with warnings.catch_warnings(record=True) as caught:
+                warnings.simplefilter("always")
+                t = time.perf_counter()
+                times_ms = timer(fn)
+                torch.cuda.synchronize()
+                row["wall_s"] = time.perf_counter() - t
+            said = [str(w.message) for w in caught]
+            fell_back = [m for m in said if "Falling back" in m]
+            row.update(figure_us=float(np.median(times_ms)) * 1e3, n=len(times_ms),
+                       timer="CUDA events (fell back)" if fell_back else "CUPTI",
+                       warnings=said[:3])
+        except Exception as e:
+            row["error"] = f"{type(e).__name__}: {e}"
+        rows.append(row)
+
+    bufs = {n: (torch.randn(n, device="cuda"), torch.empty(n, device="cuda")) for n in SIZES}
+    torch.cuda.synchronize()
+    x, y = bufs[SIZES[0]]
+    case("first", f"add {SIZES[0]} (discarded)", lambda: torch.add(x, 1.0, out=y))
+    for n in SIZES:
+        x, y = bufs[n]
+        case("sweep", f"add {n}", lambda x=x, y=y: torch.add(x, 1.0, out=y))
+    m, k, nn = GEMM
+    a = torch.randn(m, k, device="cuda", dtype=torch.float16)
+    b = torch.randn(k, nn, device="cuda", dtype=torch.float16)
+    torch.cuda.synchronize()
+    case("single", f"{GEMM_NAME} (flashinfer)", lambda: torch.matmul(a, b))
+    case("single", f"{GEMM_NAME} (flashinfer again)", lambda: torch.matmul(a, b))
+    print(json.dumps({"source": source, "rows": rows}))
+
+
+def run_flashinfer(run: Run, utils_path: Optional[str], site: Optional[str],
+                   timeout_s: float) -> None:
+    """FlashInfer's rows, from a child process (flashinfer_child); what kept it out, if it
+    could not run, goes to res['flashinfer']."""
+    env = dict(os.environ)
+    if site:
+        env["PYTHONPATH"] = os.pathsep.join(p for p in (site, env.get("PYTHONPATH")) if p)
+    cmd = [sys.executable, os.path.abspath(__file__), "--flashinfer-child"]
+    if utils_path:
+        cmd += ["--flashinfer-utils", os.path.abspath(utils_path)]
+    try:
+        p = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout_s, env=env)
+        lines = [ln for ln in p.stdout.splitlines() if ln.startswith("{")]
+        if not lines:
+            said = p.stderr.strip().splitlines() or ["(nothing on stderr)"]
+            raise RuntimeError(f"exit {p.returncode}: {said[-1][:300]}")
+        got = json.loads(lines[-1])
+    except Exception as e:
+        run.res["flashinfer"] = f"not timed: {type(e).__name__}: {e}"
+        return
+    if "error" in got:
+        run.res["flashinfer"] = f"not timed: {got['error']}"
+        return
+    timers = sorted({r["timer"] for r in got["rows"] if "timer" in r})
+    run.res["flashinfer"] = f"{got['source']}; timer: {', '.join(timers) or '-'}"
+
+    def recorded(row: Dict[str, Any]) -> Callable[[], Dict[str, Any]]:
+        def go() -> Dict[str, Any]:
+            if "error" in row:
+                raise RuntimeError(row["error"])
+            return {k: v for k, v in row.items() if k not in ("section", "case")}
+        return go
+    for row in got["rows"]:
+        run.case(row["section"], row["case"], "flashinfer", recorded(row))
 
 
 def main() -> None:
@@ -186,7 +318,17 @@ def main() -> None:
     ap.add_argument("--md", help="markdown table")
     ap.add_argument("--budget-s", type=float, default=55.0,
                     help="cases not started by then are recorded as skipped")
+    ap.add_argument("--flashinfer-utils",
+                    help="FlashInfer's flashinfer/testing/utils.py, where flashinfer is not "
+                         "installed (scripts/fetch_flashinfer_timer.sh)")
+    ap.add_argument("--flashinfer-site", help="a folder to put on FlashInfer's PYTHONPATH "
+                                              "(where the cupti-python wheel was installed)")
+    ap.add_argument("--flashinfer-timeout-s", type=float, default=60.0)
+    ap.add_argument("--flashinfer-child", action="store_true", help=argparse.SUPPRESS)
     args = ap.parse_args()
+    if args.flashinfer_child:
+        flashinfer_child(args.flashinfer_utils)
+        return
     run = Run(args.out, args.md, args.budget_s)
     import torch
     import kbench
@@ -199,11 +341,6 @@ def main() -> None:
     except ImportError as e:
         res["triton"] = f"not importable: {e}"
         do_bench = None
-    try:
-        import flashinfer  # noqa: F401
-        res["flashinfer"] = "importable (not timed by this script)"
-    except ImportError:
-        res["flashinfer"] = "not installed on this machine: left out"
 
     bufs = {n: (torch.randn(n, device="cuda"), torch.empty(n, device="cuda")) for n in SIZES}
     torch.cuda.synchronize()
@@ -252,6 +389,8 @@ def main() -> None:
         run.case("single", f"{GEMM_NAME} (kbench)", "kbench", kb(torch.matmul, a, b))
         run.case("single", f"{GEMM_NAME} (kbench again)", "kbench", kb(torch.matmul, a, b))
         run.case("single", GEMM_NAME, "do_bench", db(lambda: torch.matmul(a, b)))
+    run.save()
+    run_flashinfer(run, args.flashinfer_utils, args.flashinfer_site, args.flashinfer_timeout_s)
     run.save()
     run.print_table()
 

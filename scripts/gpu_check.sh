@@ -3,7 +3,8 @@
 #   gpusoak: the GPU tests (pytest -m gpu), then the soak of every mode (250 benches x 4);
 #            TTF=1 adds benchmarks/gpu_time_to_figure.py
 #   final: peaks, the GPU tests, the regression gate and benchmarks/gpu_regime.py; TTF=1 adds
-#          benchmarks/gpu_time_to_figure.py
+#          benchmarks/gpu_time_to_figure.py (with FlashInfer's timer where .whl/flashinfer is
+#          carried: scripts/fetch_flashinfer_timer.sh)
 #   tests: build, kbench info, kbench peaks, the whole pytest suite (GPU tests included)
 #   bench: build, benchmarks/gpu_agreement.py, the vLLM-style drop-in script twice, the GPU notebook
 #   regime: build, kbench peaks, the GPU tests, benchmarks/gpu_regime.py (figures against the
@@ -20,6 +21,23 @@ LOGS=${LOGS:-/tmp/kbench_logs}; mkdir -p "$LOGS"
 export PYTHONUNBUFFERED=1 PYTHONFAULTHANDLER=1 KBENCH_CACHE_DIR="${KBENCH_CACHE_DIR:-$LOGS/cache}" MPLBACKEND=Agg
 PY=${PY:-python3}
 mode=${1:-all}
+# benchmarks/gpu_time_to_figure.py, with FlashInfer's CUPTI timer where .whl/flashinfer was
+# carried (scripts/fetch_flashinfer_timer.sh: its timer's file and the cupti-python wheel)
+time_to_figure() {
+  local fi=()
+  if [ -f .whl/flashinfer/flashinfer_testing_utils.py ]; then
+    fi=(--flashinfer-utils .whl/flashinfer/flashinfer_testing_utils.py)
+    rm -rf "$LOGS/fi_site"
+    # a wheel is a zip: unpacked with its dist-info, which FlashInfer reads for the version
+    if $PY -m zipfile -e .whl/flashinfer/cupti_python-*.whl "$LOGS/fi_site" > "$LOGS/fi_unpack.log" 2>&1; then
+      fi+=(--flashinfer-site "$LOGS/fi_site")
+    else
+      echo "cupti-python did not unpack (FlashInfer falls back to CUDA events):"; tail -3 "$LOGS/fi_unpack.log"
+    fi
+  fi
+  timeout 150 $PY benchmarks/gpu_time_to_figure.py --budget-s 80 ${fi[@]+"${fi[@]}"} \
+    --out "$OUT/h200_time_to_figure.json" --md "$OUT/h200_time_to_figure.md" 2>&1 | tail -18
+}
 echo "== build"
 if [ "${KBENCH_PREBUILT:-0}" = 1 ] && $PY -c "import kbench._core" 2>/dev/null; then
   # not installed, so no pytest11 entry point: name the plugin, as the installed package would
@@ -74,8 +92,7 @@ if [ "$mode" = final ]; then
   (cd benchmarks && timeout 240 $PY gpu_regime.py --out "$OUT/h200_regime.json" --md "$OUT/h200_regime.md" 2>&1 | tail -34)
   if [ "${TTF:-0}" = 1 ]; then
     echo "== time to a figure"
-    timeout 90 $PY benchmarks/gpu_time_to_figure.py --out "$OUT/h200_time_to_figure.json" \
-      --md "$OUT/h200_time_to_figure.md" 2>&1 | tail -14
+    time_to_figure
   fi
 fi
 if [ "$mode" = gpusoak ]; then
@@ -87,8 +104,7 @@ if [ "$mode" = gpusoak ]; then
     2>&1 | grep -E "growth|round|released|before"
   if [ "${TTF:-0}" = 1 ]; then
     echo "== time to a figure"
-    timeout 90 $PY benchmarks/gpu_time_to_figure.py --out "$OUT/h200_time_to_figure.json" \
-      --md "$OUT/h200_time_to_figure.md" 2>&1 | tail -14
+    time_to_figure
   fi
 fi
 if [ "$mode" = soak ]; then
