@@ -15,7 +15,10 @@ Verdict rules, per benchmark present in both files, with delta = new median / ol
                     differ by design for a power-capped kernel; reported, never gated. A regime
                     that did not hold on either side is noted.
 "slower" is a regression; "slower" and "invalid" are failures (the plugin fails the session on
-them, and so does `kbench compare --fail`).
+them, and so does `kbench compare --fail`). A "within noise" whose median is slower beyond the
+threshold is not a failure, but the note gives both CIs and the summary names it as not
+resolved: a run's CI widens where its samples drifted, and overlapping wide CIs are no
+evidence that nothing changed.
 
 Peak memory (Result.memory, kbench.memory), per benchmark with a figure in both files, with
 growth = new peak - old peak:
@@ -125,6 +128,13 @@ def parse_threshold(text: Union[str, float, int, None]) -> float:
     return value
 
 
+def _rel_halfwidth(median: Optional[float], ci: Optional[List[float]]) -> Optional[float]:
+    """The CI's half-width relative to the median, or None where either is missing."""
+    if not median or ci is None or len(ci) != 2 or not all(math.isfinite(v) for v in ci):
+        return None
+    return (ci[1] - ci[0]) / 2 / median
+
+
 @dataclass
 class Delta:
     """One benchmark across two runs (times in seconds)."""
@@ -188,6 +198,13 @@ class Comparison:
         return [d for d in self.deltas if d.failure]
 
     @property
+    def unresolved_slower(self) -> List[Delta]:
+        """Slower beyond the threshold by the medians, but within noise: not a regression, and
+        not evidence of none either (a run's CI widens where its samples drifted)."""
+        return [d for d in self.deltas if d.verdict == "within noise" and d.delta is not None
+                and d.delta > self.threshold]
+
+    @property
     def memory_regressions(self) -> List[Delta]:
         return [d for d in self.deltas if d.mem_failure]
 
@@ -235,6 +252,11 @@ class Comparison:
                     + ", ".join(d.key for d in reg))
         else:
             text = f"no benchmark slower than {self.old_label} beyond {thr} ({n} compared)"
+        unresolved = self.unresolved_slower
+        if unresolved:
+            text += (f"; {len(unresolved)} slower beyond {thr} by the medians but not resolved "
+                     f"(their CIs overlap: run longer, or compare in one process with kbench.ab): "
+                     + ", ".join(d.key for d in unresolved))
         bad = self.invalid
         if bad:
             text += (f"; {len(bad)} with an invalid median (not a time): "
@@ -405,7 +427,9 @@ def compare_sets(old: ResultSet, new: ResultSet, threshold: float = 0.0,
             verdict = "unchanged"
         notes = []
         if overlap and abs(delta) > threshold:
-            notes.append("CIs overlap")
+            widths = [_rel_halfwidth(med, ci) for med, ci in ((old_med, old_ci), (new_med, new_ci))]
+            notes.append("CIs overlap" + ("" if None in widths else
+                                          ": +-{:.1f}% and +-{:.1f}%".format(*(100 * w for w in widths))))
         if _where(od) != _where(nd):
             notes.append(f"{_where(od)} -> {_where(nd)}")
         wo, wn = _world(od), _world(nd)

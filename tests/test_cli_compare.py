@@ -47,6 +47,29 @@ def test_verdicts_follow_delta_threshold_and_ci_overlap():
     assert {d.key for d in compare_sets(old, new, 0.0).regressions} == {"a", "c"}
 
 
+def test_a_slower_median_inside_wide_cis_is_said_to_be_unresolved():
+    """Not a regression (the CIs overlap), but not passed over in silence either: the summary
+    names it and the note gives both CIs, so a noisy pair of runs reads as such."""
+    old = {"w": make_result("w", 1e-3, spread=1.5, n=30, seed=1).to_dict(),
+           "q": make_result("q", 1e-3, seed=2).to_dict()}
+    new = {"w": make_result("w", 1.5e-3, spread=1.5, n=30, seed=2).to_dict(),
+           "q": make_result("q", 1e-3, seed=3).to_dict()}
+    cmp = compare_sets(old, new, threshold="8%")
+    by = {d.key: d for d in cmp.deltas}
+    w = by["w"]
+    assert w.verdict == "within noise" and w.delta > 0.08 and cmp.ok
+    half = [(ci[1] - ci[0]) / 2 / m * 100 for m, ci in ((w.old_median, w.old_ci),
+                                                        (w.new_median, w.new_ci))]
+    assert w.note == f"CIs overlap: +-{half[0]:.1f}% and +-{half[1]:.1f}%"
+    assert [d.key for d in cmp.unresolved_slower] == ["w"]      # q: same, within noise
+    text = cmp.summary()
+    assert text.startswith("no benchmark slower than baseline beyond 8% (2 compared); 1 slower "
+                           "beyond 8% by the medians but not resolved")
+    assert text.endswith("kbench.ab): w")
+    # a faster median inside wide CIs is nothing to flag
+    assert not compare_sets(new, old, threshold="8%").unresolved_slower
+
+
 def test_compare_files_on_session_and_single_result_files(tmp_path):
     base = session(tmp_path, "base.json", {"t::x": make_result("x", 1e-3),
                                            "t::y": make_result("y", 1e-3, seed=1)})
