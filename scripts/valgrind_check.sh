@@ -303,7 +303,10 @@ if _core.HAVE_CUDA:
                          (_core.CudaKernel, ("extern \"C\" __global__ void k() {}", "k"), {}),
                          (_core.graph_capture, (lambda: None, ((),)), {}),
                          (_core.measure_cuda, (lambda: None, ((),)), {"stream": 0}),
-                         (_core.nvml_clock_event_reason_names, (-1,), {})):
+                         (_core.nvml_clock_event_reason_names, (-1,), {}),
+                         (_core.nvml_p2p, (["0000:01:00.0", "0000:02:00.0"],), {}),
+                         (_core.nvml_p2p, (["0000:01:00.0", 7],), {}),
+                         (_core.nvml_p2p, ("0000:01:00.0",), {})):
         gpu_path(fn, *args, **kw)
     for lib, code in (("cuda", 2), ("cupti", 39), ("nvml", 999), ("nvrtc", 6), ("cuda", 777),
                       ("hip", 1)):

@@ -93,6 +93,7 @@ int kb_graph_module_init(PyObject *m);          /* graph.c: graph_capture, CudaG
 int kb_cupti_module_init(PyObject *m);          /* cupti_trace.c: cupti_release */
 int kb_cuda_options_module_init(PyObject *m);   /* cuda_options.c: CUDA_DEFAULTS */
 int kb_profile_module_init(PyObject *m);  /* profile.c: profiler range, device memory probe */
+int kb_nvml_topology_module_init(PyObject *m);  /* nvml_topology.c: nvml_p2p */
 void kb_gpu_state_free(kb_state *st);  /* loader_common.c: frees st->gpu */
 /* Stop the thread that detaches a lingering CUPTI subscriber (cupti_trace.c; module free,
  * before kb_gpu_state_free). No Python. */

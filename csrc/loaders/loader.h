@@ -220,6 +220,34 @@ typedef enum nvmlClockId_enum {
     NVML_CLOCK_ID_CUSTOMER_BOOST_MAX = 3
 } nvmlClockId_t;
 
+/* nvmlDeviceGetP2PStatus's capabilities and answers, nvmlDeviceGetTopologyCommonAncestor's
+ * levels (NVML's values; kbench/distributed/_topology.py names them). */
+typedef enum nvmlGpuP2PCapsIndex_enum {
+    NVML_P2P_CAPS_INDEX_READ = 0,
+    NVML_P2P_CAPS_INDEX_WRITE = 1,
+    NVML_P2P_CAPS_INDEX_NVLINK = 2,
+    NVML_P2P_CAPS_INDEX_ATOMICS = 3,
+    NVML_P2P_CAPS_INDEX_PROP = 4,
+    NVML_P2P_CAPS_INDEX_UNKNOWN = 5
+} nvmlGpuP2PCapsIndex_t;
+typedef enum nvmlGpuP2PStatus_enum {
+    NVML_P2P_STATUS_OK = 0,
+    NVML_P2P_STATUS_CHIPSET_NOT_SUPPORED = 1,
+    NVML_P2P_STATUS_GPU_NOT_SUPPORTED = 2,
+    NVML_P2P_STATUS_IOH_TOPOLOGY_NOT_SUPPORTED = 3,
+    NVML_P2P_STATUS_DISABLED_BY_REGKEY = 4,
+    NVML_P2P_STATUS_NOT_SUPPORTED = 5,
+    NVML_P2P_STATUS_UNKNOWN = 6
+} nvmlGpuP2PStatus_t;
+typedef enum nvmlGpuLevel_enum {
+    NVML_TOPOLOGY_INTERNAL = 0,
+    NVML_TOPOLOGY_SINGLE = 10,
+    NVML_TOPOLOGY_MULTIPLE = 20,
+    NVML_TOPOLOGY_HOSTBRIDGE = 30,
+    NVML_TOPOLOGY_NODE = 40,
+    NVML_TOPOLOGY_SYSTEM = 50
+} nvmlGpuTopologyLevel_t;
+
 /* Clock event ("throttle") reason bits of nvmlDeviceGetCurrentClocksEventReasons (NVML's
  * nvmlClocksEventReason* / nvmlClocksThrottleReason* values). */
 #define KB_NVML_REASON_GPU_IDLE                0x0000000000000001ULL
@@ -259,6 +287,10 @@ nvmlReturn_t nvmlDeviceGetFieldValues(nvmlDevice_t device, int valuesCount,
                                       nvmlFieldValue_t *values);
 nvmlReturn_t nvmlDeviceGetClock(nvmlDevice_t device, nvmlClockType_t clockType,
                                 nvmlClockId_t clockId, unsigned int *clockMHz);
+nvmlReturn_t nvmlDeviceGetP2PStatus(nvmlDevice_t device1, nvmlDevice_t device2,
+                                    nvmlGpuP2PCapsIndex_t p2pIndex, nvmlGpuP2PStatus_t *p2pStatus);
+nvmlReturn_t nvmlDeviceGetTopologyCommonAncestor(nvmlDevice_t device1, nvmlDevice_t device2,
+                                                 nvmlGpuTopologyLevel_t *pathInfo);
 
 #define KB_NVML_REQUIRED(X)                                                                    \
     X(nvmlInit_v2) X(nvmlShutdown) X(nvmlErrorString) X(nvmlSystemGetDriverVersion)            \
@@ -273,7 +305,8 @@ nvmlReturn_t nvmlDeviceGetClock(nvmlDevice_t device, nvmlClockType_t clockType,
 #define KB_NVML_OPTIONAL(X)                                                                    \
     X(nvmlDeviceGetCurrentClocksEventReasons) X(nvmlDeviceGetCurrentClocksThrottleReasons)     \
     X(nvmlDeviceGetComputeRunningProcesses_v3) X(nvmlDeviceGetEnforcedPowerLimit)              \
-    X(nvmlDeviceGetFieldValues) X(nvmlDeviceGetClock)
+    X(nvmlDeviceGetFieldValues) X(nvmlDeviceGetClock) X(nvmlDeviceGetP2PStatus)                \
+    X(nvmlDeviceGetTopologyCommonAncestor)
 
 typedef struct {
     KB_NVML_REQUIRED(KB_LIB_FIELD_)

@@ -3,7 +3,8 @@
  * (SM 1980 MHz, 300 W instantaneous and averaged, a 700 W limit, no clock event reason; or a
  * clock that comes up late, FAKE_NVML_SM_RAMP_S, or a limit reason, FAKE_NVML_REASONS), so the
  * sustained regime's settle rule and the state carried between measurements run for real on
- * the sampler's thread. Every other call succeeds. */
+ * the sampler's thread. It also answers the P2P topology of kbench.distributed's report
+ * (tests/test_nvml_topology.py). Every other call succeeds. */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -23,7 +24,14 @@ int nvmlInit_v2(void) { return 0; }
 int nvmlShutdown(void) { return 0; }
 const char *nvmlErrorString(int r) { return "fake NVML error"; }
 int nvmlSystemGetDriverVersion(char *v, unsigned n) { snprintf(v, n, "580.fake"); return 0; }
-int nvmlDeviceGetHandleByPciBusId_v2(const char *pci, void **d) { *d = &dev_dummy; return 0; }
+/* a bus id starting "bad" is not found (NVML_ERROR_NOT_FOUND) */
+int nvmlDeviceGetHandleByPciBusId_v2(const char *pci, void **d)
+{
+    if (strncmp(pci, "bad", 3) == 0)
+        return 6;
+    *d = &dev_dummy;
+    return 0;
+}
 int nvmlDeviceGetHandleByIndex_v2(unsigned i, void **d) { *d = &dev_dummy; return 0; }
 int nvmlDeviceGetName(void *d, char *n, unsigned len) { snprintf(n, len, "Fake GPU"); return 0; }
 /* FAKE_NVML_SM_RAMP_S=x: the SM clock reads 1410 MHz for the first x seconds after the first
@@ -75,3 +83,18 @@ int nvmlDeviceGetFieldValues(void *d, int n, field_t *v)
     }
     return 0;
 }
+#ifndef FAKE_NVML_NO_TOPOLOGY
+/* Any two devices: P2P read and write OK, NVLink not supported (5), atomics not on this GPU (2);
+ * one NUMA node apart (40). FAKE_NVML_P2P_RC=n: every P2P query fails with return code n.
+ * Built with -DFAKE_NVML_NO_TOPOLOGY: a libnvidia-ml without either function. */
+int nvmlDeviceGetP2PStatus(void *a, void *b, int cap, int *status)
+{
+    static const int by_cap[] = {0, 0, 5, 2};
+    const char *rc = getenv("FAKE_NVML_P2P_RC");
+    if (rc != NULL)
+        return atoi(rc);
+    *status = cap >= 0 && cap < 4 ? by_cap[cap] : 6;
+    return 0;
+}
+int nvmlDeviceGetTopologyCommonAncestor(void *a, void *b, int *level) { *level = 40; return 0; }
+#endif
