@@ -128,13 +128,6 @@ def parse_threshold(text: Union[str, float, int, None]) -> float:
     return value
 
 
-def _rel_halfwidth(median: Optional[float], ci: Optional[List[float]]) -> Optional[float]:
-    """The CI's half-width relative to the median, or None where either is missing."""
-    if not median or ci is None or len(ci) != 2 or not all(math.isfinite(v) for v in ci):
-        return None
-    return (ci[1] - ci[0]) / 2 / median
-
-
 @dataclass
 class Delta:
     """One benchmark across two runs (times in seconds)."""
@@ -427,9 +420,11 @@ def compare_sets(old: ResultSet, new: ResultSet, threshold: float = 0.0,
             verdict = "unchanged"
         notes = []
         if overlap and abs(delta) > threshold:
-            widths = [_rel_halfwidth(med, ci) for med, ci in ((old_med, old_ci), (new_med, new_ci))]
-            notes.append("CIs overlap" + ("" if None in widths else
-                                          ": +-{:.1f}% and +-{:.1f}%".format(*(100 * w for w in widths))))
+            # the runs' own CI half-widths, as summarize reported them
+            widths = [(d.get("stats") or {}).get("rel_ci_halfwidth") for d in (od, nd)]
+            known = all(isinstance(w, (int, float)) and math.isfinite(w) for w in widths)
+            notes.append("CIs overlap" + (": +-{:.1f}% and +-{:.1f}%".format(
+                *(100 * w for w in widths)) if known else ""))
         if _where(od) != _where(nd):
             notes.append(f"{_where(od)} -> {_where(nd)}")
         wo, wn = _world(od), _world(nd)
