@@ -5,7 +5,8 @@ In one process, in this order:
   1. the first kbench bench in the process (torch.add, 16 K float32), with CUPTI's own set-up;
   2. the sweep: torch.add over 8 sizes (16 K to 268 M float32), kbench then do_bench;
   3. a single f16 GEMM 8192x4096x4096: kbench (after the sweep: a different load), kbench again
-     (right after itself: the settled state carried), do_bench;
+     (right after itself: the settled state carried), do_bench, then kbench in the burst regime
+     (peak clocks, the figure a short timer on a rested GPU reads: FlashInfer's, the profiler's);
   4. FlashInfer's ``bench_gpu_time_with_cupti`` (its defaults: 25 ms dry run, 100 ms of repeats,
      cold L2) on the same cases, in a process of its own: it registers its own CUPTI activity
      callbacks and finalizes CUPTI at the end of each call, which would tear down the CUPTI
@@ -138,7 +139,8 @@ class Run:
         f3 = lambda v: "-" if v is None else f"{v:.3f}"              # noqa: E731
         lines = [f"# Time to a figure: kbench vs do_bench and FlashInfer ({r.get('gpu', '?')})", "",
                  f"commit {r.get('commit')}, torch {r.get('torch')}, triton {r.get('triton')}, "
-                 f"kbench defaults (CUPTI, cold L2, sustained regime, 0.5% CI). "
+                 f"kbench defaults (CUPTI, cold L2, sustained regime, 0.5% CI; the row "
+                 f"marked burst: regime='burst'). "
                  f"FlashInfer: {r.get('flashinfer')}.", "",
                  f"- first bench in the process: {f2(s['first_bench_s'], ' s')} "
                  f"(CUPTI's set-up {f3(s['first_bench_cupti_setup_s'])} s)",
@@ -192,6 +194,8 @@ class Run:
                                            pick("single", "do_bench", GEMM_NAME) if not again else {},
                                            pick("single", "flashinfer",
                                                 f"{GEMM_NAME} (flashinfer{again})")]))
+        lines.append(("GEMM, kbench burst", [pick("single", "kbench", f"{GEMM_NAME} (kbench burst)"),
+                                             {}, {}]))
         for name, cs in lines:
             print(f"{name:28} " + "".join(f"{cell(c, 'wall_s', '{:.3f}'):>16}" for c in cs)
                   + "".join(f"{cell(c, 'figure_us', '{:.2f}'):>16}" for c in cs))
@@ -389,6 +393,10 @@ def main() -> None:
         run.case("single", f"{GEMM_NAME} (kbench)", "kbench", kb(torch.matmul, a, b))
         run.case("single", f"{GEMM_NAME} (kbench again)", "kbench", kb(torch.matmul, a, b))
         run.case("single", GEMM_NAME, "do_bench", db(lambda: torch.matmul(a, b)))
+        # the regime a short timer's figure is taken in: peak clocks, the GPU recovered first
+        # (here after do_bench's capped load); beside FlashInfer's and the profiler's GEMM
+        run.case("single", f"{GEMM_NAME} (kbench burst)", "kbench",
+                 kb(torch.matmul, a, b, regime="burst"))
     run.save()
     run_flashinfer(run, args.flashinfer_utils, args.flashinfer_site, args.flashinfer_timeout_s)
     run.save()
