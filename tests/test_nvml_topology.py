@@ -30,6 +30,11 @@ SCRIPT = textwrap.dedent(f'''
         _core.nvml_p2p(["0000:01:00.0", "bad:00"])
     except _core.KbenchError as e:
         out["bad_id"] = [type(e).__name__, str(e)]
+    try:
+        _core.nvml_p2p(["0000:01:00.0", "0000:02:00.0", "0000:01:00.0"])
+    except (_core.KbenchError, ValueError) as e:
+        out["repeated"] = [type(e).__name__, str(e)]
+    out["repeated_report"] = p2p_topology(["0000:02:00.0", "0000:02:00.0"])
     print("RESULT" + json.dumps(out))
 ''')
 
@@ -74,12 +79,38 @@ def test_every_pair_gets_each_capability_and_the_common_ancestor(tmp_path):
 
 
 def test_a_failing_p2p_query_is_raised_naming_the_call_and_reported(tmp_path):
-    out = run(fake_nvml(tmp_path), FAKE_NVML_P2P_RC="3")        # NVML_ERROR_NOT_SUPPORTED
+    out = run(fake_nvml(tmp_path), FAKE_NVML_P2P_RC="15")       # NVML_ERROR_GPU_IS_LOST
     kind, text = out["raw_error"]
     assert kind == "NvmlError" and "nvmlDeviceGetP2PStatus" in text
-    assert "NVML_ERROR_NOT_SUPPORTED" in text
+    assert "NVML_ERROR_GPU_IS_LOST" in text
     assert out["report"]["gpus"] == IDS[:2] and "pairs" not in out["report"]
     assert "nvmlDeviceGetP2PStatus" in out["report"]["error"]
+
+
+@pytest.mark.parametrize("env, unanswered", [({"FAKE_NVML_ANCESTOR_RC": "3"}, {"common_ancestor"}),
+                                              ({"FAKE_NVML_P2P_RC": "3"},
+                                               {"read", "write", "nvlink", "atomics"})])
+def test_a_query_nvml_cannot_answer_is_none_and_the_others_stay(tmp_path, env, unanswered):
+    # NVML_ERROR_NOT_SUPPORTED is an answer, not a failure (an H200's driver 580 gives it for
+    # a device's common ancestor with itself): one such query must not lose the report
+    out = run(fake_nvml(tmp_path), **env)
+    assert "raw_error" not in out and len(out["raw"]) == 3
+    known = {"read": 0, "write": 0, "nvlink": 5, "atomics": 2, "common_ancestor": 40}
+    for p in out["raw"]:
+        got = {**p["status"], "common_ancestor": p["common_ancestor"]}
+        assert got == {k: None if k in unanswered else v for k, v in known.items()}
+    pair = out["report"]["pairs"][0]
+    for k in known:
+        assert (pair[k] == "not reported by NVML (NVML_ERROR_NOT_SUPPORTED)") == (k in unanswered)
+
+
+def test_two_ids_of_one_gpu_are_refused_naming_both(tmp_path):
+    out = run(fake_nvml(tmp_path))
+    kind, text = out["repeated"]
+    assert kind == "ValueError"
+    assert text == ("nvml_p2p: pci_bus_ids[2] (0000:01:00.0) names the same GPU as "
+                    "pci_bus_ids[0] (0000:01:00.0): a GPU has no P2P link to itself")
+    assert out["repeated_report"]["error"].startswith("nvml_p2p: pci_bus_ids[1] (0000:02:00.0)")
 
 
 def test_a_library_without_the_topology_functions_says_which(tmp_path):

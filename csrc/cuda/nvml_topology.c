@@ -7,7 +7,10 @@
  * The codes stay codes here; kbench/distributed/_topology.py names them. Both NVML functions
  * are optional entries of the table (loader_nvml.c): a libnvidia-ml without them raises
  * LibraryNotFound naming the one missing. Every call's return code is checked and raised as
- * NvmlError naming the call.
+ * NvmlError naming the call, except NVML_ERROR_NOT_SUPPORTED for one pair's query: that is
+ * NVML's answer that it cannot tell (an H200's driver 580 says so of a device's common
+ * ancestor with itself), recorded as None so one such query does not lose the others. Two
+ * ids that name one device are refused (ValueError): a GPU has no P2P link to itself.
  */
 #include "cuda_backend.h"
 
@@ -25,6 +28,17 @@ static const struct {
 };
 #define N_CAPS (sizeof p2p_caps / sizeof p2p_caps[0])
 
+/* One pair query's answer: the code as an int, None where NVML says it cannot tell
+ * (NVML_ERROR_NOT_SUPPORTED), NULL with NvmlError naming the call for any other failure. */
+static PyObject *answer(PyObject *m, nvmlReturn_t rc, long code, const char *call, int line)
+{
+    if (rc == NVML_ERROR_NOT_SUPPORTED)
+        Py_RETURN_NONE;
+    if (kb_nvml_check(m, rc, call, __FILE__, line) < 0)
+        return NULL;
+    return PyLong_FromLong(code);
+}
+
 /* {"a": a, "b": b, "status": {cap: code}, "common_ancestor": code} for one pair. */
 static PyObject *pair_entry(PyObject *m, const kb_nvml_api *nv, const nvmlDevice_t *dev,
                             Py_ssize_t a, Py_ssize_t b)
@@ -34,19 +48,39 @@ static PyObject *pair_entry(PyObject *m, const kb_nvml_api *nv, const nvmlDevice
         return NULL;
     for (size_t c = 0; c < N_CAPS; c++) {
         nvmlGpuP2PStatus_t st = NVML_P2P_STATUS_UNKNOWN;
-        if (KB_NVML(m, nv->nvmlDeviceGetP2PStatus(dev[a], dev[b], p2p_caps[c].index, &st)) < 0 ||
-            kb_dict_set_steal(status, p2p_caps[c].key, PyLong_FromLong((long)st)) < 0) {
+        nvmlReturn_t rc = nv->nvmlDeviceGetP2PStatus(dev[a], dev[b], p2p_caps[c].index, &st);
+        if (kb_dict_set_steal(status, p2p_caps[c].key,
+                              answer(m, rc, (long)st, "nvmlDeviceGetP2PStatus(dev[a], dev[b], "
+                                     "index, &status)", __LINE__)) < 0) {
             Py_DECREF(status);
             return NULL;
         }
     }
     nvmlGpuTopologyLevel_t level = NVML_TOPOLOGY_INTERNAL;
-    if (KB_NVML(m, nv->nvmlDeviceGetTopologyCommonAncestor(dev[a], dev[b], &level)) < 0) {
+    nvmlReturn_t rc = nv->nvmlDeviceGetTopologyCommonAncestor(dev[a], dev[b], &level);
+    PyObject *ancestor = answer(m, rc, (long)level, "nvmlDeviceGetTopologyCommonAncestor(dev[a], "
+                                "dev[b], &level)", __LINE__);
+    if (ancestor == NULL) {
         Py_DECREF(status);
         return NULL;
     }
-    return Py_BuildValue("{s:n,s:n,s:N,s:l}", "a", a, "b", b, "status", status,
-                         "common_ancestor", (long)level);
+    return Py_BuildValue("{s:n,s:n,s:N,s:N}", "a", a, "b", b, "status", status,
+                         "common_ancestor", ancestor);
+}
+
+/* ValueError where two of the ids resolved to one device; 0 when all are distinct. */
+static int refuse_repeated(PyObject *seq, const nvmlDevice_t *dev, Py_ssize_t n)
+{
+    for (Py_ssize_t b = 1; b < n; b++)
+        for (Py_ssize_t a = 0; a < b; a++)
+            if (dev[a] == dev[b]) {
+                PyErr_Format(PyExc_ValueError, "nvml_p2p: pci_bus_ids[%zd] (%U) names the same "
+                             "GPU as pci_bus_ids[%zd] (%U): a GPU has no P2P link to itself", b,
+                             PySequence_Fast_GET_ITEM(seq, b), a,
+                             PySequence_Fast_GET_ITEM(seq, a));
+                return -1;
+            }
+    return 0;
 }
 
 /* The handles of the devices named by the sequence's PCI bus ids; NULL with the error set. */
@@ -101,7 +135,8 @@ static PyObject *nvml_p2p(PyObject *m, PyObject *arg)
                      "topology", path ? path : "libnvidia-ml", missing);
         goto done;
     }
-    if ((dev = device_handles(m, nv, seq, n)) == NULL || (pairs = PyList_New(0)) == NULL)
+    if ((dev = device_handles(m, nv, seq, n)) == NULL || refuse_repeated(seq, dev, n) < 0 ||
+        (pairs = PyList_New(0)) == NULL)
         goto done;
     for (Py_ssize_t a = 0; a < n; a++) {
         for (Py_ssize_t b = a + 1; b < n; b++) {
@@ -125,8 +160,9 @@ static PyMethodDef nvml_topology_methods[] = {
      "nvml_p2p(pci_bus_ids) -> list[dict]\n\n"
      "For every pair (a < b) of the devices with these PCI bus ids: {'a', 'b', 'status': "
      "{'read', 'write', 'nvlink', 'atomics'}: nvmlGpuP2PStatus_t code, 'common_ancestor': "
-     "nvmlGpuTopologyLevel_t code}. NvmlError names a failed call; LibraryNotFound, a missing "
-     "library or function."},
+     "nvmlGpuTopologyLevel_t code}; None where NVML answers NVML_ERROR_NOT_SUPPORTED. "
+     "NvmlError names a failed call; LibraryNotFound, a missing library or function; "
+     "ValueError, two ids of one GPU."},
     {NULL, NULL, 0, NULL},
 };
 

@@ -25,12 +25,22 @@ int nvmlShutdown(void) { return 0; }
 const char *nvmlErrorString(int r) { return "fake NVML error"; }
 int nvmlSystemGetDriverVersion(char *v, unsigned n) { snprintf(v, n, "580.fake"); return 0; }
 /* a bus id starting "bad" is not found (NVML_ERROR_NOT_FOUND) */
+/* One handle per distinct bus id string (so two ids of one device can be told), up to 8. */
 int nvmlDeviceGetHandleByPciBusId_v2(const char *pci, void **d)
 {
+    static char ids[8][64];
+    static int handles[8];
     if (strncmp(pci, "bad", 3) == 0)
         return 6;
-    *d = &dev_dummy;
-    return 0;
+    for (int i = 0; i < 8; i++) {
+        if (ids[i][0] == '\0')
+            snprintf(ids[i], sizeof ids[i], "%s", pci);
+        if (strcmp(ids[i], pci) == 0) {
+            *d = &handles[i];
+            return 0;
+        }
+    }
+    return 999;
 }
 int nvmlDeviceGetHandleByIndex_v2(unsigned i, void **d) { *d = &dev_dummy; return 0; }
 int nvmlDeviceGetName(void *d, char *n, unsigned len) { snprintf(n, len, "Fake GPU"); return 0; }
@@ -85,7 +95,8 @@ int nvmlDeviceGetFieldValues(void *d, int n, field_t *v)
 }
 #ifndef FAKE_NVML_NO_TOPOLOGY
 /* Any two devices: P2P read and write OK, NVLink not supported (5), atomics not on this GPU (2);
- * one NUMA node apart (40). FAKE_NVML_P2P_RC=n: every P2P query fails with return code n.
+ * one NUMA node apart (40). FAKE_NVML_P2P_RC=n / FAKE_NVML_ANCESTOR_RC=n: every P2P status /
+ * common-ancestor query fails with return code n.
  * Built with -DFAKE_NVML_NO_TOPOLOGY: a libnvidia-ml without either function. */
 int nvmlDeviceGetP2PStatus(void *a, void *b, int cap, int *status)
 {
@@ -96,5 +107,12 @@ int nvmlDeviceGetP2PStatus(void *a, void *b, int cap, int *status)
     *status = cap >= 0 && cap < 4 ? by_cap[cap] : 6;
     return 0;
 }
-int nvmlDeviceGetTopologyCommonAncestor(void *a, void *b, int *level) { *level = 40; return 0; }
+int nvmlDeviceGetTopologyCommonAncestor(void *a, void *b, int *level)
+{
+    const char *rc = getenv("FAKE_NVML_ANCESTOR_RC");
+    if (rc != NULL)
+        return atoi(rc);
+    *level = 40;
+    return 0;
+}
 #endif
