@@ -341,7 +341,20 @@ def _stop_warning(r: Result) -> Optional[str]:
            f"swings, other load on the machine)" if dependence else "")
     return (f"stopped by {st.get('stop')} before the {st.get('criterion')} target "
             f"{100 * st.get('target', 0):.2f}% was met (achieved {ach_s}): the median is "
-            f"less certain than asked{why}")
+            f"less certain than asked{why}{_capped_clock_hint(r) if dependence else ''}")
+
+
+def _capped_clock_hint(r: Result) -> str:
+    """Where the sustained regime settled under a clock limit: the controller's swings are the
+    GPU's and no longer run removes them (the H200's capped GEMMs took 1-10 s to a 0.5% CI),
+    so name the two ways around them."""
+    regime = r.extra.get("regime") or {}
+    settle = r.extra.get("clock_settle") or {}
+    if regime.get("name") != "sustained" or not settle.get("min_sampling_s"):
+        return ""
+    return ("; the clock was held by a limit (power, thermal): regime='burst' gives a "
+            "peak-clock figure in a fraction of the time (for ranking kernels), kbench.ab "
+            "compares two versions in one interleaved run")
 
 
 def _warnings(r: Result) -> List[str]:

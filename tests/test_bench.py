@@ -720,3 +720,28 @@ def test_a_capped_stop_on_dependent_samples_says_what_they_are_worth():
         worth = f"2000 samples worth {2000 / stats['ci_inflation']:.0f} independent ones"
         assert (worth in stop[0] and "the figure moved" in stop[0]) is dependent, stop[0]
         assert (stats["ci_inflation"] > 1.0) is dependent
+        assert "regime='burst'" not in stop[0]       # no GPU clock record: no regime hint
+
+
+@pytest.mark.parametrize("regime, min_sampling_s, hinted", [("sustained", 1.0, True),
+                                                            ("sustained", 0.0, False),
+                                                            ("burst", 1.0, False)])
+def test_a_capped_stop_under_a_clock_limit_names_burst_and_ab(regime, min_sampling_s, hinted):
+    """A sustained figure that settled under a limit (the settle held sampling to a floor) and
+    ran to the cap on dependent samples: the warning names regime='burst' and kbench.ab. Not
+    an unlimited settle, not the burst regime, not independent samples."""
+    from kbench.local import _warnings
+    from kbench.result import Result
+    rng = np.random.default_rng(9)
+    drift = 1e-3 * (1 + 0.01 * rng.standard_normal(2000) + np.linspace(0, 0.05, 2000))
+    for samples, dependent in ((drift, True), (1e-3 * (1 + 0.01 * rng.standard_normal(2000)),
+                                               False)):
+        stats = kbench._core.summarize(samples, 0.95)
+        r = Result(name="capped", device="cuda:0", backend="cuda", samples=samples, stats=stats,
+                   stop={"stop": "time_cap", "criterion": "ci", "target": 1e-4,
+                         "achieved": stats["rel_ci_halfwidth"]},
+                   cold_cache={"mode": "none"},
+                   extra={"regime": {"name": regime, "held": True},
+                          "clock_settle": {"settled": True, "min_sampling_s": min_sampling_s}})
+        stop = next(w for w in _warnings(r) if w.startswith("stopped by time_cap"))
+        assert ("regime='burst'" in stop and "kbench.ab" in stop) is (hinted and dependent), stop
