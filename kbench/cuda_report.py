@@ -51,6 +51,31 @@ def read_cold(cold: Dict[str, Any], cuda: Dict[str, Any], cold_arg: Optional[str
         cold["persisting_l2_note"] = "persisting lines reset to normal before measuring"
 
 
+TRACE_KEYS = ("t_s", "sm_mhz", "mem_mhz", "power_w", "power_inst_w", "temp_c", "reasons")
+
+
+def clock_trace(clocks: Any, load_start_s: Optional[float]) -> Optional[Dict[str, Any]]:
+    """The NVML readings of the whole measurement on one time axis, for a plot of what the
+    clocks and the power did (and for judging the settle rules again offline): 0 is where the
+    timed part began, the warm-up's readings come before it at negative times and
+    ``load_start_s`` is where the callable's load began; ``timed_from`` is the index of the
+    timed part's first reading. None where the clocks were not sampled."""
+    if not isinstance(clocks, dict) or clocks.get("t_s") is None:
+        return None
+    warm = clocks.get("warmup") or {}
+    trace: Dict[str, Any] = {}
+    for k in TRACE_KEYS:
+        timed = np.asarray(clocks[k])
+        trace[k] = np.concatenate([np.asarray(warm.get(k, ()), dtype=timed.dtype), timed])
+    mark = clocks.get("mark_s")
+    trace["load_start_s"] = (load_start_s - mark if load_start_s is not None and mark is not None
+                             else None)
+    trace["timed_from"] = len(warm.get("t_s", ()))
+    trace["period_s"] = clocks.get("period_s")
+    trace["power_limit_w"] = clocks.get("power_limit_w")
+    return trace
+
+
 def read_record(raw: Dict[str, Any], extra: Dict[str, Any], warn: List[str], *, timer: str,
                 expected_launches: Optional[int]) -> None:
     """The Result's fields and warnings from the record C returned (raw["cuda"]): attribution,
@@ -117,6 +142,7 @@ def read_record(raw: Dict[str, Any], extra: Dict[str, Any], warn: List[str], *, 
     settle = {k: (None if isinstance(v, float) and not np.isfinite(v) else v)
               for k, v in (cuda.get("settle") or {}).items()}
     extra["clock_settle"] = settle
+    extra["clock_trace"] = clock_trace(cuda.get("clocks"), settle.get("load_start_s"))
     extra["gpu_timed_fraction"] = cuda["gpu_timed_fraction"]
     # GPU idle from one timed sub-batch's end (or its keep-busy bridge's) to the next one's
     # first event: what the bridges left of the host's turnaround

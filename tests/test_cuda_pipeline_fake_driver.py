@@ -15,6 +15,7 @@ import sys
 import textwrap
 from pathlib import Path
 
+import numpy as np
 import pytest
 
 from kbench import _core
@@ -206,8 +207,8 @@ VERDICTS = textwrap.dedent('''
 # The Result's extra keys kbench.cuda_report fills from an events-mode record, as before the
 # verdicts moved into C; the clock summary's keys; the regime's.
 EXTRA_KEYS = ["between_batches", "busy_warmup_s", "callable_warmup_max_s", "clock_settle",
-              "clocks", "cupti_setup", "gate", "gpu_busy_fraction", "gpu_timed_fraction",
-              "keep_busy", "regime"]
+              "clock_trace", "clocks", "cupti_setup", "gate", "gpu_busy_fraction",
+              "gpu_timed_fraction", "keep_busy", "regime"]
 CLOCK_KEYS = {"sm_mhz_median", "sm_mhz_min", "sm_mhz_p95", "mem_mhz_median", "power_w_median",
               "temp_c_max", "n", "period_s", "warmup_samples", "reasons_seen",
               "throttle_reasons", "steady", "sm_mhz_max_spec", "summary"}
@@ -348,6 +349,55 @@ def test_samples_taken_while_settling_are_kept_from_where_the_readings_show_the_
         assert r["n"] == r["events_n"]
         # the sampling began with the kept samples, inside the warm-up's settle
         assert 0 < r["overlap_s"] <= r["sampling_s"] and r["overlap_s"] < r["warmup_s"]
+
+
+CLOCK_TRACE = textwrap.dedent('''
+    import json, time
+    import numpy as np
+    from kbench import _core
+    from kbench.cuda_report import TRACE_KEYS, clock_trace
+    raw = _core.measure_cuda(lambda: time.sleep(0.0001), ((),), None, stream=0, min_samples=64,
+                             max_samples=20000)
+    clocks, settle = raw["cuda"]["clocks"], raw["cuda"]["settle"]
+    tr = clock_trace(clocks, settle["load_start_s"])
+    out = {k: np.asarray(tr[k]).tolist() for k in TRACE_KEYS}
+    out.update({k: tr[k] for k in ("load_start_s", "timed_from", "period_s")},
+               before_mark=clocks["before_mark"], n=clocks["n"], mark_s=clocks["mark_s"],
+               dtypes={k: str(np.asarray(tr[k]).dtype) for k in TRACE_KEYS},
+               timed_sm=np.asarray(clocks["sm_mhz"]).tolist(), settle_at_s=settle["at_s"],
+               none=clock_trace(None, 0.0))
+    print(json.dumps(out))
+''')
+
+
+def test_the_clock_trace_covers_the_warm_up_and_the_timed_part_on_one_axis(fake_driver_nvml):
+    """Through the fake NVML whose SM clock reads 1410 MHz for the first 0.3 s, then 1980: the
+    result's clock trace holds the warm-up's readings (the ramp) before 0 and the timed part's
+    from 0, in order, each array as long as the other; the load began inside the warm-up, and
+    the clock came up about 0.3 s after the sampler's first reading."""
+    env = dict(os.environ, FAKE_NVML_SM_RAMP_S="0.3",
+               LD_LIBRARY_PATH=f"{fake_driver_nvml}:{os.environ.get('LD_LIBRARY_PATH', '')}")
+    p = subprocess.run([sys.executable, "-c", CLOCK_TRACE], env=env, capture_output=True,
+                       text=True, timeout=120)
+    assert p.returncode == 0, p.stderr
+    out = json.loads(p.stdout.strip().splitlines()[-1])
+    t, sm, k = np.asarray(out["t_s"]), np.asarray(out["sm_mhz"]), out["timed_from"]
+    assert out["none"] is None
+    assert k == out["before_mark"] > 0 and len(t) == k + out["n"]
+    assert all(len(out[key]) == len(t) for key in ("sm_mhz", "mem_mhz", "power_w", "power_inst_w",
+                                                   "temp_c", "reasons"))
+    assert out["dtypes"]["reasons"] == "uint64" and out["dtypes"]["t_s"] == "float64"
+    assert np.all(np.diff(t) >= 0) and np.all(t[:k] < 0) and np.all(t[k:] >= 0)
+    assert sm[k:].tolist() == out["timed_sm"] == [1980.0] * out["n"]
+    # the ramp is in the warm-up (the timed part was kept from where the readings showed the
+    # settled clock): 1410 MHz first, 1980 from about 0.3 s after the first read
+    assert sm[0] == 1410.0 and set(sm[:k].tolist()) <= {1410.0, 1980.0}
+    # (a late bound for a loaded host's late ticks; an axis shifted by the mark is 0.3 s off)
+    rise = t[np.argmax(sm == 1980.0)] - t[0]
+    assert 0.3 - 2 * out["period_s"] <= rise <= 0.45
+    # the load began after the sampler's first reading and before the timed part
+    assert t[0] - out["period_s"] <= out["load_start_s"] < 0
+    assert out["mark_s"] > 0
 
 
 @pytest.mark.parametrize("reason_after_s", [None, "0.18"])

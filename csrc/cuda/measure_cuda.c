@@ -1173,7 +1173,7 @@ static PyObject *cuda_dict(cuda_ctx *c, const char *backend, double sampling_s)
     const side_arrays *sd = &c->side;
     PyObject *cuda = Py_BuildValue(
         "{s:s,s:N,s:N,s:N,s:N,s:O,s:N,s:{s:O,s:n,s:n,s:n,s:n,s:d,s:n},s:n,s:n,s:d,s:K,s:O,s:d,s:d,"
-        "s:i,s:K,s:{s:O,s:d,s:d,s:d,s:d},s:{s:n,s:d,s:d}}",
+        "s:i,s:K,s:{s:O,s:d,s:d,s:d,s:d,s:d},s:{s:n,s:d,s:d}}",
         "backend", backend,
         "events_s", kb_array_copy(sd->events_s, sd->n, NPY_FLOAT64, sizeof(double)),
         "span_s", kb_array_copy(sd->span_s, sd->n, NPY_FLOAT64, sizeof(double)),
@@ -1191,6 +1191,8 @@ static PyObject *cuda_dict(cuda_ctx *c, const char *backend, double sampling_s)
         "settle", "settled", c->settled < 0 ? Py_None : c->settled ? Py_True : Py_False,
         "at_s", c->settled_at_s, "sm_mhz", c->settled_mhz, "max_s", c->opt.settle_max_s,
         "min_sampling_s", c->settle_min_sampling_s,
+        /* where the callable's load (last) began, in the NVML sampler's time, as its mark_s */
+        "load_start_s", c->load_started ? c->load_start_s : NAN,
         "between_batches", "n", c->gaps, "total_s", c->gap_sum_s, "max_s", c->gap_max_s);
     if (cuda == NULL)
         return NULL;

@@ -439,6 +439,27 @@ error:
 
 
 
+/* {"t_s", "sm_mhz", "mem_mhz", "power_w", "power_inst_w", "temp_c", "reasons"} of samples
+ * [from, to) as numpy arrays; NULL with the error set. */
+static PyObject *sampler_arrays(const kb_nvml_sampler *s, size_t from, size_t to)
+{
+    Py_ssize_t n = (Py_ssize_t)(to - from);
+    PyObject *d = PyDict_New();
+    if (d == NULL)
+        return NULL;
+    if (kb_dict_set_steal(d, "t_s", kb_array_copy(s->t_s + from, n, NPY_FLOAT64, sizeof(double))) < 0 ||
+        kb_dict_set_steal(d, "sm_mhz", kb_array_copy(s->sm_mhz + from, n, NPY_FLOAT64, sizeof(double))) < 0 ||
+        kb_dict_set_steal(d, "mem_mhz", kb_array_copy(s->mem_mhz + from, n, NPY_FLOAT64, sizeof(double))) < 0 ||
+        kb_dict_set_steal(d, "power_w", kb_array_copy(s->power_w + from, n, NPY_FLOAT64, sizeof(double))) < 0 ||
+        kb_dict_set_steal(d, "power_inst_w", kb_array_copy(s->power_inst_w + from, n, NPY_FLOAT64, sizeof(double))) < 0 ||
+        kb_dict_set_steal(d, "temp_c", kb_array_copy(s->temp_c + from, n, NPY_FLOAT64, sizeof(double))) < 0 ||
+        kb_dict_set_steal(d, "reasons", kb_array_copy(s->reasons + from, n, NPY_UINT64, sizeof(uint64_t))) < 0) {
+        Py_DECREF(d);
+        return NULL;
+    }
+    return d;
+}
+
 PyObject *kb_nvml_sampler_stop(PyObject *m, kb_nvml_sampler *s)
 {
     PyObject *out = NULL, *first = NULL;
@@ -458,21 +479,22 @@ PyObject *kb_nvml_sampler_stop(PyObject *m, kb_nvml_sampler *s)
         if (first == NULL)
             goto error;
     }
-    /* Only the samples from the mark on (the timed part); their times count from it. */
+    /* The timed part is the samples from the mark on; times count from the mark (the warm-up's
+     * readings, before it, at negative times). */
     size_t k0 = s->keep_from <= s->n ? s->keep_from : s->n;
     Py_ssize_t kept = (Py_ssize_t)(s->n - k0);
     uint64_t from_ns = k0 > 0 || s->keep_from_ns ? s->keep_from_ns : s->start_ns;
     double shift = (double)(from_ns - s->start_ns) * 1e-9;
-    for (size_t i = k0; i < s->n; i++)
-        s->t_s[i] = s->t_s[i] - shift > 0 ? s->t_s[i] - shift : 0.0;
+    for (size_t i = 0; i < s->n; i++)
+        s->t_s[i] = i < k0 || s->t_s[i] - shift > 0 ? s->t_s[i] - shift : 0.0;
     if ((out = PyDict_New()) == NULL)
         goto error;
-    if (kb_dict_set_steal(out, "t_s", kb_array_copy(s->t_s + k0, kept, NPY_FLOAT64, sizeof(double))) < 0 ||
-        kb_dict_set_steal(out, "sm_mhz", kb_array_copy(s->sm_mhz + k0, kept, NPY_FLOAT64, sizeof(double))) < 0 ||
-        kb_dict_set_steal(out, "mem_mhz", kb_array_copy(s->mem_mhz + k0, kept, NPY_FLOAT64, sizeof(double))) < 0 ||
-        kb_dict_set_steal(out, "power_w", kb_array_copy(s->power_w + k0, kept, NPY_FLOAT64, sizeof(double))) < 0 ||
-        kb_dict_set_steal(out, "power_inst_w", kb_array_copy(s->power_inst_w + k0, kept, NPY_FLOAT64, sizeof(double))) < 0 ||
-        kb_dict_set_steal(out, "temp_c", kb_array_copy(s->temp_c + k0, kept, NPY_FLOAT64, sizeof(double))) < 0 ||
+    PyObject *timed = sampler_arrays(s, k0, s->n);
+    int merged = timed != NULL ? PyDict_Update(out, timed) : -1;
+    Py_XDECREF(timed);
+    if (merged < 0 ||
+        kb_dict_set_steal(out, "warmup", sampler_arrays(s, 0, k0)) < 0 ||
+        kb_dict_set_steal(out, "mark_s", PyFloat_FromDouble(shift)) < 0 ||
         kb_dict_set_steal(out, "power_limit_w", isfinite(s->power_limit_w)
                                                     ? PyFloat_FromDouble(s->power_limit_w)
                                                     : Py_NewRef(Py_None)) < 0 ||
@@ -484,7 +506,6 @@ PyObject *kb_nvml_sampler_stop(PyObject *m, kb_nvml_sampler *s)
         kb_dict_set_steal(out, "max_sm_clock_mhz",
                           s->max_sm_mhz ? PyLong_FromUnsignedLong(s->max_sm_mhz)
                                         : Py_NewRef(Py_None)) < 0 ||
-        kb_dict_set_steal(out, "reasons", kb_array_copy(s->reasons + k0, kept, NPY_UINT64, sizeof(uint64_t))) < 0 ||
         kb_dict_set_steal(out, "n", PyLong_FromSsize_t(kept)) < 0 ||
         kb_dict_set_steal(out, "before_mark", PyLong_FromSize_t(k0)) < 0 ||
         kb_dict_set_steal(out, "ordinal", PyLong_FromLong(s->ordinal)) < 0 ||
@@ -597,8 +618,9 @@ static PyMethodDef sampler_methods[] = {
      "power_w (averaged), power_inst_w (instantaneous, NaN where unsupported), temp_c (float64; NaN where a read failed) and reasons (uint64 NVML clock event "
      "bitmask; decode with nvml_clock_event_reason_names), with max_sm_clock_mhz (NVML's "
      "maximum SM clock, None when unknown), n, period_s, start_s "
-     "(CLOCK_MONOTONIC), duration_s, errors, first_error, first_error_code, first_error_call "
-     "and truncated."},
+     "(CLOCK_MONOTONIC), duration_s, errors, first_error, first_error_code, first_error_call, "
+     "truncated, and warmup (the same seven arrays of samples before a measurement's mark, "
+     "empty here) with mark_s."},
     {NULL, NULL, 0, NULL},
 };
 

@@ -506,10 +506,12 @@ kb_nvml_sampler *kb_nvml_sampler_start(PyObject *m, int cuda_ordinal, double per
  * float64), sm_mhz, mem_mhz, power_w (the averaged board power), power_inst_w (instantaneous;
  * NaN where NVML has no such field), temp_c (float64, NaN where a read failed), reasons (uint64),
  * plus power_limit_w, app_clock_mhz / app_clock_default_mhz (None where unknown), n, period_s, start_s (CLOCK_MONOTONIC seconds, the clock of kb_now_ns), duration_s, ordinal,
- * errors, first_error, first_error_code, first_error_call, truncated, before_mark (samples dropped
- * before kb_nvml_sampler_mark). NULL with an exception. */
+ * errors, first_error, first_error_code, first_error_call, truncated, before_mark (samples
+ * before kb_nvml_sampler_mark, left out of the arrays), warmup (those samples' seven arrays, their
+ * t_s negative: before the mark) and mark_s (the mark, in seconds since start). NULL with an
+ * exception. */
 PyObject *kb_nvml_sampler_stop(PyObject *m, kb_nvml_sampler *s);
-/* From now on is the part stop reports: samples before the mark are dropped from its result and
+/* From now on is the part stop reports: samples before the mark go to its "warmup" and
  * its times count from the mark (a warm-up sampled for kb_nvml_sampler_settled, then the timed
  * part). Without a mark stop reports everything. */
 void kb_nvml_sampler_mark(kb_nvml_sampler *s);
