@@ -15,12 +15,13 @@ In one process, in this order:
 Each kbench case records where its wall time went: the busy kernel, the warm-up with its clock
 settle (and whether it was carried from the previous bench: ``carried_from_s_ago``), sampling,
 overhead, and CUPTI's set-up. A failing case is recorded with its error and the run goes on; the
-JSON (``--out``) and the markdown table (``--md``) are rewritten after every section, so a late
-failure loses nothing. FlashInfer is taken from an installed package or, where it cannot be
-installed, from its timer's file (``--flashinfer-utils``, fetched by
-scripts/fetch_flashinfer_timer.sh with the cupti-python wheel it needs; ``--flashinfer-site``
-is where that wheel was installed); a FlashInfer that fell back to CUDA events is said so. A
-short table is printed last.
+JSON (``--out``), the markdown table (``--md``) and each kbench case's NVML readings
+(``--traces``: r.extra["clock_trace"], warm-up and timed part, to judge the settle rules again
+offline) are rewritten after every section, so a late failure loses nothing. FlashInfer is
+taken from an installed package or, where it cannot be installed, from its timer's file
+(``--flashinfer-utils``, fetched by scripts/fetch_flashinfer_timer.sh with the cupti-python
+wheel it needs; ``--flashinfer-site`` is where that wheel was installed); a FlashInfer that fell
+back to CUDA events is said so. A short table is printed last.
 
     python benchmarks/gpu_time_to_figure.py --out benchmarks/results/h200_time_to_figure.json \
         --md benchmarks/results/h200_time_to_figure.md
@@ -46,6 +47,20 @@ GEMM_NAME = "f16 mm 8192x4096x4096"
 
 def _num(v: Any) -> Optional[float]:
     return float(v) if isinstance(v, (int, float)) and math.isfinite(v) else None
+
+
+def trace_lists(trace: Optional[Dict[str, Any]]) -> Optional[Dict[str, Any]]:
+    """A result's clock trace (r.extra["clock_trace"]) as JSON lists, rounded to what NVML
+    resolves (1 us of time, 1 MHz, 0.1 W, 1 C)."""
+    if not trace:
+        return None
+    digits = {"t_s": 6, "sm_mhz": 0, "mem_mhz": 0, "power_w": 1, "power_inst_w": 1, "temp_c": 0}
+    out: Dict[str, Any] = {k: [None if not math.isfinite(v) else round(v, d)
+                               for v in map(float, trace[k])] for k, d in digits.items()}
+    out["reasons"] = [int(v) for v in trace["reasons"]]
+    out.update({k: trace.get(k) for k in ("load_start_s", "timed_from", "period_s",
+                                          "power_limit_w")})
+    return out
 
 
 def kbench_row(r: Any, wall_s: float) -> Dict[str, Any]:
@@ -74,17 +89,22 @@ def kbench_row(r: Any, wall_s: float) -> Dict[str, Any]:
         "cupti_detach": ex.get("cupti_detach"),
         "regime": regime.get("name"), "regime_held": regime.get("held"),
         "regime_why": regime.get("why"), "warnings": list(getattr(r, "warnings", []) or []),
+        "clock_trace": trace_lists(ex.get("clock_trace")),     # Run.case moves it aside
     }
 
 
 class Run:
     """Cases run one by one, each recorded (or its error), the files rewritten as it goes."""
 
-    def __init__(self, out: Optional[str], md: Optional[str], budget_s: float) -> None:
-        self.out, self.md, self.budget_s = out, md, budget_s
+    def __init__(self, out: Optional[str], md: Optional[str], budget_s: float,
+                 traces: Optional[str] = None) -> None:
+        self.out, self.md, self.budget_s, self.traces_path = out, md, budget_s, traces
         self.t0 = time.perf_counter()
         self.res: Dict[str, Any] = {"commit": os.environ.get("KBENCH_GIT_COMMIT"),
                                     "cases": [], "errors": 0}
+        # each kbench case's NVML readings, warm-up and timed part (kept apart: they are most
+        # of the bytes, and what the settle rules can be judged on again offline)
+        self.traces: Dict[str, Any] = {}
 
     def case(self, section: str, name: str, tool: str, fn: Callable[[], Dict[str, Any]]) -> None:
         row: Dict[str, Any] = {"section": section, "case": name, "tool": tool}
@@ -97,6 +117,9 @@ class Run:
                 row["error"] = f"{type(e).__name__}: {e}"
                 row["traceback"] = traceback.format_exc(limit=6)
                 self.res["errors"] += 1
+        trace = row.pop("clock_trace", None)
+        if trace:
+            self.traces[f"{section} / {name} / {tool}"] = trace
         self.res["cases"].append(row)
         status = (row.get("error") or row.get("skipped") or
                   f"{row['figure_us']:.2f} us in {row['wall_s']:.2f} s")
@@ -118,6 +141,10 @@ class Run:
         if self.out:
             with open(self.out, "w") as f:
                 json.dump(self.res, f, indent=1, default=str)
+        if self.traces_path:
+            with open(self.traces_path, "w") as f:
+                json.dump({"commit": self.res["commit"], "gpu": self.res.get("gpu"),
+                           "cases": self.traces}, f, separators=(",", ":"))
         if self.md:
             with open(self.md, "w") as f:
                 f.write(self.markdown())
@@ -194,8 +221,8 @@ class Run:
                                            pick("single", "do_bench", GEMM_NAME) if not again else {},
                                            pick("single", "flashinfer",
                                                 f"{GEMM_NAME} (flashinfer{again})")]))
-        lines.append(("GEMM, kbench burst", [pick("single", "kbench", f"{GEMM_NAME} (kbench burst)"),
-                                             {}, {}]))
+        burst = pick("single", "kbench", f"{GEMM_NAME} (kbench burst)")
+        lines.append(("GEMM, kbench burst", [burst, {}, {}]))
         for name, cs in lines:
             print(f"{name:28} " + "".join(f"{cell(c, 'wall_s', '{:.3f}'):>16}" for c in cs)
                   + "".join(f"{cell(c, 'figure_us', '{:.2f}'):>16}" for c in cs))
@@ -320,6 +347,7 @@ def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--out", help="JSON results")
     ap.add_argument("--md", help="markdown table")
+    ap.add_argument("--traces", help="JSON of each kbench case's NVML readings (clock_trace)")
     ap.add_argument("--budget-s", type=float, default=55.0,
                     help="cases not started by then are recorded as skipped")
     ap.add_argument("--flashinfer-utils",
@@ -333,7 +361,7 @@ def main() -> None:
     if args.flashinfer_child:
         flashinfer_child(args.flashinfer_utils)
         return
-    run = Run(args.out, args.md, args.budget_s)
+    run = Run(args.out, args.md, args.budget_s, args.traces)
     import torch
     import kbench
     res = run.res

@@ -38,7 +38,8 @@ time_to_figure() {
     fi
   fi
   timeout 150 $PY benchmarks/gpu_time_to_figure.py --budget-s 80 ${fi[@]+"${fi[@]}"} \
-    --out "$OUT/h200_time_to_figure.json" --md "$OUT/h200_time_to_figure.md" 2>&1 | tail -18
+    --out "$OUT/h200_time_to_figure.json" --md "$OUT/h200_time_to_figure.md" \
+    --traces "$OUT/h200_time_to_figure_traces.json" 2>&1 | tail -18
 }
 echo "== build"
 if [ "${KBENCH_PREBUILT:-0}" = 1 ] && $PY -c "import kbench._core" 2>/dev/null; then

@@ -455,7 +455,8 @@ asan_in() {   # asan_in TMPDIR SANITIZE LIBASAN: copy, build and test there
       ASAN_OPTIONS="detect_leaks=0:log_path=$OUT/asan_report" PYTHONPATH="$tmp" \
       "$PY" -m pytest -q -p no:cacheprovider tests/test_bench.py tests/test_stats.py \
       tests/test_compare.py tests/test_cpu_kernels.py tests/test_clock_settle.py \
-      tests/test_loop_settling.py ) \
+      tests/test_loop_settling.py tests/test_cuda_pipeline_fake_driver.py \
+      tests/test_nvml_topology.py ) \
       > "$OUT/asan_pytest.log" 2>&1
   local rc=$?
   tail -5 "$OUT/asan_pytest.log"

@@ -89,3 +89,31 @@ def test_flashinfer_rows_from_the_child_join_the_run(script, tmp_path, monkeypat
     assert rows[1]["error"] == "RuntimeError: ValueError: no kernel"
     assert run.res["errors"] == 1
     assert run.summary()["sweep_flashinfer_s"] is None      # one case has no time
+
+
+def test_a_kbench_cases_clock_trace_goes_to_the_traces_file_not_the_results(script, tmp_path):
+    """The NVML readings of a case (r.extra["clock_trace"]) are most of its bytes: they go to
+    --traces, keyed by the case, rounded to what NVML resolves, with NaN as null; the results
+    JSON keeps only the row."""
+    import json
+    import math
+    import numpy as np
+    trace = {"t_s": np.array([-0.0123456789, 0.0, 0.005]),
+             "sm_mhz": np.array([1410., 1980., 1980.]), "mem_mhz": np.array([3201.] * 3), "power_w": np.array([123.45, 300.0, math.nan]),
+             "power_inst_w": np.array([500.04, 510.0, 520.0]), "temp_c": np.array([40., 41., 41.]),
+             "reasons": np.array([0, 4, 0], dtype=np.uint64), "load_start_s": -0.02,
+             "timed_from": 1, "period_s": 0.005, "power_limit_w": 700.0}
+    out, traces = tmp_path / "res.json", tmp_path / "traces.json"
+    run = script.Run(str(out), None, 60.0, str(traces))
+    run.case("sweep", "add 16", "kbench",
+             lambda: {"figure_us": 1.0, "wall_s": 0.2, "clock_trace": script.trace_lists(trace)})
+    run.case("sweep", "add 16", "do_bench", lambda: {"figure_us": 4.0, "wall_s": 0.1})
+    run.save()
+    rows = json.loads(out.read_text())["cases"]
+    assert [sorted(r) for r in rows] == [["case", "figure_us", "section", "tool", "wall_s"]] * 2
+    saved = json.loads(traces.read_text())["cases"]
+    assert list(saved) == ["sweep / add 16 / kbench"]
+    t = saved["sweep / add 16 / kbench"]
+    assert t["t_s"] == [-0.012346, 0.0, 0.005] and t["power_w"] == [123.5, 300.0, None]
+    assert t["reasons"] == [0, 4, 0] and t["timed_from"] == 1 and t["load_start_s"] == -0.02
+    assert script.trace_lists(None) is None
