@@ -59,7 +59,7 @@ def trace_lists(trace: Optional[Dict[str, Any]]) -> Optional[Dict[str, Any]]:
                                for v in map(float, trace[k])] for k, d in digits.items()}
     out["reasons"] = [int(v) for v in trace["reasons"]]
     out.update({k: trace.get(k) for k in ("load_start_s", "timed_from", "period_s",
-                                          "power_limit_w")})
+                                          "power_limit_w", "max_sm_clock_mhz")})
     return out
 
 
@@ -83,6 +83,9 @@ def kbench_row(r: Any, wall_s: float) -> Dict[str, Any]:
         "settle_sm_mhz": _num(settle.get("sm_mhz")), "by_carry": settle.get("by_carry"),
         "at_max_clock": settle.get("at_max_clock"),
         "carried_from_s_ago": _num(settle.get("carried_from_s_ago")),
+        "carried_sm_mhz": _num(settle.get("carried_sm_mhz")),
+        "carried_under_limit": settle.get("carried_under_limit"),
+        "carried_loaded_s": _num(settle.get("carried_loaded_s")),
         "min_sampling_s": _num(settle.get("min_sampling_s")),
         "cupti_setup_s": _num(cupti.get("total_s")), "cupti_begin_s": _num(cupti.get("begin_s")),
         "cupti_first_read_s": _num(cupti.get("first_read_s")),

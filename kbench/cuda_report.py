@@ -73,6 +73,7 @@ def clock_trace(clocks: Any, load_start_s: Optional[float]) -> Optional[Dict[str
     trace["timed_from"] = len(warm.get("t_s", ()))
     trace["period_s"] = clocks.get("period_s")
     trace["power_limit_w"] = clocks.get("power_limit_w")
+    trace["max_sm_clock_mhz"] = clocks.get("max_sm_clock_mhz")
     return trace
 
 

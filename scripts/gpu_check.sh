@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Device runs, batched: bash scripts/gpu_check.sh tests|bench|all|regime|final|ttf|soak|last|leak|gpusoak
 #   ttf: benchmarks/gpu_time_to_figure.py alone (a second call after `final`, whose capped GEMMs
-#        now sample until their widened CI is met: both together may not fit one 600 s call)
+#        now sample until their widened CI is met: both together may not fit one 600 s call),
+#        with each kbench case's NVML trace, and benchmarks/settle_replay.py over those traces
 #   gpusoak: the GPU tests (pytest -m gpu), then the soak of every mode (250 benches x 4);
 #            TTF=1 adds benchmarks/gpu_time_to_figure.py
 #   final: peaks, the GPU tests, the regression gate and benchmarks/gpu_regime.py; TTF=1 adds
@@ -40,6 +41,9 @@ time_to_figure() {
   timeout 150 $PY benchmarks/gpu_time_to_figure.py --budget-s 80 ${fi[@]+"${fi[@]}"} \
     --out "$OUT/h200_time_to_figure.json" --md "$OUT/h200_time_to_figure.md" \
     --traces "$OUT/h200_time_to_figure_traces.json" 2>&1 | tail -18
+  echo "== the carried settle rule replayed on those traces (refresh margins)"
+  timeout 60 $PY benchmarks/settle_replay.py "$OUT/h200_time_to_figure_traces.json" \
+    "$OUT/h200_time_to_figure.json" --md "$OUT/h200_settle_replay.md" 2>&1 | tail -16
 }
 echo "== build"
 if [ "${KBENCH_PREBUILT:-0}" = 1 ] && $PY -c "import kbench._core" 2>/dev/null; then

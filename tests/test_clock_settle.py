@@ -359,6 +359,82 @@ def test_the_recorded_h200_gemm_carried_into_a_second_bench_of_itself(h200_ramp)
     assert full and min(full) >= 0.5
 
 
+def snapshots(seconds, phase, mhz=1980.0, inst=300.0, avg=300.0, reasons=0):
+    """Readings every 5 ms of NVML values refreshed together every 0.1 s from `phase` on (the
+    averaged power moving a little at each refresh, as on the recorded H200)."""
+    t = np.arange(0.0, seconds, PERIOD)
+    k = np.floor((t - phase) / 0.1 + 1e-9)         # the refresh each reading shows
+    return (t, np.full(t.size, mhz), np.full(t.size, reasons, dtype=np.uint64),
+            avg + 0.01 * k, np.full(t.size, inst))
+
+
+def test_a_fresh_snapshot_after_the_margin_settles_a_carried_load_without_the_response_wait():
+    t, sm, r, pa, pi = snapshots(1.0, phase=0.03)
+    kw = dict(carried_mhz=1980.0, carried_ago_s=0.02)
+    i_old, _, _, by_old = carried_at(t, sm, r, pa, pi, **kw)
+    i, med, limited, by = carried_at(t, sm, r, pa, pi, carry_update_margin_s=0.02, **kw)
+    assert by == by_old == 1 and not limited and med == 1980
+    assert 0.15 - PERIOD <= t[i_old] < 0.2          # the fixed response time and one window
+    # the refresh at 0.03 s shows between the readings at 0.025 and 0.03; the reading after
+    # has all of it
+    assert t[i] == pytest.approx(0.035)
+    # a refresh before the margin (0.01 s) is not this load's: the next one (0.11 s) is
+    t, sm, r, pa, pi = snapshots(1.0, phase=0.01)
+    i, _, _, by = carried_at(t, sm, r, pa, pi, carry_update_margin_s=0.02, **kw)
+    assert by == 1 and t[i] == pytest.approx(0.115)
+
+
+def test_a_fresh_snapshot_of_a_heavier_or_capped_load_settles_nothing_by_the_carry():
+    """The readings before the first refresh still show the previous (unlimited) state; the
+    refresh shows the new load: capped (clock down, sw_power_cap) or over the headroom."""
+    for change in ({"sm": 1470.0, "pi": 720.0, "r": POWER_CAP}, {"pi": 620.0}):
+        t, sm, r, pa, pi = snapshots(1.0, phase=0.03)
+        new = t >= 0.03
+        sm[new] = change.get("sm", 1980.0)
+        pi[new], r[new] = change["pi"], change.get("r", 0)
+        assert not carried_at(t, sm, r, pa, pi, carried_mhz=1980.0, carried_ago_s=0.0,
+                              carry_update_margin_s=0.02)[3], change
+
+
+def test_without_a_refresh_to_see_the_fixed_response_time_holds():
+    """Readings that never change (no refresh shows), or change only by failed reads, give the
+    margin nothing: the carried rule waits out the response time as before."""
+    kw = dict(carried_mhz=1980.0, carried_ago_s=0.02)
+    t, sm, r, pa, pi = steady(1.0)
+    i, _, _, by = carried_at(t, sm, r, pa, pi, carry_update_margin_s=0.02, **kw)
+    assert by == 1 and t[i] == t[carried_at(t, sm, r, pa, pi, **kw)[0]] >= 0.15 - PERIOD
+    pa[10::7] = np.nan                              # failed reads are not refreshes
+    pi[13::11] = np.nan
+    i, _, _, by = carried_at(t, sm, r, pa, pi, carry_update_margin_s=0.02, **kw)
+    assert by == 1 and t[i] >= 0.15 - PERIOD
+    with pytest.raises(ValueError, match="carry_update_margin_s"):
+        carried_at(t, sm, r, pa, pi, carry_update_margin_s=-0.01, **kw)
+
+
+def test_the_recorded_h200_gemm_carried_with_a_refresh_margin_settles_no_later(h200_ramp):
+    """Second benches of the recorded GEMM (10 ms readings, refreshes every ~0.1 s): with the
+    margin each settles no later than on the response time, never on readings of a refresh
+    from before its margin, and on the same clock."""
+    d, end = h200_ramp, h200_ramp["load_end_i"]
+    t, sm, r, pa, pi = (d[k][:end] for k in ("t", "sm", "reasons", "p_avg", "p_inst"))
+    i, med, _ = _core.clock_settled_at(t, sm, r, pa, pi, load_start_s=d["load_start"],
+                                       power_limit_w=LIMIT_W)
+    sooner = 0
+    for start in t[(t > t[i] + 0.2) & (t < t[end - 1] - 0.8)][::7]:
+        kw = dict(carried_mhz=med, carried_under_limit=True, carried_ago_s=0.02,
+                  carried_loaded_s=start - d["load_start"], load_start_s=start)
+        k0, m0, _, by0 = carried_at(t, sm, r, pa, pi, **kw)
+        k, m, lim, by = carried_at(t, sm, r, pa, pi, carry_update_margin_s=0.02, **kw)
+        assert k <= k0 and lim
+        if by == 1:
+            # the readings it settled on began after a refresh seen after start + margin
+            first = next(j for j in range(1, k) if t[j - 1] >= start + 0.02 and
+                         (pa[j] != pa[j - 1] or pi[j] != pi[j - 1]))
+            assert first + 1 <= k and abs(m - med) <= max(0.02 * med, 15)
+            sooner += k < k0
+    assert sooner > 0
+
+
 def test_the_recorded_h200_gemm_state_is_not_carried_to_the_idle_after_it(h200_ramp):
     """Right after the GEMM the clock is back at ~1980 MHz within 0.2 s: a light load there does
     not match the capped state the GEMM left."""

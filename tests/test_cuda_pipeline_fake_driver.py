@@ -128,7 +128,8 @@ CARRY = textwrap.dedent('''
     def settle(r):
         s = r["cuda"]["settle"]
         return {k: s[k] for k in ("settled", "at_s", "by_carry", "carried_from_s_ago",
-                                  "carried_sm_mhz", "end_settled", "end_sm_mhz")} | {
+                                  "carried_sm_mhz", "carried_loaded_s", "end_settled",
+                                  "end_sm_mhz")} | {
                 "busy": r["cuda"]["busy_warmup_s"], "cupti_setup": r["cuda"]["cupti_setup"]}
     out = {"first": settle(_core.measure_cuda(fn, ((),), None, **Q))}
     # a measurement that samples no clocks (kbench's floor probe) judges nothing: it leaves
@@ -165,6 +166,7 @@ def test_a_settled_state_is_carried_to_the_next_measurement_on_the_device(fake_d
     assert first["cupti_setup"] is None                 # events mode: no CUPTI
     assert nxt["settled"] is True and nxt["by_carry"] is True
     assert 0 <= nxt["carried_from_s_ago"] <= 1.0 and nxt["carried_sm_mhz"] == 1980
+    assert first["carried_loaded_s"] is None and nxt["carried_loaded_s"] >= 0
     assert nxt["end_settled"] is True
     un = out["unjudged"]
     assert un["carried_from_s_ago"] is None and un["by_carry"] is False

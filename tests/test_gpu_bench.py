@@ -2,6 +2,7 @@
 
 Skipped with the reason where no CUDA device is present (tests/conftest.py).
 """
+import numpy as np
 import pytest
 
 import kbench
@@ -89,6 +90,13 @@ def test_warm_up_waits_for_the_clock_and_the_clocks_cover_the_timed_part(x):
         assert r.stop["sampling_overlap_s"] == 0
     assert clocks["warmup_samples"] >= 1          # the warm-up's samples were dropped ...
     assert clocks["n"] >= 1                       # ... and the timed part's kept
+    # ... and both are in the trace, on one axis: the warm-up before 0, the load's start in it
+    tr = r.extra["clock_trace"]
+    k = tr["timed_from"]
+    assert k == clocks["warmup_samples"] and len(tr["t_s"]) == k + clocks["n"]
+    assert np.all(np.diff(tr["t_s"]) > 0) and tr["t_s"][k - 1] < 0 <= tr["t_s"][k]
+    assert tr["t_s"][0] - 0.05 <= tr["load_start_s"] < 0
+    assert np.all(tr["sm_mhz"][:k] > 0) and tr["reasons"].dtype == np.uint64
     assert isinstance(r.extra["busy_warmup_s"], float) and r.extra["busy_warmup_s"] >= 0
     # settle_max_s=0 judges nothing and says so
     r0 = kbench.bench(torch.matmul, a, a, mode="events", cold_cache=None, max_time_s=0.3,
@@ -128,8 +136,11 @@ def test_the_raw_cuda_record_has_every_key_with_its_type(x):
     st = cu["settle"]
     assert set(st) == {"settled", "at_s", "sm_mhz", "max_s", "min_sampling_s",
                        "carried_from_s_ago", "carried_sm_mhz", "carried_under_limit",
-                       "by_carry", "at_max_clock", "end_settled", "end_sm_mhz",
-                       "samples_while_settling", "kept_from_load_s"}
+                       "carried_loaded_s", "by_carry", "at_max_clock", "end_settled",
+                       "end_sm_mhz", "samples_while_settling", "kept_from_load_s",
+                       "load_start_s"}
+    # the load's start on the sampler's time axis, inside the sampled span
+    assert isinstance(st["load_start_s"], float) and st["load_start_s"] >= 0
     assert isinstance(st["by_carry"], bool) and isinstance(st["end_settled"], bool)
     assert isinstance(st["at_max_clock"], bool) and not (st["by_carry"] and st["at_max_clock"])
     assert isinstance(st["samples_while_settling"], int)
@@ -139,6 +150,7 @@ def test_the_raw_cuda_record_has_every_key_with_its_type(x):
     carried = st["carried_from_s_ago"]
     assert carried is None or (isinstance(carried, float) and carried >= 0)
     assert (st["carried_under_limit"] is None) == (carried is None)
+    assert (st["carried_loaded_s"] is None) == (carried is None)
     assert not st["by_carry"] or carried is not None   # only a record can settle by carry
     assert set(cu["between_batches"]) == {"n", "total_s", "max_s"}
     kb = cu["keep_busy"]

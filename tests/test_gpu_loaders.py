@@ -464,6 +464,9 @@ def test_gpu_sampler_records_while_running():
     assert np.all((out["power_w"] > 0) & (out["power_w"] < 2000))
     assert np.all((out["temp_c"] > 0) & (out["temp_c"] < 120))
     assert math.isclose(out["period_s"], period)
+    # no measurement marked a timed part: nothing is the warm-up's
+    assert out["mark_s"] == 0.0 and out["before_mark"] == 0
+    assert all(out["warmup"][k].shape == (0,) for k in ("t_s", "sm_mhz", "reasons"))
     with pytest.raises(ValueError, match="already stopped"):
         core.nvml_sampler_stop(sampler)
 

@@ -30,6 +30,7 @@
 
 #define PY_SSIZE_T_CLEAN
 #include <Python.h>
+#include <math.h>
 #include <stddef.h>
 #include <stdint.h>
 
@@ -360,6 +361,13 @@ typedef struct {
                                  * updates about every 0.1 s on the H200, and the clock and the
                                  * instantaneous power follow a load within one update) */
     double carry_window_s;      /* the carried rule's one clock window, after the response */
+    double carry_update_margin_s;   /* NaN: not used. Else the carried rule may also settle on
+                                 * the readings of NVML's first snapshot taken this long after
+                                 * the load began (an update shows as a change of the averaged
+                                 * or instantaneous power between two readings), without
+                                 * waiting out carry_response_s: the margin is what the
+                                 * instantaneous power's own averaging needs. Off until the
+                                 * H200's traces show that margin (NOTES) */
     double at_max_tol;          /* a reading within this fraction (>= 15 MHz) of the board's
                                  * maximum SM clock is at it */
     double at_max_window_s;     /* the maximum-clock rule's one window, after the response: a
@@ -375,7 +383,8 @@ typedef struct {
                                 .avg_window_s = 1.0, .power_tol = 0.05, .headroom = 0.8,       \
                                 .recover_window_s = 0.03, .recover_avg_frac = 0.6,             \
                                 .carry_max_gap_s = 1.0, .carry_response_s = 0.1,               \
-                                .carry_window_s = 0.05, .at_max_tol = 0.01,                    \
+                                .carry_window_s = 0.05, .carry_update_margin_s = NAN,          \
+                                .at_max_tol = 0.01,                                            \
                                 .at_max_window_s = 0.1, .capped_min_load_s = 2.0}
 
 enum { KB_UNSETTLED = 0, KB_SETTLED = 1, KB_SETTLED_UNDER_LIMIT = 2 };
@@ -404,8 +413,10 @@ typedef struct {
 enum { KB_SETTLED_BY_RULE = 0, KB_SETTLED_BY_CARRY = 1, KB_SETTLED_AT_MAX = 2 };
 /* The sustained rule with a carried state: kb_clock_settled, or -- when the load started within
  * carry_max_gap_s of the previous measurement's end, which had settled -- settled earlier, on
- * this load's own readings: once the load has run carry_response_s + carry_window_s, every SM
- * reading of the last carry_window_s is within rel_tol (>= 15 MHz) of the carried clock, and
+ * this load's own readings: once the load has run carry_response_s + carry_window_s (or, with
+ * carry_update_margin_s, on the readings from NVML's first snapshot taken that long after the
+ * load began), every SM reading of the last carry_window_s (of those) is within rel_tol
+ * (>= 15 MHz) of the carried clock, and
  *   - carried unlimited: no limit reason since the load began, and every instantaneous power
  *     reading of the window under headroom x the known limit (KB_SETTLED);
  *   - carried under a limit: a limit reason in the window, and the averaged power within

@@ -137,16 +137,45 @@ int kb_clock_settled(const kb_clock_trace *tr, double load_start_s, double power
 /* The one-window rule of kb_clock_settled_carried (see kbench.h): this load's readings of the
  * last `window_s` show the known state `carry` (a carried one, or the board's maximum clock),
  * every SM reading within rel_tol of its clock. carry is valid here. */
+/* Whether v changed between readings i - 1 and i (both read: a failed read is no change). */
+static int changed(const double *v, size_t i)
+{
+    return v != NULL && isfinite(v[i - 1]) && isfinite(v[i]) && v[i] != v[i - 1];
+}
+
+/* The first reading wholly of an NVML snapshot taken after after_s, or tr->n where none shows
+ * yet. NVML refreshes its values together about every 0.1 s on the H200 (the recorded GEMM
+ * ramp: SM clock, both powers and the reasons change at the same reading); the averaged power
+ * moves at nearly every refresh, so a change of either power between readings i - 1 and i
+ * (i - 1 at or after after_s) shows one between them, and reading i + 1 has all of its fields
+ * (a tick reads them one after another). */
+static size_t first_fresh_reading(const kb_clock_trace *tr, double after_s)
+{
+    for (size_t i = 1; i + 1 < tr->n; i++)
+        if (tr->t[i - 1] >= after_s &&
+            (changed(tr->power_avg_w, i) || changed(tr->power_inst_w, i)))
+            return i + 1;
+    return tr->n;
+}
+
+/* The carried (or maximum-clock) state's one-window verdict as of the last reading. lo NaN:
+ * the window is the last window_s, once the load has run carry_response_s + window_s; else
+ * the readings after lo (a fresh snapshot's, first_fresh_reading), however long the load. */
 static int window_verdict(const kb_clock_trace *tr, double load_start_s, double power_limit_w,
                           const kb_settle_rule *rule, const kb_settle_carry *carry,
-                          double rel_tol, double window_s, double *scratch, double *median)
+                          double rel_tol, double window_s, double lo, double *scratch,
+                          double *median)
 {
     const double *t = tr->t;
     size_t n = tr->n;
-    double now = t[n - 1], lo = now - window_s;
-    if (now - load_start_s < rule->carry_response_s + window_s ||
-        tr->power_inst_w == NULL)
+    double now = t[n - 1];
+    if (tr->power_inst_w == NULL)
         return KB_UNSETTLED;
+    if (isnan(lo)) {
+        if (now - load_start_s < rule->carry_response_s + window_s)
+            return KB_UNSETTLED;
+        lo = now - window_s;
+    }
     double tol = rel_tol * carry->sm_mhz > CLOCK_STEP_MHZ ? rel_tol * carry->sm_mhz
                                                           : CLOCK_STEP_MHZ;
     double inst_sum = 0.0, inst_max = -INFINITY;
@@ -203,19 +232,29 @@ int kb_clock_settled_carried(const kb_clock_trace *tr, double load_start_s, doub
     if (how != KB_UNSETTLED || tr->n == 0)
         return how;
     double med = NAN;
-    if (valid &&
-        (how = window_verdict(tr, load_start_s, power_limit_w, rule, carry, rule->rel_tol,
-                              rule->carry_window_s, scratch, &med)) != KB_UNSETTLED) {
-        *by = KB_SETTLED_BY_CARRY;
-        *median_last = med;
-        return how;
+    if (valid) {
+        /* sooner where a snapshot taken after the margin shows (carry_update_margin_s) */
+        size_t k = isfinite(rule->carry_update_margin_s)
+                       ? first_fresh_reading(tr, load_start_s + rule->carry_update_margin_s)
+                       : tr->n;
+        if (k < tr->n)
+            how = window_verdict(tr, load_start_s, power_limit_w, rule, carry, rule->rel_tol,
+                                 rule->carry_window_s, tr->t[k - 1], scratch, &med);
+        if (how == KB_UNSETTLED)
+            how = window_verdict(tr, load_start_s, power_limit_w, rule, carry, rule->rel_tol,
+                                 rule->carry_window_s, NAN, scratch, &med);
+        if (how != KB_UNSETTLED) {
+            *by = KB_SETTLED_BY_CARRY;
+            *median_last = med;
+            return how;
+        }
     }
     /* the board's maximum clock: no ramp left, and unlimited at this power, as carried */
     if (isfinite(tr->max_sm_mhz) && tr->max_sm_mhz > 0) {
         kb_settle_carry top = {.sm_mhz = tr->max_sm_mhz, .under_limit = 0, .ago_s = 0.0,
                                .loaded_s = 0.0};
         how = window_verdict(tr, load_start_s, power_limit_w, rule, &top, rule->at_max_tol,
-                             rule->at_max_window_s, scratch, &med);
+                             rule->at_max_window_s, NAN, scratch, &med);
         if (how != KB_UNSETTLED) {
             *by = KB_SETTLED_AT_MAX;
             *median_last = med;
@@ -436,20 +475,26 @@ static PyObject *clock_settled_carried_at(PyObject *m, PyObject *args, PyObject 
                              "carried_mhz", "carried_under_limit", "carried_ago_s",
                              "carried_loaded_s", "load_start_s", "power_limit_w",
                              "max_sm_mhz", "carry_max_gap_s", "carry_response_s",
-                             "carry_window_s", NULL};
+                             "carry_window_s", "carry_update_margin_s", NULL};
     PyObject *t_obj, *mhz_obj, *r_obj, *p_obj = Py_None, *pi_obj = Py_None;
     kb_settle_rule rule = KB_SETTLE_RULE_DEFAULT;
     kb_settle_carry carry = {.sm_mhz = NAN, .under_limit = 0, .ago_s = 0.0, .loaded_s = 0.0};
     double load_start = NAN, limit = NAN;
     double max_mhz = NAN;
-    if (!PyArg_ParseTupleAndKeywords(args, kw, "OOO|OO$O&pddO&O&O&ddd:clock_settled_carried_at",
+    if (!PyArg_ParseTupleAndKeywords(args, kw,
+                                     "OOO|OO$O&pddO&O&O&dddO&:clock_settled_carried_at",
                                      kwlist, &t_obj, &mhz_obj, &r_obj, &p_obj, &pi_obj,
                                      optional_double, &carry.sm_mhz, &carry.under_limit,
                                      &carry.ago_s, &carry.loaded_s, optional_double,
                                      &load_start, optional_double, &limit, optional_double,
                                      &max_mhz, &rule.carry_max_gap_s, &rule.carry_response_s,
-                                     &rule.carry_window_s))
+                                     &rule.carry_window_s, optional_double,
+                                     &rule.carry_update_margin_s))
         return NULL;
+    if (rule.carry_update_margin_s < 0) {       /* NaN (None): not used */
+        PyErr_SetString(PyExc_ValueError, "carry_update_margin_s must be >= 0 or None");
+        return NULL;
+    }
     if (!(carry.loaded_s >= 0)) {
         PyErr_SetString(PyExc_ValueError, "carried_loaded_s must be >= 0");
         return NULL;
@@ -536,11 +581,14 @@ static PyMethodDef steady_methods[] = {
      "clock_settled_carried_at(t_s, sm_mhz, reasons, power_w=None, power_inst_w=None, *, "
      "carried_mhz, carried_under_limit=False, carried_ago_s=0.0, carried_loaded_s=0.0, "
      "load_start_s=t_s[0], power_limit_w=None, max_sm_mhz=None, "
-     "carry_max_gap_s=1.0, carry_response_s=0.1, carry_window_s=0.05) "
+     "carry_max_gap_s=1.0, carry_response_s=0.1, carry_window_s=0.05, "
+     "carry_update_margin_s=None) "
      "-> (index, median_mhz, under_limit, by)\n\n"
      "clock_settled_at when the previous measurement on the GPU ended carried_ago_s before "
      "this load began, settled at carried_mhz (under a limit or not): the load may settle on "
-     "one short window of its own readings that agrees with the carried state (by=1), or, "
+     "one short window of its own readings that agrees with the carried state (by=1; with "
+     "carry_update_margin_s, also on the readings from NVML's first snapshot taken that long "
+     "after the load began: a change of either power between two readings), or, "
      "with the board's maximum SM clock known (max_sm_mhz), that shows that clock with "
      "nothing limiting it and the power under the headroom (by=2); else by the two-window "
      "rule (by=0). A load carried under a limit continues the previous one, "

@@ -1088,6 +1088,8 @@ static int settle_carry_fields(const cuda_ctx *c, PyObject *settle)
                    kb_dict_set_steal(settle, "carried_under_limit",
                                      carried ? PyBool_FromLong(c->carry.under_limit)
                                              : Py_NewRef(Py_None)) ||
+                   kb_dict_set_steal(settle, "carried_loaded_s",
+                                     finite_or_none(carried ? c->carry.loaded_s : NAN)) ||
                    kb_dict_set_steal(settle, "by_carry",
                                      PyBool_FromLong(c->settled_by == KB_SETTLED_BY_CARRY)) ||
                    kb_dict_set_steal(settle, "at_max_clock",
