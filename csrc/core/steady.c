@@ -134,9 +134,6 @@ int kb_clock_settled(const kb_clock_trace *tr, double load_start_s, double power
     return settled;
 }
 
-/* The one-window rule of kb_clock_settled_carried (see kbench.h): this load's readings of the
- * last `window_s` show the known state `carry` (a carried one, or the board's maximum clock),
- * every SM reading within rel_tol of its clock. carry is valid here. */
 /* Whether v changed between readings i - 1 and i (both read: a failed read is no change). */
 static int changed(const double *v, size_t i)
 {
@@ -158,9 +155,11 @@ static size_t first_fresh_reading(const kb_clock_trace *tr, double after_s)
     return tr->n;
 }
 
-/* The carried (or maximum-clock) state's one-window verdict as of the last reading. lo NaN:
- * the window is the last window_s, once the load has run carry_response_s + window_s; else
- * the readings after lo (a fresh snapshot's, first_fresh_reading), however long the load. */
+/* The one-window rule of kb_clock_settled_carried (see kbench.h): this load's readings of the
+ * window show the known state `carry` (a carried one, or the board's maximum clock), every SM
+ * reading within rel_tol of its clock. carry is valid here. lo NaN: the window is the last
+ * window_s, once the load has run carry_response_s + window_s; else the readings after lo (a
+ * fresh snapshot's on, first_fresh_reading), however long the load has run. */
 static int window_verdict(const kb_clock_trace *tr, double load_start_s, double power_limit_w,
                           const kb_settle_rule *rule, const kb_settle_carry *carry,
                           double rel_tol, double window_s, double lo, double *scratch,
