@@ -42,8 +42,12 @@ time_to_figure() {
     --out "$OUT/h200_time_to_figure.json" --md "$OUT/h200_time_to_figure.md" \
     --traces "$OUT/h200_time_to_figure_traces.json" 2>&1 | tail -18
   echo "== the carried settle rule replayed on those traces (refresh margins)"
-  timeout 60 $PY benchmarks/settle_replay.py "$OUT/h200_time_to_figure_traces.json" \
-    "$OUT/h200_time_to_figure.json" --md "$OUT/h200_settle_replay.md" 2>&1 | tail -16
+  if [ -f "$OUT/h200_time_to_figure_traces.json" ]; then
+    timeout 60 $PY benchmarks/settle_replay.py "$OUT/h200_time_to_figure_traces.json" \
+      "$OUT/h200_time_to_figure.json" --md "$OUT/h200_settle_replay.md" 2>&1 | tail -16
+  else
+    echo "no traces were written (the time-to-figure run failed before its first save)"
+  fi
 }
 echo "== build"
 if [ "${KBENCH_PREBUILT:-0}" = 1 ] && $PY -c "import kbench._core" 2>/dev/null; then
