@@ -4,7 +4,7 @@ A GPU case after another settles on the carried state once one window of its own
 agrees with it; today that window waits out a fixed response time (0.1 s: NVML refreshes about
 every 0.1 s), so a carried case costs ~0.15 s where do_bench takes ~0.11 s (#17). The rule can
 instead start from NVML's first refresh seen after the load began plus a margin
-(``carry_update_margin_s``, off by default): it settles as soon as a snapshot of this load is
+(``carry_update_margin_s``, 0.05 s since this replay on the H200): it settles once a snapshot of this load is
 read, if that snapshot shows the load itself. Whether it does depends on how long the
 instantaneous power takes to follow a load, which only real readings tell. This replays every
 carried kbench case of a ``gpu_time_to_figure.py --traces`` file through the core's rule

@@ -361,13 +361,15 @@ typedef struct {
                                  * updates about every 0.1 s on the H200, and the clock and the
                                  * instantaneous power follow a load within one update) */
     double carry_window_s;      /* the carried rule's one clock window, after the response */
-    double carry_update_margin_s;   /* NaN: not used. Else the carried rule may also settle on
-                                 * the readings of NVML's first snapshot taken this long after
-                                 * the load began (an update shows as a change of the averaged
-                                 * or instantaneous power between two readings), without
-                                 * waiting out carry_response_s: the margin is what the
-                                 * instantaneous power's own averaging needs. Off until the
-                                 * H200's traces show that margin (NOTES) */
+    double carry_update_margin_s;   /* the carried rule may also settle on the readings of
+                                 * NVML's first snapshot taken this long after the load began
+                                 * (a refresh shows as a change of the averaged or instantaneous
+                                 * power between two readings), without waiting out
+                                 * carry_response_s; NaN: not used. The margin is what the
+                                 * instantaneous power needs to follow a load: on the H200
+                                 * (settle_replay, 2026-12-01) snapshots 0.015 s into a load read
+                                 * 63-65% of its later power, 0.035-0.04 s 87%, 0.055-0.065 s
+                                 * 91-97% */
     double at_max_tol;          /* a reading within this fraction (>= 15 MHz) of the board's
                                  * maximum SM clock is at it */
     double at_max_window_s;     /* the maximum-clock rule's one window, after the response: a
@@ -383,7 +385,7 @@ typedef struct {
                                 .avg_window_s = 1.0, .power_tol = 0.05, .headroom = 0.8,       \
                                 .recover_window_s = 0.03, .recover_avg_frac = 0.6,             \
                                 .carry_max_gap_s = 1.0, .carry_response_s = 0.1,               \
-                                .carry_window_s = 0.05, .carry_update_margin_s = NAN,          \
+                                .carry_window_s = 0.05, .carry_update_margin_s = 0.05,         \
                                 .at_max_tol = 0.01,                                            \
                                 .at_max_window_s = 0.1, .capped_min_load_s = 2.0}
 
