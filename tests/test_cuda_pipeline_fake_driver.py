@@ -54,6 +54,17 @@ def fake_driver_nvml(fake_driver, tmp_path_factory):
     return f"{fake_driver}:{out}"
 
 
+def run_script(script, lib_dir, timeout=120, **env):
+    """Run one of the scripts below in a subprocess that loads the fake libraries of lib_dir
+    (with env's extra variables); its last line of output, as JSON."""
+    env = dict(os.environ, **env,
+               LD_LIBRARY_PATH=f"{lib_dir}:{os.environ.get('LD_LIBRARY_PATH', '')}")
+    p = subprocess.run([sys.executable, "-c", script], env=env, capture_output=True, text=True,
+                       timeout=timeout)
+    assert p.returncode == 0, p.stderr
+    return json.loads(p.stdout.strip().splitlines()[-1])
+
+
 SCENARIOS = textwrap.dedent('''
     import ctypes, json, sys
     import numpy as np
@@ -96,11 +107,7 @@ SCENARIOS = textwrap.dedent('''
 
 
 def test_the_pipeline_runs_against_a_fake_driver(fake_driver):
-    env = dict(os.environ, LD_LIBRARY_PATH=f"{fake_driver}:{os.environ.get('LD_LIBRARY_PATH', '')}")
-    p = subprocess.run([sys.executable, "-c", SCENARIOS], env=env, capture_output=True,
-                       text=True, timeout=120)
-    assert p.returncode == 0, p.stderr
-    out = json.loads(p.stdout.strip().splitlines()[-1])
+    out = run_script(SCENARIOS, fake_driver)
     h = out["hook"]
     # once before every call of fn, priming and warm-up included; bridges off with a hook
     assert h["order_ok"] and h["fn"] == h["hook"] > h["n"] == 64
@@ -151,12 +158,7 @@ def test_a_settled_state_is_carried_to_the_next_measurement_on_the_device(fake_d
     started at once, settles on one short window checked against it; one
     after a pause past the carry gap, or after a burst measurement (which settles nothing),
     carries nothing."""
-    env = dict(os.environ, LD_LIBRARY_PATH=f"{fake_driver_nvml}:"
-                                           f"{os.environ.get('LD_LIBRARY_PATH', '')}")
-    p = subprocess.run([sys.executable, "-c", CARRY], env=env, capture_output=True, text=True,
-                       timeout=120)
-    assert p.returncode == 0, p.stderr
-    out = json.loads(p.stdout.strip().splitlines()[-1])
+    out = run_script(CARRY, fake_driver_nvml)
     first, nxt = out["first"], out["next"]
     assert first["settled"] is True and first["by_carry"] is False
     assert first["carried_from_s_ago"] is None
@@ -222,12 +224,7 @@ def test_measure_cuda_returns_c_verdicts_that_read_record_copies(fake_driver_nvm
     """A full measure_cuda through the fake NVML (SM 1980 MHz of 1980, 300 W, no reason): the
     record carries the clock summary, the fractions, the power cap and the regime's verdict, and
     read_record turns it into the same extra keys as before, warning about nothing."""
-    env = dict(os.environ, LD_LIBRARY_PATH=f"{fake_driver_nvml}:"
-                                           f"{os.environ.get('LD_LIBRARY_PATH', '')}")
-    p = subprocess.run([sys.executable, "-c", VERDICTS], env=env, capture_output=True, text=True,
-                       timeout=120)
-    assert p.returncode == 0, p.stderr
-    out = json.loads(p.stdout.strip().splitlines()[-1])
+    out = run_script(VERDICTS, fake_driver_nvml)
     # numpy's median imports numpy.ma on first use (0.05 s of a first bench): C's is used
     assert out.pop("numpy_ma_imported") is False
     for regime, r in out.items():
@@ -270,11 +267,7 @@ def test_a_failed_capture_raises_a_capture_error_not_a_system_error(fake_driver)
     """graph_capture's error paths free the half-built graph with the CaptureError pending; the
     graph's destructor used to clear it, so the call returned NULL with no exception (Python's
     SystemError, the cause lost: seen on the H200 for a capture beside NCCL)."""
-    env = dict(os.environ, LD_LIBRARY_PATH=f"{fake_driver}:{os.environ.get('LD_LIBRARY_PATH', '')}")
-    p = subprocess.run([sys.executable, "-c", CAPTURE_ERRORS], env=env, capture_output=True,
-                       text=True, timeout=60)
-    assert p.returncode == 0, p.stderr
-    out = json.loads(p.stdout.strip().splitlines()[-1])
+    out = run_script(CAPTURE_ERRORS, fake_driver, timeout=60)
     name, msg, cause = out["callable_raised"]
     assert name == "CaptureError" and cause == "RuntimeError", out
     assert "synchronize inside capture" in msg and "stream restored" in msg
@@ -320,12 +313,7 @@ def test_samples_taken_while_settling_are_kept_from_where_the_readings_show_the_
     the next, which carries that state, keeps samples from about the warm-up's end. The loop's
     samples and the CUDA side's records stay one-to-one, also when a free callable's millions
     of settling calls are cut to max_samples."""
-    env = dict(os.environ, FAKE_NVML_SM_RAMP_S="0.3",
-               LD_LIBRARY_PATH=f"{fake_driver_nvml}:{os.environ.get('LD_LIBRARY_PATH', '')}")
-    p = subprocess.run([sys.executable, "-c", SETTLE_KEEP], env=env, capture_output=True,
-                       text=True, timeout=120)
-    assert p.returncode == 0, p.stderr
-    out = json.loads(p.stdout.strip().splitlines()[-1])
+    out = run_script(SETTLE_KEEP, fake_driver_nvml, FAKE_NVML_SM_RAMP_S="0.3")
     ramp, carried = out["ramp"], out["carried"]
     # nothing carried: it settles once a whole NVML update period (0.1 s) of readings after the
     # response time shows the board's maximum clock (1980 MHz) with nothing limiting it
@@ -377,12 +365,7 @@ def test_the_clock_trace_covers_the_warm_up_and_the_timed_part_on_one_axis(fake_
     result's clock trace holds the warm-up's readings (the ramp) before 0 and the timed part's
     from 0, in order, each array as long as the other; the load began inside the warm-up, and
     the clock came up about 0.3 s after the sampler's first reading."""
-    env = dict(os.environ, FAKE_NVML_SM_RAMP_S="0.3",
-               LD_LIBRARY_PATH=f"{fake_driver_nvml}:{os.environ.get('LD_LIBRARY_PATH', '')}")
-    p = subprocess.run([sys.executable, "-c", CLOCK_TRACE], env=env, capture_output=True,
-                       text=True, timeout=120)
-    assert p.returncode == 0, p.stderr
-    out = json.loads(p.stdout.strip().splitlines()[-1])
+    out = run_script(CLOCK_TRACE, fake_driver_nvml, FAKE_NVML_SM_RAMP_S="0.3")
     t, sm, k = np.asarray(out["t_s"]), np.asarray(out["sm_mhz"]), out["timed_from"]
     assert out["none"] is None
     assert k == out["before_mark"] > 0 and len(t) == k + out["n"]
@@ -412,14 +395,8 @@ def test_a_load_under_a_limit_times_nothing_while_it_settles(fake_driver_nvml, r
     were kept) and those timed before it are dropped; the sampling holds for the limited 1 s,
     all of it after the settle, and the loop's samples and the CUDA side's records stay
     one-to-one."""
-    env = dict(os.environ, FAKE_NVML_REASONS="4",
-               LD_LIBRARY_PATH=f"{fake_driver_nvml}:{os.environ.get('LD_LIBRARY_PATH', '')}")
-    if reason_after_s:
-        env["FAKE_NVML_REASONS_AFTER_S"] = reason_after_s
-    p = subprocess.run([sys.executable, "-c", SETTLE_KEEP], env=env, capture_output=True,
-                       text=True, timeout=120)
-    assert p.returncode == 0, p.stderr
-    out = json.loads(p.stdout.strip().splitlines()[-1])
+    env = {"FAKE_NVML_REASONS_AFTER_S": reason_after_s} if reason_after_s else {}
+    out = run_script(SETTLE_KEEP, fake_driver_nvml, FAKE_NVML_REASONS="4", **env)
     r, again = out["limited"], out["limited_again"]
     assert r["settled"] is True and r["min_sampling_s"] == 1.0
     # under a limit the load runs two averaging windows (2 s) before it counts as settled;
