@@ -384,12 +384,14 @@ static int rule_check(const kb_settle_rule *r)
         !(r->avg_window_s > 0) || !(r->power_tol >= 0) || !(r->headroom > 0) ||
         !(r->recover_window_s >= 0) || !(r->recover_avg_frac > 0) ||
         !(r->carry_max_gap_s >= 0) || !(r->carry_response_s >= 0) || !(r->carry_window_s > 0) ||
+        !(isnan(r->carry_update_margin_s) || r->carry_update_margin_s >= 0) ||
         !(r->capped_min_load_s >= 0)) {
         PyErr_SetString(PyExc_ValueError, "need window_s > 0, rel_tol >= 0, min_load_s >= 0, "
                                           "avg_window_s > 0, power_tol >= 0, headroom > 0, "
                                           "recover_window_s >= 0, recover_avg_frac > 0, "
                                           "carry_max_gap_s >= 0, carry_response_s >= 0, "
-                                          "carry_window_s > 0, capped_min_load_s >= 0");
+                                          "carry_window_s > 0, carry_update_margin_s >= 0 "
+                                          "or None, capped_min_load_s >= 0");
         return -1;
     }
     return 0;
@@ -490,10 +492,6 @@ static PyObject *clock_settled_carried_at(PyObject *m, PyObject *args, PyObject 
                                      &rule.carry_window_s, optional_double,
                                      &rule.carry_update_margin_s))
         return NULL;
-    if (rule.carry_update_margin_s < 0) {       /* NaN (None): not used */
-        PyErr_SetString(PyExc_ValueError, "carry_update_margin_s must be >= 0 or None");
-        return NULL;
-    }
     if (!(carry.loaded_s >= 0)) {
         PyErr_SetString(PyExc_ValueError, "carried_loaded_s must be >= 0");
         return NULL;
