@@ -89,7 +89,8 @@ def regime_verdict(*, regime: str = ..., clocks_locked: bool = ..., settled: Opt
                    cold: bool = ..., busy_fraction: Optional[float] = ..., batches: int = ...,
                    unrecovered: int = ..., recover_max_s: float = ...,
                    start_sm_mhz_min: Optional[float] = ...,
-                   start_sm_mhz_max: Optional[float] = ...) -> Dict[str, Any]: ...
+                   start_sm_mhz_max: Optional[float] = ...,
+                   settled_unlimited: bool = ..., timed_limits: int = ...) -> Dict[str, Any]: ...
 
 # measure.c / measure_host.c
 def measure_host(fn: Callable[..., Any], arg_sets: Tuple[Tuple[Any, ...], ...],

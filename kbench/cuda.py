@@ -328,8 +328,8 @@ def _run(fn: Callable[..., Any], sets: List[Tuple[Any, ...]], kwargs: Dict[str, 
     if floor and mode == "cupti":
         # CUPTI times the kernel itself: an empty kernel's duration is no blind spot of the
         # timer (a kernel near it is simply that short, measured exactly), so no share of the
-        # figure to warn about, and its probe, a sub-2 us figure sampled for the stepped 0.2 s,
-        # was a fifth of the first bench in a process.
+        # figure to warn about, and its probe, a sub-2 us figure then sampled for a stepped
+        # 0.2 s, was a fifth of the first bench in a process.
         extra["floor"] = {"probed": False, "why": "cupti times kernels themselves: no timer "
                           "floor to compare against (events and graph modes probe theirs)"}
     elif floor:

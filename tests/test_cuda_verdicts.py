@@ -176,6 +176,28 @@ def test_a_clock_that_moved_from_where_it_settled_breaks_the_sustained_regime():
     assert verdict(settled=True, settle_sm_mhz=NAN, timed_sm_mhz=1425.0)["held"] is True
 
 
+def test_a_limit_while_timed_after_an_unlimited_settle_breaks_the_sustained_regime():
+    """Settled with nothing limiting the clock, then sw_power_cap (0x4) while timed: the load
+    drew more than it did settling, and the figure mixes the states even where the clock's
+    median stayed within 10% (a bf16 GEMM 2048^3 on the H200: 1935-1980 MHz)."""
+    kw = dict(settled=True, settle_sm_mhz=1980.0, clocks_read=True, timed_sm_mhz=1965.0)
+    v = verdict(settled_unlimited=True, timed_limits=0x4, **kw)
+    assert v["held"] is False
+    assert v["why"] == ("the load settled with nothing limiting its clock, but sw_power_cap "
+                        "limited it while it was timed: the figure mixes the two states (its "
+                        "sustained state is the limited one)")
+    # thermal slowdown names itself; the lowest limit bit is named
+    assert "hw_slowdown limited" in verdict(settled_unlimited=True, timed_limits=0x28, **kw)["why"]
+    # a load that settled under the limit is expected to show it; a reason that is no limit
+    # (idle 0x1, applications clocks 0x2) says nothing; nothing timed-limited: held
+    assert verdict(settled_unlimited=False, timed_limits=0x4, **kw)["held"] is True
+    assert verdict(settled_unlimited=True, timed_limits=0x1 | 0x2, **kw)["held"] is True
+    assert verdict(settled_unlimited=True, timed_limits=0, **kw)["held"] is True
+    # a load that never settled is judged by that alone
+    v = verdict(settled=False, settle_max_s=4.0, settled_unlimited=True, timed_limits=0x4)
+    assert "had not settled" in v["why"] and "nothing limiting" not in v["why"]
+
+
 def test_locked_clocks_need_no_settling_but_a_move_still_counts():
     v = verdict(clocks_locked=True, settled=None, clocks_read=True, timed_sm_mhz=1410.0)
     assert v["held"] is True

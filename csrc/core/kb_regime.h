@@ -75,6 +75,8 @@ typedef struct {
     int clocks_locked;          /* the user set or locked the clocks: nothing to settle */
     /* sustained: the warm-up's settle rule and the timed part's clocks */
     int settled;                /* 1 settled, 0 gave up at settle_max_s, -1 not judged */
+    int settled_unlimited;      /* settled with nothing limiting the clock (KB_SETTLED) */
+    uint64_t timed_limits;      /* the limit reasons the timed part's readings show */
     double settle_at_s, settle_max_s, settle_sm_mhz;     /* NaN: unknown */
     int clocks_read;            /* the clock summary had SM readings (KB_CLOCKS_READ) */
     double timed_sm_median;     /* the timed part's SM median; NaN: none */

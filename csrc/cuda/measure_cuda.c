@@ -143,6 +143,7 @@ typedef struct {
     double callable_warmup_max_s;   /* the clamp on the callable's own warm-up */
     kb_settle_carry carry;          /* the last measurement's settled state (sm_mhz NaN: none) */
     double carried_from_s_ago;      /* how long before this load it ended; NaN: none carried */
+    int settled_unlimited;          /* settled with nothing limiting the clock (KB_SETTLED) */
     int settled_by;                 /* KB_SETTLED_BY_*: the two-window rule, the carried state or
                                        the board's maximum clock (one short window) */
     int end_settled;                /* the rule judged again at the end of sampling: what the */
@@ -494,7 +495,7 @@ static int run_sub_batch(cuda_ctx *c, Py_ssize_t n, double *out, int warmup, int
 }
 
 #define KB_STEPPED_BELOW_S 2e-6         /* 64 steps of 32 ns */
-#define KB_STEPPED_MIN_SAMPLING_S 0.2
+#define KB_STEPPED_MIN_SAMPLING_S 0.05
 
 
 /* The step CUPTI's durations come in: the largest of 32, 64, ... 1024 ns that >= 90% of the
@@ -593,7 +594,11 @@ static int on_watchdog(cuda_ctx *c, int warmup, int settling)
 /* CUPTI's timestamps come in 32 ns steps on the H200, and a sub-2 us kernel's record sits on a
  * few neighbouring steps whose mix changed from one short run to the next (runs of 10-58
  * samples each sat on one or two steps, 64 ns apart). Such figures are sampled for at least
- * KB_STEPPED_MIN_SAMPLING_S, over many sub-batches. */
+ * KB_STEPPED_MIN_SAMPLING_S, over many sub-batches: on the H200 (1-element, 16 K and 64 K adds,
+ * cold and hot, 4-6 long runs each on two GPUs) every 10 ms stretch of a run had its median
+ * within one step of all the runs' pooled median, while 5 ms stretches were two steps off in
+ * 16% (a 1-element add, cold), and the rule stopping at its 128 samples (~9 ms cold, ~3 ms
+ * hot) read two steps off in 2 of 4 runs. NOTES.md, Stepped figures. */
 static void note_timestamp_steps(cuda_ctx *c, kb_backend *b, const double *out, Py_ssize_t n)
 {
     double sum = 0.0;
@@ -730,6 +735,7 @@ static int cuda_keep_warming(kb_backend *b, double elapsed_s)
     }
     if (settled != KB_UNSETTLED || elapsed_s >= c->opt.settle_max_s) {
         c->settled = settled != KB_UNSETTLED;
+        c->settled_unlimited = settled == KB_SETTLED;
         c->settled_since_s = kb_nvml_sampler_settled_since(c->sampler, &rule, c->load_start_s,
                                                            median, settled);
         /* Under a limit (or still moving), sample across several swings of its controller. */
@@ -1111,7 +1117,8 @@ static kb_regime_inputs regime_inputs(const cuda_ctx *c, const kb_clock_verdict 
 {
     return (kb_regime_inputs){
         .burst = c->opt.regime == KB_REGIME_BURST, .clocks_locked = c->clocks_locked,
-        .settled = c->settled, .settle_at_s = c->settled_at_s,
+        .settled = c->settled, .settled_unlimited = c->settled_unlimited,
+        .timed_limits = cv->limited, .settle_at_s = c->settled_at_s,
         .settle_max_s = c->opt.settle_max_s, .settle_sm_mhz = c->settled_mhz,
         .clocks_read = cv->state == KB_CLOCKS_READ, .timed_sm_median = cv->sm_median,
         .power_capped = kb_clock_power_capped(cv), .cold = c->opt.cold != KB_COLD_NONE,
