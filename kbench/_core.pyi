@@ -62,7 +62,8 @@ def clock_settled_carried_at(t_s: Sequence[float], sm_mhz: Sequence[float],
                              max_sm_mhz: Optional[float] = ..., carry_max_gap_s: float = ...,
                              carry_response_s: float = ...,
                              carry_window_s: float = ...,
-                             carry_update_margin_s: Optional[float] = ...
+                             carry_update_margin_s: Optional[float] = ...,
+                             late_headroom: float = ...
                              ) -> Tuple[int, float, bool, int]: ...
 def clock_settled_since(t_s: Sequence[float], sm_mhz: Sequence[float], reasons: Sequence[int],
                         *, settled_mhz: Optional[float], under_limit: bool = ...,

@@ -294,8 +294,23 @@ def test_stale_readings_from_before_the_response_cannot_settle_a_capped_load():
 
 def test_a_heavier_load_at_the_carried_clock_is_not_settled_before_its_limit_shows():
     """Same clock as carried, but instantaneous power over the headroom: it may be capped soon."""
-    t, sm, r, pa, pi = steady(1.0, inst=620.0)
+    t, sm, r, pa, pi = steady(1.0, inst=650.0)
     assert not carried_at(t, sm, r, pa, pi, carried_mhz=1980.0, carried_ago_s=0.0)[3]
+
+
+def test_readings_a_response_time_into_the_load_are_judged_against_the_late_headroom():
+    """620 W of 700 (89%): over the 80% headroom, under the 90% one that readings taken 0.1 s
+    or more into the load are held to (they read >= 96% of its power). The H200's 256 MB add
+    read 566-574 W on two GPUs, never capped."""
+    t, sm, r, pa, pi = steady(1.0, inst=620.0)
+    i, med, limited, by = carried_at(t, sm, r, pa, pi, carried_mhz=1980.0, carried_ago_s=0.0)
+    assert by == 1 and not limited and 0.15 - PERIOD <= t[i] < 0.2
+    assert carried_at(t, sm, r, pa, pi, carried_mhz=1980.0, carried_ago_s=0.0,
+                      late_headroom=0.8)[3] != 1
+    # the board's maximum clock, nothing carried: the same
+    assert carried_at(t, sm, r, pa, pi, carried_mhz=None, max_sm_mhz=1980.0)[3] == 2
+    with pytest.raises(ValueError, match="late_headroom > 0"):
+        carried_at(t, sm, r, pa, pi, carried_mhz=1980.0, late_headroom=0.0)
 
 
 def test_a_limit_reason_lingering_from_the_previous_load_blocks_an_unlimited_carry():
@@ -392,13 +407,20 @@ def test_a_fresh_snapshot_after_the_margin_settles_a_carried_load_without_the_re
 def test_a_fresh_snapshot_of_a_heavier_or_capped_load_settles_nothing_by_the_carry():
     """The readings before the first refresh still show the previous (unlimited) state; the
     refresh shows the new load: capped (clock down, sw_power_cap) or over the headroom."""
-    for change in ({"sm": 1470.0, "pi": 720.0, "r": POWER_CAP}, {"pi": 620.0}):
+    for change in ({"sm": 1470.0, "pi": 720.0, "r": POWER_CAP}, {"pi": 650.0}):
         t, sm, r, pa, pi = snapshots(1.0, phase=0.03)
         new = t >= 0.03
         sm[new] = change.get("sm", 1980.0)
         pi[new], r[new] = change["pi"], change.get("r", 0)
         assert not carried_at(t, sm, r, pa, pi, carried_mhz=1980.0, carried_ago_s=0.0,
                               carry_update_margin_s=0.02)[3], change
+    # between the headrooms: a snapshot 0.03 s in (it may read 9% low) is held to 80%, so the
+    # carry waits for the window after the response time
+    t, sm, r, pa, pi = snapshots(1.0, phase=0.03)
+    pi[t >= 0.03] = 620.0
+    i, _, _, by = carried_at(t, sm, r, pa, pi, carried_mhz=1980.0, carried_ago_s=0.0,
+                             carry_update_margin_s=0.02)
+    assert by == 1 and t[i] >= 0.15 - PERIOD
 
 
 def test_without_a_refresh_to_see_the_fixed_response_time_holds():
@@ -486,7 +508,7 @@ def test_a_clock_coming_up_to_its_maximum_settles_once_a_window_shows_it():
 def test_the_maximum_clock_settles_nothing_that_may_be_capped(what):
     """At the maximum clock, but drawing more than the headroom (it may be capped once the
     average catches up), or with a limit reason since the load began."""
-    t, sm, r, pa, pi = steady(1.0, inst=620.0 if what == "heavy" else 300.0)
+    t, sm, r, pa, pi = steady(1.0, inst=650.0 if what == "heavy" else 300.0)
     if what == "limit":
         r[(t > 0.02) & (t < 0.05)] = POWER_CAP
     i, _, _, by = carried_at(t, sm, r, pa, pi, carried_mhz=None, max_sm_mhz=1980.0)

@@ -197,9 +197,12 @@ static int window_verdict(const kb_clock_trace *tr, double load_start_s, double 
         return KB_UNSETTLED;
     *median = window_median(t, tr->sm_mhz, n, lo, now, scratch);
     if (!carry->under_limit) {
-        /* nothing limited the clock since this load began, nor will at this power */
+        /* nothing limited the clock since this load began, nor will at this power: readings
+         * from a response time on are the load's own, so less of the headroom is margin */
+        double share = lo >= load_start_s + rule->carry_response_s ? rule->late_headroom
+                                                                   : rule->headroom;
         if ((kb_clock_reasons_since(tr, load_start_s) & KB_CLOCK_LIMIT_REASONS) ||
-            !isfinite(power_limit_w) || !(inst_max < rule->headroom * power_limit_w))
+            !isfinite(power_limit_w) || !(inst_max < share * power_limit_w))
             return KB_UNSETTLED;
         return KB_SETTLED;
     }
@@ -382,13 +385,13 @@ static int rule_check(const kb_settle_rule *r)
 {
     if (!(r->window_s > 0) || !(r->rel_tol >= 0) || !(r->min_load_s >= 0) ||
         !(r->avg_window_s > 0) || !(r->power_tol >= 0) || !(r->headroom > 0) ||
-        !(r->recover_window_s >= 0) || !(r->recover_avg_frac > 0) ||
+        !(r->late_headroom > 0) || !(r->recover_window_s >= 0) || !(r->recover_avg_frac > 0) ||
         !(r->carry_max_gap_s >= 0) || !(r->carry_response_s >= 0) || !(r->carry_window_s > 0) ||
         !(isnan(r->carry_update_margin_s) || r->carry_update_margin_s >= 0) ||
         !(r->capped_min_load_s >= 0)) {
         PyErr_SetString(PyExc_ValueError, "need window_s > 0, rel_tol >= 0, min_load_s >= 0, "
                                           "avg_window_s > 0, power_tol >= 0, headroom > 0, "
-                                          "recover_window_s >= 0, recover_avg_frac > 0, "
+                                          "late_headroom > 0, recover_window_s >= 0, recover_avg_frac > 0, "
                                           "carry_max_gap_s >= 0, carry_response_s >= 0, "
                                           "carry_window_s > 0, carry_update_margin_s >= 0 "
                                           "or None, capped_min_load_s >= 0");
@@ -476,21 +479,21 @@ static PyObject *clock_settled_carried_at(PyObject *m, PyObject *args, PyObject 
                              "carried_mhz", "carried_under_limit", "carried_ago_s",
                              "carried_loaded_s", "load_start_s", "power_limit_w",
                              "max_sm_mhz", "carry_max_gap_s", "carry_response_s",
-                             "carry_window_s", "carry_update_margin_s", NULL};
+                             "carry_window_s", "carry_update_margin_s", "late_headroom", NULL};
     PyObject *t_obj, *mhz_obj, *r_obj, *p_obj = Py_None, *pi_obj = Py_None;
     kb_settle_rule rule = KB_SETTLE_RULE_DEFAULT;
     kb_settle_carry carry = {.sm_mhz = NAN, .under_limit = 0, .ago_s = 0.0, .loaded_s = 0.0};
     double load_start = NAN, limit = NAN;
     double max_mhz = NAN;
     if (!PyArg_ParseTupleAndKeywords(args, kw,
-                                     "OOO|OO$O&pddO&O&O&dddO&:clock_settled_carried_at",
+                                     "OOO|OO$O&pddO&O&O&dddO&d:clock_settled_carried_at",
                                      kwlist, &t_obj, &mhz_obj, &r_obj, &p_obj, &pi_obj,
                                      optional_double, &carry.sm_mhz, &carry.under_limit,
                                      &carry.ago_s, &carry.loaded_s, optional_double,
                                      &load_start, optional_double, &limit, optional_double,
                                      &max_mhz, &rule.carry_max_gap_s, &rule.carry_response_s,
                                      &rule.carry_window_s, optional_double,
-                                     &rule.carry_update_margin_s))
+                                     &rule.carry_update_margin_s, &rule.late_headroom))
         return NULL;
     if (!(carry.loaded_s >= 0)) {
         PyErr_SetString(PyExc_ValueError, "carried_loaded_s must be >= 0");
@@ -579,7 +582,7 @@ static PyMethodDef steady_methods[] = {
      "carried_mhz, carried_under_limit=False, carried_ago_s=0.0, carried_loaded_s=0.0, "
      "load_start_s=t_s[0], power_limit_w=None, max_sm_mhz=None, "
      "carry_max_gap_s=1.0, carry_response_s=0.1, carry_window_s=0.05, "
-     "carry_update_margin_s=0.05) "
+     "carry_update_margin_s=0.05, late_headroom=0.9) "
      "-> (index, median_mhz, under_limit, by)\n\n"
      "clock_settled_at when the previous measurement on the GPU ended carried_ago_s before "
      "this load began, settled at carried_mhz (under a limit or not): the load may settle on "
@@ -587,7 +590,8 @@ static PyMethodDef steady_methods[] = {
      "carry_update_margin_s, also on the readings from NVML's first snapshot taken that long "
      "after the load began: a change of either power between two readings; None: not), or, "
      "with the board's maximum SM clock known (max_sm_mhz), that shows that clock with "
-     "nothing limiting it and the power under the headroom (by=2); else by the two-window "
+     "nothing limiting it and the power under the headroom (by=2; 0.8 of the limit, "
+     "late_headroom for a window a response time into the load); else by the two-window "
      "rule (by=0). A load carried under a limit continues the previous one, "
      "which had run carried_loaded_s: that counts toward the capped rule's two averaging "
      "windows of load. carried_mhz=None carries nothing."},
