@@ -391,7 +391,8 @@ static int rule_check(const kb_settle_rule *r)
         !(r->capped_min_load_s >= 0)) {
         PyErr_SetString(PyExc_ValueError, "need window_s > 0, rel_tol >= 0, min_load_s >= 0, "
                                           "avg_window_s > 0, power_tol >= 0, headroom > 0, "
-                                          "late_headroom > 0, recover_window_s >= 0, recover_avg_frac > 0, "
+                                          "late_headroom > 0, recover_window_s >= 0, "
+                                          "recover_avg_frac > 0, "
                                           "carry_max_gap_s >= 0, carry_response_s >= 0, "
                                           "carry_window_s > 0, carry_update_margin_s >= 0 "
                                           "or None, capped_min_load_s >= 0");
