@@ -39,13 +39,11 @@ def _arr(v: Sequence[Any]) -> np.ndarray:
     return np.array([math.nan if x is None else x for x in v], dtype=float)
 
 
-def refreshes(trace: Dict[str, Any]) -> np.ndarray:
-    """Times of the readings at which either power changed: NVML refreshed just before."""
-    pa, pi, t = _arr(trace["power_w"]), _arr(trace["power_inst_w"]), _arr(trace["t_s"])
-    ch = [i for i in range(1, len(t))
-          if any(math.isfinite(v[i]) and math.isfinite(v[i - 1]) and v[i] != v[i - 1]
-                 for v in (pa, pi))]
-    return t[ch]
+def refreshes(trace: Dict[str, Any], after_s: Optional[float] = None) -> np.ndarray:
+    """Indices of the readings that show an NVML refresh, by the core's rule (either power
+    changed; the reading before taken at or after after_s)."""
+    return _core.nvml_refreshes(_arr(trace["t_s"]), _arr(trace["power_w"]),
+                                _arr(trace["power_inst_w"]), after_s=after_s)
 
 
 def replay(trace: Dict[str, Any], row: Dict[str, Any],
@@ -67,8 +65,8 @@ def replay(trace: Dict[str, Any], row: Dict[str, Any],
         out["settle"][m] = (None if i < 0 else float(t[i] - start), by, bool(limited))
     later = t >= start + 0.2
     steady = float(np.nanmedian(pi[later])) if later.any() else math.nan
-    fresh = [x for x in refreshes(trace) if x >= start]
-    first = int(np.searchsorted(t, fresh[0])) + 1 if fresh else len(t)
+    fresh = refreshes(trace, after_s=start)
+    first = int(fresh[0]) + 1 if fresh.size else len(t)
     out["fresh_at_s"] = float(t[first] - start) if first < len(t) else None
     out["fresh_inst_w"] = float(pi[first]) if first < len(t) else None
     out["steady_inst_w"] = steady
@@ -90,7 +88,7 @@ def markdown(traces: Dict[str, Any], results: Dict[str, Any],
              "|---|---|---:|" + "---:|" * len(margins) + "---:|---:|---|"]
     intervals: List[float] = []
     for key, trace in traces.get("cases", {}).items():
-        intervals += np.diff(refreshes(trace)).tolist()
+        intervals += np.diff(_arr(trace["t_s"])[refreshes(trace)]).tolist()
         row = rows.get(key) or {}
         if row.get("carried_from_s_ago") is None or row.get("carried_sm_mhz") is None:
             continue

@@ -65,6 +65,9 @@ def clock_settled_carried_at(t_s: Sequence[float], sm_mhz: Sequence[float],
                              carry_update_margin_s: Optional[float] = ...,
                              late_headroom: float = ...
                              ) -> Tuple[int, float, bool, int]: ...
+def nvml_refreshes(t_s: Sequence[float], power_w: Optional[Sequence[float]] = ...,
+                   power_inst_w: Optional[Sequence[float]] = ..., *,
+                   after_s: Optional[float] = ...) -> Any: ...   # int64 indices i: either power changed from i - 1
 def clock_settled_since(t_s: Sequence[float], sm_mhz: Sequence[float], reasons: Sequence[int],
                         *, settled_mhz: Optional[float], under_limit: bool = ...,
                         load_start_s: Optional[float] = ..., rel_tol: float = ...) -> float: ...

@@ -5,7 +5,7 @@
 #
 # valgrind: runs an exercise script (measure_host with flush/rotate/none, a raising callable,
 #   every stats function (with and without an order that shows dependence), criterion_check,
-#   clock_settled_at/_carried_at/_since, compare on several dtypes and bit-pattern kinds, the
+#   clock_settled_at/_carried_at/_since, nvml_refreshes, compare on several dtypes and bit-pattern kinds, the
 #   stream/FMA kernels, cpu_flush, the GPU loaders' failing paths) under memcheck with
 #   PYTHONMALLOC=malloc, using the in-place build of this tree (it builds nothing). The baseline
 #   is the same valgrind on `python -c "import numpy"`: its reports become a suppression file,
@@ -172,6 +172,12 @@ ok(_core.clock_settled_at, t, np.full(t.size, 1470.0), cap, p3, p3, power_limit_
    capped_min_load_s=0.5)
 expect(ValueError, _core.clock_settled_carried_at, t, flat, cap, carried_mhz=1.0, carried_loaded_s=-1.0)
 expect(ValueError, _core.clock_settled_at, t, flat, cap, capped_min_load_s=-1.0)
+ok(_core.clock_settled_carried_at, t, flat, np.zeros(t.size, np.uint64), p3, p3 + 320.0,
+   carried_mhz=1980.0, power_limit_w=700.0, late_headroom=0.95)
+# NVML's refreshes, as recorded traces are read with the carried rule's own test
+ok(_core.nvml_refreshes, t, np.floor(t / 0.1) * 3.0 + 300.0, p3, after_s=0.02)
+ok(_core.nvml_refreshes, t)
+expect(ValueError, _core.nvml_refreshes, t, p3[:-1])
 # from where the samples timed while settling are kept
 ok(_core.clock_settled_since, t, np.where(t < 0.3, 1410.0, 1980.0), np.zeros(t.size, np.uint64),
    settled_mhz=1980.0)
@@ -197,6 +203,8 @@ ok(_core.busy_fraction, None, None, None)
 ok(_core.regime_verdict, regime="sustained", settled=False, settle_at_s=1.0, settle_max_s=3.0)
 ok(_core.regime_verdict, regime="burst", batches=4, unrecovered=1, start_sm_mhz_min=1500.0,
    start_sm_mhz_max=1980.0)
+ok(_core.regime_verdict, settled=True, settled_unlimited=True, timed_limits=0x24,
+   settle_sm_mhz=1980.0, timed_sm_mhz=1965.0)
 for args in (("cuda", "flush", "cupti"), ("host", None, None), ("hip", "rotate", "graph")):
     ok(_core.check_choices, *args)
 for args in (("cuda", "none", None), ("hip", None, "cupti"), ("gpu", None, None)):

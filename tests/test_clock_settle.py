@@ -423,6 +423,31 @@ def test_a_fresh_snapshot_of_a_heavier_or_capped_load_settles_nothing_by_the_car
     assert by == 1 and t[i] >= 0.15 - PERIOD
 
 
+def test_nvml_refreshes_are_the_readings_where_either_power_changed():
+    """The rule the carried settle starts from, as recorded traces are read with it: a refresh
+    every 0.1 s from 0.03 s shows at the reading at 0.03, 0.13, ...; the reading after it is
+    the first wholly of the new snapshot (the carried rule's 0.035 s above)."""
+    t, _, _, pa, pi = snapshots(1.0, phase=0.03)
+    at = _core.nvml_refreshes(t, pa, pi)
+    assert at.dtype == np.int64
+    assert t[at] == pytest.approx(np.arange(0.03, 1.0, 0.1), abs=1e-9)
+    first = _core.nvml_refreshes(t, pa, pi, after_s=0.02)[0]
+    assert t[first + 1] == pytest.approx(0.035)
+    # a change of the instantaneous power alone shows one too; failed reads show none
+    flat = np.full(t.size, 300.0)
+    pi2 = flat.copy()
+    pi2[t >= 0.5] = 320.0
+    assert t[_core.nvml_refreshes(t, flat, pi2)] == pytest.approx([0.5])
+    pa2 = flat.copy()
+    pa2[10::7] = np.nan
+    assert _core.nvml_refreshes(t, pa2, flat).size == 0
+    assert _core.nvml_refreshes(t).size == 0               # no powers: nothing to see
+    with pytest.raises(ValueError, match="one length"):
+        _core.nvml_refreshes(t, pa[:-1])
+    with pytest.raises(ValueError, match="non-decreasing"):
+        _core.nvml_refreshes(t[::-1].copy(), pa)
+
+
 def test_without_a_refresh_to_see_the_fixed_response_time_holds():
     """Readings that never change (no refresh shows), or change only by failed reads, give the
     margin nothing: the carried rule waits out the response time as before."""

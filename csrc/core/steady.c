@@ -140,19 +140,27 @@ static int changed(const double *v, size_t i)
     return v != NULL && isfinite(v[i - 1]) && isfinite(v[i]) && v[i] != v[i - 1];
 }
 
-/* The first reading wholly of an NVML snapshot taken after after_s, or tr->n where none shows
- * yet. NVML refreshes its values together about every 0.1 s on the H200 (the recorded GEMM
- * ramp: SM clock, both powers and the reasons change at the same reading); the averaged power
- * moves at nearly every refresh, so a change of either power between readings i - 1 and i
- * (i - 1 at or after after_s) shows one between them, and reading i + 1 has all of its fields
- * (a tick reads them one after another). */
-static size_t first_fresh_reading(const kb_clock_trace *tr, double after_s)
+/* The first reading i >= from (and >= 1) that shows an NVML refresh after reading i - 1, taken
+ * at or after after_s; tr->n where none does. NVML refreshes its values together about every
+ * 0.1 s on the H200 (the recorded GEMM ramp: SM clock, both powers and the reasons change at
+ * the same reading); the averaged power moves at nearly every refresh, so a change of either
+ * power between readings i - 1 and i shows one between them. */
+static size_t next_refresh(const kb_clock_trace *tr, double after_s, size_t from)
 {
-    for (size_t i = 1; i + 1 < tr->n; i++)
+    for (size_t i = from > 1 ? from : 1; i < tr->n; i++)
         if (tr->t[i - 1] >= after_s &&
             (changed(tr->power_avg_w, i) || changed(tr->power_inst_w, i)))
-            return i + 1;
+            return i;
     return tr->n;
+}
+
+/* The first reading wholly of an NVML snapshot taken after after_s, or tr->n where none shows
+ * yet: the one after the refresh shows (a tick reads the fields one after another, so the
+ * reading at the refresh may mix the old snapshot's and the new one's). */
+static size_t first_fresh_reading(const kb_clock_trace *tr, double after_s)
+{
+    size_t i = next_refresh(tr, after_s, 1);
+    return i + 1 < tr->n ? i + 1 : tr->n;
 }
 
 /* The one-window rule of kb_clock_settled_carried (see kbench.h): this load's readings of the
@@ -341,17 +349,20 @@ static int trace_from_python(PyObject *t_obj, PyObject *mhz_obj, PyObject *r_obj
         }
         *dst[k] = PyArray_DATA(a);
     }
-    PyArrayObject *r = (PyArrayObject *)PyArray_FROMANY(r_obj, NPY_UINT64, 1, 1,
-                                                        NPY_ARRAY_CARRAY_RO);
-    held[4] = (PyObject *)r;
-    if (r == NULL)
-        return -1;
-    if (PyArray_SIZE(r) != n) {
-        PyErr_Format(PyExc_ValueError, "t_s and reasons must have one length, got %zd and %zd",
-                     (Py_ssize_t)n, (Py_ssize_t)PyArray_SIZE(r));
-        return -1;
+    if (r_obj != NULL) {        /* NULL: a binding that reads no reasons */
+        PyArrayObject *r = (PyArrayObject *)PyArray_FROMANY(r_obj, NPY_UINT64, 1, 1,
+                                                            NPY_ARRAY_CARRAY_RO);
+        held[4] = (PyObject *)r;
+        if (r == NULL)
+            return -1;
+        if (PyArray_SIZE(r) != n) {
+            PyErr_Format(PyExc_ValueError,
+                         "t_s and reasons must have one length, got %zd and %zd",
+                         (Py_ssize_t)n, (Py_ssize_t)PyArray_SIZE(r));
+            return -1;
+        }
+        tr->reasons = PyArray_DATA(r);
     }
-    tr->reasons = PyArray_DATA(r);
     for (npy_intp i = 1; i < n; i++)
         if (!(tr->t[i] >= tr->t[i - 1])) {
             PyErr_Format(PyExc_ValueError, "t_s must be non-decreasing (index %zd)",
@@ -566,7 +577,44 @@ static PyObject *power_recovered(PyObject *m, PyObject *args, PyObject *kw)
     return out;
 }
 
+/* nvml_refreshes(t_s, power_w=None, power_inst_w=None, *, after_s=None) -> int64 array
+ * The readings that show an NVML refresh (next_refresh): i where either power changed from
+ * reading i - 1, taken at or after after_s; reading i + 1 is wholly of the new snapshot. For
+ * reading recorded traces (benchmarks/settle_replay.py) by the rule the carried settle uses. */
+static PyObject *nvml_refreshes(PyObject *m, PyObject *args, PyObject *kw)
+{
+    static char *kwlist[] = {"t_s", "power_w", "power_inst_w", "after_s", NULL};
+    PyObject *t_obj, *p_obj = Py_None, *pi_obj = Py_None, *held[5] = {NULL};
+    double after = NAN;
+    (void)m;
+    if (!PyArg_ParseTupleAndKeywords(args, kw, "O|OO$O&:nvml_refreshes", kwlist, &t_obj, &p_obj,
+                                     &pi_obj, optional_double, &after))
+        return NULL;
+    kb_clock_trace tr;
+    PyObject *out = NULL;
+    if (trace_from_python(t_obj, Py_None, NULL, p_obj, pi_obj, &tr, held) == 0) {
+        int64_t *at = malloc((tr.n + 1) * sizeof *at);
+        size_t k = 0;
+        if (at == NULL)
+            PyErr_NoMemory();
+        else {
+            double lo = isnan(after) ? -INFINITY : after;
+            for (size_t i = next_refresh(&tr, lo, 1); i < tr.n; i = next_refresh(&tr, lo, i + 1))
+                at[k++] = (int64_t)i;
+            out = kb_array_copy(at, (Py_ssize_t)k, NPY_INT64, sizeof *at);
+            free(at);
+        }
+    }
+    trace_release(held);
+    return out;
+}
+
 static PyMethodDef steady_methods[] = {
+    {"nvml_refreshes", (PyCFunction)(void (*)(void))nvml_refreshes, METH_VARARGS | METH_KEYWORDS,
+     "nvml_refreshes(t_s, power_w=None, power_inst_w=None, *, after_s=None) -> numpy.ndarray\n\n"
+     "Indices i of the readings that show an NVML refresh: either power changed from reading "
+     "i - 1 (both read), taken at or after after_s (None: any). Reading i + 1 is the first wholly "
+     "of the new snapshot: what the carried settle rule starts from after its margin."},
     {"clock_settled_at", (PyCFunction)(void (*)(void))clock_settled_at,
      METH_VARARGS | METH_KEYWORDS,
      "clock_settled_at(t_s, sm_mhz, reasons, power_w=None, power_inst_w=None, *, "
