@@ -341,6 +341,33 @@ def test_samples_taken_while_settling_are_kept_from_where_the_readings_show_the_
         assert 0 < r["overlap_s"] <= r["sampling_s"] and r["overlap_s"] < r["warmup_s"]
 
 
+LIMIT_WHILE_TIMED = textwrap.dedent('''
+    import json, time
+    from kbench import _core
+    fn = lambda: time.sleep(0.0001)
+    r = _core.measure_cuda(fn, ((),), None, stream=0, min_samples=12000, max_samples=12000)
+    s, cu = r["cuda"]["settle"], r["cuda"]
+    print(json.dumps({"settled": s["settled"], "at_max": s["at_max_clock"], "at_s": s["at_s"],
+                      "sampling_s": r["sampling_s"], "warmup_s": r["warmup_s"],
+                      "held": cu["regime"]["held"], "why": cu["regime"]["why"]}))
+''')
+
+
+def test_a_limit_that_shows_only_while_timed_breaks_an_unlimited_settle(fake_driver_nvml):
+    """Through the fake NVML at the board's maximum clock with sw_power_cap from 1 s after its
+    first read: the load settles unlimited at the maximum clock (~0.2 s), then the reason shows
+    while it is timed (12,000 samples of at least 0.1 ms each: past 1.2 s). The clock never
+    moved, so only the limit's reason tells the figure mixes states: the regime did not hold."""
+    out = run_script(LIMIT_WHILE_TIMED, fake_driver_nvml, FAKE_NVML_REASONS="4",
+                     FAKE_NVML_REASONS_AFTER_S="1.0")
+    assert out["settled"] is True and out["at_max"] is True and out["at_s"] < 1.0, out
+    assert out["warmup_s"] + out["sampling_s"] > 1.2     # the timed part ran past the limit
+    assert out["held"] is False
+    assert out["why"] == ("the load settled with nothing limiting its clock, but sw_power_cap "
+                          "limited it while it was timed: the figure mixes the two states (its "
+                          "sustained state is the limited one)")
+
+
 CLOCK_TRACE = textwrap.dedent('''
     import json, time
     import numpy as np
