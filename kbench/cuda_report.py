@@ -102,6 +102,14 @@ def read_record(raw: Dict[str, Any], extra: Dict[str, Any], warn: List[str], *, 
         ev = np.asarray(cuda["events_s"], dtype=np.float64)
         extra["span_median_s"] = _core.quantile(span, 0.5) if span.size else None
         extra["events_median_s"] = _core.quantile(ev, 0.5) if ev.size else None
+        # A call's activities can overlap (a second stream, programmatic dependent launch): the
+        # figure counts the overlapped time once (busy_time.c), the summed durations do not.
+        summed = np.asarray(cuda.get("summed_s", ()), dtype=np.float64)
+        if summed.size:
+            extra["summed_median_s"] = _core.quantile(summed, 0.5)
+            busy = np.asarray(raw["samples"], dtype=np.float64)
+            if busy.size == summed.size:
+                extra["overlap_median_s"] = _core.quantile(summed - busy, 0.5)
         extra["cupti_ticks_per_ns"] = cuda.get("cupti_ticks_per_ns")
         extra["cupti_detach"] = cuda.get("cupti_detach")
         med = _core.quantile(np.asarray(raw["samples"], dtype=np.float64), 0.5)

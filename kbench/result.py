@@ -286,6 +286,13 @@ class Result:
                       if step and s.get("median") else "CUPTI reads in coarse steps")
             rows.append(["Timer steps", f"under 2 us: {step_s}; sampled for >= "
                          f"{self.extra['stepped_min_sampling_s']:g} s so the run mixes them"])
+        overlap = self.extra.get("overlap_median_s") or 0.0
+        if s.get("median") and overlap > max(32e-9, 0.005 * s["median"]):
+            rows.append(["Overlap", f"the call's kernels/copies overlapped by "
+                                    f"{fmt_time(overlap)} (a second stream, or programmatic "
+                                    f"dependent launch): the figure counts that time once; "
+                                    f"their durations summed read "
+                                    f"{fmt_time(self.extra.get('summed_median_s'))}"])
         duty = _duty_text(self.extra.get("gpu_timed_fraction"), self.extra.get("between_batches"),
                           self.extra.get("keep_busy"))
         if duty:

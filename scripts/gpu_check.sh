@@ -1,5 +1,7 @@
 #!/usr/bin/env bash
-# Device runs, batched: bash scripts/gpu_check.sh tests|bench|all|regime|final|ttf|soak|last|leak|gpusoak
+# Device runs, batched: bash scripts/gpu_check.sh tests|bench|all|regime|final|ttf|soak|last|leak|gpusoak|breadth
+#   breadth: the GPU tests, then benchmarks/gpu_breadth.py (kbench's defaults on other kinds of
+#            callables against a cold, queued torch.profiler) with what is left of BREADTH_BUDGET_S
 #   ttf: benchmarks/gpu_time_to_figure.py alone (a second call after `final`, whose capped GEMMs
 #        now sample until their widened CI is met: both together may not fit one 600 s call),
 #        with each kbench case's NVML trace, and benchmarks/settle_replay.py over those traces
@@ -109,6 +111,15 @@ fi
 if [ "$mode" = ttf ]; then
   echo "== time to a figure"
   time_to_figure
+fi
+if [ "$mode" = breadth ]; then
+  echo "== GPU tests (pytest -m gpu)"
+  timeout "${GPU_TESTS_S:-210}" $PY -m pytest -q -rfEs --tb=short --timeout=120 -m gpu tests/ 2>&1 \
+    | tee "$OUT/h200_pytest_gpu.log" | grep -E "^(FAILED|ERROR)|^E |passed|failed" | head -30
+  rest=$(( ${BREADTH_BUDGET_S:-580} - SECONDS ))
+  echo "== breadth: kbench defaults against a cold, queued torch.profiler ($rest s left; the json keeps every case done)"
+  [ "$rest" -gt 30 ] && timeout "$rest" $PY benchmarks/gpu_breadth.py --out "$OUT/h200_breadth.json" \
+    --md "$OUT/h200_breadth.md" 2>&1 | tail -25
 fi
 if [ "$mode" = gpusoak ]; then
   echo "== GPU tests (pytest -m gpu)"

@@ -68,7 +68,7 @@ def judge(cuda_rec, sampling_s, max_sm_clock_mhz=1980):
 
 
 def _fake_run(monkeypatch, events_s, sampling_s, reasons, settle=None, between=None,
-              keep_busy=None, sm=None, regime=None):
+              keep_busy=None, sm=None, regime=None, summed_s=None):
     """cuda.run over a canned measure_cuda result: the Python side of the backend, no GPU."""
     import numpy as np
 
@@ -87,6 +87,8 @@ def _fake_run(monkeypatch, events_s, sampling_s, reasons, settle=None, between=N
                     "cupti_ticks_per_ns": 1.0, "cupti_detach": "detached"}}
     if settle is not None:
         raw["cuda"]["settle"] = settle
+    if summed_s is not None:
+        raw["cuda"]["summed_s"] = np.asarray(summed_s)
     if between is not None:
         raw["cuda"]["between_batches"] = between
     if keep_busy is not None:
@@ -305,3 +307,30 @@ def test_graph_modes_eager_probe_is_a_handful_of_calls(monkeypatch):
     assert t == pytest.approx(4e-6)
     assert seen["max_samples"] <= 5 and seen["max_time_s"] <= 0.05
     assert seen["gate"] is False and seen["cold"] is None and seen["sample_clocks"] is False
+
+
+def test_overlapped_activities_are_reported_beside_the_figure(monkeypatch):
+    """A call whose kernels overlapped (a second stream): the figure is the busy time the C
+    timer computed; the summed durations and the overlap are reported beside it, and the
+    printed result says what the difference is."""
+    from kbench.result import Result
+
+    busy = [100e-6] * 40
+    extra = _fake_run(monkeypatch, busy, 0.05, [0] * 20, sm=[1980.0] * 20,
+                      summed_s=[190e-6] * 40)
+    assert extra["summed_median_s"] == pytest.approx(190e-6)
+    assert extra["overlap_median_s"] == pytest.approx(90e-6)
+    stats = _core.summarize(busy)
+
+    def printed(ex):
+        r = Result(name="f", device="cuda:0", backend="cupti", samples=busy, stats=stats,
+                   stop={"stop": "precision"}, cold_cache={"mode": "none"}, extra=ex)
+        return [row for row in r._rows() if row[0] == "Overlap"]
+
+    rows = printed(extra)
+    assert len(rows) == 1 and "counts that time once" in rows[0][1]
+    assert "190" in rows[0][1] and "90" in rows[0][1]
+    # serial activities: summed equals busy, nothing to say
+    serial = _fake_run(monkeypatch, busy, 0.05, [0] * 20, sm=[1980.0] * 20, summed_s=busy)
+    assert serial["overlap_median_s"] == 0.0
+    assert printed(serial) == []

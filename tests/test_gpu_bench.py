@@ -75,6 +75,45 @@ def test_keep_busy_bridges_fill_the_gaps_and_are_never_attributed(x):
     assert ev.extra["keep_busy"]["bridges"] >= 1 and ev.median >= on.median * 0.97
 
 
+def test_work_forked_onto_a_second_stream_counts_once():
+    """Two spins of ~0.1 ms, one on the measured stream and one forked onto a side stream and
+    joined: they run side by side, so the call keeps the GPU busy for one spin, not two. The
+    figure is the union of the records' intervals; summed, they read two spins."""
+    side = torch.cuda.Stream()
+    cycles = 200_000
+
+    def serial():
+        torch.cuda._sleep(cycles)
+        torch.cuda._sleep(cycles)
+
+    def forked():
+        cur = torch.cuda.current_stream()
+        side.wait_stream(cur)
+        torch.cuda._sleep(cycles)
+        with torch.cuda.stream(side):
+            torch.cuda._sleep(cycles)
+        cur.wait_stream(side)
+
+    opts = dict(device="cuda", mode="cupti", cold_cache=None, **FAST)
+    rs = kbench.bench(serial, **opts)
+    rf = kbench.bench(forked, **opts)
+    for r in (rs, rf):
+        assert r.extra["kernels_per_call"] == {"min": 2, "max": 2}, r.extra["kernels_per_call"]
+        # before the union, the forked call's summed time exceeded its own event bracket and
+        # kbench blamed CUPTI's timestamps
+        assert not any("exceeds the CUDA-event time" in w for w in r.warnings), r.warnings
+    one_spin = rs.median / 2
+    # one stream: nothing overlaps, the figure is the sum
+    assert rs.extra["overlap_median_s"] == 0.0
+    assert rs.extra["summed_median_s"] == rs.median
+    # two streams: about one spin (the side spin starts a launch later), summed about two
+    assert one_spin * 0.95 <= rf.median <= one_spin * 1.3, (rf.median, one_spin)
+    assert rf.extra["summed_median_s"] == pytest.approx(rs.median, rel=0.1)
+    assert rf.extra["overlap_median_s"] >= 0.7 * one_spin
+    assert rf.median <= rf.extra["events_median_s"] * 1.001
+    assert "Overlap" in repr(rf) and "Overlap" not in repr(rs)
+
+
 def test_warm_up_waits_for_the_clock_and_the_clocks_cover_the_timed_part(x):
     a = torch.randn(8192, 8192, device="cuda", dtype=torch.bfloat16)
     r = kbench.bench(torch.matmul, a, a, mode="events", cold_cache=None, max_time_s=0.5)

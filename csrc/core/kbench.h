@@ -95,6 +95,7 @@ int kb_cupti_module_init(PyObject *m);          /* cupti_trace.c: cupti_release 
 int kb_cuda_options_module_init(PyObject *m);   /* cuda_options.c: CUDA_DEFAULTS */
 int kb_profile_module_init(PyObject *m);  /* profile.c: profiler range, device memory probe */
 int kb_nvml_topology_module_init(PyObject *m);  /* nvml_topology.c: nvml_p2p */
+int kb_busy_time_module_init(PyObject *m);      /* busy_time.c: busy_time */
 void kb_gpu_state_free(kb_state *st);  /* loader_common.c: frees st->gpu */
 /* Stop the thread that detaches a lingering CUPTI subscriber (cupti_trace.c; module free,
  * before kb_gpu_state_free). No Python. */

@@ -138,7 +138,8 @@ static int core_exec(PyObject *m)
         kb_cuda_kernels_module_init(m) < 0 || kb_graph_module_init(m) < 0 ||
         kb_cupti_module_init(m) < 0 || kb_cuda_options_module_init(m) < 0 ||
         kb_measure_cuda_module_init(m) < 0 || kb_profile_module_init(m) < 0 ||
-        kb_nvml_topology_module_init(m) < 0 || kb_hip_module_init(m) < 0)
+        kb_nvml_topology_module_init(m) < 0 || kb_busy_time_module_init(m) < 0 ||
+        kb_hip_module_init(m) < 0)
         goto error;
     if (PyModule_AddIntConstant(m, "HAVE_CUDA", 1) < 0)
         goto error;

@@ -66,10 +66,21 @@ int kb_gate_close(PyObject *m, const kb_cuda_api *cu, kb_gate *g, CUstream s);
 int kb_gate_open(kb_gate *g);
 void kb_gate_fini(const kb_cuda_api *cu, kb_gate *g);
 
+/* ---------------------------------------------------------------- busy_time.c */
+
+/* One activity's interval [start, end), and the call (key) it belongs to. */
+typedef struct {
+    uint64_t key, start, end;
+} kb_span;
+/* Sort v[0..n) by call and replace it by one entry a call, in key order: {key, 0, busy}, busy
+ * the length of the union of that call's intervals. Returns the number of calls. */
+size_t kb_busy_time(kb_span *v, size_t n);
+
 /* ---------------------------------------------------------------- cupti_trace.c */
 
 /* Per-iteration activity, attributed by external correlation id = iteration id (>= 1). */
 typedef struct {
+    uint64_t busy_ns;       /* the union of their intervals: overlapped time counted once */
     uint64_t sum_ns;        /* sum of kernel + memcpy + memset durations */
     uint64_t first_start;   /* earliest start */
     uint64_t last_end;      /* latest end */

@@ -85,6 +85,8 @@ struct kb_cupti_trace {
     size_t n_ext, cap_ext;
     activity *acts;
     size_t n_acts, cap_acts;
+    kb_span *spans;             /* kb_cupti_collect's scratch: the batch's attributed intervals */
+    size_t n_spans, cap_spans;
     name_stat *names;
     size_t n_names, cap_names;
     uint64_t dropped;
@@ -428,6 +430,7 @@ static void trace_free(kb_cupti_trace *t)
         free(t->names[i].name);
     free(t->names);
     free(t->acts);
+    free(t->spans);
     free(t->ext);
     pthread_mutex_destroy(&t->mu);
     free(t);
@@ -649,7 +652,11 @@ int kb_cupti_collect(PyObject *m, kb_cupti_trace *t, uint64_t first_id, Py_ssize
     pthread_mutex_lock(&t->mu);
     int oom = t->oom;
     qsort(t->ext, t->n_ext, sizeof(ext_map), cmp_ext);
-    for (size_t i = 0; i < t->n_acts; i++) {
+    t->n_spans = 0;
+    if (t->n_acts > 0 && trace_reserve((void *)&t->spans, &t->cap_spans, t->n_acts,
+                                       sizeof *t->spans) < 0)
+        oom = 1;
+    for (size_t i = 0; i < t->n_acts && !oom; i++) {
         const activity *a = &t->acts[i];
         const ext_map *e = find_ext(t->ext, t->n_ext, a->corr);
         if (e == NULL || e->ext < first_id || e->ext >= first_id + (uint64_t)n)
@@ -665,6 +672,8 @@ int kb_cupti_collect(PyObject *m, kb_cupti_trace *t, uint64_t first_id, Py_ssize
         if (t->ticks_per_ns != 1.0)
             d = (uint64_t)((double)d / t->ticks_per_ns + 0.5);
         it->sum_ns += d;
+        t->spans[t->n_spans++] = (kb_span){.key = e->ext - first_id, .start = a->start,
+                                           .end = a->end};
         if (a->start < it->first_start)
             it->first_start = a->start;
         if (a->end > it->last_end)
@@ -695,6 +704,14 @@ int kb_cupti_collect(PyObject *m, kb_cupti_trace *t, uint64_t first_id, Py_ssize
     if (oom) {
         PyErr_NoMemory();
         return -1;
+    }
+    /* overlapping activities of one call count once (busy_time.c); in CUPTI's units until here */
+    size_t calls = kb_busy_time(t->spans, t->n_spans);
+    for (size_t k = 0; k < calls; k++) {
+        uint64_t busy = t->spans[k].end;
+        if (t->ticks_per_ns != 1.0)
+            busy = (uint64_t)((double)busy / t->ticks_per_ns + 0.5);
+        acts[t->spans[k].key].busy_ns = busy;
     }
     return 0;
 }

@@ -21,12 +21,15 @@
 
 /* One sample as read back. */
 typedef struct {
-    double time_s;          /* the sample's figure: the event pair (events), the summed
-                             * durations of the activity attributed to it (cupti) */
+    double time_s;          /* the sample's figure: the event pair (events), the busy time of
+                             * the activity attributed to it (cupti: the union of their
+                             * intervals, busy_time.c) */
     double bracket_s;       /* the event pair around the call */
     double launch_s;        /* the event pair of one launch, never divided per call: the GPU
                              * time the sample kept the device busy (bridge sizing, burst) */
     double span_s;          /* first activity start to last end (cupti), else time_s */
+    double summed_s;        /* their durations summed (cupti: above time_s when they
+                             * overlapped), else time_s */
     uint32_t kernels;       /* kernels attributed to the sample (cupti), else 0 */
     uint32_t copies;        /* memcpys + memsets attributed (cupti), else 0 */
 } kb_gpu_sample;

@@ -61,6 +61,7 @@ static void kb_sleep_s(double s)
 typedef struct {
     double *events_s;       /* event-pair time (both modes) */
     double *span_s;         /* cupti: first start to last end */
+    double *summed_s;       /* cupti: the durations summed (the figure counts overlap once) */
     uint32_t *kernels;      /* cupti: kernels attributed to the iteration */
     uint32_t *copies;       /* cupti: memcpys + memsets attributed */
     Py_ssize_t n, cap;
@@ -171,13 +172,16 @@ static int side_reserve(side_arrays *s, Py_ssize_t need)
     double *sp = kb_resize(s->span_s, cap, sizeof *sp);
     if (sp)
         s->span_s = sp;
+    double *su = kb_resize(s->summed_s, cap, sizeof *su);
+    if (su)
+        s->summed_s = su;
     uint32_t *k = kb_resize(s->kernels, cap, sizeof *k);
     if (k)
         s->kernels = k;
     uint32_t *c = kb_resize(s->copies, cap, sizeof *c);
     if (c)
         s->copies = c;
-    if (!e || !sp || !k || !c) {
+    if (!e || !sp || !su || !k || !c) {
         PyErr_NoMemory();
         return -1;
     }
@@ -189,6 +193,7 @@ static void side_free(side_arrays *s)
 {
     free(s->events_s);
     free(s->span_s);
+    free(s->summed_s);
     free(s->kernels);
     free(s->copies);
     memset(s, 0, sizeof *s);
@@ -391,6 +396,7 @@ static int keep_samples(cuda_ctx *c, Py_ssize_t n, double *out)
         Py_ssize_t k = c->side.n + i;
         c->side.events_s[k] = s->bracket_s;
         c->side.span_s[k] = s->span_s;
+        c->side.summed_s[k] = s->summed_s;
         c->side.kernels[k] = s->kernels;
         c->side.copies[k] = s->copies;
         out[i] = s->time_s;
@@ -454,6 +460,7 @@ static int finish_reads(cuda_ctx *c, double *out, Py_ssize_t side_from, Py_ssize
         const kb_gpu_sample *d = &c->deferred[i];
         out[i] = d->time_s;
         c->side.span_s[side_from + i] = d->span_s;
+        c->side.summed_s[side_from + i] = d->summed_s;
         c->side.kernels[side_from + i] = d->kernels;
         c->side.copies[side_from + i] = d->copies;
     }
@@ -761,6 +768,8 @@ static void drop_tentative_front(cuda_ctx *c, Py_ssize_t drop)
     Py_ssize_t base = c->tentative[0].side_n, kept = sa->n - base - drop;
     memmove(sa->events_s + base, sa->events_s + base + drop, (size_t)kept * sizeof *sa->events_s);
     memmove(sa->span_s + base, sa->span_s + base + drop, (size_t)kept * sizeof *sa->span_s);
+    memmove(sa->summed_s + base, sa->summed_s + base + drop,
+            (size_t)kept * sizeof *sa->summed_s);
     memmove(sa->kernels + base, sa->kernels + base + drop, (size_t)kept * sizeof *sa->kernels);
     memmove(sa->copies + base, sa->copies + base + drop, (size_t)kept * sizeof *sa->copies);
     sa->n = base + kept;
@@ -1181,11 +1190,12 @@ static PyObject *cuda_dict(cuda_ctx *c, const char *backend, double sampling_s)
         Py_INCREF(clocks);
     const side_arrays *sd = &c->side;
     PyObject *cuda = Py_BuildValue(
-        "{s:s,s:N,s:N,s:N,s:N,s:O,s:N,s:{s:O,s:n,s:n,s:n,s:n,s:d,s:n},s:n,s:n,s:d,s:K,s:O,s:d,s:d,"
+        "{s:s,s:N,s:N,s:N,s:N,s:N,s:O,s:N,s:{s:O,s:n,s:n,s:n,s:n,s:d,s:n},s:n,s:n,s:d,s:K,s:O,s:d,s:d,"
         "s:i,s:K,s:{s:O,s:d,s:d,s:d,s:d,s:d},s:{s:n,s:d,s:d}}",
         "backend", backend,
         "events_s", kb_array_copy(sd->events_s, sd->n, NPY_FLOAT64, sizeof(double)),
         "span_s", kb_array_copy(sd->span_s, sd->n, NPY_FLOAT64, sizeof(double)),
+        "summed_s", kb_array_copy(sd->summed_s, sd->n, NPY_FLOAT64, sizeof(double)),
         "kernels_per_iter", kb_array_copy(sd->kernels, sd->n, NPY_UINT32, sizeof(uint32_t)),
         "copies_per_iter", kb_array_copy(sd->copies, sd->n, NPY_UINT32, sizeof(uint32_t)),
         "names", Py_None, "clocks", clocks,

@@ -1,5 +1,6 @@
-/* timer_cupti.c -- the CUPTI GPU timer: sample i = the summed duration of the kernels, memcpys
- * and memsets CUPTI attributes to it through its external correlation id (cupti_trace.c).
+/* timer_cupti.c -- the CUPTI GPU timer: sample i = the busy time of the kernels, memcpys and
+ * memsets CUPTI attributes to it through its external correlation id (cupti_trace.c): their
+ * summed durations, overlapped time counted once (busy_time.c).
  *
  *   [flush]  [event a_i]  push(i) fn() pop  [event b_i]   ...   push(s) empty() pop
  *
@@ -172,7 +173,8 @@ static int collect_segments(cupti_timer *c, Py_ssize_t n, kb_gpu_sample *out)
             out[k].span_s = a->last_end > a->first_start && a->first_start != UINT64_MAX
                                 ? (double)(a->last_end - a->first_start) * 1e-9 / ticks
                                 : 0.0;
-            out[k].time_s = (double)a->sum_ns * 1e-9;
+            out[k].time_s = (double)a->busy_ns * 1e-9;
+            out[k].summed_s = (double)a->sum_ns * 1e-9;
             if (a->kernels + a->memcpys + a->memsets == 0)
                 c->unattributed++;
         }
@@ -202,7 +204,7 @@ static int cupti_read(kb_gpu_timer *t, Py_ssize_t n, int flags, kb_gpu_sample *o
                                                       .names = (flags & KB_READ_NAMES) != 0};
     }
     for (Py_ssize_t i = 0; i < n; i++) {     /* until collected */
-        out[i].time_s = out[i].span_s = NAN;
+        out[i].time_s = out[i].span_s = out[i].summed_s = NAN;
         out[i].kernels = out[i].copies = 0;
     }
     return 0;

@@ -46,7 +46,8 @@ static int events_read(kb_gpu_timer *t, Py_ssize_t n, int flags, kb_gpu_sample *
         if (KB_CU(e->m, e->cu->cuEventElapsedTime(&ms, e->ev[2 * i], e->ev[2 * i + 1])) < 0)
             return -1;
         double s = (double)ms * 1e-3;
-        out[i] = (kb_gpu_sample){.time_s = s, .bracket_s = s, .launch_s = s, .span_s = s};
+        out[i] = (kb_gpu_sample){.time_s = s, .bracket_s = s, .launch_s = s, .span_s = s,
+                                  .summed_s = s};
     }
     return 0;
 }

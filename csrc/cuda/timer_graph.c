@@ -45,6 +45,7 @@ static int graph_read(kb_gpu_timer *t, Py_ssize_t n, int flags, kb_gpu_sample *o
         if (!deferred) {
             out[i].time_s /= g->unroll;
             out[i].span_s /= g->unroll;
+            out[i].summed_s /= g->unroll;
         }
     }
     return 0;
@@ -58,6 +59,7 @@ static int graph_finish(kb_gpu_timer *t, Py_ssize_t n, kb_gpu_sample *out)
     for (Py_ssize_t i = 0; i < n; i++) {
         out[i].time_s /= g->unroll;
         out[i].span_s /= g->unroll;
+        out[i].summed_s /= g->unroll;
     }
     return 0;
 }

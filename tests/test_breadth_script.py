@@ -1,0 +1,67 @@
+"""benchmarks/gpu_breadth.py's reference side, on the CPU: the profile's device records split
+into calls at its flush kernels, each call's time the union of its records (as kbench counts a
+CUPTI sample), and the report's verdicts."""
+import importlib.util
+from pathlib import Path
+
+import pytest
+
+from kbench import _core
+
+SCRIPT = Path(__file__).resolve().parent.parent / "benchmarks" / "gpu_breadth.py"
+pytestmark = [
+    pytest.mark.skipif(not SCRIPT.exists(), reason="not a source checkout (no benchmarks/): "
+                       "the wheel's suite runs from a copy of tests/"),
+    pytest.mark.skipif(not _core.HAVE_CUDA, reason="busy_time is part of the CUDA backend"),
+]
+
+
+@pytest.fixture(scope="module")
+def breadth():
+    spec = importlib.util.spec_from_file_location("gpu_breadth", SCRIPT)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def test_records_split_at_the_flush_and_overlap_counts_once(breadth):
+    flush = "void at::native::vectorized_elementwise_kernel<bitwise_not_kernel_cuda>"
+    recs = [
+        (0, 50_000, "spin_kernel(long)"),              # the queue's spin: never a call's
+        (50_000, 50_100, "kernel before any flush"),   # not a call's either
+        (60_000, 61_000, flush),
+        (61_100, 61_600, "gemm_a"), (61_700, 62_000, "gelu"),       # call 0: serial, 800 ns
+        (63_000, 64_000, flush),
+        (64_100, 65_100, "gemm_a"), (64_300, 65_300, "gemm_side"),  # call 1: forked, overlap
+    ]
+    calls = breadth.calls_from_records(list(reversed(recs)))   # any order
+    assert calls == [{"busy_ns": 800, "summed_ns": 800, "records": 2},
+                     {"busy_ns": 1200, "summed_ns": 2000, "records": 2}]
+
+
+def _rec(kb_s, prof_s, burst_s=None, capped=False):
+    k = {"median_s": kb_s, "rel_ci": 0.004, "kernels_per_call": {"min": 1, "max": 1},
+         "sm_mhz_median": 1980, "warnings": [], "power_capped": capped, "wall_s": 0.3,
+         "overlap_median_s": 0.0, "summed_median_s": kb_s}
+    rec = {"case": "c", "kbench": [k, k], "kbench_s": kb_s,
+           "profile": {"median_s": prof_s, "summed_median_s": prof_s, "records_per_call": 1.0,
+                       "sm_mhz_median": 1980},
+           "diff": kb_s / prof_s - 1, "diff_burst": None}
+    if burst_s is not None:
+        rec["kbench_burst"] = dict(k, median_s=burst_s)
+        rec["diff_burst"] = burst_s / prof_s - 1
+    return rec
+
+
+def test_verdicts_and_report(breadth):
+    assert breadth.verdict(_rec(100e-6, 102e-6)) == "agrees"
+    assert breadth.verdict(_rec(110e-6, 100e-6)) == "DIFFERS"
+    # a few ns on a sub-us kernel are a CUPTI step, not a disagreement
+    assert breadth.verdict(_rec(0.60e-6, 0.56e-6)) == "agrees"
+    capped = _rec(110e-6, 100e-6, burst_s=101e-6, capped=True)
+    assert breadth.verdict(capped).startswith("agrees in burst")
+    assert breadth.verdict({"case": "x", "error": "RuntimeError: boom"}) == "error"
+    out = {"metadata": {"gpu": "G", "driver": "d", "torch": "t", "commit": "abc"},
+           "cases": [_rec(100e-6, 102e-6), capped, {"case": "x", "error": "RuntimeError: boom"}]}
+    md = breadth.markdown(out)
+    assert "| c | 100.00 |" in md and "101.00 (+1.0%)" in md and "error: RuntimeError: boom" in md
