@@ -40,7 +40,7 @@ def test_records_split_at_the_flush_and_overlap_counts_once(breadth):
 
 
 def _rec(kb_s, prof_s, burst_s=None, capped=False):
-    k = {"median_s": kb_s, "rel_ci": 0.004, "kernels_per_call": {"min": 1, "max": 1},
+    k = {"median_s": kb_s, "rel_ci": 0.004, "records_per_call": 1.0,
          "sm_mhz_median": 1980, "warnings": [], "power_capped": capped, "wall_s": 0.3,
          "overlap_median_s": 0.0, "summed_median_s": kb_s}
     rec = {"case": "c", "kbench": [k, k], "kbench_s": kb_s,
@@ -65,3 +65,13 @@ def test_verdicts_and_report(breadth):
            "cases": [_rec(100e-6, 102e-6), capped, {"case": "x", "error": "RuntimeError: boom"}]}
     md = breadth.markdown(out)
     assert "| c | 100.00 |" in md and "101.00 (+1.0%)" in md and "error: RuntimeError: boom" in md
+    assert "overlapped" not in md
+    # records overlapping by a rounding nanosecond are not listed; a forked call's are
+    rounding, forked = _rec(805e-6, 805e-6), _rec(47.4e-6, 47.6e-6)
+    rounding["case"], forked["case"] = "sort", "forked"
+    rounding["kbench"][1] = dict(rounding["kbench"][1], overlap_median_s=1e-9)
+    forked["kbench"][1] = dict(forked["kbench"][1], overlap_median_s=22.4e-6,
+                               summed_median_s=69.8e-6)
+    md = breadth.markdown(dict(out, cases=[rounding, forked]))
+    assert "- forked: kbench 47.40 us, its records summed 69.80 us" in md
+    assert "- sort" not in md
