@@ -58,13 +58,15 @@ def test_verdicts_and_report(breadth):
     assert breadth.verdict(_rec(110e-6, 100e-6)) == "DIFFERS"
     # a few ns on a sub-us kernel are a CUPTI step, not a disagreement
     assert breadth.verdict(_rec(0.60e-6, 0.56e-6)) == "agrees"
-    capped = _rec(110e-6, 100e-6, burst_s=101e-6, capped=True)
-    assert breadth.verdict(capped).startswith("agrees in burst")
+    # a capped kernel: the profile's partly ramped bursts read between burst and sustained
+    capped = _rec(110e-6, 100e-6, burst_s=95e-6, capped=True)
+    assert breadth.verdict(capped) == "capped: between burst and sustained"
+    assert breadth.verdict(_rec(110e-6, 100e-6, burst_s=103e-6, capped=True)) == "DIFFERS"
     assert breadth.verdict({"case": "x", "error": "RuntimeError: boom"}) == "error"
     out = {"metadata": {"gpu": "G", "driver": "d", "torch": "t", "commit": "abc"},
            "cases": [_rec(100e-6, 102e-6), capped, {"case": "x", "error": "RuntimeError: boom"}]}
     md = breadth.markdown(out)
-    assert "| c | 100.00 |" in md and "101.00 (+1.0%)" in md and "error: RuntimeError: boom" in md
+    assert "| c | 100.00 |" in md and "95.00 (-5.0%)" in md and "error: RuntimeError: boom" in md
     assert "overlapped" not in md
     # records overlapping by a rounding nanosecond are not listed; a forked call's are
     rounding, forked = _rec(805e-6, 805e-6), _rec(47.4e-6, 47.6e-6)
