@@ -5,7 +5,7 @@
 #
 # valgrind: runs an exercise script (measure_host with flush/rotate/none, a raising callable,
 #   every stats function (with and without an order that shows dependence), criterion_check,
-#   clock_settled_at/_carried_at/_since, nvml_refreshes, compare on several dtypes and bit-pattern kinds, the
+#   clock_settled_at/_carried_at/_since, nvml_refreshes, busy_time, compare on several dtypes and bit-pattern kinds, the
 #   stream/FMA kernels, cpu_flush, the GPU loaders' failing paths) under memcheck with
 #   PYTHONMALLOC=malloc, using the in-place build of this tree (it builds nothing). The baseline
 #   is the same valgrind on `python -c "import numpy"`: its reports become a suppression file,
@@ -178,6 +178,13 @@ ok(_core.clock_settled_carried_at, t, flat, np.zeros(t.size, np.uint64), p3, p3 
 ok(_core.nvml_refreshes, t, np.floor(t / 0.1) * 3.0 + 300.0, p3, after_s=0.02)
 ok(_core.nvml_refreshes, t)
 expect(ValueError, _core.nvml_refreshes, t, p3[:-1])
+# a CUPTI sample's busy time: the union of a call's intervals (busy_time.c)
+ok(_core.busy_time, [3, 1, 1, 2, 1], [0, 0, 90, 5, 20], [10, 100, 150, 6, 60])
+ok(_core.busy_time, [], [], [])
+expect(ValueError, _core.busy_time, [1], [5], [4])
+expect(ValueError, _core.busy_time, [1, 2], [0], [1])
+expect(ValueError, _core.busy_time, [1], [-1], [4])
+expect(TypeError, _core.busy_time, 1, [0], [1])
 # from where the samples timed while settling are kept
 ok(_core.clock_settled_since, t, np.where(t < 0.3, 1410.0, 1980.0), np.zeros(t.size, np.uint64),
    settled_mhz=1980.0)
@@ -464,7 +471,7 @@ asan_in() {   # asan_in TMPDIR SANITIZE LIBASAN: copy, build and test there
       "$PY" -m pytest -q -p no:cacheprovider tests/test_bench.py tests/test_stats.py \
       tests/test_compare.py tests/test_cpu_kernels.py tests/test_clock_settle.py \
       tests/test_loop_settling.py tests/test_cuda_pipeline_fake_driver.py \
-      tests/test_nvml_topology.py ) \
+      tests/test_nvml_topology.py tests/test_busy_time.py tests/test_cuda_diagnostics.py ) \
       > "$OUT/asan_pytest.log" 2>&1
   local rc=$?
   tail -5 "$OUT/asan_pytest.log"
