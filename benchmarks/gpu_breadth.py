@@ -5,8 +5,9 @@ The agreement benchmark (gpu_agreement.py) checks eight cases hot and in depth. 
 breadth, at kbench's defaults (cold L2 by a flush, the sustained regime, the auto mode): fused
 and library kernels (softmax, layer norm, flash attention, cuDNN convolution, fp8 and int8
 GEMMs), multi-kernel calls (an MLP, CUB's sort, topk), irregular memory (a gather, a transpose),
-copies (device to device, pinned host to device), a CuPy kernel, a user's Triton kernel, a
-launch-bound tiny GEMM, and work forked onto a second stream and joined.
+copies (device to device, pinned host to device), a CuPy kernel, a user's Triton kernel, two
+chained Triton kernels under programmatic dependent launch, a launch-bound tiny GEMM, and work
+forked onto a second stream and joined.
 
 Each case runs in its own process: 2 s of back-to-back calls, kbench, the profile, kbench
 again (their mean cancels a linear drift of the clock state). The profile flushes L2 before
@@ -131,6 +132,30 @@ def build(name: str):
         y, o = torch.rand_like(x), torch.empty_like(x)
         grid = (triton.cdiv(x.numel(), 1024),)
         return lambda: add_kernel[grid](x, y, o, x.numel(), BLOCK=1024)
+    if name == "triton 2 chained adds 16M f32, PDL":
+        # programmatic dependent launch (triton's tutorial 11): the second kernel's blocks may
+        # start while the first drains, waiting in griddepcontrol.wait, so the records overlap
+        import triton
+        import triton.language as tl
+
+        @triton.jit
+        def add_gdc(x_ptr, y_ptr, o_ptr, n, BLOCK: tl.constexpr):
+            tl.extra.cuda.gdc_wait()
+            offs = tl.program_id(0) * BLOCK + tl.arange(0, BLOCK)
+            mask = offs < n
+            x = tl.load(x_ptr + offs, mask=mask)
+            y = tl.load(y_ptr + offs, mask=mask)
+            tl.extra.cuda.gdc_launch_dependents()
+            tl.store(o_ptr + offs, x + y, mask=mask)
+
+        x = torch.rand(1 << 24, device="cuda", generator=g)
+        y, t, o = torch.rand_like(x), torch.empty_like(x), torch.empty_like(x)
+        grid = (triton.cdiv(x.numel(), 1024),)
+
+        def chained():
+            add_gdc[grid](x, y, t, x.numel(), BLOCK=1024, launch_pdl=True)
+            add_gdc[grid](t, y, o, x.numel(), BLOCK=1024, launch_pdl=True)
+        return chained
     if name == "tiny mm f32 64^3":
         a, b = _gemm_inputs(64, 64, 64, torch.float32, g)
         return lambda: a @ b
@@ -155,7 +180,8 @@ CASES = ["softmax bf16 8192x8192", "layer_norm f16 16384x4096", "sdpa causal bf1
          "conv2d bf16 32x128x56x56 3x3", "embedding gather 64K of 1M x 256 bf16", "sort 16M f32",
          "topk 16M f32 k=1024", "cumsum 64M f32", "sum 64M f32", "transpose copy 8192^2 f32",
          "copy_ D2D 256 MB", "copy_ H2D 64 MB pinned", "cupy elementwise 16M f32",
-         "triton add 16M f32", "tiny mm f32 64^3", "forked: 2 bf16 GEMMs 2048^3 on two streams"]
+         "triton add 16M f32", "triton 2 chained adds 16M f32, PDL", "tiny mm f32 64^3",
+         "forked: 2 bf16 GEMMs 2048^3 on two streams"]
 
 
 def steady(fn, seconds: float) -> None:
@@ -346,10 +372,10 @@ def markdown(out: dict) -> str:
     if overl:
         lines += ["", "Calls whose records overlapped (the figure counts the overlap once):", ""]
         for r in overl:
-            k = r["kbench"][1]
+            k, p = r["kbench"][1], r["profile"]
             lines.append(f"- {r['case']}: kbench {us(k['median_s'])} us, its records summed "
-                         f"{us(k['summed_median_s'])} us; profile union {us(r['profile']['median_s'])}"
-                         f" us, summed {us(r['profile']['summed_median_s'])} us")
+                         f"{us(k['summed_median_s'])} us; profile union {us(p['median_s'])} us, "
+                         f"summed {us(p['summed_median_s'])} us")
     warned = [(r["case"], w) for r in out["cases"] if not r.get("error")
               for k in r["kbench"] for w in k["warnings"]]
     if warned:
