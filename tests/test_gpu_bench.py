@@ -103,9 +103,10 @@ def test_work_forked_onto_a_second_stream_counts_once():
         # kbench blamed CUPTI's timestamps
         assert not any("exceeds the CUDA-event time" in w for w in r.warnings), r.warnings
     one_spin = rs.median / 2
-    # one stream: nothing overlaps, the figure is the sum
-    assert rs.extra["overlap_median_s"] == 0.0
-    assert rs.extra["summed_median_s"] == rs.median
+    # one stream: the records meet end to start, so the figure is their sum (CUPTI's
+    # timestamps can overlap back-to-back records by a nanosecond: CUB's sort read 1 ns)
+    assert 0.0 <= rs.extra["overlap_median_s"] <= 2e-9
+    assert rs.extra["summed_median_s"] == pytest.approx(rs.median, abs=2e-9)
     # two streams: about one spin (the side spin starts a launch later), summed about two
     assert one_spin * 0.95 <= rf.median <= one_spin * 1.3, (rf.median, one_spin)
     assert rf.extra["summed_median_s"] == pytest.approx(rs.median, rel=0.1)

@@ -668,10 +668,12 @@ int kb_cupti_collect(PyObject *m, kb_cupti_trace *t, uint64_t first_id, Py_ssize
             continue;
         }
         kb_iter_activity *it = &acts[e->ext - first_id];
+        /* summed in CUPTI's units, converted once below with the busy time, so that records
+         * which do not overlap give the two figures bit for bit */
         uint64_t d = a->end - a->start;
+        it->sum_ns += d;
         if (t->ticks_per_ns != 1.0)
             d = (uint64_t)((double)d / t->ticks_per_ns + 0.5);
-        it->sum_ns += d;
         t->spans[t->n_spans++] = (kb_span){.key = e->ext - first_id, .start = a->start,
                                            .end = a->end};
         if (a->start < it->first_start)
@@ -707,12 +709,13 @@ int kb_cupti_collect(PyObject *m, kb_cupti_trace *t, uint64_t first_id, Py_ssize
     }
     /* overlapping activities of one call count once (busy_time.c); in CUPTI's units until here */
     size_t calls = kb_busy_time(t->spans, t->n_spans);
-    for (size_t k = 0; k < calls; k++) {
-        uint64_t busy = t->spans[k].end;
-        if (t->ticks_per_ns != 1.0)
-            busy = (uint64_t)((double)busy / t->ticks_per_ns + 0.5);
-        acts[t->spans[k].key].busy_ns = busy;
-    }
+    for (size_t k = 0; k < calls; k++)
+        acts[t->spans[k].key].busy_ns = t->spans[k].end;
+    if (t->ticks_per_ns != 1.0)
+        for (Py_ssize_t i = 0; i < n; i++) {
+            acts[i].busy_ns = (uint64_t)((double)acts[i].busy_ns / t->ticks_per_ns + 0.5);
+            acts[i].sum_ns = (uint64_t)((double)acts[i].sum_ns / t->ticks_per_ns + 0.5);
+        }
     return 0;
 }
 
