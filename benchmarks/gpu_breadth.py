@@ -41,6 +41,7 @@ except ImportError:      # the record splitting and the report are tested withou
 
 import kbench
 from kbench import _core
+from kbench.result import overlap_worth_showing
 
 SPIN_NAME = "spin_kernel"          # torch.cuda._sleep's kernel
 FLUSH_NAME = "bitwise_not"         # the profile's flush kernel
@@ -364,11 +365,10 @@ def markdown(out: dict) -> str:
             f"{p['sm_mhz_median'] or '-'} | "
             f"{us(burst['median_s']) + ' (' + pct(rec['diff_burst']) + ')' if burst else '-'} | "
             f"{verdict(rec)} |")
-    # as the printed result's Overlap row: more than a CUPTI step and 0.5% (back-to-back
-    # records on one stream can overlap by a nanosecond of rounding)
+    # the printed result's Overlap row's rule
     overl = [r for r in out["cases"] if not r.get("error") and
-             (r["kbench"][1].get("overlap_median_s") or 0) >
-             max(32e-9, 0.005 * r["kbench"][1]["median_s"])]
+             overlap_worth_showing(r["kbench"][1].get("overlap_median_s") or 0.0,
+                                   r["kbench"][1]["median_s"])]
     if overl:
         lines += ["", "Calls whose records overlapped (the figure counts the overlap once):", ""]
         for r in overl:

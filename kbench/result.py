@@ -105,6 +105,12 @@ def _regime_text(regime: Optional[Dict[str, Any]]) -> str:
     return f"{name}: {what}{detail}; {held}{note}"
 
 
+def overlap_worth_showing(overlap_s: float, median_s: Optional[float]) -> bool:
+    """Whether a call's records overlapped by more than CUPTI's rounding: above one 32 ns step
+    and 0.5% of the figure (back-to-back records on one stream overlap by 1 ns in some calls)."""
+    return bool(median_s) and overlap_s > max(32e-9, 0.005 * median_s)
+
+
 def _duty_text(fraction: Optional[float], between: Optional[Dict[str, Any]],
                keep_busy: Optional[Dict[str, Any]] = None) -> str:
     """How busy the GPU was while sampling ('' when unknown)."""
@@ -287,7 +293,7 @@ class Result:
             rows.append(["Timer steps", f"under 2 us: {step_s}; sampled for >= "
                          f"{self.extra['stepped_min_sampling_s']:g} s so the run mixes them"])
         overlap = self.extra.get("overlap_median_s") or 0.0
-        if s.get("median") and overlap > max(32e-9, 0.005 * s["median"]):
+        if overlap_worth_showing(overlap, s.get("median")):
             rows.append(["Overlap", f"the call's kernels/copies overlapped by "
                                     f"{fmt_time(overlap)} (a second stream, or programmatic "
                                     f"dependent launch): the figure counts that time once; "
