@@ -31,14 +31,12 @@ void kb_ctx_leave(const kb_cuda_api *cu, int pushed);
 
 typedef struct {
     CUdeviceptr buf;            /* the buffer written before each sample */
-    size_t bytes;               /* a multiple of 16 */
+    size_t bytes;
     unsigned int value;         /* changes every flush */
-    const struct kb_builtin_kernels_s *kernels;   /* kb_fill: the write (cuda_kernels.c) */
 } kb_l2_flusher;
 
-/* Allocate `bytes` (0: 2x the L2 of device `ordinal`, current in this thread). MemoryError
- * naming the size on out-of-memory. */
-int kb_l2_flusher_init(PyObject *m, const kb_cuda_api *cu, int ordinal, kb_l2_flusher *f,
+/* Allocate `bytes` (0: 2x the device's L2). MemoryError naming the size on out-of-memory. */
+int kb_l2_flusher_init(PyObject *m, const kb_cuda_api *cu, CUdevice dev, kb_l2_flusher *f,
                        size_t bytes);
 int kb_l2_flush(PyObject *m, const kb_cuda_api *cu, kb_l2_flusher *f, CUstream s);
 void kb_l2_flusher_fini(const kb_cuda_api *cu, kb_l2_flusher *f);
@@ -131,16 +129,14 @@ void kb_cupti_end(PyObject *m, kb_cupti_trace *t);
 
 /* ---------------------------------------------------------------- cuda_kernels.c */
 
-/* Built-in PTX kernels (no NVRTC needed): kb_empty(), kb_busy(ns, sink) and kb_fill(p, n, v).
- * Loaded once per context on first use. */
-typedef struct kb_builtin_kernels_s {
+/* Built-in PTX kernels (no NVRTC needed): kb_empty() and kb_busy(ns, sink). Loaded once per
+ * context on first use. */
+typedef struct {
     CUcontext ctx;
     CUmodule module;
     CUfunction empty;
     CUfunction busy;
-    CUfunction fill;
     CUdeviceptr sink;
-    int sms;                    /* the context's device's SM count, for kb_fill's grid */
 } kb_builtin_kernels;
 
 int kb_builtin_load(PyObject *m, const kb_cuda_api *cu, kb_builtin_kernels *k);
@@ -149,9 +145,6 @@ void kb_builtin_unload(const kb_cuda_api *cu, kb_builtin_kernels *k);
  * the module state (a module loaded and unloaded per measurement cost device memory while CUPTI
  * was attached). NULL with an exception. */
 kb_builtin_kernels *kb_builtin_get(PyObject *m, const kb_cuda_api *cu, int device);
-/* Store `value` over `bytes` at `p` (both multiples of 16) with every SM, on stream s. */
-int kb_builtin_fill(PyObject *m, const kb_cuda_api *cu, const kb_builtin_kernels *k, CUstream s,
-                    CUdeviceptr p, size_t bytes, unsigned int value);
 /* Keep every SM busy for `seconds` (clock ramp-up before measuring). */
 int kb_builtin_busy(PyObject *m, const kb_cuda_api *cu, kb_builtin_kernels *k, CUdevice dev,
                     CUstream s, double seconds);

@@ -2,8 +2,7 @@
  *
  * Built-in kernels are PTX text JIT-compiled by the driver, so they need no NVRTC:
  *   kb_empty()          the empty kernel a timing mode's floor is measured with;
- *   kb_busy(ns, sink)   keeps every SM busy for ns nanoseconds (clock ramp-up before measuring);
- *   kb_fill(p, n, v)    stores v over n 16-byte words: the cold-L2 flush (coldcache_cuda.c).
+ *   kb_busy(ns, sink)   keeps every SM busy for ns nanoseconds (clock ramp-up before measuring).
  * The reference kernels in kernels/cuda/ (copy for the HBM ceiling, FMA for the compute
  * ceiling) are compiled with NVRTC through the CudaKernel type, and run on DeviceBuffer memory,
  * so `kbench peaks` needs neither PyTorch nor CuPy.
@@ -56,37 +55,6 @@ static const char BUILTIN_PTX[] =
     "\tst.global.f32 [%rd6], %f1;\n"
     "$L_done:\n"
     "\tret;\n"
-    "}\n"
-    "\n"
-    /* a grid-stride loop of 16-byte stores: p is 16-byte aligned, n counts 16-byte words */
-    ".visible .entry kb_fill(.param .u64 kb_fill_p, .param .u64 kb_fill_n, .param .u32 kb_fill_v)\n"
-    "{\n"
-    "\t.reg .pred %p<2>;\n"
-    "\t.reg .b32 %r<6>;\n"
-    "\t.reg .b64 %rd<8>;\n"
-    "\tld.param.u64 %rd1, [kb_fill_p];\n"
-    "\tld.param.u64 %rd2, [kb_fill_n];\n"
-    "\tld.param.u32 %r1, [kb_fill_v];\n"
-    "\tcvta.to.global.u64 %rd1, %rd1;\n"
-    "\tmov.u32 %r2, %ctaid.x;\n"
-    "\tmov.u32 %r3, %ntid.x;\n"
-    "\tmov.u32 %r4, %tid.x;\n"
-    "\tmul.wide.u32 %rd3, %r2, %r3;\n"
-    "\tcvt.u64.u32 %rd4, %r4;\n"
-    "\tadd.u64 %rd3, %rd3, %rd4;\n"
-    "\tmov.u32 %r5, %nctaid.x;\n"
-    "\tmul.wide.u32 %rd5, %r5, %r3;\n"
-    "\tsetp.ge.u64 %p1, %rd3, %rd2;\n"
-    "\t@%p1 bra $L_fill_done;\n"
-    "$L_fill:\n"
-    "\tshl.b64 %rd6, %rd3, 4;\n"
-    "\tadd.u64 %rd7, %rd1, %rd6;\n"
-    "\tst.global.v4.u32 [%rd7], {%r1, %r1, %r1, %r1};\n"
-    "\tadd.u64 %rd3, %rd3, %rd5;\n"
-    "\tsetp.lt.u64 %p1, %rd3, %rd2;\n"
-    "\t@%p1 bra $L_fill;\n"
-    "$L_fill_done:\n"
-    "\tret;\n"
     "}\n";
 
 int kb_builtin_load(PyObject *m, const kb_cuda_api *cu, kb_builtin_kernels *k)
@@ -104,15 +72,7 @@ int kb_builtin_load(PyObject *m, const kb_cuda_api *cu, kb_builtin_kernels *k)
     k->ctx = ctx;
     if (KB_CU(m, cu->cuModuleGetFunction(&k->empty, k->module, "kb_empty")) < 0 ||
         KB_CU(m, cu->cuModuleGetFunction(&k->busy, k->module, "kb_busy")) < 0 ||
-        KB_CU(m, cu->cuModuleGetFunction(&k->fill, k->module, "kb_fill")) < 0 ||
         KB_CU(m, cu->cuMemAlloc(&k->sink, 4)) < 0) {
-        kb_builtin_unload(cu, k);
-        return -1;
-    }
-    CUdevice dev;
-    if (KB_CU(m, cu->cuCtxGetDevice(&dev)) < 0 ||
-        KB_CU(m, cu->cuDeviceGetAttribute(&k->sms, CU_DEVICE_ATTRIBUTE_MULTIPROCESSOR_COUNT,
-                                          dev)) < 0) {
         kb_builtin_unload(cu, k);
         return -1;
     }
@@ -147,17 +107,6 @@ int kb_builtin_busy(PyObject *m, const kb_cuda_api *cu, kb_builtin_kernels *k, C
         left -= chunk;
     }
     return 0;
-}
-
-int kb_builtin_fill(PyObject *m, const kb_cuda_api *cu, const kb_builtin_kernels *k, CUstream s,
-                    CUdeviceptr p, size_t bytes, unsigned int value)
-{
-    unsigned long long ptr = (unsigned long long)p, words = bytes / 16;
-    void *params[] = {&ptr, &words, &value};
-    /* 2048 threads an SM, the most one holds: enough stores in flight to run at the write
-     * bandwidth, and the grid-stride loop covers any size */
-    unsigned blocks = (unsigned)(k->sms > 0 ? k->sms : 1) * 8;
-    return KB_CU(m, cu->cuLaunchKernel(k->fill, blocks, 1, 1, 256, 1, 1, 0, s, params, NULL));
 }
 
 kb_builtin_kernels *kb_builtin_get(PyObject *m, const kb_cuda_api *cu, int device)
@@ -297,35 +246,6 @@ static PyObject *devbuf_memset(DeviceBuffer *self, PyObject *args, PyObject *kw)
     Py_RETURN_NONE;
 }
 
-/* fill(value, stream=0): kb_fill's 16-byte stores of the 32-bit value over the buffer, the
- * kernel write the cold-L2 flush makes (profile mode's flush, so it matches the measured one). */
-static PyObject *devbuf_fill(DeviceBuffer *self, PyObject *args, PyObject *kw)
-{
-    static char *kwlist[] = {"value", "stream", NULL};
-    unsigned int value;
-    unsigned long long stream = 0;
-    int pushed = 0;
-    if (!PyArg_ParseTupleAndKeywords(args, kw, "I|K:fill", kwlist, &value, &stream))
-        return NULL;
-    if (self->nbytes % 16 != 0) {
-        PyErr_Format(PyExc_ValueError,
-                     "fill: the buffer's %zu bytes are not a multiple of 16 (kb_fill's store)",
-                     self->nbytes);
-        return NULL;
-    }
-    const kb_cuda_api *cu = kb_cuda(self->module);
-    if (cu == NULL || kb_ctx_enter(self->module, cu, self->device, &pushed) < 0)
-        return NULL;
-    kb_builtin_kernels *k = kb_builtin_get(self->module, cu, self->device);
-    int rc = k == NULL ? -1
-                       : kb_builtin_fill(self->module, cu, k, (CUstream)(uintptr_t)stream,
-                                         self->ptr, self->nbytes, value);
-    kb_ctx_leave(cu, pushed);
-    if (rc < 0)
-        return NULL;
-    Py_RETURN_NONE;
-}
-
 /* copy_from(src, stream=0): the driver's device-to-device copy of src's bytes (the copy
  * engines' path, one of the HBM ceiling's candidates), asynchronously on the stream. */
 static PyObject *devbuf_copy_from(DeviceBuffer *self, PyObject *args, PyObject *kw)
@@ -409,10 +329,6 @@ static PyObject *devbuf_get_nbytes(DeviceBuffer *self, void *closure)
 static PyMethodDef devbuf_methods[] = {
     {"memset", (PyCFunction)(void (*)(void))devbuf_memset, METH_VARARGS | METH_KEYWORDS,
      "memset(value, stream=0): fill every byte, asynchronously on the stream."},
-    {"fill", (PyCFunction)(void (*)(void))devbuf_fill, METH_VARARGS | METH_KEYWORDS,
-     "fill(value, stream=0): store the 32-bit value over the buffer with kbench's fill kernel "
-     "(the cold-L2 flush's write), asynchronously on the stream; the size must be a multiple "
-     "of 16."},
     {"copy_from", (PyCFunction)(void (*)(void))devbuf_copy_from, METH_VARARGS | METH_KEYWORDS,
      "copy_from(src, stream=0): copy src's bytes (cuMemcpyDtoDAsync), asynchronously."},
     {"to_numpy", (PyCFunction)(void (*)(void))devbuf_to_numpy, METH_VARARGS | METH_KEYWORDS,

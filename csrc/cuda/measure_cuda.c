@@ -942,7 +942,7 @@ static int step_setup(cuda_ctx *c, const kb_loop_config *cfg)
         return -1;
     c->gate_ready = c->opt.gate;
     if (c->opt.cold == KB_COLD_FLUSH &&
-        kb_l2_flusher_init(m, c->cu, c->opt.device, &c->flusher, (size_t)c->opt.flush_bytes) < 0)
+        kb_l2_flusher_init(m, c->cu, c->dev, &c->flusher, (size_t)c->opt.flush_bytes) < 0)
         return -1;
     /* One untimed, ungated first call: a first call's one-off host work (JIT, library handles,
      * autotuning) must not stall the gated warm-up behind the watchdog, nor leave the GPU idle

@@ -49,7 +49,7 @@
     X(cuEventCreate, 0) X(cuEventDestroy, 0) X(cuEventRecord, 0) X(cuEventSynchronize, 0)      \
     X(cuEventElapsedTime, 0) /* _v2 (12.8) has the v1 signature */ X(cuEventQuery, 0)          \
     X(cuMemAlloc, 0) X(cuMemFree, 0) X(cuMemGetInfo, 0) X(cuMemsetD8Async, 0)                  \
-    X(cuMemcpyDtoH, 0) X(cuMemcpyHtoD, 0) X(cuMemcpyDtoHAsync, 0)                              \
+    X(cuMemsetD32Async, 0) X(cuMemcpyDtoH, 0) X(cuMemcpyHtoD, 0) X(cuMemcpyDtoHAsync, 0)       \
     X(cuMemHostAlloc, 0) X(cuMemFreeHost, 0) X(cuMemHostGetDevicePointer, 0)                   \
     X(cuGraphInstantiateWithFlags, 0) X(cuGraphLaunch, 0) X(cuGraphExecDestroy, 0)             \
     X(cuGraphDestroy, 0) X(cuGraphGetNodes, 0) X(cuGraphNodeGetType, 0)                        \
