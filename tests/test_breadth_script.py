@@ -39,6 +39,21 @@ def test_records_split_at_the_flush_and_overlap_counts_once(breadth):
                      {"busy_ns": 1200, "summed_ns": 2000, "records": 2}]
 
 
+def test_a_memset_flush_after_its_marker_is_not_the_calls_but_the_calls_own_memset_is(breadth):
+    marker = "void at::native::vectorized_elementwise_kernel<bitwise_not_kernel_cuda>"
+    recs = [
+        (0, 100, marker), (200, 30_200, "Memset (Device)"),             # the flush
+        (30_300, 31_300, "reduce_kernel"),                              # call 0
+        (31_400, 31_500, marker), (31_600, 61_600, "Memset (Device)"),  # the flush
+        (61_700, 61_800, "Memset (Device)"), (61_900, 62_900, "reduce_kernel"),  # call 1
+    ]
+    calls = breadth.calls_from_records(recs, flush_after_marker=1)
+    assert [c["busy_ns"] for c in calls] == [1000, 1100]
+    assert [c["records"] for c in calls] == [1, 2]
+    # read as if the marker were the whole flush, the memset would count in the call
+    assert breadth.calls_from_records(recs)[0]["busy_ns"] == 31_000
+
+
 def _rec(kb_s, prof_s, burst_s=None, capped=False):
     k = {"median_s": kb_s, "rel_ci": 0.004, "records_per_call": 1.0,
          "sm_mhz_median": 1980, "warnings": [], "power_capped": capped, "wall_s": 0.3,
@@ -46,7 +61,9 @@ def _rec(kb_s, prof_s, burst_s=None, capped=False):
     rec = {"case": "c", "kbench": [k, k], "kbench_s": kb_s,
            "profile": {"median_s": prof_s, "summed_median_s": prof_s, "records_per_call": 1.0,
                        "sm_mhz_median": 1980},
-           "diff": kb_s / prof_s - 1, "diff_burst": None}
+           "profile_memset": {"median_s": prof_s * 1.01},
+           "diff": kb_s / prof_s - 1, "diff_memset": kb_s / (prof_s * 1.01) - 1,
+           "diff_burst": None}
     if burst_s is not None:
         rec["kbench_burst"] = dict(k, median_s=burst_s)
         rec["diff_burst"] = burst_s / prof_s - 1
@@ -67,6 +84,8 @@ def test_verdicts_and_report(breadth):
            "cases": [_rec(100e-6, 102e-6), capped, {"case": "x", "error": "RuntimeError: boom"}]}
     md = breadth.markdown(out)
     assert "| c | 100.00 |" in md and "95.00 (-5.0%)" in md and "error: RuntimeError: boom" in md
+    # beside the kernel-flushed profile, the memset-flushed one and kbench against it
+    assert "| 102.00 | -2.0% | 103.02 | -2.9% |" in md
     assert "overlapped" not in md
     # records overlapping by a rounding nanosecond are not listed; a forked call's are
     rounding, forked = _rec(805e-6, 805e-6), _rec(47.4e-6, 47.6e-6)
