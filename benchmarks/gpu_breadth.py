@@ -19,9 +19,10 @@ it; the summed durations are kept too (they differ only where records overlapped
 A second profile flushes as kbench does, with a driver memset of twice the L2 (marked by a
 one-byte bitwise_not_ before it, so a call's own memsets are not taken for the flush). A cold
 call that writes depends on what the flush left in L2: on the H200 a Triton add 16M read
-49.1-49.2 us after torch's fill_, 49.4-50.1 after a memset and 44.0 after a read-only pass
-(probe at 8ef1715). The verdict holds kbench against the kernel flush, the field's way
-(Triton's do_bench and FlashInfer zero_() a buffer); the memset column is the same procedure.
+49.2-49.4 us after torch's fill_, 49.7-50.1 after a memset and 44.0 after a read-only pass
+(probes at 8ef1715, GPU-0387609b; NOTES). The verdict holds kbench against the kernel flush,
+the field's way (Triton's do_bench and FlashInfer zero_() a buffer); the memset column is the
+same procedure as kbench's.
 
 A power-capped case also runs `regime="burst"` (each batch on a recovered GPU at peak clocks):
 the sustained figure is the capped clock's, and the profile's bursts of calls after a spin ramp
