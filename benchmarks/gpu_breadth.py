@@ -233,7 +233,10 @@ def profile_cold(fn, flush_kind: str = "kernel") -> dict:
     the union of its records' intervals and their summed durations."""
     from torch.profiler import ProfilerActivity, profile
     l2 = torch.cuda.get_device_properties(0).L2_cache_size
-    flush = _flush_kernel(l2) if flush_kind == "kernel" else _flush_memset(l2)
+    flushes = {"kernel": _flush_kernel, "memset": _flush_memset}
+    if flush_kind not in flushes:
+        raise ValueError(f"flush_kind must be one of {sorted(flushes)}, got {flush_kind!r}")
+    flush = flushes[flush_kind](l2)
     flush()
     calls = int(min(max(0.3 / max(per_call_s(fn), 1e-6), 30), 1000))
     burst = min(calls, 100)
