@@ -1,5 +1,8 @@
 #!/usr/bin/env bash
-# Device runs, batched: bash scripts/gpu_check.sh tests|bench|all|regime|final|ttf|soak|last|leak|gpusoak|breadth
+# Device runs, batched: bash scripts/gpu_check.sh tests|bench|all|regime|final|ttf|soak|last|leak|gpusoak|breadth|hostcpu
+#   hostcpu: the CPU benchmarks (cpu_time_to_figure.py, cpu_ci_calibration.py) on the GPU
+#            machine's host CPU, a quieter machine than the 2-core CI VM; pytest-benchmark from
+#            wheels carried in .whl/pb (pytest-benchmark, py-cpuinfo)
 #   breadth: the GPU tests, then benchmarks/gpu_breadth.py (kbench's defaults on other kinds of
 #            callables against a cold, queued torch.profiler) with what is left of BREADTH_BUDGET_S
 #   ttf: benchmarks/gpu_time_to_figure.py alone (a second call after `final`, whose capped GEMMs
@@ -107,6 +110,24 @@ if [ "$mode" = final ]; then
     echo "== time to a figure"
     time_to_figure
   fi
+fi
+if [ "$mode" = hostcpu ]; then
+  echo "== host CPU"; { nproc; lscpu | grep -E "Model name|^CPU\(s\)|L3|Thread|Hypervisor"; uptime; } 2>&1 | tee "$OUT/host.txt"
+  pbs=()
+  if ls .whl/pb/*.whl > /dev/null 2>&1; then
+    rm -rf "$LOGS/pb" && $PY -m pip install -q --no-deps --no-index --target "$LOGS/pb" .whl/pb/*.whl 2>&1 | tail -2
+    export PYTHONPATH="${PYTHONPATH:-$PWD}:$LOGS/pb"
+  else
+    pbs=(--no-pytest-benchmark)
+  fi
+  # the kbench plugin is named by PYTEST_PLUGINS only for the GPU suite; the pytest-benchmark
+  # rounds run without it, as a user of that tool would
+  unset PYTEST_PLUGINS
+  echo "== CPU time to a figure: kbench vs timeit vs pytest-benchmark"
+  timeout 330 $PY benchmarks/cpu_time_to_figure.py --rounds "${CPU_ROUNDS:-7}" --out-dir "$OUT" \
+    ${pbs[@]+"${pbs[@]}"} 2>&1 | tail -12
+  echo "== CPU CI calibration"
+  timeout 200 $PY benchmarks/cpu_ci_calibration.py --out-dir "$OUT" 2>&1 | tail -12
 fi
 if [ "$mode" = ttf ]; then
   echo "== time to a figure"
