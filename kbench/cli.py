@@ -259,7 +259,8 @@ def cmd_info(args: argparse.Namespace) -> int:
         return 0
     print(f"kbench {md.get('kbench_version')}  python {md.get('python_version')}  "
           f"numpy {md.get('numpy_version')}")
-    print(f"CPU: {md.get('cpu_model')}, {md.get('cpu_count')} logical cores")
+    vm = ", under a hypervisor (a VM)" if md.get("cpu_hypervisor") else ""
+    print(f"CPU: {md.get('cpu_model')}, {md.get('cpu_count')} logical cores{vm}")
     print("caches: " + ", ".join(f"L{c['level']} {c['type']} {fmt_bytes(c['bytes'])}"
                                  for c in caches["levels"])
           + f"; last level {fmt_bytes(caches['llc_bytes'])} ({caches['source']})")

@@ -47,6 +47,21 @@ def cpu_model(cpuinfo_path: str = "/proc/cpuinfo") -> str:
         return UNKNOWN
 
 
+def cpu_hypervisor(cpuinfo_path: str = "/proc/cpuinfo") -> bool | None:
+    """Whether the CPU runs under a hypervisor: the x86 "hypervisor" flag in /proc/cpuinfo.
+    None where there is no flags line (other architectures, no /proc). A VM's figures drift
+    with its neighbours' load, so a reader of a result needs to know."""
+    try:
+        with open(cpuinfo_path, encoding="utf-8", errors="replace") as f:
+            for line in f:
+                key, sep, value = line.partition(":")
+                if sep and key.strip().lower() == "flags":
+                    return "hypervisor" in value.split()
+    except OSError:
+        pass
+    return None
+
+
 def _parse_size(text: str) -> int | None:
     """sysfs cache sizes look like "48K", "2048K", "300M"; return bytes or None."""
     text = text.strip().upper()
@@ -180,9 +195,9 @@ def _utc_now_iso() -> str:
 def collect_host_metadata() -> dict:
     """Everything that identifies a measurement's host and run. Never raises.
 
-    Keys: timestamp_utc, hostname, cpu_model, cpu_count, cpu_affinity, caches (list from sysfs),
-    cache_sizes ({"L1d": bytes, ...}), system, release (kernel), machine, platform,
-    python_implementation, python_version, numpy_version, kbench_version, git (None or
+    Keys: timestamp_utc, hostname, cpu_model, cpu_hypervisor, cpu_count, cpu_affinity, caches
+    (list from sysfs), cache_sizes ({"L1d": bytes, ...}), system, release (kernel), machine,
+    platform, python_implementation, python_version, numpy_version, kbench_version, git (None or
     {"commit", "dirty"}), argv, cwd, env.
     """
     caches = cpu_caches()
@@ -191,6 +206,7 @@ def collect_host_metadata() -> dict:
         "timestamp_utc": _utc_now_iso(),
         "hostname": _hostname(),
         "cpu_model": cpu_model(),
+        "cpu_hypervisor": cpu_hypervisor(),
         "cpu_count": cores["cpu_count"],
         "cpu_affinity": cores["affinity"],
         "caches": caches,

@@ -125,9 +125,11 @@ if [ "$mode" = hostcpu ]; then
   unset PYTEST_PLUGINS
   echo "== CPU time to a figure: kbench vs timeit vs pytest-benchmark"
   timeout 330 $PY benchmarks/cpu_time_to_figure.py --rounds "${CPU_ROUNDS:-7}" --out-dir "$OUT" \
+    --stem h200host_cpu_time_to_figure \
     ${pbs[@]+"${pbs[@]}"} 2>&1 | tail -12
   echo "== CPU CI calibration"
-  timeout 200 $PY benchmarks/cpu_ci_calibration.py --out-dir "$OUT" 2>&1 | tail -12
+  timeout 200 $PY benchmarks/cpu_ci_calibration.py --out-dir "$OUT" --stem h200host_cpu_ci_calibration \
+    2>&1 | tail -8
 fi
 if [ "$mode" = ttf ]; then
   echo "== time to a figure"

@@ -2,10 +2,29 @@
 
 Tests that need a CUDA GPU carry ``@pytest.mark.gpu`` (the marker is declared in
 pyproject.toml); here they are skipped, with the reason, when no CUDA device is visible.
+The ``load_benchmark`` fixture loads a benchmarks/ script as a module, for tests of its
+CPU-side logic.
 """
 import functools
+import importlib.util
+from pathlib import Path
 
 import pytest
+
+BENCHMARKS = Path(__file__).resolve().parent.parent / "benchmarks"
+
+
+def _load_benchmark(name):
+    """benchmarks/<name>.py as a module: the scripts are files, not a package."""
+    spec = importlib.util.spec_from_file_location(name, BENCHMARKS / f"{name}.py")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+@pytest.fixture(scope="session")
+def load_benchmark():
+    return _load_benchmark
 
 
 @functools.lru_cache(maxsize=None)

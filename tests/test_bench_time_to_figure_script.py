@@ -22,12 +22,9 @@ def bench_gpu_time_with_cupti(fn, repeat_time_ms=100, cold_l2_cache=True):
 
 
 @pytest.fixture
-def script():
+def script(load_benchmark):
     before = set(sys.modules)
-    spec = importlib.util.spec_from_file_location("gpu_time_to_figure", SCRIPT)
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    yield module
+    yield load_benchmark("gpu_time_to_figure")
     for name in set(sys.modules) - before:      # the stand-in flashinfer package and the file
         del sys.modules[name]
 

@@ -1,7 +1,6 @@
 """benchmarks/gpu_breadth.py's reference side, on the CPU: the profile's device records split
 into calls at its flush kernels, each call's time the union of its records (as kbench counts a
 CUPTI sample), and the report's verdicts."""
-import importlib.util
 from pathlib import Path
 
 import pytest
@@ -17,11 +16,8 @@ pytestmark = [
 
 
 @pytest.fixture(scope="module")
-def breadth():
-    spec = importlib.util.spec_from_file_location("gpu_breadth", SCRIPT)
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
+def breadth(load_benchmark):
+    return load_benchmark("gpu_breadth")
 
 
 def test_records_split_at_the_flush_and_overlap_counts_once(breadth):

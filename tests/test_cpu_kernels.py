@@ -327,7 +327,7 @@ def test_kernels_release_the_gil():
 
 # ------------------------------------------------------------------ metadata
 
-META_KEYS = {"timestamp_utc", "hostname", "cpu_model", "cpu_count", "cpu_affinity", "caches",
+META_KEYS = {"timestamp_utc", "hostname", "cpu_model", "cpu_hypervisor", "cpu_count", "cpu_affinity", "caches",
              "cache_sizes", "system", "release", "machine", "platform", "python_version",
              "numpy_version", "kbench_version", "git", "argv", "cwd", "env"}
 
@@ -428,6 +428,17 @@ def test_cpu_model_parsing(tmp_path):
     arm.write_text("processor\t: 0\nBogoMIPS\t: 50.00\n\nHardware\t: Fake SoC\n")
     assert metadata.cpu_model(str(arm)) == "Fake SoC"
     assert isinstance(metadata.cpu_model(str(tmp_path / "missing")), str)
+
+
+def test_cpu_hypervisor_flag(tmp_path):
+    vm, metal, arm = tmp_path / "vm", tmp_path / "metal", tmp_path / "arm"
+    vm.write_text("processor\t: 0\nflags\t\t: fpu vme sse2 hypervisor avx2\n")
+    metal.write_text("processor\t: 0\nflags\t\t: fpu vme sse2 avx2 hypervisorless\n")
+    arm.write_text("processor\t: 0\nFeatures\t: fp asimd\n")
+    assert metadata.cpu_hypervisor(str(vm)) is True
+    assert metadata.cpu_hypervisor(str(metal)) is False    # a whole word, not a prefix
+    assert metadata.cpu_hypervisor(str(arm)) is None
+    assert metadata.cpu_hypervisor(str(tmp_path / "missing")) is None
 
 
 def test_import_is_lazy():

@@ -1,6 +1,5 @@
 """benchmarks/settle_replay.py on synthetic traces: the carried rule replayed at each refresh
 margin through the core, the first fresh snapshot's power, and NVML's refresh intervals."""
-import importlib.util
 import json
 import subprocess
 import sys
@@ -28,11 +27,8 @@ def snapshot_trace(inst_after=300.0, phase=0.03, seconds=0.7):
 
 
 @pytest.fixture
-def replay():
-    spec = importlib.util.spec_from_file_location("settle_replay", SCRIPT)
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
+def replay(load_benchmark):
+    return load_benchmark("settle_replay")
 
 
 def test_a_light_carried_load_settles_on_its_first_fresh_snapshot(replay):
