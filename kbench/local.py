@@ -343,9 +343,16 @@ def _stop_warning(r: Result) -> Optional[str]:
     dependence = dependence_text(r.stats)
     why = (f"; {dependence}: the figure moved during the run (a clock or power controller's "
            f"swings, other load on the machine)" if dependence else "")
+    # a time cap over slow calls (a 600 MB CPU flush a sample) leaves too few to judge their
+    # order: the CI reported is an independent one, however much the figure drifted
+    unjudged = (f"; its {r.n} samples are fewer than the {_core.CI_MIN_SAMPLES} from which "
+                f"kbench judges whether their order shows dependence, so that CI assumes they "
+                f"are independent" if st.get("criterion") == "ci" and
+                r.n < _core.CI_MIN_SAMPLES else "")
     return (f"stopped by {st.get('stop')} before the {st.get('criterion')} target "
             f"{100 * st.get('target', 0):.2f}% was met (achieved {ach_s}): the median is "
-            f"less certain than asked{why}{_capped_clock_hint(r) if dependence else ''}")
+            f"less certain than asked{why}{unjudged}"
+            f"{_capped_clock_hint(r) if dependence else ''}")
 
 
 def _capped_clock_hint(r: Result) -> str:

@@ -185,3 +185,17 @@ def test_a_run_capped_below_the_ci_floor_says_its_ci_assumes_independence():
     assert any(f"before the {_core.CI_MIN_SAMPLES} from which kbench judges" in w
                for w in r.warnings), r.warnings
     assert not any("less certain than asked" in w for w in r.warnings)
+
+
+def test_a_run_capped_below_the_ci_floor_and_short_of_its_target_says_both():
+    """Slow samples (a big CPU flush each) under a time cap: the CI misses the target, and is
+    itself an independent one, since too few samples were taken to judge their order."""
+    # calls spread evenly over 0.2-0.4 ms (the golden ratio's multiples mod 1): a median's CI
+    # of about +-10% from 40 samples, far from a 0.5% target
+    r = kbench.bench(schedule(lambda i: (0.2 + 0.2 * ((i * 0.6180339887) % 1.0)) * MS),
+                     device="cpu", max_samples=40, target=0.005, warmup_s=0.01, cold_cache=None)
+    assert r.stop["stop"] == "iter_cap" and r.n == 40
+    assert r.stop["achieved"] > 4 * r.stop["target"]
+    warning = next(w for w in r.warnings if "less certain than asked" in w)
+    assert f"its 40 samples are fewer than the {_core.CI_MIN_SAMPLES} from which kbench " \
+        "judges" in warning and "that CI assumes they are independent" in warning
