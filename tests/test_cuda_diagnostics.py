@@ -44,7 +44,7 @@ def test_clock_summary_flags_a_power_cap_and_a_fall():
 
 
 def judge(cuda_rec, sampling_s, max_sm_clock_mhz=1980):
-    """Add to a canned record what measure_cuda adds to its own (measure_cuda.c add_verdicts),
+    """Add to a canned record what measure_cuda adds to its own (cuda_result.c add_verdicts),
     through the same C: the clock summary, the fractions, the power cap, the regime's verdict."""
     summary = _core.clock_summary(cuda_rec.get("clocks"), max_sm_clock_mhz)
     capped = summary.pop("power_capped")

@@ -16,7 +16,8 @@
  *   choices.c       kbench.bench's named choices (cold_cache, mode per backend), checked once
  *   kernels/cpu/    the CPU reference kernels (STREAM copy/triad, FMA loop)
  *   loader_*.c      lazy dlopen of libcuda, libcupti, libnvidia-ml, libnvrtc  (CUDA build)
- *   measure_cuda.c, cupti_trace.c, graph.c, coldcache_cuda.c, nvml_sampler.c  (CUDA build)
+ *   measure_cuda.c (+ cuda_batch.c, cuda_settle.c, cuda_result.c), cupti_trace.c, graph.c,
+ *   coldcache_cuda.c, nvml_sampler.c  (CUDA build)
  *   profile.c       cuProfilerStart/Stop and the device-memory probe around one call  (CUDA)
  *   watchdog.c      the device gate's watchdog thread, runtime-independent (kb_watchdog.h)
  *   hip/            the HIP backend: hip_device.c, hip_graph.c, hip_gate.c, measure_hip.c, with

@@ -7,8 +7,10 @@
  *   cuda_kernels.c    built-in PTX kernels (empty, busy), NVRTC-compiled kernels, device buffers
  *   cuda_options.c    measure_cuda's options: one typed struct, its defaults (CUDA_DEFAULTS)
  *   gpu_timer.h       the GPU timer interface; timer_events.c, timer_cupti.c, timer_graph.c
- *   measure_cuda.c    measure_cuda(): the pipeline parse, set up, settle, sample, read, bridge,
- *                     result, tear down, around the timing loop of measure.c
+ *   measure_cuda.c    measure_cuda(): the pipeline parse, set up, settle, sample, result, tear
+ *                     down, around the timing loop of measure.c; its parts in cuda_batch.c (one
+ *                     loop batch: queue, bridge, wait, read), cuda_settle.c (the clock regimes)
+ *                     and cuda_result.c (the "cuda" dict), sharing cuda_loop.h
  */
 #ifndef KB_CUDA_BACKEND_H
 #define KB_CUDA_BACKEND_H
