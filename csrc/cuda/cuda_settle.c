@@ -58,7 +58,8 @@ int kb_cuda_burst_wait(cuda_ctx *c)
     return 0;
 }
 
-/* A loop batch timed while settling begins: the counters as they stand, for kb_cuda_settled_keep. */
+/* A loop batch timed while settling begins: the counters as they stand, for
+ * kb_cuda_settled_keep. */
 int kb_cuda_note_tentative(cuda_ctx *c)
 {
     if (c->tentative_n == c->tentative_cap) {
@@ -154,7 +155,7 @@ static void drop_tentative_front(cuda_ctx *c, Py_ssize_t drop)
  * at the end, the sub-batch counters; the sampler's timed part starts with the first batch
  * kept. Called with final = 0 while settling, to bound what a long settle holds. */
 Py_ssize_t kb_cuda_settled_keep(kb_backend *b, Py_ssize_t n, Py_ssize_t max_keep, int final,
-                                    double *from_s)
+                                double *from_s)
 {
     cuda_ctx *c = b->ctx;
     if (n == 0)
