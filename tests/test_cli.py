@@ -24,6 +24,15 @@ def test_info_reports_caches_timer_and_gpu_libraries():
     assert j["cpu_caches"]["llc_bytes"] > 0
 
 
+@pytest.mark.parametrize("vm", [True, False, None])
+def test_info_says_when_the_cpu_runs_under_a_hypervisor(capsys, monkeypatch, vm):
+    from kbench import metadata
+    monkeypatch.setattr(metadata, "cpu_hypervisor", lambda *a, **k: vm)
+    assert cli("info") == 0
+    line = next(ln for ln in capsys.readouterr().out.splitlines() if ln.startswith("CPU: "))
+    assert line.endswith("under a hypervisor (a VM)") is bool(vm)
+
+
 def test_compare_exits_nonzero_on_a_regression_beyond_the_threshold(tmp_path):
     # a real run's file, with seeded samples: the verdict under test is the CLI's, not this
     # machine's noise (a runner that changed speed mid-run once made its own CI span 2x)
