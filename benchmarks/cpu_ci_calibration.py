@@ -20,9 +20,9 @@ from __future__ import annotations
 
 import argparse
 import json
+import math
 import os
 import platform
-import math
 import statistics
 import time
 from pathlib import Path
