@@ -2,7 +2,8 @@
 # Device runs, batched: bash scripts/gpu_check.sh tests|bench|all|regime|final|ttf|soak|last|leak|gpusoak|breadth|hostcpu
 #   hostcpu: the CPU benchmarks (cpu_time_to_figure.py, cpu_ci_calibration.py) on the GPU
 #            machine's host CPU (16 vCPUs, a 300 MB L3 in sysfs) beside the 2-core CI VM;
-#            pytest-benchmark from wheels carried in .whl/pb (pytest-benchmark, py-cpuinfo)
+#            pytest-benchmark from wheels carried in .whl/pb (`pip download --no-deps -d .whl/pb
+#            pytest-benchmark==5.2.3 py-cpuinfo`; without them those rounds are left out)
 #   breadth: the GPU tests, then benchmarks/gpu_breadth.py (kbench's defaults on other kinds of
 #            callables against a cold, queued torch.profiler) with what is left of BREADTH_BUDGET_S
 #   ttf: benchmarks/gpu_time_to_figure.py alone (a second call after `final`, whose capped GEMMs
