@@ -16,6 +16,7 @@ from typing import Any, Callable, Dict, List, Optional, Tuple, Union
 import numpy as np
 
 from . import _core
+from ._format import fmt_bytes
 from .coldcache import flag_rotation, footprint, make_rotation_sets, normalize_arg_sets
 from .prepare import (BENCH_DEFAULTS, check_before_timing, name_of, named_output, one_at_a_time,
                       resolve_device)
@@ -351,8 +352,25 @@ def _stop_warning(r: Result) -> Optional[str]:
                 r.n < _core.CI_MIN_SAMPLES else "")
     return (f"stopped by {st.get('stop')} before the {st.get('criterion')} target "
             f"{100 * st.get('target', 0):.2f}% was met (achieved {ach_s}): the median is "
-            f"less certain than asked{why}{unjudged}"
+            f"less certain than asked{why}{unjudged}{_flush_share_note(r)}"
             f"{_capped_clock_hint(r) if dependence else ''}")
+
+
+FLUSH_SHARE_NOTED = 0.5
+
+
+def _flush_share_note(r: Result) -> str:
+    """Where the host's cache flushes took most of the sampling time (a large last-level cache:
+    600 MB a sample on a 300 MB L3), say so: that, not the call, is what capped the samples."""
+    cc, st = r.cold_cache, r.stop
+    flush_s, sampling_s = cc.get("flush_s"), st.get("sampling_s")
+    if not flush_s or not sampling_s or flush_s < FLUSH_SHARE_NOTED * sampling_s:
+        return ""
+    cache = f", the {cc['cache']} {fmt_bytes(cc['cache_bytes'])}" if cc.get("cache_bytes") \
+        and cc.get("cache") else ""
+    return (f"; the cache flushes took {flush_s / sampling_s:.0%} of the sampling time "
+            f"({fmt_bytes(cc.get('flush_bytes'))} before each sample{cache}), so few samples "
+            f"fit: a larger max_time_s takes more")
 
 
 def _capped_clock_hint(r: Result) -> str:

@@ -199,3 +199,18 @@ def test_a_run_capped_below_the_ci_floor_and_short_of_its_target_says_both():
     warning = next(w for w in r.warnings if "less certain than asked" in w)
     assert f"its 40 samples are fewer than the {_core.CI_MIN_SAMPLES} from which kbench " \
         "judges" in warning and "that CI assumes they are independent" in warning
+
+
+def test_a_run_whose_flushes_took_most_of_its_time_says_so():
+    """A tiny call after a flush of 2x the last-level cache each sample: the flushes, not the
+    call, decide how few samples fit under max_time_s, and the warning names their share."""
+    r = kbench.bench(np.sum, np.ones(10), device="cpu", max_time_s=0.1, warmup_s=0.01)
+    assert r.stop["stop"] == "time_cap" and r.n < _core.CI_MIN_SAMPLES
+    share = r.cold_cache["flush_s"] / r.stop["sampling_s"]
+    assert share > 0.5
+    warning = next(w for w in r.warnings if "less certain than asked" in w)
+    assert f"the cache flushes took {share:.0%} of the sampling time" in warning
+    hot = kbench.bench(np.sum, np.ones(10), device="cpu", max_time_s=0.02, warmup_s=0.01,
+                       target=1e-6, cold_cache=None)
+    assert hot.stop["stop"] != "precision"
+    assert not any("cache flushes" in w for w in hot.warnings), hot.warnings
