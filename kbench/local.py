@@ -366,8 +366,8 @@ def _flush_share_note(r: Result) -> str:
     flush_s, sampling_s = cc.get("flush_s"), st.get("sampling_s")
     if not flush_s or not sampling_s or flush_s < FLUSH_SHARE_NOTED * sampling_s:
         return ""
-    cache = f", the {cc['cache']} {fmt_bytes(cc['cache_bytes'])}" if cc.get("cache_bytes") \
-        and cc.get("cache") else ""
+    known = cc.get("cache") and cc.get("cache_bytes")
+    cache = f", the {cc['cache']} {fmt_bytes(cc['cache_bytes'])}" if known else ""
     return (f"; the cache flushes took {flush_s / sampling_s:.0%} of the sampling time "
             f"({fmt_bytes(cc.get('flush_bytes'))} before each sample{cache}), so few samples "
             f"fit: a larger max_time_s takes more")
