@@ -1,7 +1,8 @@
 /* gpu_timer.h -- the interface every GPU timer implements (CUDA events, CUPTI, graph replay;
  * HIP events and a multi-rank reducer next).
  *
- * The measuring pipeline (measure_cuda.c) queues a batch of samples on a stream, each one
+ * The measuring pipeline (measure_cuda.c; its batches in cuda_batch.c) queues a batch of
+ * samples on a stream, each one
  *
  *   [pre_sample()] [cold-cache flush]  start(i)  fn()  end(i)
  *
