@@ -30,7 +30,7 @@ def test_the_builtin_ptx_declares_the_kernels_the_c_code_looks_up():
     entries = set(re.findall(r"\.visible \.entry (\w+)\(", ptx))
     looked_up = set(re.findall(r'cuModuleGetFunction\(&k->\w+, k->module, "(\w+)"\)',
                                SOURCE.read_text()))
-    assert looked_up == {"kb_empty", "kb_busy"}
+    assert {"kb_empty", "kb_busy"} <= looked_up     # the pattern still finds the look-ups
     assert looked_up <= entries
 
 
