@@ -1,5 +1,8 @@
 #!/usr/bin/env bash
-# Device runs, batched: bash scripts/gpu_check.sh tests|bench|all|regime|final|ttf|soak|last|leak|gpusoak|breadth|hostcpu
+# Device runs, batched: bash scripts/gpu_check.sh tests|bench|all|regime|final|ttf|soak|last|leak|gpusoak|breadth|hostcpu|ci
+#   ci: benchmarks/gpu_ci_calibration.py (how often each run's CI holds the other runs' median:
+#       two capped GEMMs and two adds, CI_RUNS runs each, and a CI_LONG_S run of each GEMM);
+#       every run's samples in h200_ci_calibration_samples.npz; TTF=1 adds time to a figure
 #   hostcpu: the CPU benchmarks (cpu_time_to_figure.py, cpu_ci_calibration.py) on the GPU
 #            machine's host CPU (16 vCPUs, a 300 MB L3 in sysfs) beside the 2-core CI VM;
 #            pytest-benchmark from wheels carried in .whl/pb (`pip download --no-deps -d .whl/pb
@@ -131,6 +134,16 @@ if [ "$mode" = hostcpu ]; then
   echo "== CPU CI calibration"
   timeout 200 $PY benchmarks/cpu_ci_calibration.py --out-dir "$OUT" --stem h200host_cpu_ci_calibration \
     2>&1 | tail -8
+fi
+if [ "$mode" = ci ]; then
+  echo "== CI calibration (GPU)"
+  timeout "${CI_CAL_S:-420}" $PY benchmarks/gpu_ci_calibration.py --runs "${CI_RUNS:-8}" \
+    --long-s "${CI_LONG_S:-20}" --out "$OUT/h200_ci_calibration.json" \
+    --md "$OUT/h200_ci_calibration.md" --samples "$OUT/h200_ci_calibration_samples.npz" 2>&1 | tail -40
+  if [ "${TTF:-0}" = 1 ]; then
+    echo "== time to a figure"
+    time_to_figure
+  fi
 fi
 if [ "$mode" = ttf ]; then
   echo "== time to a figure"

@@ -1,0 +1,262 @@
+"""Does kbench's CI of the median cover what the other runs read? (GPU, one process.)
+
+The GPU counterpart of cpu_ci_calibration.py. A power-capped kernel's samples swing with the
+power controller (the H200's capped clock dips about once a second), so kbench widens the CI of
+the median by the variance inflation the samples' order shows (`serial_vif`, stats.c), and a
+capped GEMM samples for seconds before its CI meets the 0.5% target. This benchmark sets that CI
+against what other runs of the same case read. Each case is run --runs times with kbench's
+defaults (sustained regime, cold L2, CUPTI, 0.5% target), interleaved round-robin, with an idle
+gap of 0, 0.5 or 2 s before each run (from a seeded generator), so every case meets several
+histories. For each run:
+
+* covered: its CI holds the median of the other runs' medians (leave-one-out);
+* covered if independent: the same with the CI summarize gives when told the samples have no
+  order (`ordered=False`).
+
+Per case, the spread of the runs' medians stands beside the CIs' half-widths: a CI much wider
+than the runs' spread costs sampling time and buys no precision; one narrower does not cover.
+
+With --long-s S, each GEMM is also benched once for S seconds with no precision stop. Each
+prefix of its samples (the first 0.5, 1, 2, ... s of sampling) is set against the whole run:
+the prefix's median, its deviation from the whole run's median, and the CI half-width kbench
+gives that prefix. --samples writes every run's samples, in order, to an .npz for replaying stop
+rules offline.
+
+    python benchmarks/gpu_ci_calibration.py --runs 8 --long-s 20 \
+        --out benchmarks/results/h200_ci_calibration.json --md benchmarks/results/h200_ci_calibration.md
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import math
+import os
+import random
+import statistics
+import sys
+import time
+from typing import Any, Dict, List, Optional, Tuple
+
+import numpy as np
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+GAPS_S = (0.0, 0.5, 2.0)
+PREFIXES_S = (0.5, 1.0, 1.5, 2.0, 3.0, 4.0, 6.0, 8.0, 12.0, 16.0)
+
+
+def _num(v: Any) -> Optional[float]:
+    return float(v) if isinstance(v, (int, float)) and math.isfinite(v) else None
+
+
+def cases() -> Dict[str, Dict[str, Any]]:
+    """name -> fn, args, kwargs, long (benched once for --long-s too)."""
+    import torch
+    torch.manual_seed(0)
+    dev = "cuda"
+    a1 = torch.randn(4000, 4096, device=dev, dtype=torch.bfloat16)
+    b1 = torch.randn(4096, 11008, device=dev, dtype=torch.bfloat16)
+    a2 = torch.randn(8192, 4096, device=dev, dtype=torch.float16)
+    b2 = torch.randn(4096, 4096, device=dev, dtype=torch.float16)
+    x64, y64 = torch.randn(1 << 26, device=dev), torch.randn(1 << 26, device=dev)
+    x1, y1 = torch.randn(1 << 20, device=dev), torch.randn(1 << 20, device=dev)
+    return {
+        "bf16 mm 4000x4096x11008": dict(fn=torch.mm, args=(a1, b1), long=True),
+        "f16 mm 8192x4096x4096": dict(fn=torch.mm, args=(a2, b2), long=True),
+        "add 64M f32": dict(fn=torch.add, args=(x64, y64), long=False),
+        "add 1M f32": dict(fn=torch.add, args=(x1, y1), long=False),
+    }
+
+
+def one_run(case: Dict[str, Any], **opts: Any) -> Tuple[Dict[str, Any], np.ndarray]:
+    import kbench
+    from kbench import _core
+    t0 = time.perf_counter()
+    r = kbench.bench(case["fn"], *case["args"], **opts)
+    wall = time.perf_counter() - t0
+    samples = np.asarray(r.samples, dtype=np.float64)
+    plain = _core.summarize(samples, r.stats["ci_level"], ordered=False)
+    s, st = r.stats, dict(r.stop or {})
+    settle = r.extra.get("clock_settle") or {}
+    regime = r.extra.get("regime") or {}
+    return {"median_s": s["median"], "ci_low_s": s["ci_low"], "ci_high_s": s["ci_high"],
+            "rel_ci": s["rel_ci_halfwidth"], "serial_vif": _num(s.get("serial_vif")),
+            "ci_inflation": s["ci_inflation"], "plain_low_s": plain["ci_low"],
+            "plain_high_s": plain["ci_high"], "plain_rel_ci": plain["rel_ci_halfwidth"],
+            "n": r.n, "stop": st.get("stop"), "wall_s": wall,
+            "warmup_s": _num(st.get("warmup_s")), "sampling_s": _num(st.get("sampling_s")),
+            "power_capped": r.extra.get("power_capped"), "by_carry": settle.get("by_carry"),
+            "held": regime.get("held"), "why": regime.get("why"),
+            "warnings": list(r.warnings)}, samples
+
+
+def finite_median(xs) -> Optional[float]:
+    vals = [x for x in xs if x is not None and math.isfinite(x)]
+    return statistics.median(vals) if vals else None
+
+
+def coverage(runs: List[Dict[str, Any]]) -> Dict[str, Any]:
+    medians = [r["median_s"] for r in runs]
+    covered = plain = 0
+    devs = []
+    for i, r in enumerate(runs):
+        others = statistics.median(medians[:i] + medians[i + 1:])
+        covered += r["ci_low_s"] <= others <= r["ci_high_s"]
+        plain += r["plain_low_s"] <= others <= r["plain_high_s"]
+        devs.append(abs(r["median_s"] / others - 1))
+    n = len(runs)
+    return {"runs": n, "covered": covered / n, "covered_if_independent": plain / n,
+            "median_of_medians_s": statistics.median(medians),
+            "spread_of_medians": max(medians) / min(medians) - 1,
+            "loo_dev_median": statistics.median(devs), "loo_dev_max": max(devs),
+            "rel_ci_median": statistics.median(r["rel_ci"] for r in runs),
+            "plain_rel_ci_median": statistics.median(r["plain_rel_ci"] for r in runs),
+            "inflated_runs": sum(r["ci_inflation"] > 1.0 for r in runs),
+            "serial_vif_median": finite_median(r["serial_vif"] for r in runs),
+            "sampling_s_median": finite_median(r["sampling_s"] for r in runs),
+            "wall_s_median": statistics.median(r["wall_s"] for r in runs),
+            "precision_stops": sum(r["stop"] == "precision" for r in runs),
+            "capped_runs": sum(bool(r["power_capped"]) for r in runs),
+            "held_runs": sum(bool(r["held"]) for r in runs)}
+
+
+def prefixes(samples: np.ndarray, sampling_s: float, ci_level: float) -> List[Dict[str, Any]]:
+    """The first t s of a long run's samples against the whole run (sample times taken as
+    evenly spread over the sampling time: the calls are back to back)."""
+    from kbench import _core
+    whole = float(np.median(samples))
+    rows = []
+    for t in PREFIXES_S:
+        k = int(len(samples) * t / sampling_s)
+        if t > sampling_s or k < 16:
+            continue
+        s = _core.summarize(samples[:k], ci_level)
+        rows.append({"t_s": t, "n": k, "median_s": s["median"],
+                     "dev_from_whole": s["median"] / whole - 1, "rel_ci": s["rel_ci_halfwidth"],
+                     "ci_inflation": s["ci_inflation"],
+                     "covers_whole": bool(s["ci_low"] <= whole <= s["ci_high"])})
+    return rows
+
+
+def gpu_facts() -> Dict[str, Any]:
+    import torch
+    from kbench import _core, metadata
+    try:
+        limit = _core.nvml_snapshot(0).get("power_limit_w")
+    except Exception:   # NVML may be absent: the run still stands
+        limit = None
+    git = metadata.git_info(os.path.dirname(HERE)) or {}
+    return {"gpu": torch.cuda.get_device_name(0), "uuid": _core.cuda_device_info(0)["uuid"],
+            "power_limit_w": limit, "torch": torch.__version__,
+            "commit": (git.get("commit") or "unknown")[:7], "python": sys.version.split()[0]}
+
+
+def markdown(res: Dict[str, Any]) -> str:
+    g = res["gpu"]
+    lines = [
+        "# Does the CI of the median cover what the other runs read? (GPU)",
+        "",
+        f"{g['gpu']} ({g.get('uuid') or '?'}), torch {g['torch']}, kbench at {g['commit']}. "
+        f"{res['runs']} runs a case with kbench's defaults (sustained, cold L2, CUPTI, 0.5% "
+        "target), interleaved round-robin in one process, an idle gap of 0, 0.5 or 2 s before "
+        "each. Generated by `benchmarks/gpu_ci_calibration.py`.",
+        "",
+        "| case | covered (kbench's CI) | covered if independent | CI half-width, median "
+        "(independent) | runs inflated, serial_vif median | spread of the runs' medians | "
+        "deviation from the others, median / max | sampling s, median | precision stops | "
+        "power capped |",
+        "|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|",
+    ]
+    for name, c in res["coverage"].items():
+        vif = "-" if c["serial_vif_median"] is None else f"{c['serial_vif_median']:.1f}"
+        samp = "-" if c["sampling_s_median"] is None else f"{c['sampling_s_median']:.2f}"
+        lines.append(
+            f"| {name} | {c['covered']:.0%} | {c['covered_if_independent']:.0%} | "
+            f"+-{c['rel_ci_median']:.3%} (+-{c['plain_rel_ci_median']:.3%}) | "
+            f"{c['inflated_runs']} of {c['runs']}, {vif} | {c['spread_of_medians']:.3%} | "
+            f"{c['loo_dev_median']:.3%} / {c['loo_dev_max']:.3%} | {samp} | "
+            f"{c['precision_stops']} of {c['runs']} | {c['capped_runs']} of {c['runs']} |")
+    lines += [
+        "",
+        "Covered: the run's 95% CI holds the median of the other runs' medians. Deviation: "
+        "|a run's median / the others' median - 1|.",
+    ]
+    for name, lr in res.get("long", {}).items():
+        if "error" in lr:
+            lines += ["", f"Long run of {name}: failed: {lr['error']}"]
+            continue
+        lines += ["", f"## {name}: one run of {lr['sampling_s']:.1f} s, no precision stop",
+                  "",
+                  f"Whole run: {lr['median_s'] * 1e6:.2f} us, {lr['n']} samples, CI "
+                  f"+-{lr['rel_ci']:.3%} (x{lr['ci_inflation']:.0f}), power capped: "
+                  f"{lr['power_capped']}. Each prefix of its samples:",
+                  "",
+                  "| first s | samples | median (us) | from the whole run's | kbench's CI "
+                  "half-width (inflation) | holds the whole run's |",
+                  "|---:|---:|---:|---:|---:|---|"]
+        for p in lr["prefixes"]:
+            lines.append(f"| {p['t_s']:g} | {p['n']} | {p['median_s'] * 1e6:.2f} | "
+                         f"{p['dev_from_whole']:+.3%} | +-{p['rel_ci']:.3%} "
+                         f"(x{p['ci_inflation']:.0f}) | {p['covers_whole']} |")
+    return "\n".join(lines) + "\n"
+
+
+def main(argv: Optional[List[str]] = None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--runs", type=int, default=8)
+    ap.add_argument("--long-s", type=float, default=0.0,
+                    help="bench each GEMM once more for this long, no precision stop (0: no)")
+    ap.add_argument("--out", required=True)
+    ap.add_argument("--md")
+    ap.add_argument("--samples", help="an .npz for every run's samples, in order")
+    ap.add_argument("--seed", type=int, default=0)
+    args = ap.parse_args(argv)
+    todo = cases()
+    rng = random.Random(args.seed)
+    res: Dict[str, Any] = {"gpu": gpu_facts(), "runs": args.runs, "gaps_s": list(GAPS_S)}
+    runs: Dict[str, List[Dict[str, Any]]] = {name: [] for name in todo}
+    arrays: Dict[str, np.ndarray] = {}
+
+    def save() -> None:
+        res["per_run"] = runs
+        res["coverage"] = {n: coverage(r) for n, r in runs.items() if len(r) >= 3}
+        with open(args.out, "w") as f:
+            json.dump(res, f, indent=1)
+        if args.md:
+            with open(args.md, "w") as f:
+                f.write(markdown(res))
+        if args.samples:
+            np.savez_compressed(args.samples, **arrays)
+
+    for i in range(args.runs):
+        for ci, (name, case) in enumerate(todo.items()):
+            gap = rng.choice(GAPS_S)
+            time.sleep(gap)
+            row, samples = one_run(case)
+            row["gap_s"] = gap
+            runs[name].append(row)
+            arrays[f"{ci}_{i}"] = samples
+        print(f"round {i}: " + ", ".join(
+            f"{n} {runs[n][-1]['median_s'] * 1e6:.2f} us +-{runs[n][-1]['rel_ci']:.2%} "
+            f"in {runs[n][-1]['sampling_s'] or 0:.1f} s" for n in todo), flush=True)
+        save()
+    res["long"] = {}
+    if args.long_s > 0:
+        for ci, (name, case) in enumerate(todo.items()):
+            if not case["long"]:
+                continue
+            try:
+                row, samples = one_run(case, max_time_s=args.long_s, target=1e-9)
+            except Exception as e:   # recorded: the coverage above still stands
+                res["long"][name] = {"error": f"{type(e).__name__}: {e}"}
+                continue
+            row["prefixes"] = prefixes(samples, row["sampling_s"] or args.long_s, 0.95)
+            res["long"][name] = row
+            arrays[f"{ci}_long"] = samples
+            save()
+    save()
+    print(markdown(res))
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
