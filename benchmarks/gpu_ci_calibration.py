@@ -67,7 +67,8 @@ def cases() -> Dict[str, Dict[str, Any]]:
     }
 
 
-def one_run(case: Dict[str, Any], **opts: Any) -> Tuple[Dict[str, Any], np.ndarray]:
+def one_run(case: Dict[str, Any], **opts: Any) -> Tuple[Dict[str, Any], np.ndarray, Any]:
+    """One bench: its figures and settle, its samples in order, its NVML trace (or None)."""
     import kbench
     from kbench import _core
     t0 = time.perf_counter()
@@ -78,15 +79,22 @@ def one_run(case: Dict[str, Any], **opts: Any) -> Tuple[Dict[str, Any], np.ndarr
     s, st = r.stats, dict(r.stop or {})
     settle = r.extra.get("clock_settle") or {}
     regime = r.extra.get("regime") or {}
+    clocks = r.extra.get("clocks") or {}
     return {"median_s": s["median"], "ci_low_s": s["ci_low"], "ci_high_s": s["ci_high"],
             "rel_ci": s["rel_ci_halfwidth"], "serial_vif": _num(s.get("serial_vif")),
             "ci_inflation": s["ci_inflation"], "plain_low_s": plain["ci_low"],
             "plain_high_s": plain["ci_high"], "plain_rel_ci": plain["rel_ci_halfwidth"],
             "n": r.n, "stop": st.get("stop"), "wall_s": wall,
             "warmup_s": _num(st.get("warmup_s")), "sampling_s": _num(st.get("sampling_s")),
-            "power_capped": r.extra.get("power_capped"), "by_carry": settle.get("by_carry"),
+            "power_capped": clocks.get("power_capped"), "timed_sm_mhz": _num(clocks.get("sm_mhz_median")),
+            "settle_at_s": _num(settle.get("at_s")), "settle_sm_mhz": _num(settle.get("sm_mhz")),
+            "by_carry": settle.get("by_carry"), "at_max_clock": settle.get("at_max_clock"),
+            "carried_from_s_ago": _num(settle.get("carried_from_s_ago")),
+            "carried_sm_mhz": _num(settle.get("carried_sm_mhz")),
+            "carried_under_limit": settle.get("carried_under_limit"),
+            "carried_loaded_s": _num(settle.get("carried_loaded_s")),
             "held": regime.get("held"), "why": regime.get("why"),
-            "warnings": list(r.warnings)}, samples
+            "warnings": list(r.warnings)}, samples, r.extra.get("clock_trace")
 
 
 def finite_median(xs) -> Optional[float]:
@@ -227,14 +235,23 @@ def main(argv: Optional[List[str]] = None) -> int:
         if args.samples:
             np.savez_compressed(args.samples, **arrays)
 
+    def keep(key: str, samples: np.ndarray, trace: Any) -> None:
+        """The run's samples and, where NVML was read, its trace: t (s, 0 where the timed part
+        began), SM clock, instantaneous and averaged power, reasons, and the load's start."""
+        arrays[key] = samples
+        if trace:
+            for field in ("t_s", "sm_mhz", "power_inst_w", "power_w", "reasons"):
+                arrays[f"{key}_{field}"] = np.asarray(trace[field])
+            arrays[f"{key}_load_start_s"] = np.asarray(trace.get("load_start_s") or np.nan)
+
     for i in range(args.runs):
         for ci, (name, case) in enumerate(todo.items()):
             gap = rng.choice(GAPS_S)
             time.sleep(gap)
-            row, samples = one_run(case)
+            row, samples, trace = one_run(case)
             row["gap_s"] = gap
             runs[name].append(row)
-            arrays[f"{ci}_{i}"] = samples
+            keep(f"{ci}_{i}", samples, trace)
         print(f"round {i}: " + ", ".join(
             f"{n} {runs[n][-1]['median_s'] * 1e6:.2f} us +-{runs[n][-1]['rel_ci']:.2%} "
             f"in {runs[n][-1]['sampling_s'] or 0:.1f} s" for n in todo), flush=True)
@@ -245,13 +262,13 @@ def main(argv: Optional[List[str]] = None) -> int:
             if not case["long"]:
                 continue
             try:
-                row, samples = one_run(case, max_time_s=args.long_s, target=1e-9)
+                row, samples, trace = one_run(case, max_time_s=args.long_s, target=1e-9)
             except Exception as e:   # recorded: the coverage above still stands
                 res["long"][name] = {"error": f"{type(e).__name__}: {e}"}
                 continue
             row["prefixes"] = prefixes(samples, row["sampling_s"] or args.long_s, 0.95)
             res["long"][name] = row
-            arrays[f"{ci}_long"] = samples
+            keep(f"{ci}_long", samples, trace)
             save()
     save()
     print(markdown(res))
