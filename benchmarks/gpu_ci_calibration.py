@@ -15,6 +15,9 @@ histories. For each run:
 
 Per case, the spread of the runs' medians stands beside the CIs' half-widths: a CI much wider
 than the runs' spread costs sampling time and buys no precision; one narrower does not cover.
+Beside them, what is left of the settle's transient when sampling began: each run's first
+second of samples against its second half, apart for the runs whose settle continued the time
+of a capped load before them (kb_settle_carry.loaded_s: a GEMM right after the other GEMM).
 
 With --long-s S, each GEMM is also benched once for S seconds with no precision stop. Each
 prefix of its samples (the first 0.5, 1, 2, ... s of sampling) is set against the whole run:
@@ -86,7 +89,9 @@ def one_run(case: Dict[str, Any], **opts: Any) -> Tuple[Dict[str, Any], np.ndarr
             "plain_high_s": plain["ci_high"], "plain_rel_ci": plain["rel_ci_halfwidth"],
             "n": r.n, "stop": st.get("stop"), "wall_s": wall,
             "warmup_s": _num(st.get("warmup_s")), "sampling_s": _num(st.get("sampling_s")),
-            "power_capped": clocks.get("power_capped"), "timed_sm_mhz": _num(clocks.get("sm_mhz_median")),
+            "limits": list(clocks.get("throttle_reasons") or []),
+            "timed_sm_mhz": _num(clocks.get("sm_mhz_median")),
+            "first_s_vs_late": first_second(samples, _num(st.get("sampling_s"))),
             "settle_at_s": _num(settle.get("at_s")), "settle_sm_mhz": _num(settle.get("sm_mhz")),
             "by_carry": settle.get("by_carry"), "at_max_clock": settle.get("at_max_clock"),
             "carried_from_s_ago": _num(settle.get("carried_from_s_ago")),
@@ -95,6 +100,20 @@ def one_run(case: Dict[str, Any], **opts: Any) -> Tuple[Dict[str, Any], np.ndarr
             "carried_loaded_s": _num(settle.get("carried_loaded_s")),
             "held": regime.get("held"), "why": regime.get("why"),
             "warnings": list(r.warnings)}, samples, r.extra.get("clock_trace")
+
+
+def first_second(samples: np.ndarray, sampling_s: Optional[float]) -> Optional[float]:
+    """The median of the first second of sampling against that of the run's second half - 1
+    (None for a run under 2 s): what is left of the settle's transient when sampling began."""
+    if not sampling_s or sampling_s < 2.0:
+        return None
+    k = int(len(samples) / sampling_s)
+    return float(np.median(samples[:k]) / np.median(samples[len(samples) // 2:]) - 1)
+
+
+def carried_capped(row: Dict[str, Any]) -> bool:
+    """The run continued a capped load's time (a carried state under a limit, by either rule)."""
+    return bool(row.get("carried_under_limit")) and (row.get("carried_loaded_s") or 0) > 0
 
 
 def finite_median(xs) -> Optional[float]:
@@ -123,7 +142,12 @@ def coverage(runs: List[Dict[str, Any]]) -> Dict[str, Any]:
             "sampling_s_median": finite_median(r["sampling_s"] for r in runs),
             "wall_s_median": statistics.median(r["wall_s"] for r in runs),
             "precision_stops": sum(r["stop"] == "precision" for r in runs),
-            "capped_runs": sum(bool(r["power_capped"]) for r in runs),
+            "limited_runs": sum(bool(r["limits"]) for r in runs),
+            "first_s_median": finite_median(r["first_s_vs_late"] for r in runs
+                                            if not carried_capped(r)),
+            "first_s_carried_median": finite_median(r["first_s_vs_late"] for r in runs
+                                                    if carried_capped(r)),
+            "carried_capped_runs": sum(carried_capped(r) for r in runs),
             "held_runs": sum(bool(r["held"]) for r in runs)}
 
 
@@ -171,9 +195,11 @@ def markdown(res: Dict[str, Any]) -> str:
         "| case | covered (kbench's CI) | covered if independent | CI half-width, median "
         "(independent) | runs inflated, serial_vif median | spread of the runs' medians | "
         "deviation from the others, median / max | sampling s, median | precision stops | "
-        "power capped |",
-        "|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|",
+        "clock limited | first second against the second half (runs that continued a capped "
+        "load) |",
+        "|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---|",
     ]
+    pct = lambda v: "-" if v is None else f"{v:+.2%}"   # noqa: E731
     for name, c in res["coverage"].items():
         vif = "-" if c["serial_vif_median"] is None else f"{c['serial_vif_median']:.1f}"
         samp = "-" if c["sampling_s_median"] is None else f"{c['sampling_s_median']:.2f}"
@@ -182,11 +208,17 @@ def markdown(res: Dict[str, Any]) -> str:
             f"+-{c['rel_ci_median']:.3%} (+-{c['plain_rel_ci_median']:.3%}) | "
             f"{c['inflated_runs']} of {c['runs']}, {vif} | {c['spread_of_medians']:.3%} | "
             f"{c['loo_dev_median']:.3%} / {c['loo_dev_max']:.3%} | {samp} | "
-            f"{c['precision_stops']} of {c['runs']} | {c['capped_runs']} of {c['runs']} |")
+            f"{c['precision_stops']} of {c['runs']} | {c['limited_runs']} of {c['runs']} | "
+            f"{pct(c['first_s_median'])} ({pct(c['first_s_carried_median'])}, "
+            f"{c['carried_capped_runs']} runs) |")
     lines += [
         "",
         "Covered: the run's 95% CI holds the median of the other runs' medians. Deviation: "
-        "|a run's median / the others' median - 1|.",
+        "|a run's median / the others' median - 1|. Clock limited: a limit reason (sw_power_cap "
+        "on the H200) in the timed part. First second: the median of a run's first second of "
+        "sampling against its second half's, the median over runs of 2 s or more, apart for the "
+        "runs whose settle continued the time of a capped load before them (the case before in "
+        "the round, under 1 s earlier).",
     ]
     for name, lr in res.get("long", {}).items():
         if "error" in lr:
@@ -195,8 +227,8 @@ def markdown(res: Dict[str, Any]) -> str:
         lines += ["", f"## {name}: one run of {lr['sampling_s']:.1f} s, no precision stop",
                   "",
                   f"Whole run: {lr['median_s'] * 1e6:.2f} us, {lr['n']} samples, CI "
-                  f"+-{lr['rel_ci']:.3%} (x{lr['ci_inflation']:.0f}), power capped: "
-                  f"{lr['power_capped']}. Each prefix of its samples:",
+                  f"+-{lr['rel_ci']:.3%} (x{lr['ci_inflation']:.0f}), clock limits in the timed part: "
+                  f"{', '.join(lr['limits']) or 'none'}. Each prefix of its samples:",
                   "",
                   "| first s | samples | median (us) | from the whole run's | kbench's CI "
                   "half-width (inflation) | holds the whole run's |",
