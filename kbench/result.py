@@ -39,6 +39,11 @@ def _settle_text(settle: Optional[Dict[str, Any]]) -> str:
                else "its own load did not match it: two windows")
         carried = (f"; carried the state of the measurement that ended {ago:.2f} s before "
                    f"(SM {settle.get('carried_sm_mhz') or 0:.0f} MHz): {how}")
+        if settle.get("carried_under_limit"):
+            cont = settle.get("continued_s") or 0.0
+            # an idle gap drains the averaged power: the controller lets the clock up
+            carried += (f", continuing its capped load of {cont:.1f} s" if cont > 0 else
+                        ", but too long after its capped load to continue it")
     # settled on no carried state: the load's own window showed the board's maximum clock
     at_max = ("; one window of its own load showed the board's maximum SM clock, unlimited"
               if settle.get("at_max_clock") else "")

@@ -98,6 +98,24 @@ def test_a_capped_load_waits_two_averaging_windows_unless_it_continues_a_capped_
         carried_at(t, sm, r, pa, pi, carried_mhz=1470.0, carried_loaded_s=-1.0)
 
 
+def test_a_capped_load_continues_only_one_that_ended_just_before_it():
+    """An idle gap drains the averaged power and lets the controller raise the clock, and by the
+    time the rule judges, the average has filled again: a load that began 0.5 s after a capped
+    one waits its own two averaging windows, by either rule; one 0.2 s after continues it."""
+    t, sm, r, pa, pi = steady(3.0, mhz=1470.0, inst=690.0, avg=690.0, reasons=POWER_CAP)
+    capped = dict(carried_mhz=1470.0, carried_under_limit=True, carried_loaded_s=3.0)
+    i, _, limited, by = carried_at(t, sm, r, pa, pi, carried_ago_s=0.2, **capped)
+    assert limited and by == 1 and t[i] < 0.2
+    j, _, limited, by = carried_at(t, sm, r, pa, pi, carried_ago_s=0.5, **capped)
+    assert limited and t[j] == pytest.approx(2.0, abs=PERIOD)
+    # the gap is the rule's: at 0.6 s the same 0.5 s gap continues the load
+    k, _, _, by = carried_at(t, sm, r, pa, pi, carried_ago_s=0.5, capped_continue_gap_s=0.6,
+                             **capped)
+    assert by == 1 and t[k] < 0.2
+    with pytest.raises(ValueError, match="capped_continue_gap_s >= 0"):
+        carried_at(t, sm, r, pa, pi, carried_ago_s=0.5, capped_continue_gap_s=-1.0, **capped)
+
+
 def test_a_load_with_gaps_settles_when_its_average_meets_its_mean():
     """A memory-bound load with host gaps reads bimodal instantaneous power (580 W busy, 300 W
     between batches): the one-second average converges to the mean, not the median, so a rule

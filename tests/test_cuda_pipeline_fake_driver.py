@@ -284,7 +284,8 @@ SETTLE_KEEP = textwrap.dedent('''
     def record(r):
         s, cu = r["cuda"]["settle"], r["cuda"]
         return {"settled": s["settled"], "by_carry": s["by_carry"], "at_s": s["at_s"],
-                "at_max": s["at_max_clock"],
+                "at_max": s["at_max_clock"], "continued_s": s["continued_s"],
+                "carried_from_s_ago": s["carried_from_s_ago"],
                 "kept": s["samples_while_settling"], "from_load_s": s["kept_from_load_s"],
                 "n": len(r["samples"]), "events_n": len(cu["events_s"]),
                 "sampling_s": r["sampling_s"], "overlap_s": r["sampling_overlap_s"],
@@ -295,6 +296,8 @@ SETTLE_KEEP = textwrap.dedent('''
     if os.environ.get("FAKE_NVML_REASONS"):
         out = {"limited": record(_core.measure_cuda(fn, ((),), None, **Q))}
         out["limited_again"] = record(_core.measure_cuda(fn, ((),), None, **Q))
+        time.sleep(0.5)     # idle: the averaged power drains
+        out["limited_after_a_gap"] = record(_core.measure_cuda(fn, ((),), None, **Q))
     else:
         out = {"ramp": record(_core.measure_cuda(fn, ((),), None, **Q))}
         out["carried"] = record(_core.measure_cuda(fn, ((),), None, **Q))
@@ -416,7 +419,8 @@ def test_the_clock_trace_covers_the_warm_up_and_the_timed_part_on_one_axis(fake_
 def test_a_load_under_a_limit_times_nothing_while_it_settles(fake_driver_nvml, reason_after_s):
     """Through the fake NVML with sw_power_cap in every reading (or from 0.18 s on, inside the
     window that would have settled the load at the board's maximum clock): the load settles
-    under the limit (after two averaging windows of load; a second measurement continues it),
+    under the limit (after two averaging windows of load; a second measurement continues it,
+    a third begun 0.5 s later does not),
     where nothing timed before the settle could be kept, so once the
     reason shows no settling batch is timed (the settle runs as the warm-up did before samples
     were kept) and those timed before it are dropped; the sampling holds for the limited 1 s,
@@ -430,6 +434,11 @@ def test_a_load_under_a_limit_times_nothing_while_it_settles(fake_driver_nvml, r
     # the next measurement continues that capped load and settles on the carried state
     assert r["at_s"] >= 2.0 and r["by_carry"] is False and r["at_max"] is False
     assert again["settled"] is True and again["by_carry"] is True and again["at_s"] < 0.5
+    assert again["continued_s"] >= 2.0 and r["continued_s"] is None
+    # one that began 0.5 s after the capped load ended continues nothing: two windows again
+    gap = out["limited_after_a_gap"]
+    assert gap["carried_from_s_ago"] >= 0.5 and gap["continued_s"] == 0.0
+    assert gap["settled"] is True and gap["by_carry"] is False and gap["at_s"] >= 2.0
     assert again["kept"] == 0 and again["sampling_s"] >= 1.0
     assert r["kept"] == 0 and r["from_load_s"] is None
     # batches were timed only before the reason showed (0.1-0.18 s of load), then dropped

@@ -178,7 +178,8 @@ def test_the_raw_cuda_record_has_every_key_with_its_type(x):
     st = cu["settle"]
     assert set(st) == {"settled", "at_s", "sm_mhz", "max_s", "min_sampling_s",
                        "carried_from_s_ago", "carried_sm_mhz", "carried_under_limit",
-                       "carried_loaded_s", "by_carry", "at_max_clock", "end_settled",
+                       "carried_loaded_s", "continued_s", "by_carry", "at_max_clock",
+                       "end_settled",
                        "end_sm_mhz", "samples_while_settling", "kept_from_load_s",
                        "load_start_s"}
     # the load's start on the sampler's time axis, inside the sampled span
@@ -193,6 +194,9 @@ def test_the_raw_cuda_record_has_every_key_with_its_type(x):
     assert carried is None or (isinstance(carried, float) and carried >= 0)
     assert (st["carried_under_limit"] is None) == (carried is None)
     assert (st["carried_loaded_s"] is None) == (carried is None)
+    # a capped load's time continues only one that was capped itself
+    assert (st["continued_s"] is None) == (carried is None)
+    assert not st["continued_s"] or st["carried_under_limit"]
     assert not st["by_carry"] or carried is not None   # only a record can settle by carry
     assert set(cu["between_batches"]) == {"n", "total_s", "max_s"}
     kb = cu["keep_busy"]

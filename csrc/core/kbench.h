@@ -388,6 +388,13 @@ typedef struct {
                                  * load it continues) lasted this long: the averaged power
                                  * fills with the load in one window, and the clock the
                                  * controller holds on it comes in the next */
+    double capped_continue_gap_s;   /* a load continues a capped one (its loaded_s counts) only
+                                 * when it began within this of that one's end: an idle gap
+                                 * drains the averaged power and the controller lets the clock
+                                 * up, so a load 0.5 s after a capped one finds it to settle
+                                 * again (f16 GEMMs 0.52-0.59 s after a capped bf16 GEMM read
+                                 * their first second of sampling 1.0% fast, 14 of 14 runs on
+                                 * four H200s; 0.03-0.08 s after it, as their own load) */
 } kb_settle_rule;
 #define KB_SETTLE_RULE_DEFAULT {.window_s = 0.25, .rel_tol = 0.02, .min_load_s = 0.3,          \
                                 .avg_window_s = 1.0, .power_tol = 0.05, .headroom = 0.8,       \
@@ -396,7 +403,8 @@ typedef struct {
                                 .carry_max_gap_s = 1.0, .carry_response_s = 0.1,               \
                                 .carry_window_s = 0.05, .carry_update_margin_s = 0.05,         \
                                 .at_max_tol = 0.01,                                            \
-                                .at_max_window_s = 0.1, .capped_min_load_s = 2.0}
+                                .at_max_window_s = 0.1, .capped_min_load_s = 2.0,      \
+                                .capped_continue_gap_s = 0.25}
 
 enum { KB_UNSETTLED = 0, KB_SETTLED = 1, KB_SETTLED_UNDER_LIMIT = 2 };
 /* The clock event reasons of every reading after time lo, or-ed (t non-decreasing). Pure. */
@@ -411,14 +419,20 @@ int kb_clock_settled(const kb_clock_trace *tr, double load_start_s, double power
                      const kb_settle_rule *rule, double prior_load_s, double *scratch,
                      double *median_last);
 /* What the previous measurement on the device established, as the next one's settle rule sees
- * it: its last window's median SM clock, whether it was settled under a limit, how long ago it
- * ended, and how long its load (with any capped load it continued) had run by then. */
+ * it: its last window's median SM clock, whether it was settled under a limit, how long before
+ * this load began it ended, and how long its load (with any capped load it continued) had run
+ * by then. */
 typedef struct {
     double sm_mhz;          /* NaN: nothing carried */
     int under_limit;
     double ago_s;
     double loaded_s;
 } kb_settle_carry;
+/* How long of a carried capped load this load continues: carry's loaded_s when it was settled
+ * under a limit and ended at most capped_continue_gap_s before this load began, else 0 (also
+ * for carry NULL or empty). What counts toward capped_min_load_s, and what the next measurement
+ * continues besides this load's own time. */
+double kb_settle_continued_s(const kb_settle_rule *rule, const kb_settle_carry *carry);
 /* How a load settled (kb_clock_settled_carried's *by): the two-window rule, the carried state,
  * or the board's maximum clock. */
 enum { KB_SETTLED_BY_RULE = 0, KB_SETTLED_BY_CARRY = 1, KB_SETTLED_AT_MAX = 2 };
@@ -434,14 +448,14 @@ enum { KB_SETTLED_BY_RULE = 0, KB_SETTLED_BY_CARRY = 1, KB_SETTLED_AT_MAX = 2 };
  *   - carried under a limit: a limit reason in the window, and the averaged power within
  *     power_tol (>= 15 W) of the window's mean instantaneous power: the previous load drew the
  *     same power at the same clock (KB_SETTLED_UNDER_LIMIT).
- * A load carried under a limit continues the previous one: its loaded_s counts toward
- * capped_min_load_s, on either rule. With nothing carried (or a carry its readings do not
- * match), the board's maximum SM clock is a state the load can be settled in the same way as
- * a carried unlimited one, over at_max_window_s: every SM reading within at_max_tol (>= 15 MHz)
- * of it, no limit reason since the load began and the power under the headroom -- a clock
- * cannot ramp past its maximum, and nothing will pull it down. Without instantaneous power
- * neither applies. *by says which rule settled it (KB_SETTLED_BY_*). carry may be NULL. Pure,
- * like kb_clock_settled. */
+ * A load carried under a limit that began within capped_continue_gap_s of its end continues
+ * it: its loaded_s counts toward capped_min_load_s, on either rule (kb_settle_continued_s).
+ * With nothing carried (or a carry its readings do not match), the board's maximum SM clock is
+ * a state the load can be settled in the same way as a carried unlimited one, over
+ * at_max_window_s: every SM reading within at_max_tol (>= 15 MHz) of it, no limit reason since
+ * the load began and the power under the headroom -- a clock cannot ramp past its maximum, and
+ * nothing will pull it down. Without instantaneous power neither applies. *by says which rule
+ * settled it (KB_SETTLED_BY_*). carry may be NULL. Pure, like kb_clock_settled. */
 int kb_clock_settled_carried(const kb_clock_trace *tr, double load_start_s, double power_limit_w,
                              const kb_settle_rule *rule, const kb_settle_carry *carry,
                              double *scratch, double *median_last, int *by);

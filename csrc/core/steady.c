@@ -217,7 +217,7 @@ static int window_verdict(const kb_clock_trace *tr, double load_start_s, double 
     /* under a limit: still limited, and the averaged power (mostly the previous load's) is
      * this load's power: the controller acts on the same power it settled on */
     if (!(kb_clock_reasons_since(tr, lo) & KB_CLOCK_LIMIT_REASONS) ||
-        now - load_start_s + carry->loaded_s < rule->capped_min_load_s)
+        now - load_start_s + kb_settle_continued_s(rule, carry) < rule->capped_min_load_s)
         return KB_UNSETTLED;
     double avg = window_median(t, tr->power_avg_w, n, lo, now, scratch);
     double inst = inst_sum / (double)powers, ptol = rule->power_tol * inst;
@@ -227,6 +227,16 @@ static int window_verdict(const kb_clock_trace *tr, double load_start_s, double 
                ? KB_SETTLED_UNDER_LIMIT : KB_UNSETTLED;
 }
 
+double kb_settle_continued_s(const kb_settle_rule *rule, const kb_settle_carry *carry)
+{
+    /* the averaged power's test (either rule) cannot tell a continued capped load from one
+     * that began after a gap: it has filled again by the time the rule judges it */
+    return carry != NULL && isfinite(carry->sm_mhz) && carry->under_limit &&
+                   carry->ago_s >= 0 && carry->ago_s <= rule->capped_continue_gap_s &&
+                   carry->loaded_s > 0
+               ? carry->loaded_s : 0.0;
+}
+
 int kb_clock_settled_carried(const kb_clock_trace *tr, double load_start_s, double power_limit_w,
                              const kb_settle_rule *rule, const kb_settle_carry *carry,
                              double *scratch, double *median_last, int *by)
@@ -234,9 +244,7 @@ int kb_clock_settled_carried(const kb_clock_trace *tr, double load_start_s, doub
     *by = KB_SETTLED_BY_RULE;
     int valid = carry != NULL && isfinite(carry->sm_mhz) &&
                 carry->ago_s >= 0 && carry->ago_s <= rule->carry_max_gap_s;
-    /* the averaged power's test (either rule) is what tells a continued capped load from one
-     * that found the controller's window emptied by a gap */
-    double prior = valid && carry->under_limit && carry->loaded_s > 0 ? carry->loaded_s : 0.0;
+    double prior = valid ? kb_settle_continued_s(rule, carry) : 0.0;
     int how = kb_clock_settled(tr, load_start_s, power_limit_w, rule, prior, scratch,
                                median_last);
     if (how != KB_UNSETTLED || tr->n == 0)
@@ -399,14 +407,15 @@ static int rule_check(const kb_settle_rule *r)
         !(r->late_headroom > 0) || !(r->recover_window_s >= 0) || !(r->recover_avg_frac > 0) ||
         !(r->carry_max_gap_s >= 0) || !(r->carry_response_s >= 0) || !(r->carry_window_s > 0) ||
         !(isnan(r->carry_update_margin_s) || r->carry_update_margin_s >= 0) ||
-        !(r->capped_min_load_s >= 0)) {
+        !(r->capped_min_load_s >= 0) || !(r->capped_continue_gap_s >= 0)) {
         PyErr_SetString(PyExc_ValueError, "need window_s > 0, rel_tol >= 0, min_load_s >= 0, "
                                           "avg_window_s > 0, power_tol >= 0, headroom > 0, "
                                           "late_headroom > 0, recover_window_s >= 0, "
                                           "recover_avg_frac > 0, "
                                           "carry_max_gap_s >= 0, carry_response_s >= 0, "
                                           "carry_window_s > 0, carry_update_margin_s >= 0 "
-                                          "or None, capped_min_load_s >= 0");
+                                          "or None, capped_min_load_s >= 0, "
+                                          "capped_continue_gap_s >= 0");
         return -1;
     }
     return 0;
@@ -491,21 +500,23 @@ static PyObject *clock_settled_carried_at(PyObject *m, PyObject *args, PyObject 
                              "carried_mhz", "carried_under_limit", "carried_ago_s",
                              "carried_loaded_s", "load_start_s", "power_limit_w",
                              "max_sm_mhz", "carry_max_gap_s", "carry_response_s",
-                             "carry_window_s", "carry_update_margin_s", "late_headroom", NULL};
+                             "carry_window_s", "carry_update_margin_s", "late_headroom",
+                             "capped_continue_gap_s", NULL};
     PyObject *t_obj, *mhz_obj, *r_obj, *p_obj = Py_None, *pi_obj = Py_None;
     kb_settle_rule rule = KB_SETTLE_RULE_DEFAULT;
     kb_settle_carry carry = {.sm_mhz = NAN, .under_limit = 0, .ago_s = 0.0, .loaded_s = 0.0};
     double load_start = NAN, limit = NAN;
     double max_mhz = NAN;
     if (!PyArg_ParseTupleAndKeywords(args, kw,
-                                     "OOO|OO$O&pddO&O&O&dddO&d:clock_settled_carried_at",
+                                     "OOO|OO$O&pddO&O&O&dddO&dd:clock_settled_carried_at",
                                      kwlist, &t_obj, &mhz_obj, &r_obj, &p_obj, &pi_obj,
                                      optional_double, &carry.sm_mhz, &carry.under_limit,
                                      &carry.ago_s, &carry.loaded_s, optional_double,
                                      &load_start, optional_double, &limit, optional_double,
                                      &max_mhz, &rule.carry_max_gap_s, &rule.carry_response_s,
                                      &rule.carry_window_s, optional_double,
-                                     &rule.carry_update_margin_s, &rule.late_headroom))
+                                     &rule.carry_update_margin_s, &rule.late_headroom,
+                                     &rule.capped_continue_gap_s))
         return NULL;
     if (!(carry.loaded_s >= 0)) {
         PyErr_SetString(PyExc_ValueError, "carried_loaded_s must be >= 0");
@@ -631,7 +642,7 @@ static PyMethodDef steady_methods[] = {
      "carried_mhz, carried_under_limit=False, carried_ago_s=0.0, carried_loaded_s=0.0, "
      "load_start_s=t_s[0], power_limit_w=None, max_sm_mhz=None, "
      "carry_max_gap_s=1.0, carry_response_s=0.1, carry_window_s=0.05, "
-     "carry_update_margin_s=0.05, late_headroom=0.9) "
+     "carry_update_margin_s=0.05, late_headroom=0.9, capped_continue_gap_s=0.25) "
      "-> (index, median_mhz, under_limit, by)\n\n"
      "clock_settled_at when the previous measurement on the GPU ended carried_ago_s before "
      "this load began, settled at carried_mhz (under a limit or not): the load may settle on "
@@ -641,9 +652,9 @@ static PyMethodDef steady_methods[] = {
      "with the board's maximum SM clock known (max_sm_mhz), that shows that clock with "
      "nothing limiting it and the power under the headroom (by=2; 0.8 of the limit, "
      "late_headroom for a window a response time into the load); else by the two-window "
-     "rule (by=0). A load carried under a limit continues the previous one, "
-     "which had run carried_loaded_s: that counts toward the capped rule's two averaging "
-     "windows of load. carried_mhz=None carries nothing."},
+     "rule (by=0). A load carried under a limit that began within capped_continue_gap_s of "
+     "its end continues the previous one, which had run carried_loaded_s: that counts toward "
+     "the capped rule's two averaging windows of load. carried_mhz=None carries nothing."},
     {"clock_settled_since", (PyCFunction)(void (*)(void))clock_settled_since,
      METH_VARARGS | METH_KEYWORDS,
      "clock_settled_since(t_s, sm_mhz, reasons, *, settled_mhz, under_limit=False, "

@@ -399,9 +399,11 @@ static double timestamp_step_s(const double *out, Py_ssize_t n)
  * it, -1 when even single-iteration batches keep firing (the callable blocks behind the gate). */
 static int on_watchdog(cuda_ctx *c, int warmup, int settling)
 {
-    if ((warmup || settling) && c->sampler != NULL)
+    if ((warmup || settling) && c->sampler != NULL) {
         /* the GPU idled behind the gate: the load starts again */
         c->load_start_s = kb_nvml_sampler_elapsed_s(c->sampler);
+        kb_cuda_carry_load_starts(c);
+    }
     if (warmup)
         c->warmup_fired++;
     else
@@ -478,6 +480,7 @@ int kb_cuda_run_batch(kb_backend *b, Py_ssize_t n, double *out, int kind)
         /* the callable's load begins with the warm-up's first batch */
         c->load_start_s = kb_nvml_sampler_elapsed_s(c->sampler);
         c->load_started = 1;
+        kb_cuda_carry_load_starts(c);
     }
     int burst = !warmup && c->opt.regime == KB_REGIME_BURST;
     Py_ssize_t done = 0, finished = 0, side_from = c->side.n;

@@ -120,6 +120,7 @@ typedef struct {
     int busy_explicit;              /* the caller gave busy_warmup_s */
     double callable_warmup_max_s;   /* the clamp on the callable's own warm-up */
     kb_settle_carry carry;          /* the last measurement's settled state (sm_mhz NaN: none) */
+    double carried_end_s;           /* when it ended, on kb_now_s's clock */
     double carried_from_s_ago;      /* how long before this load it ended; NaN: none carried */
     int settled_unlimited;          /* settled with nothing limiting the clock (KB_SETTLED) */
     int settled_by;                 /* KB_SETTLED_BY_*: the two-window rule, the carried state or
@@ -167,6 +168,8 @@ int kb_cuda_note_tentative(cuda_ctx *c);
 int kb_cuda_burst_wait(cuda_ctx *c);
 /* The state the last measurement on the device left, taken; this one's, left for the next. */
 void kb_cuda_take_carry(cuda_ctx *c);
+/* The load (re)starts now: the carried state's age is the gap from its end to this moment. */
+void kb_cuda_carry_load_starts(cuda_ctx *c);
 void kb_cuda_record_carry(cuda_ctx *c);
 
 /* ---------------------------------------------------------------- cuda_result.c */

@@ -30,9 +30,11 @@ static PyObject *finite_or_none(double v)
 }
 
 /* The settle dict's carry fields: what this measurement carried from the last one on the device
- * (carried_from_s_ago None: nothing), whether that settled it, and what it leaves. */
+ * (carried_from_s_ago None: nothing; continued_s: the capped load time it continued), whether
+ * that settled it, and what it leaves. */
 static int settle_carry_fields(const cuda_ctx *c, PyObject *settle)
 {
+    static const kb_settle_rule rule = KB_SETTLE_RULE_DEFAULT;
     if (settle == NULL)
         return -1;
     int carried = isfinite(c->carried_from_s_ago);
@@ -43,6 +45,10 @@ static int settle_carry_fields(const cuda_ctx *c, PyObject *settle)
                                              : Py_NewRef(Py_None)) ||
                    kb_dict_set_steal(settle, "carried_loaded_s",
                                      finite_or_none(carried ? c->carry.loaded_s : NAN)) ||
+                   kb_dict_set_steal(settle, "continued_s",
+                                     finite_or_none(carried ? kb_settle_continued_s(&rule,
+                                                                                    &c->carry)
+                                                            : NAN)) ||
                    kb_dict_set_steal(settle, "by_carry",
                                      PyBool_FromLong(c->settled_by == KB_SETTLED_BY_CARRY)) ||
                    kb_dict_set_steal(settle, "at_max_clock",

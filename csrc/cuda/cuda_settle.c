@@ -221,9 +221,21 @@ void kb_cuda_take_carry(cuda_ctx *c)
         c->carry = (kb_settle_carry){.sm_mhz = g->sm_mhz, .ago_s = ago,
                                      .under_limit = g->settled == KB_SETTLED_UNDER_LIMIT,
                                      .loaded_s = g->loaded_s};
+        c->carried_end_s = g->end_s;
         c->carried_from_s_ago = ago;
     }
     memset(g, 0, sizeof *g);
+}
+
+/* The priming call, CUPTI's set-up and a watchdog's restart come between taking the carry and
+ * the load: its age is judged where the load begins (whether a capped load continues depends
+ * on the gap, kb_settle_continued_s). */
+void kb_cuda_carry_load_starts(cuda_ctx *c)
+{
+    if (!isfinite(c->carry.sm_mhz))
+        return;
+    c->carry.ago_s = kb_now_s() - c->carried_end_s;
+    c->carried_from_s_ago = c->carry.ago_s;
 }
 
 /* At the end of sampling: the settle rule judged once more over this load's readings (with
@@ -245,8 +257,7 @@ void kb_cuda_record_carry(cuda_ctx *c)
     /* a capped load it continued counts as this one's: the next continues both */
     double loaded = c->sampler != NULL ? kb_nvml_sampler_elapsed_s(c->sampler) - c->load_start_s
                                        : 0.0;
-    if (isfinite(c->carry.sm_mhz) && c->carry.under_limit)
-        loaded += c->carry.loaded_s;
+    loaded += kb_settle_continued_s(&rule, &c->carry);
     kb_get_state(c->m)->gpu_carry[c->opt.device] = (struct kb_gpu_carry){
         .end_s = kb_now_s(), .settled = c->end_settled, .sm_mhz = c->end_sm_mhz,
         .loaded_s = loaded > 0 ? loaded : 0.0};
