@@ -157,6 +157,18 @@ def test_a_settle_at_the_boards_maximum_clock_is_named_in_both_rows():
     assert "maximum" not in _settle_text(settle)
 
 
+def test_the_settle_row_says_whether_a_carried_capped_load_was_continued():
+    from kbench.result import _settle_text
+    settle = {"settled": True, "at_s": 0.33, "sm_mhz": 1425.0, "by_carry": True,
+              "carried_from_s_ago": 0.02, "carried_sm_mhz": 1440.0,
+              "carried_under_limit": True, "continued_s": 9.7}
+    assert "continuing its capped load of 9.7 s" in _settle_text(settle)
+    settle.update(carried_from_s_ago=0.27, continued_s=0.0, by_carry=False, at_s=2.14)
+    assert "too long after its capped load to continue it" in _settle_text(settle)
+    settle.update(carried_under_limit=False)         # an unlimited state continues nothing
+    assert "capped load" not in _settle_text(settle)
+
+
 def test_a_figure_that_swings_during_the_run_says_so():
     """Calls whose cost swings by +-10% over about 630 calls (a slow controller, in effect):
     the samples' order shows it, the CI is wider than the independent one, the Wall row says
