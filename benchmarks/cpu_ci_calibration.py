@@ -20,10 +20,8 @@ from __future__ import annotations
 
 import argparse
 import json
-import math
 import os
 import platform
-import statistics
 import time
 from pathlib import Path
 from typing import Any, Callable, Dict, List, Optional
@@ -31,6 +29,7 @@ from typing import Any, Callable, Dict, List, Optional
 import numpy as np
 
 import kbench
+from _coverage import leave_one_out as coverage
 from kbench import _core, metadata
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -67,30 +66,6 @@ def one_run(case: Dict[str, Any], max_time_s: float) -> Dict[str, Any]:
             "ci_inflation": s["ci_inflation"], "plain_low_s": plain["ci_low"],
             "plain_high_s": plain["ci_high"], "plain_rel_ci": plain["rel_ci_halfwidth"],
             "n": r.n, "stop": r.stop["stop"], "wall_s": r.stop.get("wall_s")}
-
-
-def finite_median(xs) -> Optional[float]:
-    vals = [x for x in xs if x is not None and math.isfinite(x)]
-    return statistics.median(vals) if vals else None
-
-
-def coverage(runs: List[Dict[str, Any]]) -> Dict[str, Any]:
-    medians = [r["median_s"] for r in runs]
-    covered = plain = 0
-    for i, r in enumerate(runs):
-        others = statistics.median(medians[:i] + medians[i + 1:])
-        covered += r["ci_low_s"] <= others <= r["ci_high_s"]
-        plain += r["plain_low_s"] <= others <= r["plain_high_s"]
-    n = len(runs)
-    return {"runs": n, "covered": covered / n, "covered_if_independent": plain / n,
-            "median_of_medians_s": statistics.median(medians),
-            "spread_of_medians": max(medians) / min(medians) - 1,
-            "rel_ci_median": statistics.median(r["rel_ci"] for r in runs),
-            "plain_rel_ci_median": statistics.median(r["plain_rel_ci"] for r in runs),
-            "inflated_runs": sum(r["ci_inflation"] > 1.0 for r in runs),
-            # None when no run had enough samples to estimate it (NaN in every run)
-            "serial_vif_median": finite_median(r["serial_vif"] for r in runs),
-            "precision_stops": sum(r["stop"] == "precision" for r in runs)}
 
 
 def machine() -> Dict[str, Any]:

@@ -42,6 +42,7 @@ import time
 from typing import Any, Dict, List, Optional, Tuple
 
 import numpy as np
+from _coverage import finite_median, leave_one_out
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 GAPS_S = (0.0, 0.25, 0.5, 2.0)
@@ -118,39 +119,17 @@ def carried_capped(row: Dict[str, Any]) -> bool:
     return (row.get("continued_s") or 0) > 0
 
 
-def finite_median(xs) -> Optional[float]:
-    vals = [x for x in xs if x is not None and math.isfinite(x)]
-    return statistics.median(vals) if vals else None
-
-
 def coverage(runs: List[Dict[str, Any]]) -> Dict[str, Any]:
-    medians = [r["median_s"] for r in runs]
-    covered = plain = 0
-    devs = []
-    for i, r in enumerate(runs):
-        others = statistics.median(medians[:i] + medians[i + 1:])
-        covered += r["ci_low_s"] <= others <= r["ci_high_s"]
-        plain += r["plain_low_s"] <= others <= r["plain_high_s"]
-        devs.append(abs(r["median_s"] / others - 1))
-    n = len(runs)
-    return {"runs": n, "covered": covered / n, "covered_if_independent": plain / n,
-            "median_of_medians_s": statistics.median(medians),
-            "spread_of_medians": max(medians) / min(medians) - 1,
-            "loo_dev_median": statistics.median(devs), "loo_dev_max": max(devs),
-            "rel_ci_median": statistics.median(r["rel_ci"] for r in runs),
-            "plain_rel_ci_median": statistics.median(r["plain_rel_ci"] for r in runs),
-            "inflated_runs": sum(r["ci_inflation"] > 1.0 for r in runs),
-            "serial_vif_median": finite_median(r["serial_vif"] for r in runs),
-            "sampling_s_median": finite_median(r["sampling_s"] for r in runs),
-            "wall_s_median": statistics.median(r["wall_s"] for r in runs),
-            "precision_stops": sum(r["stop"] == "precision" for r in runs),
-            "limited_runs": sum(bool(r["limits"]) for r in runs),
-            "first_s_median": finite_median(r["first_s_vs_late"] for r in runs
-                                            if not carried_capped(r)),
-            "first_s_carried_median": finite_median(r["first_s_vs_late"] for r in runs
-                                                    if carried_capped(r)),
-            "carried_capped_runs": sum(carried_capped(r) for r in runs),
-            "held_runs": sum(bool(r["held"]) for r in runs)}
+    return dict(leave_one_out(runs),
+                sampling_s_median=finite_median(r["sampling_s"] for r in runs),
+                wall_s_median=statistics.median(r["wall_s"] for r in runs),
+                limited_runs=sum(bool(r["limits"]) for r in runs),
+                first_s_median=finite_median(r["first_s_vs_late"] for r in runs
+                                             if not carried_capped(r)),
+                first_s_carried_median=finite_median(r["first_s_vs_late"] for r in runs
+                                                     if carried_capped(r)),
+                carried_capped_runs=sum(carried_capped(r) for r in runs),
+                held_runs=sum(bool(r["held"]) for r in runs))
 
 
 def prefixes(samples: np.ndarray, sampling_s: float, ci_level: float) -> List[Dict[str, Any]]:

@@ -7,6 +7,7 @@ CPU-side logic.
 """
 import functools
 import importlib.util
+import sys
 from pathlib import Path
 
 import pytest
@@ -15,7 +16,10 @@ BENCHMARKS = Path(__file__).resolve().parent.parent / "benchmarks"
 
 
 def _load_benchmark(name):
-    """benchmarks/<name>.py as a module: the scripts are files, not a package."""
+    """benchmarks/<name>.py as a module: the scripts are files, not a package. Their shared
+    helpers (_coverage.py, _launch_cost.py) import as a script run finds them."""
+    if str(BENCHMARKS) not in sys.path:
+        sys.path.insert(0, str(BENCHMARKS))
     spec = importlib.util.spec_from_file_location(name, BENCHMARKS / f"{name}.py")
     module = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(module)
