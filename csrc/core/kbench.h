@@ -391,10 +391,10 @@ typedef struct {
     double capped_continue_gap_s;   /* a load continues a capped one (its loaded_s counts) only
                                  * when it began within this of that one's end: an idle gap
                                  * drains the averaged power and the controller lets the clock
-                                 * up, so a load 0.5 s after a capped one finds it to settle
-                                 * again (f16 GEMMs 0.52-0.59 s after a capped bf16 GEMM read
-                                 * their first second of sampling 1.0% fast, 14 of 14 runs on
-                                 * four H200s; 0.03-0.08 s after it, as their own load) */
+                                 * up, so the load must settle anew (on four H200s f16 GEMMs
+                                 * begun 0.52-0.59 s after a capped bf16 GEMM, continuing its
+                                 * time, read their first second of sampling 1.0% fast, 14 of
+                                 * 14 runs; begun 0.02-0.08 s after, they read with the rest) */
 } kb_settle_rule;
 #define KB_SETTLE_RULE_DEFAULT {.window_s = 0.25, .rel_tol = 0.02, .min_load_s = 0.3,          \
                                 .avg_window_s = 1.0, .power_tol = 0.05, .headroom = 0.8,       \
@@ -403,7 +403,7 @@ typedef struct {
                                 .carry_max_gap_s = 1.0, .carry_response_s = 0.1,               \
                                 .carry_window_s = 0.05, .carry_update_margin_s = 0.05,         \
                                 .at_max_tol = 0.01,                                            \
-                                .at_max_window_s = 0.1, .capped_min_load_s = 2.0,      \
+                                .at_max_window_s = 0.1, .capped_min_load_s = 2.0,              \
                                 .capped_continue_gap_s = 0.25}
 
 enum { KB_UNSETTLED = 0, KB_SETTLED = 1, KB_SETTLED_UNDER_LIMIT = 2 };
