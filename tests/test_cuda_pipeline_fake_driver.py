@@ -445,3 +445,34 @@ def test_a_load_under_a_limit_times_nothing_while_it_settles(fake_driver_nvml, r
     assert (r["dropped"] > 0) == (reason_after_s is not None)
     assert r["overlap_s"] == 0 and r["sampling_s"] >= 1.0 and r["warmup_stable"] is False
     assert r["timed_sm"] == [1980.0] and r["n"] == r["events_n"] > 0
+
+
+WATCHDOG_GAP = textwrap.dedent('''
+    import json, time
+    from kbench import _core
+    calls = [0]
+    def stall():
+        calls[0] += 1
+        if calls[0] == 20:          # inside the first gated warm-up batch
+            time.sleep(0.5)
+    Q = dict(stream=0, min_samples=64, max_samples=2000)
+    def record(r):
+        s = r["cuda"]["settle"]
+        return {"ago": s["carried_from_s_ago"], "continued_s": s["continued_s"],
+                "at_s": s["at_s"], "by_carry": s["by_carry"],
+                "fired": r["cuda"]["regime"]["warmup_watchdog_fired"]}
+    _core.measure_cuda(lambda: time.sleep(0.0001), ((),), None, **Q)    # a capped load
+    print(json.dumps(record(_core.measure_cuda(stall, ((),), None, gate_timeout_s=0.3, **Q))))
+''')
+
+
+def test_a_warm_up_the_watchdog_restarts_continues_no_capped_load(fake_driver_nvml):
+    """Through the fake NVML with sw_power_cap in every reading: a measurement begun right after
+    a capped one, whose callable stalls the host for 0.5 s inside a gated warm-up batch, so the
+    watchdog opens the gate and the GPU idles. Its load restarts there, and the carried state's
+    age is taken again: 0.5 s, past the 0.25 s a capped load is continued across, so it waits
+    its own two averaging windows instead of settling on the carry at once."""
+    out = run_script(WATCHDOG_GAP, fake_driver_nvml, FAKE_NVML_REASONS="4")
+    assert out["fired"] >= 1
+    assert out["ago"] >= 0.45 and out["continued_s"] == 0.0
+    assert out["by_carry"] is False and out["at_s"] >= 2.0
