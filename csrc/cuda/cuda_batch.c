@@ -41,22 +41,23 @@ static int side_reserve(side_arrays *s, Py_ssize_t need)
     if (need <= s->cap)
         return 0;
     size_t cap = kb_grown_capacity((size_t)s->cap, (size_t)need, 256, sizeof(double));
-    double *e = kb_resize(s->events_s, cap, sizeof *e);
-    if (e)
-        s->events_s = e;
-    double *sp = kb_resize(s->span_s, cap, sizeof *sp);
-    if (sp)
-        s->span_s = sp;
-    double *su = kb_resize(s->summed_s, cap, sizeof *su);
-    if (su)
-        s->summed_s = su;
-    uint32_t *k = kb_resize(s->kernels, cap, sizeof *k);
-    if (k)
-        s->kernels = k;
-    uint32_t *c = kb_resize(s->copies, cap, sizeof *c);
-    if (c)
-        s->copies = c;
-    if (!e || !sp || !su || !k || !c) {
+    int ok = 1;
+    /* each array grows on its own: one that cannot keeps its block, freed with the rest */
+#define GROW(a)                                                                                   \
+    do {                                                                                          \
+        void *grown = kb_resize(s->a, cap, sizeof *s->a);                                         \
+        if (grown)                                                                                \
+            s->a = grown;                                                                         \
+        else                                                                                      \
+            ok = 0;                                                                               \
+    } while (0)
+    GROW(events_s);
+    GROW(span_s);
+    GROW(summed_s);
+    GROW(kernels);
+    GROW(copies);
+#undef GROW
+    if (!ok) {
         PyErr_NoMemory();
         return -1;
     }
