@@ -149,7 +149,8 @@ def bench_local(fn: Callable[..., Any], *args: Any,
     stop = {k: raw[k] for k in ("stop", "criterion", "target", "achieved", "warmup_iters",
                                 "warmup_s", "sampling_s", "min_samples", "max_samples",
                                 "max_time_s", "resolution_s", "at_resolution",
-                                "sampling_overlap_s", "tentative_dropped") if k in raw}
+                                "sampling_overlap_s", "tentative_dropped", "resettle_dropped",
+                                "resettle_sampled_s") if k in raw}
     result = Result(name=name, device=device_name, backend=backend, samples=samples,
                     stats=stats, stop=stop, cold_cache=cold, flops=flops, bytes=bytes,
                     correctness=correctness, extra=extra, memory=mem)

@@ -51,10 +51,15 @@ def _settle_text(settle: Optional[Dict[str, Any]]) -> str:
     from_s = settle.get("kept_from_load_s")
     kept_s = (f"; {kept} samples kept from {from_s:.2f} s of load, where the readings first "
               f"showed the settled state" if kept and from_s is not None else "")
+    # the first settled state (unlimited) did not hold while timed: the samples were dropped
+    again = (f"; settled again under the limit after {settle['resettle_reason']} limited the "
+             f"load {settle.get('resettle_timed_s') or 0.0:.2f} s into the timed part (it had "
+             f"settled with nothing limiting its clock; those samples were dropped)"
+             if settle.get("resettle_reason") else "")
     if settle["settled"]:
-        return f"settled after {where}{clock}{carried}{at_max}{kept_s}{held}"
+        return f"settled after {where}{clock}{carried}{at_max}{kept_s}{again}{held}"
     return (f"NOT settled after {where}{clock}, gave up at settle_max_s={settle.get('max_s')}"
-            f"{carried}{held}")
+            f"{carried}{again}{held}")
 
 
 def _time_text(st: Dict[str, Any], cc: Dict[str, Any],
@@ -72,6 +77,9 @@ def _time_text(st: Dict[str, Any], cc: Dict[str, Any],
         carried = (" carried" if settle.get("by_carry")
                    else " at max clock" if settle.get("at_max_clock") else "")
         w_note.append(f"settle{carried} {settle['at_s']:.2f}")
+    if st.get("resettle_sampled_s") is not None:
+        # counted in the warm-up: the samples were dropped when the settled state ended
+        w_note.append(f"{st['resettle_sampled_s']:.2f} of sampling dropped, settled again")
     w_note_s = f" ({'; '.join(w_note)})" if w_note else ""
     busy = extra.get("busy_warmup_s") or 0.0
     busy_s = f"busy kernel {busy:.2f}, " if busy else ""

@@ -346,29 +346,43 @@ def test_samples_taken_while_settling_are_kept_from_where_the_readings_show_the_
 
 LIMIT_WHILE_TIMED = textwrap.dedent('''
     import json, time
+    import numpy as np
     from kbench import _core
     fn = lambda: time.sleep(0.0001)
     r = _core.measure_cuda(fn, ((),), None, stream=0, min_samples=12000, max_samples=12000)
     s, cu = r["cuda"]["settle"], r["cuda"]
     print(json.dumps({"settled": s["settled"], "at_max": s["at_max_clock"], "at_s": s["at_s"],
+                      "reason": s["resettle_reason"], "timed_s": s["resettle_timed_s"],
+                      "dropped": r["resettle_dropped"], "dropped_s": r["resettle_sampled_s"],
+                      "n": len(r["samples"]), "events_n": len(cu["events_s"]),
+                      "min_sampling_s": s["min_sampling_s"], "kept": s["samples_while_settling"],
+                      "timed_reasons": sorted(set(np.asarray(cu["clocks"]["reasons"]).tolist())),
                       "sampling_s": r["sampling_s"], "warmup_s": r["warmup_s"],
+                      "loaded_s": cu["regime"]["loaded_s"],
                       "held": cu["regime"]["held"], "why": cu["regime"]["why"]}))
 ''')
 
 
-def test_a_limit_that_shows_only_while_timed_breaks_an_unlimited_settle(fake_driver_nvml):
+def test_a_limit_that_shows_only_while_timed_settles_the_load_again(fake_driver_nvml):
     """Through the fake NVML at the board's maximum clock with sw_power_cap from 1 s after its
     first read: the load settles unlimited at the maximum clock (~0.2 s), then the reason shows
-    while it is timed (12,000 samples of at least 0.1 ms each: past 1.2 s). The clock never
-    moved, so only the limit's reason tells the figure mixes states: the regime did not hold."""
+    while it is timed. The samples so far mix two states, so they are dropped and the load
+    settles again from the limited reading on, as a capped load (two averaging windows, then
+    at least 1 s of sampling), and the regime holds. Without kb_cuda_resettle the same run kept
+    the mixed samples and its regime did not hold."""
     out = run_script(LIMIT_WHILE_TIMED, fake_driver_nvml, FAKE_NVML_REASONS="4",
                      FAKE_NVML_REASONS_AFTER_S="1.0")
-    assert out["settled"] is True and out["at_max"] is True and out["at_s"] < 1.0, out
-    assert out["warmup_s"] + out["sampling_s"] > 1.2     # the timed part ran past the limit
-    assert out["held"] is False
-    assert out["why"] == ("the load settled with nothing limiting its clock, but sw_power_cap "
-                          "limited it while it was timed: the figure mixes the two states (its "
-                          "sustained state is the limited one)")
+    assert out["reason"] == "sw_power_cap" and 0 < out["timed_s"] < 1.0, out
+    assert out["dropped"] > 0 and out["dropped_s"] >= out["timed_s"]
+    # the second settle: capped_min_load_s (2 s) of load from the limited reading, by the rule
+    assert out["settled"] is True and out["at_max"] is False and out["loaded_s"] >= 2.0
+    assert out["min_sampling_s"] == 1.0 and out["sampling_s"] >= 1.0
+    # nothing timed under a limit is kept from the settle; the timed part is all limited
+    assert out["kept"] == 0 and out["timed_reasons"] == [4]
+    assert out["n"] == out["events_n"] == 12000
+    # the dropped sampling and the second settle are the warm-up's
+    assert out["warmup_s"] >= out["dropped_s"] + out["at_s"]
+    assert out["held"] is True, out["why"]
 
 
 CLOCK_TRACE = textwrap.dedent('''

@@ -181,7 +181,7 @@ def test_the_raw_cuda_record_has_every_key_with_its_type(x):
                        "carried_loaded_s", "continued_s", "by_carry", "at_max_clock",
                        "end_settled",
                        "end_sm_mhz", "samples_while_settling", "kept_from_load_s",
-                       "load_start_s"}
+                       "load_start_s", "resettle_reason", "resettle_timed_s"}
     # the load's start on the sampler's time axis, inside the sampled span
     assert isinstance(st["load_start_s"], float) and st["load_start_s"] >= 0
     assert isinstance(st["by_carry"], bool) and isinstance(st["end_settled"], bool)
@@ -190,6 +190,9 @@ def test_the_raw_cuda_record_has_every_key_with_its_type(x):
     assert (st["kept_from_load_s"] is None) == (st["samples_while_settling"] == 0)
     assert isinstance(raw["sampling_overlap_s"], float) and raw["sampling_overlap_s"] >= 0
     assert isinstance(raw["tentative_dropped"], int) and raw["tentative_dropped"] >= 0
+    # settled again after a limit while timed: both fields, or neither
+    assert (st["resettle_reason"] is None) == (raw["resettle_sampled_s"] is None)
+    assert (st["resettle_timed_s"] is None) == (raw["resettle_dropped"] == 0)
     carried = st["carried_from_s_ago"]
     assert carried is None or (isinstance(carried, float) and carried >= 0)
     assert (st["carried_under_limit"] is None) == (carried is None)

@@ -62,3 +62,63 @@ def test_a_minimum_sampling_time_holds_back_the_precision_rule():
 def test_a_broken_hook_raises_and_the_loop_stops(hook, exc, match):
     with pytest.raises(exc, match=match):
         _core.measure_host(sleeper, ((),), None, warmup_s=0.01, _keep_warming=hook)
+
+
+def test_a_resettle_drops_the_samples_settles_again_and_samples_anew():
+    """The backend's resettle (on CUDA: a load settled unlimited that a limit reason limited
+    while timed) is asked after each sampling batch: once it says the state ended, the samples
+    so far are dropped, keep_warming is asked again from a fresh elapsed time, in batches of
+    the sampling's size, and the sampling starts over. It is asked no more after that."""
+    state = {"phase": "first settle", "calls": 0, "asked": 0}
+    settle_calls = {"first settle": [], "second settle": []}
+
+    def fn():
+        state["calls"] += 1
+        sleeper()
+
+    def keep_warming(elapsed_s):
+        settle_calls[state["phase"]].append((elapsed_s, state["calls"]))
+        more = elapsed_s < 0.1
+        if not more:
+            state["phase"] = "sampling"
+        return more, 0.0
+
+    asked_at = []       # fn calls so far at each question
+
+    def resettle():
+        state["asked"] += 1
+        asked_at.append(state["calls"])
+        if state["asked"] == 5:
+            state["phase"] = "second settle"
+            state["dropped_at_calls"] = state["calls"]
+            return True
+        return False
+
+    r = _core.measure_host(fn, ((),), None, warmup_s=0.02, min_samples=200, target=0.5,
+                           max_time_s=10.0, _keep_warming=keep_warming, _resettle=resettle)
+    assert state["asked"] == 5           # once a measurement
+    assert r["resettle_dropped"] > 0 and r["resettle_sampled_s"] > 0
+    second = settle_calls["second settle"]
+    # asked before any further call, from a fresh elapsed time, until its 0.1 s
+    assert second[0] == (pytest.approx(0.0, abs=0.01), state["dropped_at_calls"])
+    assert second[-1][0] >= 0.1 and all(e < 0.1 for e, _ in second[:-1])
+    # batches of the size of the sampling batch that ended the state, not the settle's 20 ms
+    between = {b - a for (_, a), (_, b) in zip(second, second[1:])}
+    k = asked_at[4] - asked_at[3]
+    assert between == {k} and k * SLEEP > 0.02
+    # samples anew: the kept ones all came after the second settle
+    assert len(r["samples"]) >= 200
+    assert state["calls"] - second[-1][1] == len(r["samples"])
+    # the dropped sampling and the second settle count as the warm-up's
+    assert r["warmup_s"] >= r["resettle_sampled_s"] + 0.1
+    # without a resettle the fields say so
+    r0 = _core.measure_host(sleeper, ((),), None, warmup_s=0.01, min_samples=5, target=0.5)
+    assert r0["resettle_dropped"] == 0 and r0["resettle_sampled_s"] is None
+
+
+def test_a_broken_resettle_hook_raises_and_the_loop_stops():
+    with pytest.raises(ZeroDivisionError):
+        _core.measure_host(sleeper, ((),), None, warmup_s=0.01, min_samples=5,
+                           _keep_warming=lambda e: (False, 0.0), _resettle=lambda: 1 / 0)
+    with pytest.raises(TypeError, match="_resettle must be callable"):
+        _core.measure_host(sleeper, ((),), None, warmup_s=0.01, _resettle=3)

@@ -169,6 +169,28 @@ def test_the_settle_row_says_whether_a_carried_capped_load_was_continued():
     assert "capped load" not in _settle_text(settle)
 
 
+def test_both_rows_say_when_a_limit_while_timed_made_the_load_settle_again():
+    """A CUDA load settled unlimited, then sw_power_cap showed 0.84 s into the timed part: its
+    samples were dropped and it settled again (kb_cuda_resettle). The settle row names the
+    reason and when; the Time row counts the dropped sampling in the warm-up, so the overhead
+    stays what is left."""
+    from kbench.result import _settle_text, _time_text
+    st = {"wall_s": 4.60, "warmup_s": 3.30, "sampling_s": 1.20, "sampling_overlap_s": 0.0,
+          "resettle_sampled_s": 0.91, "resettle_dropped": 5120}
+    settle = {"settled": True, "at_s": 2.05, "sm_mhz": 1470.0, "by_carry": False,
+              "min_sampling_s": 1.0, "resettle_reason": "sw_power_cap",
+              "resettle_timed_s": 0.84}
+    assert ("settled again under the limit after sw_power_cap limited the load 0.84 s into the "
+            "timed part") in _settle_text(settle)
+    row = _time_text(st, {}, {"clock_settle": settle})
+    assert "0.91 of sampling dropped, settled again" in row
+    assert "overhead 0.10" in row           # 4.60 - 3.30 - 1.20
+    settle.update(resettle_reason=None, resettle_timed_s=None)
+    st["resettle_sampled_s"] = None
+    assert "again" not in _settle_text(settle)
+    assert "again" not in _time_text(st, {}, {"clock_settle": settle})
+
+
 def test_a_figure_that_swings_during_the_run_says_so():
     """Calls whose cost swings by +-10% over about 630 calls (a slow controller, in effect):
     the samples' order shows it, the CI is wider than the independent one, the Wall row says

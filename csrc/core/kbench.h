@@ -267,6 +267,14 @@ struct kb_backend {
      * holds samples instead of idle warm-up calls. */
     Py_ssize_t (*settled_keep)(kb_backend *b, Py_ssize_t n, Py_ssize_t max_keep, int final,
                                double *from_s);
+    /* Optional, with keep_warming (not with ranks). Asked after each sampling batch: 1 when the
+     * device has left the state it settled in since sampling began (a CUDA load settled with
+     * nothing limiting its clock that a limit reason has since limited: the samples mix two
+     * states), after the backend has dropped its own records of the samples so far; 0 when it
+     * holds; -1 with an exception. On 1 the loop drops its samples, settles again on the same
+     * load (keep_warming, in batches of the sampling's size, so the load keeps the duty cycle
+     * that left the state) and samples anew. Once a measurement. */
+    int (*resettle)(kb_backend *b);
 };
 enum { KB_BATCH_SAMPLE = 0, KB_BATCH_WARMUP = 1, KB_BATCH_TENTATIVE = 2 };
 
@@ -280,6 +288,11 @@ typedef struct {
     double sampling_s;          /* wall time spent sampling (from the first kept sample) */
     double overlap_s;           /* of it, taken while the backend settled (settled_keep) */
     Py_ssize_t tentative_dropped;   /* samples taken while settling that were not kept */
+    Py_ssize_t resettle_dropped;    /* samples dropped when the backend's resettle said the
+                                     * device left its settled state (0: it did not) */
+    double resettle_sampled_s;      /* how long they had sampled; the warm-up's time counts
+                                     * them and the second settle (warmup_s) */
+    int resettled;
     kb_stop stop;
     double achieved;            /* the criterion's last value */
     double resolution_s;        /* the backend's timer step, when it reported one */

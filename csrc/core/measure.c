@@ -329,14 +329,18 @@ static int keep_tentative(kb_backend *b, Py_ssize_t max_keep, kb_loop_result *re
  * does not pay a clock read per call; timed ones are windows of >= 5 calls and >= 5 ms after a
  * first call of its own (first calls pay for page faults, lazy set-up and cold code).
  * With a backend's settled_keep, the batches run while keep_warming says "more" are timed as
- * samples, and those it keeps open the sampling (res->n, from *kept_from_s). */
+ * samples, and those it keeps open the sampling (res->n, from *kept_from_s).
+ * resettle_batch > 0: the backend's resettle said the device left its settled state while
+ * sampling; the loop's own rule is behind it, and the batches stay the sampling's size (the
+ * duty cycle that left the state is the one to settle in). res->warmup_s adds this time. */
 static int warm_up(kb_backend *b, const kb_loop_config *cfg, kb_loop_result *res,
-                   double *per_call_out, double *kept_from_s)
+                   Py_ssize_t resettle_batch, double *per_call_out, double *kept_from_s)
 {
-    int judge = b->warmup_timed && cfg->warmup_tol > 0 && cfg->warmup_s > 0;
+    int again = resettle_batch > 0;
+    int judge = b->warmup_timed && cfg->warmup_tol > 0 && cfg->warmup_s > 0 && !again;
     /* Settling batches timed as samples, kept once the backend has shown them settled. */
     int tentative = b->settled_keep != NULL && cfg->ranks == NULL;
-    Py_ssize_t batch = 1, scratch_cap = 0, batches = 0, tentative_n = 0;
+    Py_ssize_t batch = again ? resettle_batch : 1, scratch_cap = 0, batches = 0, tentative_n = 0;
     double *scratch = NULL;
     double t_start = kb_now_s();
     int settling = 0;   /* past the loop's own rule, warming on until the backend settles */
@@ -345,8 +349,8 @@ static int warm_up(kb_backend *b, const kb_loop_config *cfg, kb_loop_result *res
     for (;;) {
         /* With ranks, every decision reads agreed values only (see ranks.c). */
         double elapsed = cfg->ranks ? agreed_s : kb_now_s() - t_start;
-        if (res->warmup_iters >= cfg->warmup_min &&
-            (res->warmup_stable || elapsed >= cfg->warmup_s)) {
+        if (again || (res->warmup_iters >= cfg->warmup_min &&
+                      (res->warmup_stable || elapsed >= cfg->warmup_s))) {
             if (b->keep_warming == NULL)
                 break;
             double more = b->keep_warming(b, elapsed);
@@ -363,7 +367,7 @@ static int warm_up(kb_backend *b, const kb_loop_config *cfg, kb_loop_result *res
             }
             /* While settling, keep batches short (~20 ms) so the backend is asked often. */
             settling = 1;
-            if (per_call > 0 && (double)batch * per_call > 0.02)
+            if (!again && per_call > 0 && (double)batch * per_call > 0.02)
                 batch = (Py_ssize_t)(0.02 / per_call) + 1;
         }
         if (batch > scratch_cap) {
@@ -399,6 +403,8 @@ static int warm_up(kb_backend *b, const kb_loop_config *cfg, kb_loop_result *res
         agreed_s = times[1];
         per_call = times[0] / (double)batch;
         res->warmup_iters += batch;
+        if (again)
+            continue;
         if (cfg->warmup_s <= 0 && res->warmup_iters >= cfg->warmup_min)
             break;
         if (judge && !res->warmup_stable && batch >= KB_WARM_WINDOW_MIN) {
@@ -431,7 +437,7 @@ static int warm_up(kb_backend *b, const kb_loop_config *cfg, kb_loop_result *res
     if (kb_ranks_agree(cfg, "warmup end", batches, NULL, 0, &floor_s, 1) < 0)
         goto error;
     b->min_sampling_s = floor_s;
-    res->warmup_s = kb_now_s() - t_start;
+    res->warmup_s += kb_now_s() - t_start;
     *per_call_out = per_call;
     *kept_from_s = NAN;
     if (tentative_n > 0 &&
@@ -457,6 +463,63 @@ static Py_ssize_t floor_fit(const kb_backend *b, Py_ssize_t n, double elapsed, P
     return fit < 1 ? 1 : fit < (double)k ? (Py_ssize_t)fit : k;
 }
 
+/* Sampling begins now, or where the samples kept from the settle began (res->n of them, from
+ * kept_from_s): *t0 is its start, and the stop rule is asked at once of those samples (the
+ * floor and min_samples permitting), which may already meet it. */
+static int begin_sampling(const kb_backend *b, const kb_loop_config *cfg, kb_criterion *crit,
+                          kb_loop_result *res, double kept_from_s, double *t0,
+                          Py_ssize_t *next_check)
+{
+    *t0 = kb_now_s();
+    *next_check = cfg->min_samples;
+    res->stop = KB_STOP_RUNNING;
+    res->overlap_s = 0.0;
+    if (res->n == 0)
+        return 0;
+    /* Samples kept from the settle: the sampling began with them, and may be done. */
+    res->overlap_s = *t0 - kept_from_s > 0 ? *t0 - kept_from_s : 0.0;
+    *t0 = kept_from_s < *t0 ? kept_from_s : *t0;
+    crit->resolution = res->resolution_s = b->resolution_s;
+    if (res->n >= cfg->min_samples && kb_now_s() - *t0 >= b->min_sampling_s) {
+        int fin = crit->is_finished(crit, res->samples, res->n);
+        if (fin < 0) {
+            PyErr_NoMemory();
+            return -1;
+        }
+        res->achieved = crit->achieved;
+        if (fin)
+            res->stop = KB_STOP_PRECISION;
+        else
+            *next_check = res->n + (res->n / 16 > 0 ? res->n / 16 : 1);
+    }
+    if (res->stop == KB_STOP_RUNNING && res->n >= cfg->max_samples)
+        res->stop = KB_STOP_ITER_CAP;
+    return 0;
+}
+
+/* After a sampling batch of k: the backend's resettle says whether the device has left the
+ * state it settled in. If so, the samples so far are dropped, the load settles again (warm_up,
+ * in batches of k) and sampling begins anew: 1; 0 where it held; -1 with an exception. */
+static int settle_again(kb_backend *b, const kb_loop_config *cfg, kb_criterion *crit,
+                        kb_loop_result *res, Py_ssize_t k, double *t0, Py_ssize_t *next_check)
+{
+    if (b->resettle == NULL || cfg->ranks != NULL || res->resettled)
+        return 0;
+    int left = b->resettle(b);
+    if (left <= 0)
+        return left;
+    double per_call = 0.0, kept_from_s = NAN;
+    res->resettled = 1;
+    res->resettle_dropped = res->n;
+    res->resettle_sampled_s = kb_now_s() - *t0;
+    /* what warm_up already counted (the kept samples' overlap) is not counted twice */
+    res->warmup_s += res->resettle_sampled_s - res->overlap_s;
+    res->n = 0;
+    if (warm_up(b, cfg, res, k, &per_call, &kept_from_s) < 0)
+        return -1;
+    return begin_sampling(b, cfg, crit, res, kept_from_s, t0, next_check) < 0 ? -1 : 1;
+}
+
 /* Ctrl-C: the loop checks for signals after every batch (a flag test, no syscall), so a
  * KeyboardInterrupt ends it between batches; a backend whose batches run long checks inside them
  * too (measure_host.c). Either way the loop returns -1 with the exception set, and the backend's
@@ -468,13 +531,12 @@ int kb_loop_run(kb_backend *b, const kb_loop_config *cfg, kb_loop_result *res)
     if (kb_criterion_init(&crit, cfg->criterion, cfg->target, cfg->ci_level) < 0)
         return -1;
     double warm_per_call = 0.0, kept_from_s = NAN;
-    if (warm_up(b, cfg, res, &warm_per_call, &kept_from_s) < 0)
+    if (warm_up(b, cfg, res, 0, &warm_per_call, &kept_from_s) < 0)
         goto error;
 
     /* Sampling. The rule is checked when the count has grown by ~1/16 since the last check,
      * so its O(n log n) cost stays a small fraction of the loop. */
-    Py_ssize_t batch = 1, batches = 0;
-    Py_ssize_t next_check = cfg->min_samples;
+    Py_ssize_t batch = 1, batches = 0, next_check;
     /* Batches grow while they take under 1% of the time budget, or the backend's own minimum.
      * With one, the first batch is that long at the warm-up's last pace (agreed with ranks),
      * not 1, 2, 4, ... calls, each a collection. */
@@ -485,28 +547,9 @@ int kb_loop_run(kb_backend *b, const kb_loop_config *cfg, kb_loop_result *res)
         double want = floor(b->min_batch_s / warm_per_call);
         batch = want < 1 ? 1 : want > (double)cfg->batch_max ? cfg->batch_max : (Py_ssize_t)want;
     }
-    double t0 = kb_now_s();
-    res->stop = KB_STOP_RUNNING;
-    if (res->n > 0) {
-        /* Samples kept from the settle: the sampling began with them, and may be done. */
-        res->overlap_s = t0 - kept_from_s > 0 ? t0 - kept_from_s : 0.0;
-        t0 = kept_from_s < t0 ? kept_from_s : t0;
-        crit.resolution = res->resolution_s = b->resolution_s;
-        if (res->n >= cfg->min_samples && kb_now_s() - t0 >= b->min_sampling_s) {
-            int fin = crit.is_finished(&crit, res->samples, res->n);
-            if (fin < 0) {
-                PyErr_NoMemory();
-                goto error;
-            }
-            res->achieved = crit.achieved;
-            if (fin)
-                res->stop = KB_STOP_PRECISION;
-            else
-                next_check = res->n + (res->n / 16 > 0 ? res->n / 16 : 1);
-        }
-        if (res->stop == KB_STOP_RUNNING && res->n >= cfg->max_samples)
-            res->stop = KB_STOP_ITER_CAP;
-    }
+    double t0;
+    if (begin_sampling(b, cfg, &crit, res, kept_from_s, &t0, &next_check) < 0)
+        goto error;
     while (res->stop == KB_STOP_RUNNING) {
         Py_ssize_t k = batch;
         if (k > cfg->max_samples - res->n)
@@ -539,6 +582,11 @@ int kb_loop_run(kb_backend *b, const kb_loop_config *cfg, kb_loop_result *res)
                            2) < 0)
             goto error;
         res->n += k;
+        int again = settle_again(b, cfg, &crit, res, k, &t0, &next_check);
+        if (again < 0)
+            goto error;
+        if (again)
+            continue;
         double elapsed = agreed[0];
 
         crit.resolution = agreed[1];
@@ -597,14 +645,15 @@ PyObject *kb_loop_result_to_dict(const kb_loop_result *res, const kb_loop_config
     if (arr == NULL)
         return NULL;
     PyObject *out = Py_BuildValue(
-        "{s:N,s:s,s:n,s:d,s:O,s:d,s:d,s:s,s:d,s:d,s:d,s:n,s:n,s:d,s:d,s:O,s:d,s:n}", "samples",
-        arr,
-        "stop", kb_stop_name(res->stop), "warmup_iters", res->warmup_iters, "warmup_s",
+        "{s:N,s:s,s:n,s:d,s:O,s:d,s:d,s:s,s:d,s:d,s:d,s:n,s:n,s:d,s:d,s:O,s:d,s:n,s:n,s:N}",
+        "samples", arr, "stop", kb_stop_name(res->stop), "warmup_iters", res->warmup_iters, "warmup_s",
         res->warmup_s, "warmup_stable", res->warmup_stable ? Py_True : Py_False, "warmup_tol",
         cfg->warmup_tol, "sampling_s", res->sampling_s, "criterion", cfg->criterion, "target", cfg->target,
         "achieved", res->achieved, "ci_level", cfg->ci_level, "min_samples", cfg->min_samples,
         "max_samples", cfg->max_samples, "max_time_s", cfg->max_time_s, "resolution_s",
         res->resolution_s, "at_resolution", res->at_resolution ? Py_True : Py_False,
-        "sampling_overlap_s", res->overlap_s, "tentative_dropped", res->tentative_dropped);
+        "sampling_overlap_s", res->overlap_s, "tentative_dropped", res->tentative_dropped,
+        "resettle_dropped", res->resettle_dropped, "resettle_sampled_s",
+        res->resettled ? PyFloat_FromDouble(res->resettle_sampled_s) : Py_NewRef(Py_None));
     return out;
 }

@@ -327,7 +327,9 @@ static void judge_sustained(const kb_regime_inputs *in, kb_regime_verdict *v)
     /* The rules settle a load as unlimited when nothing limits it and nothing will at its
      * power; a load drawing more while timed than while it settled (a duty cycle that grows
      * with the batches: a bf16 GEMM 2048^3 read 446-590 W settling at the H200's maximum
-     * clock and 690-750 W, sw_power_cap, from 1 s of sampling) proves the verdict wrong. */
+     * clock and 690-750 W, sw_power_cap, from 1 s of sampling) proves the verdict wrong. The
+     * CUDA loop then settles again (kb_cuda_resettle); what reaches here is a limit it could
+     * not act on: with ranks, or one NVML showed only after the last batch. */
     if (in->settled == 1 && in->settled_unlimited && (in->timed_limits & KB_CLOCK_LIMIT_REASONS)) {
         uint64_t bits = in->timed_limits & KB_CLOCK_LIMIT_REASONS;
         why_add(v, "the load settled with nothing limiting its clock, but %s limited it while "

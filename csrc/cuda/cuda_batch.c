@@ -472,11 +472,8 @@ int kb_cuda_run_batch(kb_backend *b, Py_ssize_t n, double *out, int kind)
     int warmup = kind == KB_BATCH_WARMUP, settling = kind == KB_BATCH_TENTATIVE;
     if (settling && kb_cuda_note_tentative(c) < 0)
         return -1;
-    if (kind == KB_BATCH_SAMPLE && c->sampler != NULL && !c->sampler_marked) {
-        /* The result's clocks cover the timed part only. */
-        kb_nvml_sampler_mark(c->sampler);
-        c->sampler_marked = 1;
-    }
+    if (kind == KB_BATCH_SAMPLE && c->sampler != NULL && !c->sampler_marked)
+        kb_cuda_timed_from(c, kb_nvml_sampler_elapsed_s(c->sampler));
     if (warmup && c->sampler != NULL && !c->load_started) {
         /* the callable's load begins with the warm-up's first batch */
         c->load_start_s = kb_nvml_sampler_elapsed_s(c->sampler);

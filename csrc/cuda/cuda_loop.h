@@ -137,6 +137,12 @@ typedef struct {
     Py_ssize_t tentative_kept;      /* samples kept from them (gap_max_s keeps its maximum
                                      * over all timed sub-batches, kept or not) */
     double tentative_from_s;        /* sampler time the first kept batch began */
+    double timed_from_s;            /* sampler time the timed part began (the mark) */
+    double limit_scan_s;            /* readings up to this sampler time were looked at by
+                                     * kb_cuda_resettle */
+    int resettled;                  /* kb_cuda_resettle dropped the samples and settled again */
+    uint64_t resettle_reasons;      /* the limit reasons of the reading that made it */
+    double resettle_timed_s;        /* that reading's time into the timed part */
 } cuda_ctx;
 
 /* ---------------------------------------------------------------- cuda_batch.c */
@@ -162,6 +168,10 @@ void kb_cuda_side_free(side_arrays *s);
 int kb_cuda_keep_warming(kb_backend *b, double elapsed_s);
 Py_ssize_t kb_cuda_settled_keep(kb_backend *b, Py_ssize_t n, Py_ssize_t max_keep, int final,
                                 double *from_s);
+/* kb_backend.resettle: a load settled unlimited that a limit reason has limited while timed. */
+int kb_cuda_resettle(kb_backend *b);
+/* The timed part begins at sampler time t_s: the sampler is marked there. */
+void kb_cuda_timed_from(cuda_ctx *c, double t_s);
 /* A loop batch timed while settling begins: the counters as they stand. */
 int kb_cuda_note_tentative(cuda_ctx *c);
 /* Burst: rest after the last batch, then wait for the GPU to recover (Ctrl-C honoured). */

@@ -65,6 +65,22 @@ static int settle_carry_fields(const cuda_ctx *c, PyObject *settle)
                ? -1 : 0;
 }
 
+/* The settle dict's account of a second settle (kb_cuda_resettle): the limit reason that
+ * ended the first settled state, and how far into the timed part it showed; None where the
+ * first held. */
+static int settle_again_fields(const cuda_ctx *c, PyObject *settle)
+{
+    uint64_t lowest = c->resettle_reasons & (~c->resettle_reasons + 1);
+    if (settle == NULL)
+        return -1;
+    return kb_dict_set_steal(settle, "resettle_reason",
+                             c->resettled ? PyUnicode_FromString(kb_clock_reason_name(lowest))
+                                          : Py_NewRef(Py_None)) ||
+                   kb_dict_set_steal(settle, "resettle_timed_s",
+                                     finite_or_none(c->resettled ? c->resettle_timed_s : NAN))
+               ? -1 : 0;
+}
+
 /* The regime's inputs from what the measurement recorded, and the clock summary's verdict. */
 static kb_regime_inputs regime_inputs(const cuda_ctx *c, const kb_clock_verdict *cv, double busy)
 {
@@ -171,6 +187,7 @@ PyObject *kb_cuda_result_dict(cuda_ctx *c, const char *backend, double sampling_
         kb_dict_set_steal(cuda, "callable_warmup_max_s",
                           PyFloat_FromDouble(c->callable_warmup_max_s)) < 0 ||
         settle_carry_fields(c, PyDict_GetItemString(cuda, "settle")) < 0 ||
+        settle_again_fields(c, PyDict_GetItemString(cuda, "settle")) < 0 ||
         kb_dict_set_steal(cuda, "cupti_setup",
                           c->cupti ? Py_BuildValue("{s:d,s:d,s:d}", "begin_s", c->cupti_begin_s,
                                                    "first_read_s", c->cupti_first_read_s,

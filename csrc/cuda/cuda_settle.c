@@ -94,7 +94,8 @@ int kb_cuda_keep_warming(kb_backend *b, double elapsed_s)
     if ((c->clocks_locked = kb_nvml_sampler_clocks_locked(c->sampler)))
         return KB_WARM_DONE;
     double median = NAN;
-    const kb_settle_carry *carry = isfinite(c->carry.sm_mhz) ? &c->carry : NULL;
+    /* settling again (kb_cuda_resettle), the load is judged afresh */
+    const kb_settle_carry *carry = isfinite(c->carry.sm_mhz) && !c->resettled ? &c->carry : NULL;
     int settled = kb_nvml_sampler_settled(c->sampler, &rule, c->load_start_s, carry, &median,
                                           &c->settled_by);
     c->settled_at_s = elapsed_s;
@@ -191,14 +192,55 @@ Py_ssize_t kb_cuda_settled_keep(kb_backend *b, Py_ssize_t n, Py_ssize_t max_keep
     c->gate_fired -= t ? t->gate_fired : c->gate_fired;
     c->gate_fired_kept -= t ? t->gate_fired_kept : c->gate_fired_kept;
     if (t != NULL) {
-        kb_nvml_sampler_mark_at(c->sampler, t->start_s);
-        c->sampler_marked = 1;
+        kb_cuda_timed_from(c, t->start_s);
         c->tentative_from_s = t->start_s;
         *from_s = t->start_now_s;
     }
     c->tentative_kept = kept;
     c->tentative_n = 0;
     return kept;
+}
+
+void kb_cuda_timed_from(cuda_ctx *c, double t_s)
+{
+    kb_nvml_sampler_mark_at(c->sampler, t_s);
+    c->sampler_marked = 1;
+    c->timed_from_s = c->limit_scan_s = t_s;
+}
+
+/* After each sampling batch (kb_backend.resettle). The rules settle a load as unlimited when
+ * nothing limits it and nothing will at its power; a load that draws more once timed proves
+ * that wrong (a bf16 GEMM 2048^3 read 446-590 W settling at the H200's maximum clock and
+ * 690-750 W with sw_power_cap from 1 s of sampling: its batches' duty cycle grew). Its samples
+ * mix the two states, and its sustained state is the limited one. So at the first reading in
+ * the timed part that shows a limit reason, every sample so far is dropped here and in the
+ * loop, and the load settles again as a load that began at that reading: under a limit it
+ * waits its two averaging windows (capped_min_load_s), with no carried state (the state
+ * carried was not this one's). Once a measurement: a load settled under a limit is not
+ * unsettled by one. */
+int kb_cuda_resettle(kb_backend *b)
+{
+    cuda_ctx *c = b->ctx;
+    if (c->resettled || c->settled != 1 || !c->settled_unlimited || c->sampler == NULL ||
+        !c->sampler_marked)
+        return 0;
+    uint64_t reasons = 0;
+    double at = kb_nvml_sampler_first_limit(c->sampler, c->limit_scan_s, &reasons,
+                                            &c->limit_scan_s);
+    if (!isfinite(at))
+        return 0;
+    c->resettled = 1;
+    c->resettle_reasons = reasons;
+    c->resettle_timed_s = at - c->timed_from_s;
+    c->load_start_s = at;
+    c->settled_unlimited = 0;
+    /* the records of the samples dropped, and what their sub-batches added to the counters */
+    c->side.n = 0;
+    c->gap_sum_s = c->bridge_gpu_s = 0.0;     /* gap_max_s: over all, as settled_keep */
+    c->gaps = c->bridges = c->bridge_iters = c->gate_fired = c->gate_fired_kept = 0;
+    c->tentative_kept = 0;
+    c->sampler_marked = 0;
+    return 1;
 }
 
 /* What the last measurement on this device established, taken for this one (sustained only),
@@ -247,9 +289,10 @@ void kb_cuda_record_carry(cuda_ctx *c)
     int how = KB_UNSETTLED, by = KB_SETTLED_BY_RULE;
     if (!c->opt.sample_clocks)
         return;
+    const kb_settle_carry *carry = isfinite(c->carry.sm_mhz) && !c->resettled ? &c->carry
+                                                                               : NULL;
     if (c->sampler != NULL && c->opt.regime == KB_REGIME_SUSTAINED && !c->clocks_locked &&
         c->settled > 0) {
-        const kb_settle_carry *carry = isfinite(c->carry.sm_mhz) ? &c->carry : NULL;
         how = kb_nvml_sampler_settled(c->sampler, &rule, c->load_start_s, carry, &median, &by);
     }
     c->end_settled = how > 0 ? how : KB_UNSETTLED;
@@ -257,7 +300,8 @@ void kb_cuda_record_carry(cuda_ctx *c)
     /* a capped load it continued counts as this one's: the next continues both */
     double loaded = c->sampler != NULL ? kb_nvml_sampler_elapsed_s(c->sampler) - c->load_start_s
                                        : 0.0;
-    loaded += kb_settle_continued_s(&rule, &c->carry);
+    if (carry != NULL)
+        loaded += kb_settle_continued_s(&rule, carry);
     kb_get_state(c->m)->gpu_carry[c->opt.device] = (struct kb_gpu_carry){
         .end_s = kb_now_s(), .settled = c->end_settled, .sm_mhz = c->end_sm_mhz,
         .loaded_s = loaded > 0 ? loaded : 0.0};

@@ -167,14 +167,16 @@ static int step_sample(cuda_ctx *c, const kb_loop_config *cfg, kb_loop_result *r
         backend.min_batch_s = KB_COLLECT_MIN_BATCH_S;
     /* Where the sustained rule judges the load, the batches that run while it settles are
      * timed and kept from the moment the readings show the settled state (kb_cuda_settled_keep),
-     * until a limit reason shows (kb_cuda_keep_warming). With ranks every batch must be agreed:
-     * not there. After a settled unlimited measurement, which this load may settle on in
+     * until a limit reason shows (kb_cuda_keep_warming); a load settled unlimited that a limit
+     * reason limits while timed settles again (kb_cuda_resettle). With ranks every batch must
+     * be agreed: not there. After a settled unlimited measurement, which this load may settle on in
      * 0.15 s, the callable's own warm-up ends once its timed windows stop getting faster
      * instead of at callable_warmup_max_s: elsewhere the settle takes longer than that anyway,
      * and a load under a limit warms up as it did before samples were kept. */
     if (c->sampler != NULL && c->opt.regime == KB_REGIME_SUSTAINED && c->opt.settle_max_s > 0 &&
         cfg->ranks == NULL) {
         backend.settled_keep = kb_cuda_settled_keep;
+        backend.resettle = kb_cuda_resettle;
         backend.warmup_timed = isfinite(c->carry.sm_mhz) && !c->carry.under_limit;
     }
     if (kb_loop_run(&backend, cfg, res) < 0)
@@ -269,6 +271,7 @@ static PyObject *measure_cuda(PyObject *m, PyObject *args, PyObject *kw)
     c.settled_at_s = c.settled_mhz = NAN;
     c.settled_since_s = INFINITY;
     c.carry.sm_mhz = c.carried_from_s_ago = c.end_sm_mhz = NAN;
+    c.timed_from_s = c.resettle_timed_s = NAN;
     if (step_parse(&c, args, kw, &cfg) < 0)
         goto done;
     /* One measuring loop at a time in the process (measure.c): benches from two threads

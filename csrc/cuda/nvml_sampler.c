@@ -270,6 +270,27 @@ int kb_nvml_sampler_limited_since(kb_nvml_sampler *s, double t_s)
     return (seen & KB_CLOCK_LIMIT_REASONS) != 0;
 }
 
+double kb_nvml_sampler_first_limit(kb_nvml_sampler *s, double t_s, uint64_t *reasons,
+                                   double *scanned_s)
+{
+    double at = NAN;
+    *reasons = 0;
+    pthread_mutex_lock(&s->lock);
+    size_t k = s->n;
+    while (k > 0 && s->t_s[k - 1] > t_s)   /* t is non-decreasing; only the new readings */
+        k--;
+    for (; k < s->n; k++)
+        if (s->reasons[k] & KB_CLOCK_LIMIT_REASONS) {
+            at = s->t_s[k];
+            *reasons = s->reasons[k] & KB_CLOCK_LIMIT_REASONS;
+            break;
+        }
+    if (s->n > 0)
+        *scanned_s = s->t_s[s->n - 1];
+    pthread_mutex_unlock(&s->lock);
+    return at;
+}
+
 int kb_nvml_sampler_recovered(kb_nvml_sampler *s, const kb_settle_rule *rule)
 {
     pthread_mutex_lock(&s->lock);

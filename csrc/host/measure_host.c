@@ -25,7 +25,8 @@ typedef struct {
     Py_ssize_t iteration;   /* iterations run so far, warm-up included (for error messages) */
     uint64_t next_signal_check_ns;  /* host clock time of the next PyErr_CheckSignals */
     uint64_t flush_ns[2];   /* time spent flushing: [0] while sampling, [1] while warming up */
-    PyObject *keep_warming; /* tests only: the loop's settle hook, from Python (borrowed) */
+    PyObject *keep_warming; /* tests only: the loop's settle hook, from Python (owned) */
+    PyObject *resettle;     /* tests only: the loop's resettle hook, from Python (owned) */
     PyObject *pre_sample;   /* option pre_sample: called before every call, untimed (borrowed) */
 } host_ctx;
 
@@ -101,21 +102,42 @@ static int host_keep_warming(kb_backend *b, double elapsed_s)
     return more < 0 ? -1 : more ? KB_WARM_MORE : KB_WARM_DONE;
 }
 
+/* The loop's resettle hook, from Python like _keep_warming: _resettle() returns whether the
+ * samples so far are to be dropped and the settle run again. */
+static int host_resettle(kb_backend *b)
+{
+    host_ctx *c = b->ctx;
+    PyObject *r = PyObject_CallNoArgs(c->resettle);
+    if (r == NULL)
+        return -1;
+    int again = PyObject_IsTrue(r);
+    Py_DECREF(r);
+    return again;
+}
+
 /* measure_host(fn, arg_sets, kwargs=None, *, cold=None, flush_bytes=0, <loop config>) -> dict */
-/* The two callables measure_host takes from its options: _keep_warming (kbench's clock rule)
- * and pre_sample (kbench.distributed's barrier). 0, or -1 with an exception. */
+/* A test hook from the options: a new reference into *out (left NULL when absent). */
+static int pop_test_hook(PyObject *opts, const char *key, PyObject **out)
+{
+    PyObject *hook = PyDict_GetItemString(opts, key);
+    if (hook == NULL)
+        return 0;
+    if (!PyCallable_Check(hook)) {
+        PyErr_Format(PyExc_TypeError, "%s must be callable", key);
+        return -1;
+    }
+    *out = Py_NewRef(hook);     /* the dict entry goes next */
+    return PyDict_DelItemString(opts, key);
+}
+
+/* The callables measure_host takes from its options: _keep_warming and _resettle (the loop's
+ * settle hooks, for tests) and pre_sample (kbench.distributed's barrier). 0, or -1 with an
+ * exception. */
 static int pop_hooks(PyObject *opts, host_ctx *ctx)
 {
-    PyObject *hook = PyDict_GetItemString(opts, "_keep_warming");
-    if (hook != NULL) {
-        if (!PyCallable_Check(hook)) {
-            PyErr_SetString(PyExc_TypeError, "_keep_warming must be callable");
-            return -1;
-        }
-        ctx->keep_warming = Py_NewRef(hook);     /* the dict entry goes next */
-        if (PyDict_DelItemString(opts, "_keep_warming") < 0)
-            return -1;
-    }
+    if (pop_test_hook(opts, "_keep_warming", &ctx->keep_warming) < 0 ||
+        pop_test_hook(opts, "_resettle", &ctx->resettle) < 0)
+        return -1;
     PyObject *pre = PyDict_GetItemString(opts, "pre_sample");   /* borrowed from kw too */
     if (pre != NULL) {
         if (pre != Py_None && !PyCallable_Check(pre)) {
@@ -206,6 +228,7 @@ static PyObject *measure_host(PyObject *self, PyObject *args, PyObject *kw)
     ctx.n_sets = PyTuple_GET_SIZE(arg_sets);
     kb_backend backend = {.name = "host", .ctx = &ctx, .run_batch = host_run_batch,
                           .keep_warming = ctx.keep_warming ? host_keep_warming : NULL,
+                          .resettle = ctx.resettle ? host_resettle : NULL,
                           .resolution_s = kb_clock_step_s(self), .warmup_timed = 1,
                           .prompt_stop = 1};
     /* One measuring loop at a time: two benches on the CPU at once would time each other. */
@@ -242,6 +265,7 @@ error:
     kb_loop_result_free(&res);
     kb_cpu_flusher_fini(&ctx.flusher);
     Py_XDECREF(ctx.keep_warming);
+    Py_XDECREF(ctx.resettle);
     Py_XDECREF(opts);
     return out;
 }

@@ -534,6 +534,11 @@ double kb_nvml_sampler_settled_since(kb_nvml_sampler *s, const kb_settle_rule *r
 /* Whether any reading taken after sampler time t_s showed a power/thermal limit reason
  * (KB_CLOCK_LIMIT_REASONS). No Python. */
 int kb_nvml_sampler_limited_since(kb_nvml_sampler *s, double t_s);
+/* The first reading taken after sampler time t_s that shows a limit reason: its time (NaN:
+ * none), its limit reasons into *reasons; *scanned_s gets the last reading's time, from which a
+ * later call may go on. No Python. */
+double kb_nvml_sampler_first_limit(kb_nvml_sampler *s, double t_s, uint64_t *reasons,
+                                   double *scanned_s);
 /* kb_power_recovered over the samples so far. No Python. */
 int kb_nvml_sampler_recovered(kb_nvml_sampler *s, const kb_settle_rule *rule);
 /* The last reading's SM clock (NaN before the first) and whether the clocks are set by the user:
