@@ -37,12 +37,12 @@ import math
 import os
 import random
 import statistics
-import sys
 import time
 from typing import Any, Dict, List, Optional, Tuple
 
 import numpy as np
 from _coverage import finite_median, leave_one_out
+from _gpu import gpu_facts
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 GAPS_S = (0.0, 0.25, 0.5, 2.0)
@@ -148,19 +148,6 @@ def prefixes(samples: np.ndarray, sampling_s: float, ci_level: float) -> List[Di
                      "ci_inflation": s["ci_inflation"],
                      "covers_whole": bool(s["ci_low"] <= whole <= s["ci_high"])})
     return rows
-
-
-def gpu_facts() -> Dict[str, Any]:
-    import torch
-    from kbench import _core, metadata
-    try:
-        limit = _core.nvml_snapshot(0).get("power_limit_w")
-    except Exception:   # NVML may be absent: the run still stands
-        limit = None
-    git = metadata.git_info(os.path.dirname(HERE)) or {}
-    return {"gpu": torch.cuda.get_device_name(0), "uuid": _core.cuda_device_info(0)["uuid"],
-            "power_limit_w": limit, "torch": torch.__version__,
-            "commit": (git.get("commit") or "unknown")[:7], "python": sys.version.split()[0]}
 
 
 def markdown(res: Dict[str, Any]) -> str:

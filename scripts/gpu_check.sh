@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Device runs, batched: bash scripts/gpu_check.sh tests|bench|all|regime|final|ttf|soak|last|leak|gpusoak|breadth|hostcpu|ci
+# Device runs, batched: bash scripts/gpu_check.sh tests|bench|all|regime|final|ttf|soak|last|leak|gpusoak|breadth|hostcpu|ci|nearlimit
 #   ci: benchmarks/gpu_ci_calibration.py (how often each run's CI holds the other runs' median:
 #       two capped GEMMs and two adds, CI_RUNS runs each, and a CI_LONG_S run of each GEMM);
 #       every run's samples in h200_ci_calibration_samples.npz; TTF=1 adds time to a figure
@@ -9,6 +9,9 @@
 #            pytest-benchmark==5.2.3 py-cpuinfo`; without them those rounds are left out)
 #   breadth: the GPU tests, then benchmarks/gpu_breadth.py (kbench's defaults on other kinds of
 #            callables against a cold, queued torch.profiler) with what is left of BREADTH_BUDGET_S
+#   nearlimit: the GPU tests, then benchmarks/gpu_near_limit.py (loads near the power limit, or
+#              that reach it once timed: time course from idle, kbench's defaults, a long bench);
+#              TTF=1 adds time to a figure
 #   ttf: benchmarks/gpu_time_to_figure.py alone (a second call after `final`, whose capped GEMMs
 #        now sample until their widened CI is met: both together may not fit one 600 s call),
 #        with each kbench case's NVML trace, and benchmarks/settle_replay.py over those traces
@@ -140,6 +143,18 @@ if [ "$mode" = ci ]; then
   timeout "${CI_CAL_S:-420}" $PY benchmarks/gpu_ci_calibration.py --runs "${CI_RUNS:-8}" \
     --long-s "${CI_LONG_S:-20}" --out "$OUT/h200_ci_calibration.json" \
     --md "$OUT/h200_ci_calibration.md" --samples "$OUT/h200_ci_calibration_samples.npz" 2>&1 | tail -40
+  if [ "${TTF:-0}" = 1 ]; then
+    echo "== time to a figure"
+    time_to_figure
+  fi
+fi
+if [ "$mode" = nearlimit ]; then
+  echo "== GPU tests (pytest -m gpu)"
+  timeout "${GPU_TESTS_S:-210}" $PY -m pytest -q -rfEs --tb=short --timeout=120 -m gpu tests/ 2>&1 \
+    | tee "$OUT/h200_pytest_gpu.log" | grep -E "^(FAILED|ERROR)|^E |passed|failed" | head -30
+  echo "== loads near the power limit: time course, defaults, long bench"
+  (cd benchmarks && timeout "${NEAR_LIMIT_S:-220}" $PY gpu_near_limit.py --out "$OUT/h200_near_limit.json" \
+    --md "$OUT/h200_near_limit.md" 2>&1 | tail -40)
   if [ "${TTF:-0}" = 1 ]; then
     echo "== time to a figure"
     time_to_figure

@@ -1,0 +1,22 @@
+"""What the GPU benchmarks record of the machine they ran on."""
+from __future__ import annotations
+
+import os
+import sys
+from typing import Any, Dict
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+
+
+def gpu_facts() -> Dict[str, Any]:
+    """The GPU, its UUID and power limit, torch, the commit and Python of this run."""
+    import torch
+    from kbench import _core, metadata
+    try:
+        limit = _core.nvml_snapshot(0).get("power_limit_w")
+    except Exception:   # NVML may be absent: the run still stands
+        limit = None
+    git = metadata.git_info(os.path.dirname(HERE)) or {}
+    return {"gpu": torch.cuda.get_device_name(0), "uuid": _core.cuda_device_info(0)["uuid"],
+            "power_limit_w": limit, "torch": torch.__version__,
+            "commit": (git.get("commit") or "unknown")[:7], "python": sys.version.split()[0]}
