@@ -54,6 +54,44 @@ def test_an_unknown_regime_is_refused_by_name(gemm):
     assert kbench.bench(gemm, device="cuda", max_time_s=0.3, settle_max_s=0).median > 0
 
 
+def test_a_load_that_a_limit_reaches_only_once_timed_settles_again():
+    """A load that draws more once it is timed (on the H200 a bf16 GEMM 2048^3 settled at the
+    maximum clock and met sw_power_cap from 1 s of sampling, its duty cycle grown): here light
+    adds, alternating 1 M and 4 M floats so their median never meets the target, until 0.9 s
+    after the first call, then a power-capped GEMM. The adds settle unlimited at the maximum
+    clock; when the limit shows while timed, every sample so far is dropped and the load
+    settles again under the limit: the figure is the GEMM's alone and the regime holds."""
+    import time
+    g = torch.Generator(device="cuda").manual_seed(0)
+    small = torch.randn(1 << 20, device="cuda", generator=g)
+    big = torch.randn(1 << 22, device="cuda", generator=g)
+    a = torch.randn(4000, 4096, device="cuda", dtype=torch.bfloat16, generator=g)
+    b = torch.randn(4096, 11008, device="cuda", dtype=torch.bfloat16, generator=g)
+    state = {"t0": None, "calls": 0}
+
+    def light_then_heavy():
+        now = time.monotonic()
+        state["t0"] = state["t0"] or now
+        state["calls"] += 1
+        if now - state["t0"] > 0.9:
+            return a @ b
+        x = small if state["calls"] % 2 else big
+        return x + x
+
+    time.sleep(1.1)         # nothing carried from the tests before: the adds settle afresh
+    r = kbench.bench(light_then_heavy, device="cuda", target=0.01, max_time_s=4.0)
+    settle, reg = r.extra["clock_settle"], r.extra["regime"]
+    assert settle["resettle_reason"] in ("sw_power_cap", "hw_power_brake", "hw_slowdown",
+                                         "sw_thermal", "hw_thermal"), settle
+    assert 0 < settle["resettle_timed_s"] < 2.0 and r.stop["resettle_dropped"] > 0
+    # settled again under the limit: held to a second of sampling, and every sample a GEMM's
+    # (~0.5 ms on the H200; the adds take under 20 us)
+    assert settle["min_sampling_s"] == 1.0 and r.stop["sampling_s"] >= 1.0
+    assert r.samples.min() > 100e-6
+    assert reg["held"] is True, reg["why"]
+    assert "settled again under the limit" in str(r) and "of sampling dropped" in str(r)
+
+
 def test_a_cold_graph_figure_is_cold():
     """Graph mode unrolled small calls inside one replay and flushed only between replays, so
     every call after the first ran warm: 12 MB clamp_min read 5.49 us against 7.97 us in CUPTI
