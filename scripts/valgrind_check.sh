@@ -91,6 +91,13 @@ expect(TypeError, _core.measure_host, 3, ((a,),))
 expect(TypeError, _core.measure_host, f, [(a,)])
 expect(TypeError, _core.measure_host, f, ((),), "notadict")
 expect(TypeError, _core.measure_host, f, ([a],))
+# the loop's settle hooks: a second settle after the samples are dropped, and a raising hook
+asked = []
+r = ok(_core.measure_host, f, ((a,),), None, _keep_warming=lambda e: (e < 0.01, 0.0),
+       _resettle=lambda: asked.append(1) or len(asked) == 2, **QUICK)
+assert r["resettle_dropped"] > 0 and len(r["samples"]) >= 3
+expect(ZeroDivisionError, _core.measure_host, f, ((a,),), None,
+       _keep_warming=lambda e: (False, 0.0), _resettle=lambda: 1 / 0, **QUICK)
 
 # -- a raising callable: in the warm-up, in the timed loop after some calls, and its note
 class Boom(Exception):
