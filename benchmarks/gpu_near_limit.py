@@ -177,6 +177,10 @@ def bench_row(case: Dict[str, Any], **opts: Any) -> Dict[str, Any]:
     samples = np.asarray(r.samples, dtype=np.float64)
     how = ("carry" if settle.get("by_carry") else "max clock" if settle.get("at_max_clock")
            else "two windows" if settle.get("settled") else "not settled")
+    trace = r.extra.get("clock_trace") or {}
+    temp = [float(t) for t, x in zip(trace.get("temp_c", ()), trace.get("t_s", ()))
+            if x >= 0 and math.isfinite(t)]        # the timed part's readings
+    half = len(samples) // 2
     return {"median_s": s["median"], "rel_ci": s["rel_ci_halfwidth"], "n": r.n,
             "wall_s": wall, "stop": st.get("stop"), "warmup_s": _num(st.get("warmup_s")),
             "sampling_s": _num(st.get("sampling_s")), "settled_by": how,
@@ -189,7 +193,10 @@ def bench_row(case: Dict[str, Any], **opts: Any) -> Dict[str, Any]:
             "timed_sm_mhz": _num(clocks.get("sm_mhz_median")),
             "power_w_median": _num(clocks.get("power_w_median")),
             "held": regime.get("held"), "why": regime.get("why"),
-            "second_half_s": float(np.median(samples[len(samples) // 2:])) if r.n else None,
+            "first_half_s": float(np.median(samples[:half])) if half else None,
+            "second_half_s": float(np.median(samples[half:])) if r.n else None,
+            "temp_c_median": float(np.median(temp)) if temp else None,
+            "started_s": t0, "ended_s": t0 + wall,
             "warnings": list(r.warnings)}
 
 
@@ -227,9 +234,9 @@ def markdown(res: Dict[str, Any]) -> str:
                      f"{pct(s['power_late_share'])} | {first} |")
     lines += ["", "## 2-3. kbench's defaults, three back to back, against a long bench's "
               f"second half ({res['long_s']:g} s)", "",
-              "| case | bench | figure | vs long | wall | settled by (at) | settled again | "
-              "limits while timed | held |",
-              "|---|---|---:|---:|---:|---|---|---|---|"]
+              "| case | bench | figure | vs long | 2nd half vs 1st | wall | settled by (at) | "
+              "settled again | limits while timed | temp | held |",
+              "|---|---|---:|---:|---:|---:|---|---|---|---:|---|"]
     for name, c in res["cases"].items():
         rows = list(zip(range(1, 4), c.get("defaults") or [], c.get("vs_long") or []))
         if c.get("long"):
@@ -238,10 +245,13 @@ def markdown(res: Dict[str, Any]) -> str:
             again = (f"{d['resettle_reason']} at {d['resettle_timed_s']:.2f} s timed"
                      if d.get("resettle_reason") else "-")
             at = f" ({d['settle_at_s']:.2f} s)" if d.get("settle_at_s") is not None else ""
+            halves = (f"{d['second_half_s'] / d['first_half_s'] - 1:+.2%}"
+                      if d.get("first_half_s") and d.get("second_half_s") else "-")
+            temp = f"{d['temp_c_median']:.0f} C" if d.get("temp_c_median") is not None else "-"
             lines.append(f"| {name} | {i} | {d['median_s'] * 1e6:.2f} us +-{d['rel_ci']:.2%} | "
-                         f"{'-' if v is None else f'{v:+.2%}'} | {d['wall_s']:.2f} s | "
+                         f"{'-' if v is None else f'{v:+.2%}'} | {halves} | {d['wall_s']:.2f} s | "
                          f"{d['settled_by']}{at} | {again} | "
-                         f"{', '.join(d['limits']) or '-'} | {d['held']} |")
+                         f"{', '.join(d['limits']) or '-'} | {temp} | {d['held']} |")
     lines += ["", "Regimes that did not hold, and warnings:", ""]
     for name, c in res["cases"].items():
         for i, d in enumerate((c.get("defaults") or []) + [c.get("long") or {}]):
@@ -283,6 +293,9 @@ def main(argv: Optional[List[str]] = None) -> int:
             time.sleep(IDLE_S)
             c["defaults"] = [bench_row(case) for _ in range(3)]
             c["long"] = bench_row(case, max_time_s=args.long_s, target=1e-9)
+            runs = c["defaults"] + [c["long"]]
+            for prev, row in zip(runs, runs[1:]):      # the GPU's idle time before each
+                row["gap_before_s"] = row["started_s"] - prev["ended_s"]
             c["vs_long"] = versus_long(c["defaults"], c["long"])
         except Exception as e:      # recorded: the other cases still run
             c["error"] = f"{type(e).__name__}: {e}"

@@ -54,7 +54,8 @@ def bench(median, **kw):
     row = {"median_s": median, "rel_ci": 0.004, "n": 1000, "wall_s": 1.0, "stop": "precision",
            "settled_by": "max clock", "settle_at_s": 0.2, "resettle_reason": None,
            "resettle_timed_s": None, "limits": [], "held": True, "why": "held",
-           "second_half_s": median, "warnings": []}
+           "first_half_s": median, "second_half_s": median, "temp_c_median": 61.0,
+           "warnings": []}
     row.update(kw)
     return row
 
@@ -65,7 +66,7 @@ def test_the_page_names_each_default_against_the_long_bench(load_benchmark):
                                     resettle_reason="sw_power_cap", resettle_timed_s=0.84,
                                     limits=["sw_power_cap"]),
                 bench(11.1e-6, held=False, why="the load settled ...")]
-    long = bench(11.2e-6, second_half_s=11e-6)
+    long = bench(11.2e-6, first_half_s=10.5e-6, second_half_s=11e-6, temp_c_median=None)
     vs = nl.versus_long(defaults, long)
     assert vs == pytest.approx([10 / 11 - 1, 0.0, 11.1 / 11 - 1])
     assert nl.versus_long(defaults, bench(1e-6, second_half_s=None)) == [None] * 3
@@ -77,8 +78,9 @@ def test_the_page_names_each_default_against_the_long_bench(load_benchmark):
                      "broken": {"error": "RuntimeError: no"}}}
     page = nl.markdown(res)
     assert "| bf16 mm 2048^3 | 10.00 us | 11.00 us | -9.09% | 86% | 99% | 0.95 s |" in page
-    assert "| bf16 mm 2048^3 | 2 | 11.00 us +-0.40% | +0.00% | 1.00 s | two windows (2.10 s) " \
-        "| sw_power_cap at 0.84 s timed | sw_power_cap | True |" in page
-    assert "| bf16 mm 2048^3 | long | 11.20 us" in page
+    assert "| bf16 mm 2048^3 | 2 | 11.00 us +-0.40% | +0.00% | +0.00% | 1.00 s | two windows " \
+        "(2.10 s) | sw_power_cap at 0.84 s timed | sw_power_cap | 61 C | True |" in page
+    assert "| bf16 mm 2048^3 | long | 11.20 us +-0.40% | - | +4.76% |" in page
+    assert "| - | True |" in page          # the long bench: no temperature read
     assert "- bf16 mm 2048^3 / 3: the load settled ...; -" in page
     assert "| broken | RuntimeError: no |" in page
