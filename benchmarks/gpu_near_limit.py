@@ -196,7 +196,9 @@ def bench_row(case: Dict[str, Any], **opts: Any) -> Dict[str, Any]:
             "first_half_s": float(np.median(samples[:half])) if half else None,
             "second_half_s": float(np.median(samples[half:])) if r.n else None,
             "temp_c_median": float(np.median(temp)) if temp else None,
-            "started_s": t0, "ended_s": t0 + wall,
+            # how long the GPU idled between the last measurement's load and this one's
+            # (None: over the carry's 1 s), not the Python gap between the two calls
+            "idle_before_s": _num(settle.get("carried_from_s_ago")),
             "warnings": list(r.warnings)}
 
 
@@ -234,9 +236,9 @@ def markdown(res: Dict[str, Any]) -> str:
                      f"{pct(s['power_late_share'])} | {first} |")
     lines += ["", "## 2-3. kbench's defaults, three back to back, against a long bench's "
               f"second half ({res['long_s']:g} s)", "",
-              "| case | bench | figure | vs long | 2nd half vs 1st | wall | settled by (at) | "
-              "settled again | limits while timed | temp | held |",
-              "|---|---|---:|---:|---:|---:|---|---|---|---:|---|"]
+              "| case | bench | figure | vs long | 2nd half vs 1st | idle before | wall | "
+              "settled by (at) | settled again | limits while timed | temp | held |",
+              "|---|---|---:|---:|---:|---:|---:|---|---|---|---:|---|"]
     for name, c in res["cases"].items():
         rows = list(zip(range(1, 4), c.get("defaults") or [], c.get("vs_long") or []))
         if c.get("long"):
@@ -248,8 +250,11 @@ def markdown(res: Dict[str, Any]) -> str:
             halves = (f"{d['second_half_s'] / d['first_half_s'] - 1:+.2%}"
                       if d.get("first_half_s") and d.get("second_half_s") else "-")
             temp = f"{d['temp_c_median']:.0f} C" if d.get("temp_c_median") is not None else "-"
+            idle = (f"{d['idle_before_s']:.2f} s" if d.get("idle_before_s") is not None
+                    else "> 1 s")
             lines.append(f"| {name} | {i} | {d['median_s'] * 1e6:.2f} us +-{d['rel_ci']:.2%} | "
-                         f"{'-' if v is None else f'{v:+.2%}'} | {halves} | {d['wall_s']:.2f} s | "
+                         f"{'-' if v is None else f'{v:+.2%}'} | {halves} | {idle} | "
+                         f"{d['wall_s']:.2f} s | "
                          f"{d['settled_by']}{at} | {again} | "
                          f"{', '.join(d['limits']) or '-'} | {temp} | {d['held']} |")
     lines += ["", "Regimes that did not hold, and warnings:", ""]
@@ -293,9 +298,6 @@ def main(argv: Optional[List[str]] = None) -> int:
             time.sleep(IDLE_S)
             c["defaults"] = [bench_row(case) for _ in range(3)]
             c["long"] = bench_row(case, max_time_s=args.long_s, target=1e-9)
-            runs = c["defaults"] + [c["long"]]
-            for prev, row in zip(runs, runs[1:]):      # the GPU's idle time before each
-                row["gap_before_s"] = row["started_s"] - prev["ended_s"]
             c["vs_long"] = versus_long(c["defaults"], c["long"])
         except Exception as e:      # recorded: the other cases still run
             c["error"] = f"{type(e).__name__}: {e}"

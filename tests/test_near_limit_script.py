@@ -55,6 +55,7 @@ def bench(median, **kw):
            "settled_by": "max clock", "settle_at_s": 0.2, "resettle_reason": None,
            "resettle_timed_s": None, "limits": [], "held": True, "why": "held",
            "first_half_s": median, "second_half_s": median, "temp_c_median": 61.0,
+           "idle_before_s": 0.12,
            "warnings": []}
     row.update(kw)
     return row
@@ -66,7 +67,8 @@ def test_the_page_names_each_default_against_the_long_bench(load_benchmark):
                                     resettle_reason="sw_power_cap", resettle_timed_s=0.84,
                                     limits=["sw_power_cap"]),
                 bench(11.1e-6, held=False, why="the load settled ...")]
-    long = bench(11.2e-6, first_half_s=10.5e-6, second_half_s=11e-6, temp_c_median=None)
+    long = bench(11.2e-6, first_half_s=10.5e-6, second_half_s=11e-6, temp_c_median=None,
+                 idle_before_s=None)
     vs = nl.versus_long(defaults, long)
     assert vs == pytest.approx([10 / 11 - 1, 0.0, 11.1 / 11 - 1])
     assert nl.versus_long(defaults, bench(1e-6, second_half_s=None)) == [None] * 3
@@ -78,9 +80,10 @@ def test_the_page_names_each_default_against_the_long_bench(load_benchmark):
                      "broken": {"error": "RuntimeError: no"}}}
     page = nl.markdown(res)
     assert "| bf16 mm 2048^3 | 10.00 us | 11.00 us | -9.09% | 86% | 99% | 0.95 s |" in page
-    assert "| bf16 mm 2048^3 | 2 | 11.00 us +-0.40% | +0.00% | +0.00% | 1.00 s | two windows " \
-        "(2.10 s) | sw_power_cap at 0.84 s timed | sw_power_cap | 61 C | True |" in page
-    assert "| bf16 mm 2048^3 | long | 11.20 us +-0.40% | - | +4.76% |" in page
+    assert "| bf16 mm 2048^3 | 2 | 11.00 us +-0.40% | +0.00% | +0.00% | 0.12 s | 1.00 s | " \
+        "two windows (2.10 s) | sw_power_cap at 0.84 s timed | sw_power_cap | 61 C | True |" \
+        in page
+    assert "| bf16 mm 2048^3 | long | 11.20 us +-0.40% | - | +4.76% | > 1 s |" in page
     assert "| - | True |" in page          # the long bench: no temperature read
     assert "- bf16 mm 2048^3 / 3: the load settled ...; -" in page
     assert "| broken | RuntimeError: no |" in page
