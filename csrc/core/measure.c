@@ -646,8 +646,8 @@ PyObject *kb_loop_result_to_dict(const kb_loop_result *res, const kb_loop_config
         return NULL;
     PyObject *out = Py_BuildValue(
         "{s:N,s:s,s:n,s:d,s:O,s:d,s:d,s:s,s:d,s:d,s:d,s:n,s:n,s:d,s:d,s:O,s:d,s:n,s:n,s:N}",
-        "samples", arr, "stop", kb_stop_name(res->stop), "warmup_iters", res->warmup_iters, "warmup_s",
-        res->warmup_s, "warmup_stable", res->warmup_stable ? Py_True : Py_False, "warmup_tol",
+        "samples", arr, "stop", kb_stop_name(res->stop), "warmup_iters", res->warmup_iters,
+        "warmup_s", res->warmup_s, "warmup_stable", res->warmup_stable ? Py_True : Py_False, "warmup_tol",
         cfg->warmup_tol, "sampling_s", res->sampling_s, "criterion", cfg->criterion, "target", cfg->target,
         "achieved", res->achieved, "ci_level", cfg->ci_level, "min_samples", cfg->min_samples,
         "max_samples", cfg->max_samples, "max_time_s", cfg->max_time_s, "resolution_s",
