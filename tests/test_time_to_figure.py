@@ -191,6 +191,19 @@ def test_both_rows_say_when_a_limit_while_timed_made_the_load_settle_again():
     assert "again" not in _time_text(st, {}, {"clock_settle": settle})
 
 
+def test_the_regime_row_names_the_flush_as_part_of_a_cold_load():
+    """Under cold_cache='flush' the sustained load is the kernel and the flush before each
+    call (power and clocks follow both); hot or rotated, the kernel's own."""
+    from kbench.result import _regime_text
+    regime = {"name": "sustained", "held": True, "loaded_s": 0.22}
+    flushed = _regime_text(regime, "flush")
+    assert flushed.startswith("sustained: under the continuous load of the kernel and the cache "
+                              "flush before each call, settled (after 0.22 s of load); held")
+    for mode in (None, "none", "rotate"):
+        assert "under the kernel's own continuous load" in _regime_text(regime, mode)
+    assert "flush" not in _regime_text({"name": "burst", "held": True}, "flush")
+
+
 def test_a_figure_that_swings_during_the_run_says_so():
     """Calls whose cost swings by +-10% over about 630 calls (a slow controller, in effect):
     the samples' order shows it, the CI is wider than the independent one, the Wall row says
