@@ -115,7 +115,10 @@ typedef struct {
     double burst_wait_s;            /* host time spent waiting for recovery */
     double burst_sm_min, burst_sm_max, burst_sm_sum;
     Py_ssize_t burst_sm_n;
-    int stepped;                    /* a sub-2 us CUPTI figure: sampled at least 0.2 s */
+    int stepped;                    /* a CUPTI figure under 2 us, or one whose half step is
+                                     * wider than step_target of it: sampled at least
+                                     * KB_STEPPED_MIN_SAMPLING_S, stopped at one step */
+    double step_target;             /* the 'ci' rule's target (0 for another criterion) */
     Py_ssize_t iteration;           /* calls of fn so far (for error notes) */
     int busy_explicit;              /* the caller gave busy_warmup_s */
     double callable_warmup_max_s;   /* the clamp on the callable's own warm-up */

@@ -41,6 +41,7 @@ static int step_parse(cuda_ctx *c, PyObject *args, PyObject *kw, kb_loop_config 
     Py_DECREF(opts);
     if (rc < 0)
         return -1;
+    c->step_target = strcmp(cfg->criterion, "ci") == 0 ? cfg->target : 0.0;
     c->busy_explicit = c->opt.busy_warmup_s >= 0;
     if (c->opt.busy_warmup_s < 0)
         c->opt.busy_warmup_s = cfg->warmup_s;
