@@ -445,7 +445,8 @@ static void note_timestamp_steps(cuda_ctx *c, kb_backend *b, const double *out, 
         sum += out[i];
     double mean = sum / (double)n;
     int below = mean < KB_STEPPED_BELOW_S;
-    if (!below && !(c->step_target > 0))
+    /* no step timestamp_step_s looks for (<= 1024 ns) can be that coarse for a longer figure */
+    if (!below && !(c->step_target > 0 && mean < 0.5 * 1024e-9 / c->step_target))
         return;
     double step = timestamp_step_s(out, n);
     /* Above 2 us a figure is read the same way where half a step is wider than the CI asked
