@@ -125,8 +125,9 @@ def read_record(raw: Dict[str, Any], extra: Dict[str, Any], warn: List[str], *, 
             # kbench measured the unit and converted, so the figure is not at risk
             extra["cupti_timestamp_unit_ns"] = 1 / cuda["cupti_ticks_per_ns"]
     if cuda.get("stepped_min_sampling_s"):
-        # a sub-2 us CUPTI figure: its records sit on a few 32 ns steps whose mix moved between
-        # short runs, so the C loop sampled it for at least this long
+        # a CUPTI figure under 2 us (or whose 32 ns step is wider than the CI asked for): its
+        # records sit on a few steps whose mix moved between short runs, so the C loop sampled
+        # it for at least this long
         extra["stepped_min_sampling_s"] = cuda["stepped_min_sampling_s"]
     if "cupti_flushes" in cuda:
         # batches read with a forced flush: it lengthens later kernels' records (cupti_trace.c)

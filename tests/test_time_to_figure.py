@@ -204,6 +204,21 @@ def test_the_regime_row_names_the_flush_as_part_of_a_cold_load():
     assert "flush" not in _regime_text({"name": "burst", "held": True}, "flush")
 
 
+def test_the_timer_steps_row_names_the_step_not_a_size():
+    """A CUPTI figure is stepped under 2 us, or over it where half a 32 ns step is wider than
+    the CI asked for (a 2.02 us add): the row says the step and what a CI one step wide is of
+    this figure, not 'under 2 us'."""
+    r = kbench.bench(np.sum, np.ones(1000), warmup_s=0.0, max_time_s=0.05, cold_cache=None)
+    d = r.to_dict()
+    d["extra"]["stepped_min_sampling_s"] = 0.05
+    d["stop"]["resolution_s"] = 32e-9
+    d["stats"]["median"] = 2.02e-6
+    row = next(line for line in repr(kbench.Result.from_dict(d)).splitlines()
+               if "Timer steps" in line)
+    assert "32 ns steps, coarse for this figure, so a CI one step wide (0.8%) stops the run" in row
+    assert "under 2 us" not in row
+
+
 def test_a_figure_that_swings_during_the_run_says_so():
     """Calls whose cost swings by +-10% over about 630 calls (a slow controller, in effect):
     the samples' order shows it, the CI is wider than the independent one, the Wall row says
