@@ -61,6 +61,19 @@ time_to_figure() {
     echo "no traces were written (the time-to-figure run failed before its first save)"
   fi
 }
+# the GPU tests (pytest -m gpu) within GPU_TESTS_S, their log in $OUT
+gpu_tests() {
+  echo "== GPU tests (pytest -m gpu)"
+  timeout "${GPU_TESTS_S:-210}" $PY -m pytest -q -rfEs --tb=short --timeout=120 -m gpu tests/ 2>&1 \
+    | tee "$OUT/h200_pytest_gpu.log" | grep -E "^(FAILED|ERROR)|^E |passed|failed" | head -30
+}
+# TTF=1 adds time to a figure to a mode
+time_to_figure_if_asked() {
+  if [ "${TTF:-0}" = 1 ]; then
+    echo "== time to a figure"
+    time_to_figure
+  fi
+}
 echo "== build"
 if [ "${KBENCH_PREBUILT:-0}" = 1 ] && $PY -c "import kbench._core" 2>/dev/null; then
   # not installed, so no pytest11 entry point: name the plugin, as the installed package would
@@ -113,10 +126,7 @@ if [ "$mode" = final ]; then
     done; } 2>&1 | tee "$OUT/gate.txt"
   echo "== regime benchmark"
   (cd benchmarks && timeout 240 $PY gpu_regime.py --out "$OUT/h200_regime.json" --md "$OUT/h200_regime.md" 2>&1 | tail -34)
-  if [ "${TTF:-0}" = 1 ]; then
-    echo "== time to a figure"
-    time_to_figure
-  fi
+  time_to_figure_if_asked
 fi
 if [ "$mode" = hostcpu ]; then
   echo "== host CPU"; { nproc; lscpu | grep -E "Model name|^CPU\(s\)|L3|Thread|Hypervisor"; uptime; } 2>&1 | tee "$OUT/host.txt"
@@ -143,47 +153,32 @@ if [ "$mode" = ci ]; then
   timeout "${CI_CAL_S:-420}" $PY benchmarks/gpu_ci_calibration.py --runs "${CI_RUNS:-8}" \
     --long-s "${CI_LONG_S:-20}" --out "$OUT/h200_ci_calibration.json" \
     --md "$OUT/h200_ci_calibration.md" --samples "$OUT/h200_ci_calibration_samples.npz" 2>&1 | tail -40
-  if [ "${TTF:-0}" = 1 ]; then
-    echo "== time to a figure"
-    time_to_figure
-  fi
+  time_to_figure_if_asked
 fi
 if [ "$mode" = nearlimit ]; then
-  echo "== GPU tests (pytest -m gpu)"
-  timeout "${GPU_TESTS_S:-210}" $PY -m pytest -q -rfEs --tb=short --timeout=120 -m gpu tests/ 2>&1 \
-    | tee "$OUT/h200_pytest_gpu.log" | grep -E "^(FAILED|ERROR)|^E |passed|failed" | head -30
+  gpu_tests
   echo "== loads near the power limit: time course, defaults, long bench"
   (cd benchmarks && timeout "${NEAR_LIMIT_S:-220}" $PY gpu_near_limit.py --out "$OUT/h200_near_limit.json" \
     --md "$OUT/h200_near_limit.md" 2>&1 | tail -40)
-  if [ "${TTF:-0}" = 1 ]; then
-    echo "== time to a figure"
-    time_to_figure
-  fi
+  time_to_figure_if_asked
 fi
 if [ "$mode" = ttf ]; then
   echo "== time to a figure"
   time_to_figure
 fi
 if [ "$mode" = breadth ]; then
-  echo "== GPU tests (pytest -m gpu)"
-  timeout "${GPU_TESTS_S:-210}" $PY -m pytest -q -rfEs --tb=short --timeout=120 -m gpu tests/ 2>&1 \
-    | tee "$OUT/h200_pytest_gpu.log" | grep -E "^(FAILED|ERROR)|^E |passed|failed" | head -30
+  gpu_tests
   rest=$(( ${BREADTH_BUDGET_S:-580} - SECONDS ))
   echo "== breadth: kbench defaults against a cold, queued torch.profiler ($rest s left; the json keeps every case done)"
   [ "$rest" -gt 30 ] && timeout "$rest" $PY benchmarks/gpu_breadth.py --out "$OUT/h200_breadth.json" \
     --md "$OUT/h200_breadth.md" 2>&1 | tail -25
 fi
 if [ "$mode" = gpusoak ]; then
-  echo "== GPU tests (pytest -m gpu)"
-  timeout "${GPU_TESTS_S:-210}" $PY -m pytest -q -rfEs --tb=short --timeout=120 -m gpu tests/ 2>&1 \
-    | tee "$OUT/h200_pytest_gpu.log" | grep -E "^(FAILED|ERROR)|^E |passed|failed" | head -30
+  gpu_tests
   echo "== soak: 1000 benches per mode"
   timeout "${SOAK_S:-150}" $PY benchmarks/gpu_soak.py --benches 250 --rounds 4 --out "$OUT/h200_soak.json" \
     2>&1 | grep -E "growth|round|released|before"
-  if [ "${TTF:-0}" = 1 ]; then
-    echo "== time to a figure"
-    time_to_figure
-  fi
+  time_to_figure_if_asked
 fi
 if [ "$mode" = soak ]; then
   echo "== peaks (burst)"; timeout 150 $PY -m kbench peaks --seconds 2 2>&1 | tee "$OUT/peaks.txt" | tail -4
