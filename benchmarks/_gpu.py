@@ -1,11 +1,20 @@
 """What the GPU benchmarks record of the machine they ran on."""
 from __future__ import annotations
 
+import math
 import os
 import sys
-from typing import Any, Dict
+from typing import Any, Dict, Optional
 
 HERE = os.path.dirname(os.path.abspath(__file__))
+# KB_CLOCK_LIMIT_REASONS (kbench.h): sw_power_cap, hw_slowdown, sw_thermal, hw_thermal,
+# hw_power_brake
+LIMIT_REASONS = 0xEC
+
+
+def finite_or_none(v: Any) -> Optional[float]:
+    """A finite number as a float, anything else (None, NaN, a string) as None, for JSON."""
+    return float(v) if isinstance(v, (int, float)) and math.isfinite(v) else None
 
 
 def gpu_facts() -> Dict[str, Any]:

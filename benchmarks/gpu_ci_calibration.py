@@ -33,7 +33,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import math
 import os
 import random
 import statistics
@@ -42,15 +41,11 @@ from typing import Any, Dict, List, Optional, Tuple
 
 import numpy as np
 from _coverage import finite_median, leave_one_out
-from _gpu import gpu_facts
+from _gpu import finite_or_none as _num, gpu_facts
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 GAPS_S = (0.0, 0.25, 0.5, 2.0)
 PREFIXES_S = (0.5, 1.0, 1.5, 2.0, 3.0, 4.0, 6.0, 8.0, 12.0, 16.0)
-
-
-def _num(v: Any) -> Optional[float]:
-    return float(v) if isinstance(v, (int, float)) and math.isfinite(v) else None
 
 
 def cases() -> Dict[str, Dict[str, Any]]:

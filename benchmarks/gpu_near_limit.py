@@ -31,17 +31,13 @@ import time
 from typing import Any, Callable, Dict, List, Optional, Sequence
 
 import numpy as np
-from _gpu import gpu_facts
+from _gpu import LIMIT_REASONS, finite_or_none as _num, gpu_facts
 
 IDLE_S = 3.0
 BIN_S = 0.1
 CHUNK_S = 0.002
 EARLY = (0.1, 0.5)          # s of load: where a settle at 0.15 s would start sampling
 LATE_S = 3.0                # the last seconds of the course
-
-
-def _num(v: Any) -> Optional[float]:
-    return float(v) if isinstance(v, (int, float)) and math.isfinite(v) else None
 
 
 def cases() -> Dict[str, Dict[str, Any]]:
@@ -108,9 +104,6 @@ def time_course(case: Dict[str, Any], seconds: float) -> Dict[str, Any]:
             "nvml_load_start_s": load_host - sampler_zero}
 
 
-LIMIT_BITS = 0xEC   # sw_power_cap, hw_slowdown, sw_thermal, hw_thermal, hw_power_brake
-
-
 def course_bins(course: Dict[str, Any], bin_s: float = BIN_S) -> List[Dict[str, Any]]:
     """Per bin_s of load: the median per-call time of the chunks that began in it, and the
     NVML readings taken in it (SM median, mean instantaneous and averaged power, reasons)."""
@@ -135,7 +128,7 @@ def course_bins(course: Dict[str, Any], bin_s: float = BIN_S) -> List[Dict[str, 
                      "sm_mhz": float(np.median(sm)) if k.any() else None,
                      "power_inst_w": float(np.nanmean(inst)) if k.any() else None,
                      "power_w": float(np.nanmean(avg)) if k.any() else None,
-                     "limited": bool(reasons & LIMIT_BITS)})
+                     "limited": bool(reasons & LIMIT_REASONS)})
     return rows
 
 
@@ -151,7 +144,7 @@ def course_summary(course: Dict[str, Any], limit_w: Optional[float]) -> Dict[str
     nt = np.asarray(nv["t_s"]) - course["nvml_load_start_s"]
     inst = np.asarray(nv["power_inst_w"], dtype=float)
     reasons = np.asarray(nv["reasons"], dtype=np.uint64)
-    limited = [float(x) for x, r in zip(nt, reasons) if x >= 0 and int(r) & LIMIT_BITS]
+    limited = [float(x) for x, r in zip(nt, reasons) if x >= 0 and int(r) & LIMIT_REASONS]
 
     def share(lo: float, hi: float) -> Optional[float]:
         m = (nt >= lo) & (nt < hi) & np.isfinite(inst)

@@ -40,13 +40,11 @@ import traceback
 import types
 from typing import Any, Callable, Dict, List, Optional, Tuple
 
+from _gpu import finite_or_none as _num
+
 SIZES = [1 << k for k in (14, 16, 18, 20, 22, 24, 26, 28)]
 GEMM = (8192, 4096, 4096)
 GEMM_NAME = "f16 mm 8192x4096x4096"
-
-
-def _num(v: Any) -> Optional[float]:
-    return float(v) if isinstance(v, (int, float)) and math.isfinite(v) else None
 
 
 def trace_lists(trace: Optional[Dict[str, Any]]) -> Optional[Dict[str, Any]]:

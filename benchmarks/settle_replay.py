@@ -29,10 +29,10 @@ from typing import Any, Dict, List, Optional, Sequence
 
 import numpy as np
 
+from _gpu import LIMIT_REASONS
 from kbench import _core
 
 MARGINS = (None, 0.0, 0.02, 0.05)       # None: today's rule (the fixed response time)
-LIMIT_REASONS = 0xEC      # KB_CLOCK_LIMIT_REASONS (kbench.h): power caps, slowdowns, thermal
 
 
 def _arr(v: Sequence[Any]) -> np.ndarray:
