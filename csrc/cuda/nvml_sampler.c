@@ -263,11 +263,9 @@ double kb_nvml_sampler_settled_since(kb_nvml_sampler *s, const kb_settle_rule *r
 
 int kb_nvml_sampler_limited_since(kb_nvml_sampler *s, double t_s)
 {
-    pthread_mutex_lock(&s->lock);
-    kb_clock_trace tr = sampler_trace(s);
-    uint64_t seen = kb_clock_reasons_since(&tr, t_s);
-    pthread_mutex_unlock(&s->lock);
-    return (seen & KB_CLOCK_LIMIT_REASONS) != 0;
+    uint64_t reasons;
+    double scanned;
+    return isfinite(kb_nvml_sampler_first_limit(s, t_s, &reasons, &scanned));
 }
 
 double kb_nvml_sampler_first_limit(kb_nvml_sampler *s, double t_s, uint64_t *reasons,
