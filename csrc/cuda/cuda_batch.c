@@ -445,24 +445,27 @@ static void note_timestamp_steps(cuda_ctx *c, kb_backend *b, const double *out, 
         sum += out[i];
     double mean = sum / (double)n;
     int below = mean < KB_STEPPED_BELOW_S;
-    /* no step timestamp_step_s looks for (<= 1024 ns) can be that coarse for a longer figure */
-    if (!below && !(c->step_target > 0 && mean < 0.5 * 1024e-9 / c->step_target))
-        return;
-    double step = timestamp_step_s(out, n);
     /* Above 2 us a figure is read the same way where half a step is wider than the CI asked
      * for (0.5%: up to 3.2 us on 32 ns steps): its median's CI cannot close short of the
      * target while the median sits between two steps (2.5 us simulated, 45% of the samples a
      * step up and 5% one more: the 'ci' rule needed 16,384 samples without the step, 128 with
-     * it). */
-    if (!below && !(step > 0 && 0.5 * step > c->step_target * mean))
+     * it). The coarsest step still possible is the finest a batch has shown (at first, the
+     * 1024 ns timestamp_step_s looks for): a longer figure is not searched again. */
+    double coarsest = c->finest_step_s > 0 ? c->finest_step_s : 1024e-9;
+    if (!below && !(c->step_target > 0 && 0.5 * coarsest > c->step_target * mean))
+        return;
+    /* The finest step any batch shows: a small batch can sit on every other step (576 and
+     * 640 ns are both multiples of 64) and look coarser than it is. */
+    double step = timestamp_step_s(out, n);
+    if (step > 0 && (c->finest_step_s == 0 || step < c->finest_step_s))
+        c->finest_step_s = step;
+    if (!below && !(c->finest_step_s > 0 && 0.5 * c->finest_step_s > c->step_target * mean))
         return;
     c->stepped = 1;
     if (b->min_sampling_s < KB_STEPPED_MIN_SAMPLING_S)
         b->min_sampling_s = KB_STEPPED_MIN_SAMPLING_S;
-    /* The finest step any batch shows: a small batch can sit on every other step (576 and
-     * 640 ns are both multiples of 64) and look coarser than it is. */
-    if (step > 0 && (b->resolution_s == 0 || step < b->resolution_s))
-        b->resolution_s = step;
+    if (c->finest_step_s > 0)
+        b->resolution_s = c->finest_step_s;
 }
 
 /* Samples whose timer fields wait for one collection: CUPTI flushes once per loop batch (or

@@ -119,6 +119,7 @@ typedef struct {
                                      * wider than step_target of it: sampled at least
                                      * KB_STEPPED_MIN_SAMPLING_S, stopped at one step */
     double step_target;             /* the 'ci' rule's target (0 for another criterion) */
+    double finest_step_s;           /* the finest timer step a batch has shown (0: none yet) */
     Py_ssize_t iteration;           /* calls of fn so far (for error notes) */
     int busy_explicit;              /* the caller gave busy_warmup_s */
     double callable_warmup_max_s;   /* the clamp on the callable's own warm-up */
