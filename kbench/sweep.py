@@ -268,17 +268,22 @@ class SweepResult:
                 for xc, name in _cache_crossings(members, x):
                     if (xc, name) not in cache_marks:
                         cache_marks.add((xc, name))
+                        # each line crosses the cache at its own x (dtype=float16 at twice
+                        # float32's n): name the line, or the legend repeats one label
+                        of = f" ({label})" if label and len(groups) > 1 else ""
                         ax.axvline(xc, color="0.5", linestyle=":", linewidth=1,
-                                   label=f"bytes per call = {name}")
+                                   label=f"bytes per call = {name}{of}")
         if numeric_x and all(row[x] > 0 for row in rows):
             ax.set_xscale("log")
         if peak:
             pkey = _PEAK_KEYS.get(y)
-            peaks = sorted({r.throughput.get(pkey) for r in self.results
-                            if pkey and r.throughput.get(pkey)})
-            for p in peaks:
+            # without a cached `kbench peaks`, a GPU's bandwidth ceiling is the theoretical
+            # one (memory clock x bus width): the legend says which
+            peaks = sorted({(r.throughput.get(pkey), _ceiling_kind(r.throughput, y))
+                            for r in self.results if pkey and r.throughput.get(pkey)})
+            for p, kind in peaks:
                 ax.axhline(p * scale, color="0.3", linestyle="--", linewidth=1,
-                           label=f"measured peak {fmt_rate(p, _RATE_UNIT[y])}")
+                           label=f"{kind} peak {fmt_rate(p, _RATE_UNIT[y])}")
         ax.set_xlabel(x)
         ax.set_ylabel(unit)
         what = f"kbench sweep of {self.factory_name}" if self.factory_name else "kbench sweep"
@@ -295,6 +300,12 @@ _Y_UNITS = {"bytes_per_s": (1e-9, "GB/s"), "flops_per_s": (1e-9, "GFLOP/s"),
             "compute_pct_peak": (100.0, "% of peak FLOP/s")}
 _PEAK_KEYS = {"bytes_per_s": "peak_bytes_per_s", "flops_per_s": "peak_flops_per_s"}
 _RATE_UNIT = {"bytes_per_s": "B", "flops_per_s": "FLOP"}
+
+
+def _ceiling_kind(tp: Dict[str, Any], y: str) -> str:
+    """'theoretical' where the bandwidth ceiling was not measured, else 'measured'."""
+    return "theoretical" if y == "bytes_per_s" and tp.get("bytes_ceiling") == "theoretical" \
+        else "measured"
 
 
 def _cache_served(r: Result) -> bool:

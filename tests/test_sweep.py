@@ -191,3 +191,35 @@ def test_plot_marks_the_cache_size_and_rings_cache_served_points():
 def test_cold_points_are_not_ringed_as_cache_served():
     ax = synthetic_sweep(mode="flush").plot(x="n", y="bytes_per_s")
     assert not any("served from cache" in l for l in ax.get_legend_handles_labels()[1])
+
+
+def test_plot_says_whether_the_bandwidth_ceiling_was_measured():
+    """Without a cached `kbench peaks`, a GPU's ceiling is memory clock x bus width: the legend
+    must not call that a measured peak."""
+    s = synthetic_sweep()
+    for r, kind in zip(s.results, ("theoretical", "theoretical", "measured", "measured")):
+        r.throughput.update(peak_bytes_per_s=4.8e12 if kind == "theoretical" else 4.3e12,
+                            bytes_ceiling=kind)
+    labels = s.plot(x="n", y="bytes_per_s").get_legend_handles_labels()[1]
+    assert "theoretical peak 4.8 TB/s" in labels and "measured peak 4.3 TB/s" in labels
+    assert not any(l.startswith("measured peak 4.8") for l in labels)
+
+
+def test_each_lines_cache_crossing_is_named_once():
+    """Two dtypes cross the cache at different n: one mark each, each naming its line."""
+    from kbench.sweep import SweepResult
+    s = synthetic_sweep()
+    half = synthetic_sweep()
+    for r in half.results:          # a dtype of half the width: it crosses at twice the n
+        r.bytes //= 2
+    both = SweepResult(axes={"n": s.axes["n"], "dtype": ["f4", "f2"]},
+                       cases=[{"n": n, "dtype": d} for n in s.axes["n"] for d in ("f4", "f2")],
+                       results=[r for pair in zip(s.results, half.results) for r in pair],
+                       factory_name="copy_factory")
+    ax = both.plot(x="n", y="bytes_per_s")
+    marks = {l.get_label(): l.get_xdata()[0] for l in ax.get_lines()
+             if l.get_label().startswith("bytes per call")}
+    assert set(marks) == {"bytes per call = CPU last-level cache 1.0 MB (dtype=f4)",
+                          "bytes per call = CPU last-level cache 1.0 MB (dtype=f2)"}
+    assert marks["bytes per call = CPU last-level cache 1.0 MB (dtype=f2)"] == pytest.approx(
+        2 * marks["bytes per call = CPU last-level cache 1.0 MB (dtype=f4)"], rel=1e-3)
