@@ -25,9 +25,9 @@
 #   regime: build, kbench peaks, the GPU tests, benchmarks/gpu_regime.py (figures against the
 #          GPU's history, both regimes; graph-cold) and a pytest regression gate re-run three
 #          times against its own baseline
-# Prints a short table last (wrap: a summary of its files). Results land in $OUT (the device
-# tool brings back at most 8 files, so logs that only matter on failure stay in $LOGS and are
-# tailed here instead).
+# Prints a short table last (scripts/gpu_summary.py over the files in $OUT). Results land in
+# $OUT (the device tool brings back at most 8 files, so logs that only matter on failure stay
+# in $LOGS and are tailed here instead).
 # KBENCH_GIT_COMMIT: the commit being tested, from the sender (a copied tree's .git can lag).
 set -uo pipefail
 cd "$(dirname "$0")/.."
@@ -253,43 +253,6 @@ for m in ('cupti', 'events', 'graph'):
   [ "$rest" -gt 15 ] && timeout "$rest" $PY -m pytest -v -p no:cacheprovider -rfE --tb=line --timeout=60 -m gpu tests/ \
     --deselect tests/test_distributed_gpu.py -k "not (stream_passed or graph_mode or names_its_regime or burst_batches)" \
     2>&1 | tee -a "$OUT/pytest_gpu.log" | grep -E "FAILED|ERROR|passed|failed" | head -30
-  echo "== summary"
-  OUT="$OUT" NPROC="$nproc" $PY - <<'PYEOF'
-import json, os, re
-out = os.environ["OUT"]
-def load(name):
-    try:
-        with open(os.path.join(out, name)) as f:
-            return json.load(f)
-    except (OSError, ValueError):
-        return None
-rows = []
-tp = (load(f"h200x{os.environ['NPROC']}_tp.json") or {}).get("tp") or {}
-for mode in ("events", "graph"):
-    r = tp.get(mode)
-    if r is not None:
-        rows.append((f"TP GEMM {mode}", f"{r['median_s'] * 1e6:.1f} us, skew {r['skew']:.1%}"
-                     if "median_s" in r else f"failed: {r.get('error', '?')[:70]}"))
-try:
-    text = open(os.path.join(out, "pytest_gpu.log")).read()
-    rows += [("GPU tests", m) for m in re.findall(r"\d+ (?:passed|failed)[^\n=]*", text)]
-except OSError:
-    rows.append(("GPU tests", "no log"))
-ttf = (load("h200_time_to_figure.json") or {}).get("summary") or {}
-if ttf:
-    fmt = lambda v: "?" if v is None else f"{v:.2f}"
-    rows.append(("sweep kbench / do_bench", f"{fmt(ttf.get('sweep_kbench_s'))} / "
-                 f"{fmt(ttf.get('sweep_do_bench_s'))} s"))
-    rows.append(("first bench (CUPTI set-up)", f"{fmt(ttf.get('first_bench_s'))} s "
-                 f"({fmt(ttf.get('first_bench_cupti_setup_s'))} s)"))
-for spec, m in ((load("h200_soak.json") or {}).get("modes") or {}).items():
-    g = m["growth_after_first_round_mb"]
-    rows.append((f"soak {spec}", f"device {g['device_used_mb']:+.1f} MB, rss {g['rss_mb']:+.1f} MB, "
-                                   f"malloc in use {g.get('malloc_in_use_mb', float('nan')):+.1f} MB"))
-w = max((len(k) for k, _ in rows), default=10)
-for k, v in rows:
-    print(f"{k:<{w}}  {v}")
-PYEOF
 fi
 if [ "$mode" = bench ] || [ "$mode" = all ]; then
   # the notebook's peak line and the % of peak: measured, unless this GPU's ceilings are cached
@@ -305,3 +268,5 @@ if [ "$mode" = bench ] || [ "$mode" = all ]; then
   timeout 380 $PY benchmarks/gpu_agreement.py --out "$OUT/h200_agreement.json" --md "$OUT/h200_agreement.md" \
     2>&1 | tee "$LOGS/agreement.log" | tail -22
 fi
+# last, whatever the mode: a short table of the results it left in $OUT
+$PY scripts/gpu_summary.py "$OUT"
