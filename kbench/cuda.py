@@ -9,6 +9,7 @@ read by kbench.cuda_report. Imported only when a GPU is asked for.
 from __future__ import annotations
 
 import contextlib
+import inspect
 import math
 import sys
 from typing import Any, Callable, ContextManager, Dict, List, Optional, Tuple
@@ -345,6 +346,15 @@ def _run(fn: Callable[..., Any], sets: List[Tuple[Any, ...]], kwargs: Dict[str, 
     peaks = gpu_peaks(info, compute_peak)
     return raw, cold, extra, f"cuda:{ordinal}", peaks
 
+
+
+# What kbench.bench passes through to this backend as given by the caller: _run's keywords but
+# those kbench.local fills in itself. kbench.local checks a call's options against it before
+# anything calls fn.
+_FROM_BENCH = ("cold_cache", "flush_bytes", "mode", "device", "loop", "check", "rtol", "atol",
+               "output")
+OPTIONS = tuple(name for name, p in inspect.signature(_run).parameters.items()
+                if p.kind is p.KEYWORD_ONLY and name not in _FROM_BENCH)
 
 def _check_after(post: Any, sets: List[Tuple[Any, ...]], check: Any, rtol: Any, atol: Any,
                  ordinal: int, extra: Dict[str, Any]) -> None:

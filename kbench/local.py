@@ -7,6 +7,7 @@ the rank reducer (_ranks) and the barrier (_pre_sample). It imports the backends
 """
 from __future__ import annotations
 
+import inspect
 import math
 import numbers
 import sys
@@ -83,6 +84,7 @@ def bench_local(fn: Callable[..., Any], *args: Any,
     name = name or name_of(fn)
     dev = resolve_device(device, sets[0], kwargs)
     kind, gpu = _gpu_backend(backend_options) if dev != "cpu" else ("host", None)
+    _check_backend_options(kind, () if gpu is None else gpu.OPTIONS, backend_options)
     # cold_cache and mode are checked in C, once, before anything calls fn: Python branches on
     # them first (rotation sets, graph capture, profile mode's flush)
     cold_cache, mode = _core.check_choices(kind, cold_cache, mode)
@@ -123,9 +125,6 @@ def bench_local(fn: Callable[..., Any], *args: Any,
                          "pass device='cuda' (or GPU tensors as arguments) to time it there")
         else:
             host_note = None
-        if backend_options:
-            raise TypeError(f"kbench.bench: unexpected options for the CPU backend: "
-                            f"{sorted(backend_options)}")
         raw, cold, extra = _run_host(fn, sets, kwargs, cold_cache, flush_bytes, loop)
         device_name, backend = "cpu", "host"
         peaks = _cpu_peaks(compute_dtype(sets[0], kwargs))
@@ -174,6 +173,33 @@ def _gpu_backend(backend_options: Dict[str, Any]) -> Tuple[str, Any]:
         return "hip", hip
     from . import cuda
     return "cuda", cuda
+
+
+_BACKEND_NAMES = {"host": "the CPU backend", "cuda": "the CUDA backend", "hip": "the HIP backend"}
+
+
+def _check_backend_options(kind: str, known: Tuple[str, ...], options: Dict[str, Any]) -> None:
+    """A misspelt or misplaced option fails here, naming itself, before the check, the memory
+    probe or a profile calls fn (which, given the wrong arguments, would raise fn's own error
+    instead)."""
+    unknown = sorted(set(options) - set(known))
+    if not unknown:
+        return
+    takes = f"it takes {list(known)}" if known else \
+        "it takes none: the GPU backends' options need a GPU device"
+    hints = []
+    if "args" in unknown:
+        hints.append("fn's arguments are passed positionally, kbench.bench(fn, x, y), or as "
+                     "arg_sets=[(x, y), ...]")
+    import difflib                      # only on this error: `import kbench` stays light
+    names = list(inspect.signature(bench_local).parameters)[2:] + list(known)
+    for name in unknown:
+        close = difflib.get_close_matches(name, [n for n in names if not n.startswith("_")
+                                                 and n != "backend_options"], n=1)
+        if close and name != "args":
+            hints.append(f"{name!r}: did you mean {close[0]!r}?")
+    raise TypeError(f"kbench.bench: unexpected options for {_BACKEND_NAMES[kind]}: {unknown} "
+                    f"({takes})" + "".join(f"; {h}" for h in hints))
 
 
 def _count(label: str, value: Any) -> Union[int, float, None]:

@@ -6,6 +6,7 @@ and compare succeed after every case. Cases whose fix is on the C-core branch (r
 strict xfails, so they flip to failures, to be unmarked, when the branches merge.
 """
 import json
+import re
 import subprocess
 import sys
 
@@ -156,6 +157,33 @@ def test_a_callable_that_raises_in_the_check_keeps_its_exception_and_says_where(
     e = raises(bench(broken, A, check=A), KeyError, "boom")
     if sys.version_info >= (3, 11):
         assert any("first call, the correctness check" in n for n in e.__notes__)
+
+
+@pytest.mark.parametrize("device,options,names,hint", [
+    ("cpu", {"args": (A,)}, "CPU backend: ['args']", "fn's arguments are passed positionally"),
+    ("cpu", {"warmup": 0.1}, "CPU backend: ['warmup']", "did you mean 'warmup_s'?"),
+    ("cpu", {"regime": "burst"}, "CPU backend: ['regime']", "need a GPU device"),
+    ("cuda", {"gatee": False}, "CUDA backend: ['gatee']", "did you mean 'gate'?"),
+], ids=["args keyword", "misspelt warmup_s", "a GPU option on the CPU", "misspelt CUDA option"])
+def test_an_unknown_option_is_named_before_fn_is_called(device, options, names, hint):
+    """Not fn's own error: before, the check and the memory probe called fn (with the wrong
+    arguments, for args=) before the options were read. The CUDA case needs no GPU: nothing
+    is opened before the check."""
+    calls = []
+
+    def fn(*a):
+        calls.append(a)
+        return A
+
+    with pytest.raises(TypeError, match="unexpected options for the " + re.escape(names)) as e:
+        kbench.bench(fn, device=device, check=A, **options)
+    assert hint in str(e.value) and calls == []
+
+
+def test_the_cuda_backends_options_are_its_runs_keywords_less_bench_own():
+    from kbench import cuda
+    assert {"stream", "gate", "keep_busy", "regime", "pre_sample", "unroll"} <= set(cuda.OPTIONS)
+    assert not {"loop", "check", "device", "cold_cache", "mode"} & set(cuda.OPTIONS)
 
 
 # ------------------------------------------------------------------ kbench.compare
