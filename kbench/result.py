@@ -271,10 +271,14 @@ class Result:
         # less than independent ones, and the CI says so
         dependence = dependence_text(s)
         counted = f"n={s['n']}" + (f"; {dependence}" if dependence else "")
+        # a CI that closed on the timer's steps (even to zero width) is not the precision:
+        # one step is (the Timer steps row)
+        what = ("the samples sit on the timer's steps: one step is the precision (Timer steps)"
+                if st.get("at_resolution") else "the precision of this figure")
         rows = [["Wall", f"{fmt_time(s['median'])} median ({counted}; {level}% CI of the "
                          f"median {fmt_time(s['ci_low'])} .. {fmt_time(s['ci_high'])}, "
                          f"{fmt_ci(s.get('median'), s.get('ci_low'), s.get('ci_high'))}: "
-                         f"the precision of this figure)"],
+                         f"{what})"],
                 ["Spread", f"min {fmt_time(s['min'])}, mean {fmt_time(s['mean'])}, "
                            f"max {fmt_time(s['max'])}, CV {fmt_pct(s.get('cv'))} (the spread "
                            f"of single calls, not the precision of the median), "
@@ -311,6 +315,15 @@ class Result:
                       if step and s.get("median") else "CUPTI reads in coarse steps")
             rows.append(["Timer steps", f"{step_s}; sampled for >= "
                          f"{self.extra['stepped_min_sampling_s']:g} s so the run mixes them"])
+        elif st.get("at_resolution") and st.get("resolution_s") and s.get("median"):
+            # the host clock's step (10 ns on some VMs) against a sub-microsecond call: the
+            # Stop row's CI is one step wide, short of the target, and says 'precision'
+            step = st["resolution_s"]
+            rows.append(["Timer steps", f"the clock reads in {fmt_time(step)} steps, coarse for "
+                                        f"this figure: the median is known to one step "
+                                        f"(+-{fmt_pct(0.5 * step / s['median'])}), not to the "
+                                        f"target; time a loop of calls inside fn for a finer "
+                                        f"figure"])
         overlap = self.extra.get("overlap_median_s") or 0.0
         if overlap_worth_showing(overlap, s.get("median")):
             rows.append(["Overlap", f"the call's kernels/copies overlapped by "

@@ -761,3 +761,25 @@ def test_a_capped_stop_under_a_clock_limit_names_burst_and_ab(regime, min_sampli
                           "clock_settle": {"settled": True, "min_sampling_s": min_sampling_s}})
         stop = next(w for w in _warnings(r) if w.startswith("stopped by time_cap"))
         assert ("regime='burst'" in stop and "kbench.ab" in stop) is (hinted and dependent), stop
+
+
+def test_a_host_figure_at_the_clocks_step_says_one_step_is_its_precision():
+    """A 30 ns call on a clock that reads in 10 ns steps: its samples agree exactly, the CI of
+    the median has zero width and the 'ci' rule stops 'precision' with 16.7% achieved. The
+    printed block must not read +-0.00% as the precision; it names the step and what one step
+    is of this figure."""
+    from kbench.result import Result
+    samples = np.array([30e-9] * 100 + [20e-9] * 20 + [40e-9] * 9)
+    stop = {"stop": "precision", "criterion": "ci", "target": 0.005, "achieved": 1 / 6,
+            "resolution_s": 10e-9, "at_resolution": True, "sampling_s": 0.001}
+    r = Result(name="abs", device="cpu", backend="host", samples=samples,
+               stats=_core.summarize(samples, 0.95), stop=stop,
+               cold_cache={"mode": "none", "cache_bytes": 1 << 25})
+    rows = dict(r._rows())
+    assert "one step is the precision (Timer steps)" in rows["Wall"]
+    assert "the precision of this figure" not in rows["Wall"]
+    assert rows["Timer steps"].startswith("the clock reads in 10.0 ns steps")
+    assert "(+-16.7%)" in rows["Timer steps"]
+    r.stop = dict(stop, at_resolution=False, stop="time_cap")
+    rows = dict(r._rows())
+    assert "Timer steps" not in rows and "the precision of this figure" in rows["Wall"]
