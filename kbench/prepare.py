@@ -9,9 +9,11 @@ only through sys.modules, when the process already imported them.
 from __future__ import annotations
 
 import functools
+import itertools
 import numbers
 import sys
 import threading
+import types
 from typing import Any, Callable, Dict, Tuple, TypeVar, Union
 
 import numpy as np
@@ -66,8 +68,108 @@ def is_gpu_object(x: Any) -> bool:
     return False
 
 
-def resolve_device(device: str, args: Tuple[Any, ...], kwargs: Dict[str, Any]) -> str:
-    """'auto': CUDA when an argument lives on a GPU, else the CPU."""
+def _gpu_module(x: Any) -> Any:
+    """A torch.nn.Module's first parameter (or buffer) where it is on a GPU, else None."""
+    torch = sys.modules.get("torch")
+    if torch is None or not isinstance(x, torch.nn.Module):
+        return None
+    for t in itertools.chain(x.parameters(), x.buffers()):
+        return t if is_gpu_object(t) else None
+    return None
+
+
+def _gpu_in(x: Any) -> Any:
+    """x, or the first GPU object x holds (a module's parameter, an item of a short list, tuple
+    or dict), where one is on a GPU; else None."""
+    if is_gpu_object(x):
+        return x
+    found = _gpu_module(x)
+    if found is not None:
+        return found
+    items = x.values() if isinstance(x, dict) else x if isinstance(x, (list, tuple)) else ()
+    for item in itertools.islice(items, 16):
+        if is_gpu_object(item):
+            return item
+    return None
+
+
+def _carried(fn: Any, depth: int = 0):
+    """(label, object) for what a callable carries besides its arguments: a partial's
+    arguments, a bound method's object, a closure's cells, defaults, and the module globals
+    its code names (a script's or notebook's `lambda: torch.mm(a, b)` holds a and b there);
+    one level into the functions it names. A callable object is itself."""
+    if depth > 1:
+        return
+    if isinstance(fn, functools.partial):
+        for i, a in enumerate(fn.args):
+            yield f"partial argument {i}", a
+        for k, v in fn.keywords.items():
+            yield f"partial argument {k!r}", v
+        yield from _carried(fn.func, depth + 1)
+        return
+    owner = getattr(fn, "__self__", None)
+    code = getattr(fn, "__code__", None)
+    if owner is not None and not isinstance(owner, (types.ModuleType, type)):
+        yield "the bound method's object", owner
+        yield from _attributes(owner, code)
+    if code is None:
+        if not isinstance(fn, (types.BuiltinFunctionType, types.MethodType, type)):
+            yield "the callable object", fn
+            yield from _attributes(fn, getattr(getattr(type(fn), "__call__", None), "__code__",
+                                               None))
+        return
+    for name, cell in zip(code.co_freevars, fn.__closure__ or ()):
+        try:
+            yield f"captured {name!r}", cell.cell_contents
+        except ValueError:               # an empty cell
+            pass
+    for i, d in enumerate(fn.__defaults__ or ()):
+        yield f"default argument {i}", d
+    for k, d in (fn.__kwdefaults__ or {}).items():
+        yield f"default argument {k!r}", d
+    scope = getattr(fn, "__globals__", {})
+    for name in code.co_names:
+        if name in scope and not isinstance(scope[name], types.ModuleType):
+            value = scope[name]
+            if isinstance(value, types.FunctionType):
+                yield from _carried(value, depth + 1)
+            else:
+                yield f"global {name!r}", value
+
+
+def _attributes(owner: Any, code: Any):
+    """The owner's attributes that a method's code names (self.weight in `def run(self)`)."""
+    names = getattr(code, "co_names", ())
+    fields = getattr(owner, "__dict__", None)
+    if isinstance(fields, dict):
+        for name in names:
+            if name in fields:
+                yield f"attribute {name!r}", fields[name]
+
+
+def gpu_carried(fn: Any) -> Union[Tuple[str, Any], None]:
+    """(what, object) for the first GPU tensor or array the callable carries (_carried), or
+    None. Read only: nothing is called."""
+    try:
+        for label, value in _carried(fn):
+            found = _gpu_in(value)
+            if found is not None:
+                return label, found
+    except Exception:           # an exotic callable: it carries nothing kbench can read
+        return None
+    return None
+
+
+def _cuda_of(x: Any) -> str:
+    idx = getattr(getattr(x, "device", None), "index", None)
+    return f"cuda:{idx}" if isinstance(idx, int) else "cuda"
+
+
+def resolve_device(device: str, args: Tuple[Any, ...], kwargs: Dict[str, Any],
+                   fn: Any = None) -> str:
+    """'auto': CUDA when an argument lives on a GPU, or (given fn) a tensor or array the
+    callable carries does (gpu_carried: a closure over GPU tensors times on the GPU, not as a
+    host-timed launch); else the CPU."""
     if device in ("cpu", "host"):
         return "cpu"
     if isinstance(device, str) and (device == "cuda" or device.startswith("cuda:")):
@@ -77,9 +179,9 @@ def resolve_device(device: str, args: Tuple[Any, ...], kwargs: Dict[str, Any]) -
                          f"got {device!r}")
     for a in list(args) + list(kwargs.values()):
         if is_gpu_object(a):
-            idx = getattr(getattr(a, "device", None), "index", None)
-            return f"cuda:{idx}" if isinstance(idx, int) else "cuda"
-    return "cpu"
+            return _cuda_of(a)
+    carried = gpu_carried(fn) if fn is not None else None
+    return _cuda_of(carried[1]) if carried is not None else "cpu"
 
 
 def device_ordinal(device: str) -> int:

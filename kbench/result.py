@@ -335,6 +335,9 @@ class Result:
                           self.extra.get("keep_busy"))
         if duty:
             rows.append(["GPU busy", duty])
+        if self.extra.get("device_from"):
+            rows.append(["Device", f"{self.device}, chosen from "
+                                   f"{self.extra['device_from']}"])
         cc = self.cold_cache
         mode = cc.get("mode", "none")
         detail = {"flush": f"flush {fmt_bytes(cc.get('flush_bytes'))} before each sample",

@@ -237,7 +237,7 @@ def bench_gpu_time_with_cupti(fn: Callable[..., Any], dry_run_iters: Optional[in
     device = bench_options.pop("device", None)
     if device is None:
         from .prepare import resolve_device
-        device = resolve_device("auto", tuple(input_args), input_kwargs)
+        device = resolve_device("auto", tuple(input_args), input_kwargs, fn)
         if device == "cpu":
             device = l2_flush_device if l2_flush_device not in (None, "cuda") \
                 else _current_device()

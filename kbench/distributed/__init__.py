@@ -116,7 +116,7 @@ def bench(fn: Callable[..., Any], *args: Any, group: Any = "auto",
     if bench_options.get("arg_sets") is not None and not callable(bench_options["arg_sets"]):
         first = tuple(bench_options["arg_sets"][0])
     device = bench_options.get("device", BENCH_DEFAULTS["device"])
-    if resolve_device(device, first, kwargs) != "cpu":
+    if resolve_device(device, first, kwargs, fn) != "cpu":
         # keep-busy bridges call fn untimed a time-dependent number of times: ranks would
         # disagree on the count, and a collective inside fn would hang
         bench_options.setdefault("keep_busy", False)
