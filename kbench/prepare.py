@@ -111,18 +111,24 @@ def _carried(fn: Any, depth: int = 0):
     code = getattr(fn, "__code__", None)
     if owner is not None and not isinstance(owner, (types.ModuleType, type)):
         yield "the bound method's object", owner
-        yield from _attributes(owner, code)
+        for label, attr in _attributes(owner, code):
+            yield f"attribute {label!r}", attr
     if code is None:
         if not isinstance(fn, (types.BuiltinFunctionType, types.MethodType, type)):
             yield "the callable object", fn
-            yield from _attributes(fn, getattr(getattr(type(fn), "__call__", None), "__code__",
-                                               None))
+            call = getattr(getattr(type(fn), "__call__", None), "__code__", None)
+            for label, attr in _attributes(fn, call):
+                yield f"attribute {label!r}", attr
         return
     for name, cell in zip(code.co_freevars, fn.__closure__ or ()):
         try:
-            yield f"captured {name!r}", cell.cell_contents
+            value = cell.cell_contents
         except ValueError:               # an empty cell
-            pass
+            continue
+        yield f"captured {name!r}", value
+        # `lambda: self.mm(self.a, self.b)` inside a method: self's attributes the code names
+        for label, attr in _attributes(value, code):
+            yield f"{name}.{label}", attr
     for i, d in enumerate(fn.__defaults__ or ()):
         yield f"default argument {i}", d
     for k, d in (fn.__kwdefaults__ or {}).items():
@@ -135,16 +141,20 @@ def _carried(fn: Any, depth: int = 0):
                 yield from _carried(value, depth + 1)
             else:
                 yield f"global {name!r}", value
+                for label, attr in _attributes(value, code):
+                    yield f"{name}.{label}", attr
 
 
 def _attributes(owner: Any, code: Any):
-    """The owner's attributes that a method's code names (self.weight in `def run(self)`)."""
+    """(name, value) of the owner's attributes that the code names (self.weight in
+    `def run(self)`); none for an owner without a __dict__ or a module."""
     names = getattr(code, "co_names", ())
-    fields = getattr(owner, "__dict__", None)
+    fields = None if isinstance(owner, (types.ModuleType, type)) else \
+        getattr(owner, "__dict__", None)
     if isinstance(fields, dict):
         for name in names:
             if name in fields:
-                yield f"attribute {name!r}", fields[name]
+                yield name, fields[name]
 
 
 def gpu_carried(fn: Any) -> Union[Tuple[str, Any], None]:

@@ -54,6 +54,19 @@ def _closure_over(x):
     return lambda: x
 
 
+class Op:
+    """A method that benches a lambda over self: the tensors are self's attributes."""
+
+    def __init__(self):
+        self.a = FakeGpuTensor(2)
+
+    def timed(self):
+        return lambda: self.a
+
+
+HOLDER = Op()
+
+
 CASES = [
     ("a module global the lambda names", lambda: A, "global 'A'", "cuda:1"),
     ("a closure cell", _closure_over(FakeGpuTensor(2)), "captured 'x'", "cuda:2"),
@@ -63,6 +76,8 @@ CASES = [
     ("a list it names", lambda: [A][0], "global 'A'", "cuda:1"),
     ("the attribute a bound method reads", Layer().forward, "attribute 'weight'", "cuda:0"),
     ("the attribute a callable object reads", Layer(), "attribute 'weight'", "cuda:0"),
+    ("self's attribute in a lambda made by a method", Op().timed(), "self.a", "cuda:2"),
+    ("a global object's attribute the lambda reads", lambda: HOLDER.a, "HOLDER.a", "cuda:2"),
 ]
 
 
