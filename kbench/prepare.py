@@ -65,7 +65,10 @@ def is_gpu_object(x: Any) -> bool:
             return int(dl()[0]) in (2, 3, 13)     # kDLCUDA, kDLCUDAHost, kDLCUDAManaged
         except Exception:
             return False
-    return False
+    try:                        # Numba's device arrays and other CUDA Array Interface producers
+        return isinstance(getattr(x, "__cuda_array_interface__", None), dict)
+    except Exception:           # torch raises it for a CPU tensor
+        return False
 
 
 def _gpu_module(x: Any) -> Any:

@@ -67,6 +67,23 @@ class Op:
 HOLDER = Op()
 
 
+class NumbaLikeDeviceArray:
+    """A CUDA Array Interface producer with neither .device nor DLPack (Numba's arrays)."""
+    __cuda_array_interface__ = {"shape": (4,), "typestr": "<f4", "data": (0, False),
+                                "version": 3}
+
+
+class CpuTensorLike:
+    """torch's CPU tensor: the interface's property raises."""
+    @property
+    def __cuda_array_interface__(self):
+        raise AttributeError("Can't get __cuda_array_interface__ on non-CUDA tensor")
+
+
+D_X = NumbaLikeDeviceArray()
+C_X = CpuTensorLike()
+
+
 CASES = [
     ("a module global the lambda names", lambda: A, "global 'A'", "cuda:1"),
     ("a closure cell", _closure_over(FakeGpuTensor(2)), "captured 'x'", "cuda:2"),
@@ -78,6 +95,7 @@ CASES = [
     ("the attribute a callable object reads", Layer(), "attribute 'weight'", "cuda:0"),
     ("self's attribute in a lambda made by a method", Op().timed(), "self.a", "cuda:2"),
     ("a global object's attribute the lambda reads", lambda: HOLDER.a, "HOLDER.a", "cuda:2"),
+    ("a CUDA Array Interface producer", lambda: D_X, "global 'D_X'", "cuda"),
 ]
 
 
@@ -89,9 +107,10 @@ def test_auto_finds_the_gpu_object_a_callable_carries(fn, label, device):
 
 
 @pytest.mark.parametrize("fn", [lambda: np.add(HOST, HOST), np.add, abs, print,
-                                Layer().host_only, _closure_over(HOST)],
+                                Layer().host_only, _closure_over(HOST), lambda: C_X],
                          ids=["numpy global", "ufunc", "builtin", "print", "method reading "
-                              "no GPU attribute", "closure over a host array"])
+                              "no GPU attribute", "closure over a host array",
+                              "a CPU tensor's raising interface"])
 def test_host_callables_stay_on_the_cpu(fn):
     assert gpu_carried(fn) is None
     assert resolve_device("auto", (), {}, fn) == "cpu"
