@@ -62,6 +62,7 @@ def bench_local(fn: Callable[..., Any], *args: Any,
     if not callable(fn):
         raise TypeError(f"kbench.bench: fn must be callable, got {type(fn).__name__} "
                         f"({fn!r:.60})")
+    _refuse_deferred(fn)
     flops, bytes = _count("flops", flops), _count("bytes", bytes)
     if name is not None and not isinstance(name, str):
         raise TypeError(f"kbench.bench: name must be a str, got {type(name).__name__} "
@@ -179,6 +180,19 @@ def _gpu_backend(backend_options: Dict[str, Any]) -> Tuple[str, Any]:
         return "hip", hip
     from . import cuda
     return "cuda", cuda
+
+
+def _refuse_deferred(fn: Callable[..., Any]) -> None:
+    """A call of an async or generator function returns at once without running its body, so
+    its 'figure' would be the coroutine's or generator's creation (about 1 us)."""
+    if inspect.iscoroutinefunction(fn) or inspect.isasyncgenfunction(fn):
+        raise TypeError(f"kbench.bench: {name_of(fn)} is an async function: calling it returns "
+                        f"a coroutine without running it, so only its creation would be timed; "
+                        f"time a synchronous callable, e.g. lambda: asyncio.run(fn())")
+    if inspect.isgeneratorfunction(fn):
+        raise TypeError(f"kbench.bench: {name_of(fn)} is a generator function: calling it "
+                        f"returns a generator without running its body, so only its creation "
+                        f"would be timed; time one that consumes it, e.g. lambda: list(fn())")
 
 
 _BACKEND_NAMES = {"host": "the CPU backend", "cuda": "the CUDA backend", "hip": "the HIP backend"}

@@ -5,6 +5,7 @@ and exit status 2 on the command line), and the next ordinary call works: a fres
 and compare succeed after every case. Cases whose fix is on the C-core branch (robust-c) are
 strict xfails, so they flip to failures, to be unmarked, when the branches merge.
 """
+import functools
 import json
 import re
 import subprocess
@@ -178,6 +179,32 @@ def test_an_unknown_option_is_named_before_fn_is_called(device, options, names, 
     with pytest.raises(TypeError, match="unexpected options for the " + re.escape(names)) as e:
         kbench.bench(fn, device=device, check=A, **options)
     assert hint in str(e.value) and calls == []
+
+
+async def _coroutine_fn():
+    return A
+
+
+async def _async_gen_fn():
+    yield A
+
+
+def _generator_fn():
+    yield A
+
+
+@pytest.mark.parametrize("fn,what", [
+    (_coroutine_fn, "is an async function"),
+    (_async_gen_fn, "is an async function"),
+    (functools.partial(_coroutine_fn), "is an async function"),
+    (_generator_fn, "is a generator function"),
+], ids=["coroutine function", "async generator", "partial of a coroutine function",
+        "generator function"])
+def test_a_callable_that_defers_its_body_is_refused(fn, what):
+    """Timing it would time the coroutine's or generator's creation (about 1 us) and leave a
+    'never awaited' coroutine behind."""
+    with pytest.raises(TypeError, match=what + ".* only its creation would be timed"):
+        kbench.bench(fn)
 
 
 def test_the_cuda_backends_options_are_its_runs_keywords_less_bench_own():
