@@ -205,19 +205,33 @@ def _check_backend_options(kind: str, known: Tuple[str, ...], options: Dict[str,
     unknown = sorted(set(options) - set(known))
     if not unknown:
         return
-    takes = f"it takes {list(known)}" if known else \
-        "it takes none: the GPU backends' options need a GPU device"
+    takes = f"it takes {list(known)}" if known else "it takes none"
     hints = []
     if "args" in unknown:
         hints.append("fn's arguments are passed positionally, kbench.bench(fn, x, y), or as "
                      "arg_sets=[(x, y), ...]")
     import difflib                      # only on this error: `import kbench` stays light
     names = list(inspect.signature(bench_local).parameters)[2:] + list(known)
+    gpu_only = set()
+    if kind == "host":              # the GPU modules, on this error only
+        from . import cuda, hip
+        gpu_only = set(cuda.OPTIONS) | set(hip.OPTIONS)
+    for_fn = []
     for name in unknown:
+        if name == "args":
+            continue
+        if name in gpu_only:
+            hints.append(f"{name!r} is a GPU option: pass device='cuda' or GPU arguments")
+            continue
         close = difflib.get_close_matches(name, [n for n in names if not n.startswith("_")
                                                  and n != "backend_options"], n=1)
-        if close and name != "args":
+        if close:
             hints.append(f"{name!r}: did you mean {close[0]!r}?")
+        for_fn.append(name)
+    if for_fn:      # kbench.bench(np.add, a, b, out=c): out= was meant for fn
+        given = ", ".join(f"{n!r}: ..." for n in for_fn)
+        hints.append(f"if {'these are' if len(for_fn) > 1 else 'it is'} fn's keyword "
+                     f"argument{'s' if len(for_fn) > 1 else ''}, pass kwargs={{{given}}}")
     raise TypeError(f"kbench.bench: unexpected options for {_BACKEND_NAMES[kind]}: {unknown} "
                     f"({takes})" + "".join(f"; {h}" for h in hints))
 

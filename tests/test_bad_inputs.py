@@ -163,9 +163,13 @@ def test_a_callable_that_raises_in_the_check_keeps_its_exception_and_says_where(
 @pytest.mark.parametrize("device,options,names,hint", [
     ("cpu", {"args": (A,)}, "CPU backend: ['args']", "fn's arguments are passed positionally"),
     ("cpu", {"warmup": 0.1}, "CPU backend: ['warmup']", "did you mean 'warmup_s'?"),
-    ("cpu", {"regime": "burst"}, "CPU backend: ['regime']", "need a GPU device"),
+    ("cpu", {"regime": "burst"}, "CPU backend: ['regime']", "'regime' is a GPU option: pass "
+                                                            "device='cuda'"),
     ("cuda", {"gatee": False}, "CUDA backend: ['gatee']", "did you mean 'gate'?"),
-], ids=["args keyword", "misspelt warmup_s", "a GPU option on the CPU", "misspelt CUDA option"])
+    ("cpu", {"out": A}, "CPU backend: ['out']", "if it is fn's keyword argument, pass "
+                                                "kwargs={'out': ...}"),
+], ids=["args keyword", "misspelt warmup_s", "a GPU option on the CPU", "misspelt CUDA option",
+        "fn's keyword given to bench"])
 def test_an_unknown_option_is_named_before_fn_is_called(device, options, names, hint):
     """Not fn's own error: before, the check and the memory probe called fn (with the wrong
     arguments, for args=) before the options were read. The CUDA case needs no GPU: nothing
