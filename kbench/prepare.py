@@ -292,6 +292,10 @@ def check_before_timing(fn, args, kwargs, check, rtol, atol, name,
         _note(e, f"raised by kbench.bench({name})'s check= callable (the reference); nothing "
                  f"was timed")
         raise
+    if ref is None and callable(check):
+        raise TypeError(f"kbench.bench({name}): the check= callable returned None; it must "
+                        f"return the reference output, computed from fn's positional "
+                        f"arguments; nothing was timed")
     cmp = compare(out, ref, rtol=rtol, atol=atol)
     if not cmp.ok:
         raise AssertionError(f"kbench.bench({name}): output does not match the reference; "

@@ -152,6 +152,11 @@ def test_a_check_callable_that_raises_keeps_its_exception_and_says_where():
                    for n in e.__notes__)
 
 
+def test_a_check_callable_that_returns_none_is_named():
+    raises(bench(np.cumsum, A, check=lambda x: None), TypeError,
+           r"the check= callable returned None; it must return the reference output")
+
+
 def test_a_callable_that_raises_in_the_check_keeps_its_exception_and_says_where():
     def broken(x):
         raise KeyError("boom")
