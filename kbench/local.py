@@ -19,8 +19,8 @@ import numpy as np
 from . import _core
 from ._format import fmt_bytes
 from .coldcache import flag_rotation, footprint, make_rotation_sets, normalize_arg_sets
-from .prepare import (BENCH_DEFAULTS, check_before_timing, gpu_carried, name_of, named_output,
-                      one_at_a_time, resolve_device)
+from .prepare import (BENCH_DEFAULTS, check_before_timing, choose_device, name_of,
+                      named_output, one_at_a_time)
 from .result import Result, dependence_text
 
 _LOOP_KEYS = ("warmup_s", "min_samples", "max_samples", "max_time_s", "target", "ci_level",
@@ -83,10 +83,8 @@ def bench_local(fn: Callable[..., Any], *args: Any,
         raise TypeError("kbench.bench: pass either positional args or arg_sets=, not both")
     named_output(sets[0], kwargs, out_arg)       # a bad out_arg fails before anything runs
     name = name or name_of(fn)
-    dev = resolve_device(device, sets[0], kwargs, fn)
-    # 'auto' chose the GPU from what fn carries, not from its arguments: the result says so
-    carried = gpu_carried(fn) if device == "auto" and dev != "cpu" and \
-        resolve_device(device, sets[0], kwargs) == "cpu" else None
+    # carried: 'auto' chose the GPU from what fn carries, not its arguments (the result says so)
+    dev, carried = choose_device(device, sets[0], kwargs, fn)
     kind, gpu = _gpu_backend(backend_options) if dev != "cpu" else ("host", None)
     _check_backend_options(kind, () if gpu is None else gpu.OPTIONS, backend_options)
     # cold_cache and mode are checked in C, once, before anything calls fn: Python branches on

@@ -178,23 +178,30 @@ def _cuda_of(x: Any) -> str:
     return f"cuda:{idx}" if isinstance(idx, int) else "cuda"
 
 
-def resolve_device(device: str, args: Tuple[Any, ...], kwargs: Dict[str, Any],
-                   fn: Any = None) -> str:
-    """'auto': CUDA when an argument lives on a GPU, or (given fn) a tensor or array the
-    callable carries does (gpu_carried: a closure over GPU tensors times on the GPU, not as a
-    host-timed launch); else the CPU."""
+def choose_device(device: str, args: Tuple[Any, ...], kwargs: Dict[str, Any],
+                  fn: Any = None) -> Tuple[str, Union[Tuple[str, Any], None]]:
+    """(device, carried): 'auto' is CUDA when an argument lives on a GPU, or (given fn) a
+    tensor or array the callable carries does (gpu_carried: a closure over GPU tensors times on
+    the GPU, not as a host-timed launch), else the CPU; carried is gpu_carried's (what, object)
+    where that chose the GPU, else None."""
     if device in ("cpu", "host"):
-        return "cpu"
+        return "cpu", None
     if isinstance(device, str) and (device == "cuda" or device.startswith("cuda:")):
-        return device
+        return device, None
     if device != "auto":
         raise ValueError(f"kbench.bench: device must be 'auto', 'cpu' or 'cuda[:N]', "
                          f"got {device!r}")
     for a in list(args) + list(kwargs.values()):
         if is_gpu_object(a):
-            return _cuda_of(a)
+            return _cuda_of(a), None
     carried = gpu_carried(fn) if fn is not None else None
-    return _cuda_of(carried[1]) if carried is not None else "cpu"
+    return (_cuda_of(carried[1]), carried) if carried is not None else ("cpu", None)
+
+
+def resolve_device(device: str, args: Tuple[Any, ...], kwargs: Dict[str, Any],
+                   fn: Any = None) -> str:
+    """choose_device's device alone."""
+    return choose_device(device, args, kwargs, fn)[0]
 
 
 def device_ordinal(device: str) -> int:

@@ -9,7 +9,7 @@ import pytest
 
 import kbench
 from kbench import cuda
-from kbench.prepare import gpu_carried, resolve_device
+from kbench.prepare import choose_device, gpu_carried, resolve_device
 from kbench.result import Result
 
 
@@ -121,6 +121,9 @@ def test_arguments_and_an_explicit_device_come_first():
     assert resolve_device("cpu", (), {}, lambda: A) == "cpu"
     assert resolve_device("cuda:3", (), {}, lambda: A) == "cuda:3"
     assert resolve_device("auto", (), {}) == "cpu"          # no fn: arguments alone
+    # what chose the GPU travels with the device only where fn's carried tensor did
+    assert choose_device("auto", (), {}, lambda: A)[1][0] == "global 'A'"
+    assert choose_device("auto", (FakeGpuTensor(0),), {}, lambda: A) == ("cuda:0", None)
 
 
 def test_bench_times_a_closure_over_gpu_tensors_on_the_gpu_and_says_why(monkeypatch):
