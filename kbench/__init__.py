@@ -7,9 +7,7 @@
 Import is cheap and never touches a GPU: the CUDA backend, torch and CuPy adapters are loaded
 on first use.
 """
-from __future__ import annotations
-
-from typing import Any
+from typing import Any as _Any
 
 from . import _core  # noqa: F401  (kbench._core, eagerly: submodules shadow lazy names)
 from ._core import (CaptureError, CudaError, CuptiBusy, CuptiError, KbenchError,
@@ -41,7 +39,7 @@ _LAZY = {
 }
 
 
-def __getattr__(name: str) -> Any:
+def __getattr__(name: str) -> _Any:
     target = _LAZY.get(name)
     if target is None:
         raise AttributeError(f"module 'kbench' has no attribute {name!r}")

@@ -48,3 +48,15 @@ def test_public_api():
     assert issubclass(kbench.CuptiBusy, kbench.CuptiError)
     assert issubclass(kbench.LibraryNotFound, OSError)
     assert kbench.__version__
+
+
+def test_dir_lists_the_api_and_submodules_not_import_helpers():
+    # `from __future__ import annotations` and typing.Any once showed up as kbench.annotations
+    # and kbench.Any, public-looking names that are not kbench's.
+    import types
+    public = {n for n in dir(kbench) if not n.startswith("_")}
+    assert set(kbench.__all__) - {"__version__"} <= public
+    assert "testing" in public
+    strays = {n for n in public - set(kbench.__all__)
+              if not isinstance(getattr(kbench, n), types.ModuleType)}
+    assert not strays, strays
