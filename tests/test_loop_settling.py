@@ -111,6 +111,12 @@ def test_a_resettle_drops_the_samples_settles_again_and_samples_anew():
     assert state["calls"] - second[-1][1] == len(r["samples"])
     # the dropped sampling and the second settle count as the warm-up's
     assert r["warmup_s"] >= r["resettle_sampled_s"] + 0.1
+    # the stop rule judged the kept samples alone: the loop resets it when it drops them (it
+    # once started over only when the new first sample's bits differed from the old one's)
+    assert r["stop"] == "precision"
+    done, achieved = _core.criterion_check("ci", r["samples"], 0.5,
+                                           resolution=r["resolution_s"])
+    assert done and achieved == pytest.approx(r["achieved"], rel=1e-12)
     # without a resettle the fields say so
     r0 = _core.measure_host(sleeper, ((),), None, warmup_s=0.01, min_samples=5, target=0.5)
     assert r0["resettle_dropped"] == 0 and r0["resettle_sampled_s"] is None

@@ -12,8 +12,9 @@
  * without the GIL. Each rule remembers what it has consumed and only looks at the new tail, so a
  * call costs O(new samples + sqrt n), not a sort of everything; "ci" adds one O(n) pass over the
  * samples in order (their dependence), which the loop's checks at every n/16 keep to about 17
- * visits a sample in all. Fewer samples than last time, or a different first sample, means a
- * new run and the rule starts over.
+ * visits a sample in all. A caller that drops its samples says so (kb_criterion_reset); fewer
+ * samples than last time, or a different first sample, also starts the rule over (a safety net:
+ * a new run can begin with the same first value, on a timer's coarse steps).
  */
 #include "kbench.h"
 #include "kb_numpy.h"
@@ -329,6 +330,16 @@ static int entropy_is_finished(kb_criterion *c, const double *samples, Py_ssize_
     return c->achieved <= c->target && r2 >= ENTROPY_MIN_R2;
 }
 
+static void ci_reset_rule(kb_criterion *c)
+{
+    ci_reset(c->impl);
+}
+
+static void entropy_reset_rule(kb_criterion *c)
+{
+    entropy_reset(c->impl);
+}
+
 static void entropy_destroy(kb_criterion *c)
 {
     entropy_rule *r = c->impl;
@@ -343,9 +354,10 @@ static const struct {
     size_t impl_size;
     int (*is_finished)(kb_criterion *, const double *, Py_ssize_t);
     void (*destroy)(kb_criterion *);
+    void (*reset)(kb_criterion *);
 } rules[] = {
-    {"ci", sizeof(ci_rule), ci_is_finished, ci_destroy},
-    {"entropy", sizeof(entropy_rule), entropy_is_finished, entropy_destroy},
+    {"ci", sizeof(ci_rule), ci_is_finished, ci_destroy, ci_reset_rule},
+    {"entropy", sizeof(entropy_rule), entropy_is_finished, entropy_destroy, entropy_reset_rule},
 };
 #define N_RULES (sizeof rules / sizeof rules[0])
 
@@ -383,7 +395,15 @@ int kb_criterion_init(kb_criterion *c, const char *name, double target, double c
     c->achieved = INFINITY;
     c->is_finished = rules[k].is_finished;
     c->destroy = rules[k].destroy;
+    c->reset = rules[k].reset;
     return 0;
+}
+
+void kb_criterion_reset(kb_criterion *c)
+{
+    if (c->impl != NULL)
+        c->reset(c);
+    c->achieved = INFINITY;
 }
 
 void kb_criterion_fini(kb_criterion *c)

@@ -188,11 +188,14 @@ struct kb_criterion {
     /* 1 when precise enough, 0 not yet, -1 allocation failure (no exception; GIL may be released) */
     int (*is_finished)(kb_criterion *self, const double *samples, Py_ssize_t n);
     void (*destroy)(kb_criterion *self);  /* frees impl; may be NULL */
+    void (*reset)(kb_criterion *self);    /* forgets every sample seen */
 };
 
 /* Make the rule called `name`; ValueError naming the known rules when unknown. */
 int kb_criterion_init(kb_criterion *c, const char *name, double target, double ci_level);
 void kb_criterion_fini(kb_criterion *c);
+/* The samples start over (the loop dropped them): the rule forgets what it consumed. */
+void kb_criterion_reset(kb_criterion *c);
 
 /* ------------------------------------------------------------------ measure.c */
 

@@ -515,6 +515,7 @@ static int settle_again(kb_backend *b, const kb_loop_config *cfg, kb_criterion *
     /* what warm_up already counted (the kept samples' overlap) is not counted twice */
     res->warmup_s += res->resettle_sampled_s - res->overlap_s;
     res->n = 0;
+    kb_criterion_reset(crit);  /* its samples are gone: what it consumed must not count */
     if (warm_up(b, cfg, res, k, &per_call, &kept_from_s) < 0)
         return -1;
     return begin_sampling(b, cfg, crit, res, kept_from_s, t0, next_check) < 0 ? -1 : 1;
