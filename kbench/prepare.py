@@ -236,14 +236,19 @@ def named_output(args: Tuple[Any, ...], kwargs: Dict[str, Any],
     return args[out_arg]
 
 
-def poison(out: Any) -> None:
-    """Fill an output with NaN (GPU integers with a pattern) so an output the callable never
-    wrote cannot pass the check. NumPy: writeable float arrays; GPU objects: poison_gpu."""
+def poison(out: Any) -> bool:
+    """Fill an output with NaN (integers with a -7 pattern) so an output the callable never
+    wrote cannot pass the check: writeable NumPy float and integer arrays (bool has no value
+    to spare), torch tensors and CuPy arrays. True when it was filled."""
     if isinstance(out, np.ndarray):
-        if out.dtype.kind == "f" and out.flags.writeable:
-            out.fill(np.nan)
-    elif out is not None and is_gpu_object(out):
-        poison_gpu(out)
+        if not out.flags.writeable or out.dtype.kind not in "fiu":
+            return False
+        if out.dtype.kind == "u":
+            out.fill(np.iinfo(out.dtype).max - 6)      # -7 in two's complement, as on the GPU
+        else:
+            out.fill(np.nan if out.dtype.kind == "f" else -7)
+        return True
+    return out is not None and is_gpu_object(out) and poison_gpu(out)
 
 
 def poison_gpu(obj: Any) -> bool:
@@ -262,6 +267,50 @@ def poison_gpu(obj: Any) -> bool:
     return False
 
 
+def _copy_of(x: Any) -> Any:
+    """x's values in new memory (NumPy, torch, CuPy arrays), or None for anything else."""
+    if isinstance(x, np.ndarray):
+        return x.copy()
+    torch = sys.modules.get("torch")
+    if torch is not None and isinstance(x, torch.Tensor):
+        return x.detach().clone()
+    if type(x).__module__.startswith("cupy") and hasattr(x, "copy"):
+        return x.copy()
+    return None
+
+
+def _restore(x: Any, saved: Any) -> None:
+    if isinstance(x, np.ndarray):
+        np.copyto(x, saved)
+    elif hasattr(x, "copy_"):           # torch
+        x.copy_(saved)
+    else:                               # CuPy
+        x[...] = saved
+
+
+def _may_alias(x: Any, others: Any) -> bool:
+    """Whether x shares memory with any of `others` (NumPy arrays by their bounds; torch and
+    CuPy objects by identity or a common storage address)."""
+    for o in others:
+        if o is x:
+            return True
+        if isinstance(x, np.ndarray) and isinstance(o, np.ndarray):
+            if np.may_share_memory(x, o):
+                return True
+        elif _storage_ptr(x) is not None and _storage_ptr(x) == _storage_ptr(o):
+            return True
+    return False
+
+
+def _storage_ptr(x: Any) -> Any:
+    storage = getattr(x, "untyped_storage", None)       # torch
+    if callable(storage):
+        return storage().data_ptr()
+    data = getattr(x, "data", None)                     # CuPy: its memory's base pointer
+    mem = getattr(data, "mem", None)
+    return getattr(mem, "ptr", None) if mem is not None else None
+
+
 def _returned_none(name: str, args: Tuple[Any, ...], kwargs: Dict[str, Any]) -> TypeError:
     where = (f"out_arg=<position> (one of 0..{len(args) - 1})" if args else "") + \
         (" or " if args and kwargs else "") + \
@@ -274,13 +323,48 @@ def _returned_none(name: str, args: Tuple[Any, ...], kwargs: Dict[str, Any]) -> 
                      f"output in place, {how}.")
 
 
-def check_before_timing(fn, args, kwargs, check, rtol, atol, name,
-                        out_arg: Union[int, str, None] = None) -> Dict[str, Any]:
-    """Call fn once on a poisoned output and compare what it produced with check (a reference,
-    or a callable computing it from the same arguments); AssertionError when they differ."""
-    named = named_output(args, kwargs, out_arg)
-    target = named if out_arg is not None else kwargs.get("out")
-    poison(target)
+def _reference(check: Any, args: Tuple[Any, ...], kwargs: Dict[str, Any], name: str) -> Any:
+    """The reference: check itself, or check(*args) computed before fn runs (fn may change its
+    arguments in place), copied where it shares memory with an argument fn may write."""
+    if not callable(check):
+        return check
+    try:
+        ref = check(*args)
+    except Exception as e:
+        _note(e, f"raised by kbench.bench({name})'s check= callable (the reference); nothing "
+                 f"was timed")
+        raise
+    if ref is None:
+        raise TypeError(f"kbench.bench({name}): the check= callable returned None; it must "
+                        f"return the reference output, computed from fn's positional "
+                        f"arguments; nothing was timed")
+    if _may_alias(ref, list(args) + list(kwargs.values())):
+        ref = _copy_of(ref)
+    return ref
+
+
+def _compare_outputs(out: Any, ref: Any, rtol: Any, atol: Any) -> Tuple[Any, str]:
+    """(Comparison, which output) of out against ref; a tuple or list of outputs whose shapes
+    differ is compared output by output, and the failing one (or the one closest to its limit)
+    is named."""
+    if not (isinstance(out, (tuple, list)) and isinstance(ref, (tuple, list))
+            and len(out) == len(ref) > 1
+            and len({np.shape(o) if isinstance(o, np.ndarray) else
+                     tuple(getattr(o, "shape", ())) for o in out}) > 1):
+        return compare(out, ref, rtol=rtol, atol=atol), ""
+    worst, which, margin = None, "", -1.0
+    for i, (o, r) in enumerate(zip(out, ref)):
+        c = compare(o, r, rtol=rtol, atol=atol)
+        if not c.ok:
+            return c, f"output {i} of {len(out)}"
+        m = (abs(c.worst_out - c.worst_ref) / c.worst_tol
+             if c.worst_index is not None and c.worst_tol else 0.0)
+        if worst is None or m > margin:
+            worst, which, margin = c, f"output {i} of {len(out)}", m
+    return worst, which
+
+
+def _call_for_check(fn, args, kwargs, name, named, out_arg):
     try:
         out = fn(*args, **kwargs)
     except Exception as e:
@@ -288,26 +372,51 @@ def check_before_timing(fn, args, kwargs, check, rtol, atol, name,
                  f"nothing was timed")
         raise
     if out_arg is not None:
-        out = named             # the caller said where the output is: not the return value
-    elif out is None:
+        return named            # the caller said where the output is: not the return value
+    if out is None:
         if "out" not in kwargs:
             raise _returned_none(name, args, kwargs)
-        out = kwargs["out"]
-    try:
-        ref = check(*args) if callable(check) else check
-    except Exception as e:
-        _note(e, f"raised by kbench.bench({name})'s check= callable (the reference); nothing "
-                 f"was timed")
-        raise
-    if ref is None and callable(check):
-        raise TypeError(f"kbench.bench({name}): the check= callable returned None; it must "
-                        f"return the reference output, computed from fn's positional "
-                        f"arguments; nothing was timed")
-    cmp = compare(out, ref, rtol=rtol, atol=atol)
-    if not cmp.ok:
-        raise AssertionError(f"kbench.bench({name}): output does not match the reference; "
-                             f"nothing was timed.\n{cmp.report()}")
-    return cmp.to_dict()
+        return kwargs["out"]
+    return out
+
+
+def _failed(name: str, cmp: Any, which: str, note: str = "") -> AssertionError:
+    what = f" ({which})" if which else ""
+    return AssertionError(f"kbench.bench({name}): output{what} does not match the reference; "
+                          f"nothing was timed.{note}\n{cmp.report()}")
+
+
+def check_before_timing(fn, args, kwargs, check, rtol, atol, name,
+                        out_arg: Union[int, str, None] = None) -> Dict[str, Any]:
+    """Call fn once on a poisoned output and compare what it produced with check (a reference,
+    or a callable computing it, before that call, from the same arguments); AssertionError when
+    they differ. A callable that reads its output too (in place) reads the poison: on a
+    mismatch the output's contents are restored and fn called again, which passes only if fn
+    changed them and matches -- an output it never writes still fails."""
+    named = named_output(args, kwargs, out_arg)
+    target = named if out_arg is not None else kwargs.get("out")
+    ref = _reference(check, args, kwargs, name)
+    saved = _copy_of(target)
+    poisoned = poison(target)
+    out = _call_for_check(fn, args, kwargs, name, named, out_arg)
+    cmp, which = _compare_outputs(out, ref, rtol, atol)
+    if cmp.ok:
+        return dict(cmp.to_dict(), output=which or None)
+    if not (poisoned and saved is not None):
+        raise _failed(name, cmp, which)
+    _restore(target, saved)
+    out = _call_for_check(fn, args, kwargs, name, named, out_arg)
+    unchanged = compare(target, saved, rtol=0.0, atol=0.0, equal_nan=True).ok
+    if unchanged:
+        raise _failed(name, cmp, which, " The output was filled with NaN (integers: -7) before "
+                      "the call, so that one the callable never writes cannot pass; called "
+                      "again on its original contents, the callable left them unchanged.")
+    cmp2, which2 = _compare_outputs(out, ref, rtol, atol)
+    if not cmp2.ok:
+        raise _failed(name, cmp2, which2, " (Called on the output's original contents: a "
+                      "first call on a poisoned output did not match either.)")
+    # in place: the output is an input too, so poisoning it fed the poison in
+    return dict(cmp2.to_dict(), output=which2 or None, in_place=True)
 
 
 def _note(e: BaseException, text: str) -> None:
