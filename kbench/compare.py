@@ -172,6 +172,9 @@ def _from_torch(t: Any) -> Tuple[np.ndarray, Optional[str], str]:
 def _to_array(x: Any, what: str) -> Tuple[np.ndarray, Optional[str], str]:
     if isinstance(x, np.ndarray):
         return _from_numpy(x)
+    if x is None:       # the usual cause: a kernel that writes in place and returns nothing
+        raise TypeError(f"compare: {what} is None; a kernel that writes its output in place "
+                        f"returns nothing: pass the array it wrote")
     mod = type(x).__module__ or ""
     if mod.startswith("torch") and hasattr(x, "detach"):
         return _from_torch(x)
@@ -184,7 +187,11 @@ def _to_array(x: Any, what: str) -> Tuple[np.ndarray, Optional[str], str]:
             raise TypeError(f"compare: {what} ({type(x).__name__}) could not be read through "
                             f"DLPack ({e}); copy it to host memory first") from e
         return _from_numpy(arr)
-    return _from_numpy(np.asarray(x))
+    arr = np.asarray(x)
+    if arr.dtype.kind in "OUSV":    # str, bytes, objects: no numbers to compare
+        raise TypeError(f"compare: {what} is not numeric: {type(x).__name__} ({x!r:.60}) reads "
+                        f"as a numpy array of dtype {arr.dtype}")
+    return _from_numpy(arr)
 
 
 # ------------------------------------------------------------------ the result

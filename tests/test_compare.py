@@ -697,3 +697,19 @@ def test_ml_dtypes_complex_keeps_its_imaginary_part():
     assert not c.ok and c.worst_index == (0, 1) and c.worst_out == 5.0
     if hasattr(ml, "bcomplex32"):
         assert compare(ref.astype(ml.bcomplex32), ref).tolerance_source == "bf16"
+
+
+def test_a_none_output_is_named_not_reported_as_a_shape_mismatch():
+    # def kernel(x): np.multiply(x, 2, out=x)  -- forgot to return x
+    with pytest.raises(TypeError, match="out is None; a kernel that writes its output in place"):
+        compare(None, np.full(4, 2.0))
+    with pytest.raises(TypeError, match="out is None"):
+        compare(None, np.full(4, 2.0), broadcast=True)
+    with pytest.raises(TypeError, match="ref is None"):
+        compare(np.ones(2), None)
+
+
+@pytest.mark.parametrize("ref", ["abc", b"xy", object()])
+def test_a_non_numeric_reference_is_named(ref):
+    with pytest.raises(TypeError, match="ref is not numeric"):
+        compare(np.ones(3), ref)
