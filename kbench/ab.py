@@ -13,6 +13,7 @@ resolved" -- ten identical functions almost never agree in sign ten times (chanc
 """
 from __future__ import annotations
 
+import numbers
 from dataclasses import dataclass, field
 from typing import Any, Callable, Dict, List, Sequence, Tuple, Union
 
@@ -96,6 +97,7 @@ class ABResult:
     orders: List[List[str]]                  # per trial: the order the arms ran in
     comparisons: List[ArmComparison]
     options: Dict[str, Any] = field(default_factory=dict)
+    profile: bool = False                    # profile mode: each arm ran once, untimed
 
     @property
     def verdict(self) -> str:
@@ -108,6 +110,9 @@ class ABResult:
 
     def _cells(self) -> List[List[str]]:
         first = self.arms[0]
+        if self.profile:
+            return [[first, "-", "(baseline)", "", "", ""]] + \
+                [[c.arm, "-", "-", "-", "-", c.verdict] for c in self.comparisons]
         m0 = float(np.median(self.medians(first)))
         rows = [[first, fmt_time(m0), "(baseline)", "", "", ""]]
         for c in self.comparisons:
@@ -123,20 +128,28 @@ class ABResult:
         return ["arm", "median of trial medians", "paired delta", f"CI{level}",
                 "pairs agreeing", "verdict"]
 
-    def __repr__(self) -> str:
-        head = (f"kbench A/B: {len(self.trials)} interleaved trials "
+    def _head(self) -> str:
+        if self.profile:
+            why = self.trials[0][self.arms[0]].extra.get("profile", {}).get("why")
+            return (f"kbench A/B: profile run ({why}): each arm ran once for the profiler, "
+                    f"not timed; no verdict")
+        return (f"kbench A/B: {len(self.trials)} interleaved trials "
                 f"(order alternating), deltas vs {self.arms[0]!r}")
+
+    def __repr__(self) -> str:
+        head = self._head()
         return head + "\n" + text_table(self._headers(), self._cells())
 
     def _repr_html_(self) -> str:
-        return html_table(self._headers(), self._cells(),
-                          caption=f"kbench A/B: {len(self.trials)} interleaved trials, "
-                                  f"deltas vs {self.arms[0]}")
+        caption = self._head() if self.profile else \
+            f"kbench A/B: {len(self.trials)} interleaved trials, deltas vs {self.arms[0]}"
+        return html_table(self._headers(), self._cells(), caption=caption)
 
     def to_dict(self) -> Dict[str, Any]:
         return {
             "schema": "kbench.ab/1",
             "arms": list(self.arms),
+            "profile": self.profile,
             "orders": [list(o) for o in self.orders],
             "comparisons": [c.to_dict() for c in self.comparisons],
             "trial_medians_s": {a: self.medians(a).tolist() for a in self.arms},
@@ -158,6 +171,19 @@ def _verdict(arm: str, deltas: np.ndarray, med: float, lo: float, hi: float) -> 
                   f"{1 / ratio:.3g}x speed-up)")
 
 
+def _profiled(pairs: List[Tuple[str, Callable[..., Any]]], trial_results: List[Dict[str, Result]],
+              orders: List[List[str]], options: Dict[str, Any], ci_level: float) -> ABResult:
+    """The result of a profile-mode run: no deltas, no verdict."""
+    nan = float("nan")
+    base = pairs[0][0]
+    comparisons = [ArmComparison(arm=name, baseline=base, deltas=[], median_delta=nan,
+                                 ci_low=nan, ci_high=nan, ci_level=ci_level, same_sign=False,
+                                 verdict="no verdict: profile run, not timed")
+                   for name, _ in pairs[1:]]
+    return ABResult(arms=[n for n, _ in pairs], trials=trial_results, orders=orders,
+                    comparisons=comparisons, options=options, profile=True)
+
+
 def ab(arms: Arms, *args: Any, trials: int = 10, ci_level: float = 0.95,
        **bench_options: Any) -> ABResult:
     """Compare implementations with interleaved, order-alternating trials.
@@ -166,17 +192,24 @@ def ab(arms: Arms, *args: Any, trials: int = 10, ci_level: float = 0.95,
     compared with the first. args and bench_options go to kbench.bench for every arm (each
     trial is a short benchmark: warmup_s=0.1, max_time_s=1.0 unless given). check= is verified
     once per arm, in the first trial. ci_level: of both each trial's statistics and the CI of
-    the median paired delta.
+    the median paired delta. With three or more arms the reversed order keeps the middle arms
+    in the middle (A B C, C B A): only the ends swap. In profile mode (profile=True or
+    KBENCH_PROFILE=1, see kbench.profile) each arm runs once for the profiler, untimed, and the
+    result has ``profile=True`` and no verdict.
     """
     from .bench import bench
     pairs = _normalize_arms(arms)
-    if not (isinstance(ci_level, float) and 0.5 <= ci_level < 1.0):
+    # numpy scalars (np.int64 from a loop, np.float32) are numbers too; bool is not
+    if not (isinstance(ci_level, numbers.Real) and not isinstance(ci_level, bool)
+            and 0.5 <= ci_level < 1.0):
         raise ValueError(f"kbench.ab: ci_level must be a float in [0.5, 1), got {ci_level!r}")
+    ci_level = float(ci_level)
     need = min_trials(ci_level)
-    if not isinstance(trials, int) or isinstance(trials, bool) or trials < need:
+    if not isinstance(trials, numbers.Integral) or isinstance(trials, bool) or trials < need:
         raise ValueError(f"kbench.ab: trials must be an integer >= {need} for a "
                          f"{100 * ci_level:g}% confidence interval of the median paired delta, "
                          f"got {trials!r}")
+    trials = int(trials)
     if "name" in bench_options:
         raise TypeError("kbench.ab: arms are named by their keys; do not pass name=")
     opts = dict(_TRIAL_DEFAULTS)
@@ -195,9 +228,18 @@ def ab(arms: Arms, *args: Any, trials: int = 10, ci_level: float = 0.95,
             if check is not None and name not in checked:
                 kw["check"] = check
                 checked.add(name)
-            res[name] = bench(fn, *args, name=name, **kw)
+            try:
+                res[name] = bench(fn, *args, name=name, **kw)
+            except Exception as e:
+                if hasattr(e, "add_note"):      # Python >= 3.11
+                    e.add_note(f"in kbench.ab arm {name!r}, trial {t}")
+                raise
         trial_results.append(res)
         orders.append([n for n, _ in order])
+        # profile mode (kbench.profile) runs each call once, untimed: one run per arm is what
+        # a profiler needs, and there are no medians to pair
+        if any(r.stop.get("stop") == "profile" for r in res.values()):
+            return _profiled(pairs, trial_results, orders, dict(opts, trials=trials), ci_level)
 
     base = pairs[0][0]
     base_med = np.array([r[base].median for r in trial_results])

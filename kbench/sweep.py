@@ -26,6 +26,8 @@ from __future__ import annotations
 import csv
 import io
 import itertools
+import numbers
+import re
 from dataclasses import dataclass, field
 from typing import Any, Callable, Dict, List, Optional, Sequence, Tuple
 
@@ -35,8 +37,19 @@ from ._format import dump_json, fmt_bytes, fmt_pct, fmt_rate, fmt_time, html_tab
 from .result import Result
 
 _ROW_KEYS = ("name", "median_s", "ci_low_s", "ci_high_s", "rel_ci", "samples", "bytes_per_s",
-             "flops_per_s", "bandwidth_pct_peak", "compute_pct_peak", "stop")
+             "flops_per_s", "bandwidth_pct_peak", "compute_pct_peak", "stop",
+             "served_from_cache")
 _CASE_KEYS = ("fn", "args")
+# the table's columns after the axes' (row key, header, format); "CI95" follows ci_level
+_RATE_COLS = (("bytes_per_s", "GB/s", lambda v: f"{v / 1e9:.3g}"),
+              ("flops_per_s", "GFLOP/s", lambda v: f"{v / 1e9:.3g}"),
+              ("bandwidth_pct_peak", "% peak BW", fmt_pct),
+              ("compute_pct_peak", "% peak FLOP", fmt_pct))
+_TABLE_HEADERS = ("median", "stop") + tuple(h for _, h, _ in _RATE_COLS)
+# a bandwidth figure that is the cache's, not memory's: marked in the tables
+_SERVED_MARK = "*"
+_SERVED_NOTE = ("* served from cache (hot; bytes per call fit the cache): the bandwidth is the "
+                "cache's, not memory's")
 
 
 def _label(v: Any) -> Any:
@@ -130,47 +143,53 @@ class SweepResult:
                        bytes_per_s=tp.get("bytes_per_s"), flops_per_s=tp.get("flops_per_s"),
                        bandwidth_pct_peak=tp.get("bandwidth_pct_peak"),
                        compute_pct_peak=tp.get("compute_pct_peak"),
-                       stop=r.stop.get("stop"))
+                       stop=r.stop.get("stop"), served_from_cache=_cache_served(r))
             out.append(row)
         return out
 
     # -- tables
-    def _display(self) -> Tuple[List[str], List[List[str]]]:
+    def _display(self) -> Tuple[List[str], List[List[str]], str]:
+        """Headers, cells and a footnote ('' when none)."""
         rows = self.rows
         level = round(100 * float(self.results[0].stats.get("ci_level", 0.95))) \
             if self.results else 95
         headers = list(self.axes) + ["median", f"CI{level}"]
-        cols = [("bytes_per_s", "GB/s", lambda v: f"{v / 1e9:.3g}"),
-                ("flops_per_s", "GFLOP/s", lambda v: f"{v / 1e9:.3g}"),
-                ("bandwidth_pct_peak", "% peak BW", fmt_pct),
-                ("compute_pct_peak", "% peak FLOP", fmt_pct)]
-        cols = [c for c in cols if any(r[c[0]] is not None for r in rows)]
+        cols = [c for c in _RATE_COLS if any(r[c[0]] is not None for r in rows)]
         headers += [c[1] for c in cols] + ["stop"]
         cells = []
         for r in rows:
             line = [str(r[a]) for a in self.axes]
             line += [fmt_time(r["median_s"]),
                      f"{fmt_time(r['ci_low_s'])} .. {fmt_time(r['ci_high_s'])}"]
-            line += ["-" if r[k] is None else f(r[k]) for k, _, f in cols]
+            for k, _, f in cols:
+                mark = _SERVED_MARK if r["served_from_cache"] and k in (
+                    "bytes_per_s", "bandwidth_pct_peak") else ""
+                line.append("-" if r[k] is None else f(r[k]) + mark)
             line.append(str(r["stop"]))
             cells.append(line)
-        return headers, cells
+        note = _SERVED_NOTE if any(r["served_from_cache"] and r["bytes_per_s"] is not None
+                                   for r in rows) else ""
+        return headers, cells, note
 
     def __repr__(self) -> str:
-        headers, cells = self._display()
+        headers, cells, note = self._display()
         return (f"kbench sweep: {len(self.results)} cases over {', '.join(self.axes)}"
-                + (" (isolated)" if self.isolate else "") + "\n" + text_table(headers, cells))
+                + (" (isolated)" if self.isolate else "") + "\n" + text_table(headers, cells)
+                + (f"\n{note}" if note else ""))
 
     def _repr_html_(self) -> str:
-        headers, cells = self._display()
-        return html_table(headers, cells, caption=f"kbench sweep: {len(self.results)} cases")
+        headers, cells, note = self._display()
+        return html_table(headers, cells, caption=f"kbench sweep: {len(self.results)} cases"
+                          + (f" ({note})" if note else ""))
 
     def to_markdown(self) -> str:
-        headers, cells = self._display()
-        esc = lambda c: str(c).replace("|", "\\|")
+        headers, cells, note = self._display()
+        esc = lambda c: str(c).replace("|", "\\|").replace("*", "\\*")
         lines = ["| " + " | ".join(esc(h) for h in headers) + " |",
                  "|" + "|".join("---" for _ in headers) + "|"]
         lines += ["| " + " | ".join(esc(c) for c in line) + " |" for line in cells]
+        if note:
+            lines += ["", esc(note)]
         return "\n".join(lines) + "\n"
 
     def to_csv(self, path: Optional[str] = None) -> str:
@@ -218,6 +237,10 @@ class SweepResult:
         if not rows or y not in rows[0]:
             raise ValueError(f"SweepResult.plot: y={y!r} is not a row field "
                              f"(fields: {list(rows[0]) if rows else []})")
+        if any(r[y] is not None and not _is_number(r[y]) for r in rows):
+            raise ValueError(f"SweepResult.plot: y={y!r} is not a numeric row field "
+                             f"(numeric fields: "
+                             f"{[k for k in rows[0] if any(_is_number(r[k]) for r in rows)]})")
         if all(r[y] is None for r in rows):
             hint = {"bytes_per_s": "bytes=", "flops_per_s": "flops="}.get(y)
             raise ValueError(f"SweepResult.plot: no case has {y!r}"
@@ -335,6 +358,10 @@ def _cache_crossings(members: List[Tuple[Dict[str, Any], Result]],
     return out
 
 
+def _is_number(v: Any) -> bool:
+    return isinstance(v, numbers.Real) and not isinstance(v, (bool, np.bool_))
+
+
 def _float(v: Any) -> Optional[float]:
     return None if v is None else float(v)
 
@@ -355,22 +382,25 @@ def sweep(factory: Callable[..., Any], axes: Dict[str, Sequence[Any]], *,
     """Run factory(**case) for every case of the cartesian product of axes, benchmark each.
 
     axes: {"n": [...], "dtype": [...]}: the product runs in the given order, the last axis
-    varying fastest. bench_options go to kbench.bench for every case; the factory's dict can
-    override them per case. isolate=True: one fresh spawned process per case (see the module
-    docstring for what that asks of the factory).
+    varying fastest; a single value ({"dtype": "float32"}) is an axis of one value.
+    bench_options go to kbench.bench for every case; the factory's dict can override them per
+    case. isolate=True: one fresh spawned process per case (see the module docstring for what
+    that asks of the factory).
     """
     if not callable(factory):
         raise TypeError(f"kbench.sweep: factory must be callable, got {type(factory).__name__}")
     if not isinstance(axes, dict) or not axes:
         raise ValueError("kbench.sweep: axes must be a non-empty dict {name: [values]}")
-    axes = {str(k): list(v) if not isinstance(v, (str, bytes)) else [v]
+    # a single value (a string, a number, a dtype) is an axis of one value
+    axes = {str(k): list(v) if np.iterable(v) and not isinstance(v, (str, bytes)) else [v]
             for k, v in axes.items()}
     for k, vs in axes.items():
         if not vs:
             raise ValueError(f"kbench.sweep: axis {k!r} has no values")
-        if k in _ROW_KEYS:
-            raise ValueError(f"kbench.sweep: axis name {k!r} collides with a row field; "
-                             f"rename it")
+        # a table column's name would appear twice in the table's headers
+        if k in _ROW_KEYS or k in _TABLE_HEADERS or re.fullmatch(r"CI\d+", k):
+            raise ValueError(f"kbench.sweep: axis name {k!r} collides with a row field or a "
+                             f"table column; rename it")
     cases = [dict(zip(axes, combo)) for combo in itertools.product(*axes.values())]
     results = []
     for case in cases:

@@ -115,3 +115,45 @@ def test_bad_arms_and_trials_are_refused():
         ab({"a": base, "b": same}, trials=3)
     with pytest.raises(TypeError, match="name="):
         ab({"a": base, "b": same}, name="x")
+
+
+@pytest.mark.parametrize("how", ["env", "argument"])
+def test_profile_mode_runs_each_arm_once_and_gives_no_verdict(how, monkeypatch):
+    calls = {"a": 0, "b": 0}
+
+    def arm(name):
+        def fn():
+            calls[name] += 1
+        return fn
+
+    if how == "env":
+        monkeypatch.setenv("KBENCH_PROFILE", "1")
+        opts = {}
+    else:
+        monkeypatch.delenv("KBENCH_PROFILE", raising=False)
+        opts = {"profile": True}
+    r = ab({"a": arm("a"), "b": arm("b")}, trials=6, **FAST, **opts)
+    assert r.profile and len(r.trials) == 1 and r.orders == [["a", "b"]]
+    assert all(t.stop["stop"] == "profile" for t in r.trials[0].values())
+    assert r.verdict == "no verdict: profile run, not timed"
+    assert r.comparisons[0].deltas == []
+    # warm-up calls plus the one profiled call, once per arm: not six trials' worth
+    assert 3 <= calls["a"] == calls["b"] <= 1001
+    text = repr(r)
+    assert "profile run" in text and "not timed; no verdict" in text
+    assert "profile run" in r._repr_html_()
+    d = json.loads(json.dumps(r.to_dict()))
+    assert d["profile"] is True and d["comparisons"][0]["verdict"].startswith("no verdict")
+
+
+def test_a_failing_arm_is_named_with_its_trial():
+    with pytest.raises(TypeError) as info:
+        ab({"old": lambda x: x * 2, "new": lambda x, y: x + y}, np.ones(100), trials=6, **FAST)
+    assert "in kbench.ab arm 'new', trial 0" in info.value.__notes__
+
+
+def test_numpy_scalars_are_accepted_for_trials_and_ci_level():
+    r = ab({"a": base, "b": same}, trials=np.int64(6), ci_level=np.float32(0.95), **FAST)
+    assert len(r.trials) == 6 and r.options["trials"] == 6
+    assert type(r.comparisons[0].ci_level) is float
+    assert r.comparisons[0].ci_level == pytest.approx(0.95)

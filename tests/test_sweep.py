@@ -53,7 +53,9 @@ def test_rows_cover_the_product_in_order(copies):
 def test_markdown_csv_json_pandas_html(copies, tmp_path):
     md = copies.to_markdown().splitlines()
     assert md[0].startswith("| n | dtype | median | CI95 | GB/s")
-    assert set(md[1]) <= set("|-") and len(md) == 2 + 6
+    # hot copies that fit the cache: marked, and the footnote after a blank line
+    assert set(md[1]) <= set("|-") and len(md) == 2 + 6 + 2
+    assert md[-1].startswith("\\* served from cache")
     assert md[2].startswith("| 256 | float32 | ")
 
     text = copies.to_csv()
@@ -112,6 +114,8 @@ def test_plot_and_sweep_errors_name_the_problem(copies):
         copies.plot(y="nope")
     with pytest.raises(ValueError, match="collides with a row field"):
         sweep(copy_case, axes={"stop": [1]})
+    with pytest.raises(ValueError, match="y='stop' is not a numeric row field"):
+        copies.plot(x="n", y="stop")
     with pytest.raises(ValueError, match="axis 'n' has no values"):
         sweep(copy_case, axes={"n": []})
     with pytest.raises(TypeError, match=r"return \(fn, args\) or a dict.*'n': 3"):
@@ -223,3 +227,42 @@ def test_each_lines_cache_crossing_is_named_once():
                           "bytes per call = CPU last-level cache 1.0 MB (dtype=f2)"}
     assert marks["bytes per call = CPU last-level cache 1.0 MB (dtype=f2)"] == pytest.approx(
         2 * marks["bytes per call = CPU last-level cache 1.0 MB (dtype=f4)"], rel=1e-3)
+
+
+@pytest.mark.parametrize("name", ["median", "CI95", "GB/s", "% peak BW", "served_from_cache"])
+def test_axis_named_like_a_table_column_is_refused(name):
+    with pytest.raises(ValueError, match=f"axis name '{name}' collides with a row field or a "
+                                         f"table column"):
+        sweep(lambda **case: (abs, (1,)), axes={name: [1]}, **FAST)
+
+
+def test_a_single_axis_value_is_an_axis_of_one_value():
+    s = sweep(copy_case, axes={"n": 256, "dtype": "float32"}, **FAST)
+    assert s.axes == {"n": [256], "dtype": ["float32"]} and len(s.results) == 1
+    assert s.rows[0]["n"] == 256
+
+
+def test_tables_mark_figures_served_from_cache():
+    """The rows the plot rings (hot, bytes per call fit the cache) are marked in every table."""
+    s = synthetic_sweep()               # 16 n bytes against a 1 MB cache: n=2^12, 2^14 fit
+    for r in s.results:
+        r.throughput["bandwidth_pct_peak"] = r.throughput["bytes_per_s"] / 1e9
+    assert [r["served_from_cache"] for r in s.rows] == [True, True, False, False]
+    lines = repr(s).splitlines()
+    cells = [l.split() for l in lines[3:7]]
+    assert [c[-3].endswith("*") and c[-2].endswith("%*") for c in cells] == \
+        [True, True, False, False]
+    assert lines[-1].startswith("* served from cache (hot; bytes per call fit the cache)")
+    md = s.to_markdown()
+    assert md.count("\\*") == 2 * 2 + 1 and "\\* served from cache" in md
+    assert "served from cache" in s._repr_html_()
+    parsed = list(csv.DictReader(io.StringIO(s.to_csv())))
+    assert [p["served_from_cache"] for p in parsed] == ["True", "True", "False", "False"]
+    doc = json.loads(s.to_json())
+    assert [r["served_from_cache"] for r in doc["rows"]] == [True, True, False, False]
+    pytest.importorskip("pandas")
+    assert s.to_pandas()["served_from_cache"].tolist() == [True, True, False, False]
+
+    cold = synthetic_sweep(mode="flush")
+    assert not any(r["served_from_cache"] for r in cold.rows)
+    assert "*" not in repr(cold) and "served from cache" not in cold.to_markdown()
