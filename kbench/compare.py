@@ -350,10 +350,21 @@ def compare(out: Any, ref: Any, rtol: Optional[float] = None, atol: Optional[flo
     else:
         source_text = "explicit"
 
-    r = _core.compare(a, b, float(rtol), float(atol), equal_nan=bool(equal_nan),
+    rtol, atol = _tolerance("rtol", rtol), _tolerance("atol", atol)
+    r = _core.compare(a, b, rtol, atol, equal_nan=bool(equal_nan),
                       out_kind=a_kind, ref_kind=b_kind)
     return Comparison(rtol=float(rtol), atol=float(atol), equal_nan=bool(equal_nan),
                       out_dtype=a_name, ref_dtype=b_name, tolerance_source=source_text, **r)
+
+
+def _tolerance(what: str, v: Any) -> float:
+    """A tolerance as a float: a real number, not a str, a bool or a sequence (float() would
+    take "1e-3" and True silently, and fail on a list without naming the tolerance)."""
+    import numbers
+    if isinstance(v, (bool, np.bool_)) or not isinstance(v, numbers.Real):
+        raise TypeError(f"compare: {what} must be a real number, got {type(v).__name__} "
+                        f"({v!r:.60})")
+    return float(v)
 
 
 def assert_close(out: Any, ref: Any, rtol: Optional[float] = None,

@@ -713,3 +713,11 @@ def test_a_none_output_is_named_not_reported_as_a_shape_mismatch():
 def test_a_non_numeric_reference_is_named(ref):
     with pytest.raises(TypeError, match="ref is not numeric"):
         compare(np.ones(3), ref)
+
+
+@pytest.mark.parametrize("given", ["1e-3", [1e-3], True, np.array([1e-3])])
+def test_a_tolerance_that_is_not_a_real_number_is_named(given):
+    with pytest.raises(TypeError, match="rtol must be a real number"):
+        compare(np.ones(2), np.ones(2), rtol=given, atol=0.0)
+    assert compare(np.ones(2), np.ones(2), rtol=np.float32(1e-3), atol=0).rtol == \
+        pytest.approx(1e-3)
