@@ -26,7 +26,9 @@ fixture; both plugins load side by side):
     delta, verdict) in the terminal summary. The session fails (exit status 1) when any
     benchmark is *slower*: its median grew by more than the threshold and the two medians'
     confidence intervals do not overlap (see :mod:`kbench.cli_compare` for the verdicts).
-    New benchmarks are listed as "no baseline". ``--kbench-fail=off`` only reports.
+    New benchmarks are listed as "no baseline". ``--kbench-fail=off`` only reports. PATH is
+    read before the tests run, so it may also be the ``--kbench-save`` path (compare with the
+    last baseline, then replace it).
 ``--kbench-fail-mem=10%``
     with ``--kbench-compare``: also fail the session when a benchmark's peak memory of one call
     (``Result.memory``, see :mod:`kbench.memory`) grew beyond the threshold (and beyond the
@@ -55,10 +57,12 @@ Results are collected per process: under pytest-xdist each worker keeps its own,
 from __future__ import annotations
 
 import datetime
+import inspect
 import json
 import os
 import platform
 import sys
+import tempfile
 from dataclasses import dataclass, field
 from typing import Any, Dict, List, Optional, Tuple
 
@@ -103,8 +107,9 @@ class _State:
     disabled: bool = False
     max_time_s: Optional[float] = None
     results: Dict[str, Any] = field(default_factory=dict)   # key -> Result
+    baseline: Any = None            # --kbench-compare's results, read at configure time
     comparison: Any = None
-    compare_error: Optional[str] = None
+    save_error: Optional[str] = None
     saved: Optional[str] = None
     gpu_status: Optional[Tuple[bool, str]] = None
     profiled: List[str] = field(default_factory=list)       # keys run in profile mode
@@ -159,13 +164,50 @@ def pytest_configure(config: pytest.Config) -> None:
         raise pytest.UsageError(f"--kbench-max-time must be a positive number of seconds, "
                                 f"got {max_time}")
     compare = config.getoption("kbench_compare")
-    if compare is not None and not os.path.isfile(compare):
-        raise pytest.UsageError(f"--kbench-compare: no such baseline file: {compare}")
-    config.stash[_STATE_KEY] = _State(save=config.getoption("kbench_save"), compare=compare,
+    baseline = None
+    if compare is not None:
+        if not os.path.isfile(compare):
+            raise pytest.UsageError(f"--kbench-compare: no such baseline file: {compare}")
+        from .cli_compare import load_results
+        # read now: a bad file fails before the tests run, and --kbench-save to the same path
+        # at the end cannot replace the baseline before it is compared with
+        try:
+            baseline = load_results(compare)
+        except (OSError, ValueError) as e:
+            raise pytest.UsageError(f"--kbench-compare: {_unprefixed(e)}") from None
+    save = config.getoption("kbench_save")
+    if save is not None:
+        _check_save_path(save)
+    config.stash[_STATE_KEY] = _State(save=save, compare=compare, baseline=baseline,
                                       threshold=threshold,
                                       mem_threshold=mem_threshold,
                                       disabled=config.getoption("kbench_disable"),
                                       max_time_s=max_time)
+
+
+def _unprefixed(e: Exception) -> str:
+    """load_results' message without its own "kbench compare: " prefix (the caller adds one)."""
+    return str(e).removeprefix("kbench compare: ")
+
+
+def _check_save_path(path: str) -> None:
+    """--kbench-save must name a file the session can write at the end: fail before any test
+    runs, not after the whole suite. Missing directories are created when saving."""
+    if os.path.isdir(path):
+        raise pytest.UsageError(f"--kbench-save: {path} is a directory; give a file path such "
+                                f"as {os.path.join(path, 'kbench.json')}")
+    existing = os.path.dirname(os.path.abspath(path))
+    while not os.path.exists(existing):
+        existing = os.path.dirname(existing)
+    if not os.path.isdir(existing):
+        raise pytest.UsageError(f"--kbench-save: cannot write {path}: {existing} is not a "
+                                f"directory")
+    try:            # a real write: permission bits do not tell for root or /proc
+        with tempfile.TemporaryFile(dir=existing):
+            pass
+    except OSError as e:
+        raise pytest.UsageError(f"--kbench-save: cannot write {path}: cannot create a file "
+                                f"in {existing} ({e.strerror or e})") from None
 
 
 # ------------------------------------------------------------------ GPU markers
@@ -211,7 +253,7 @@ class KbenchFixture:
                  bytes: Optional[float] = None, check: Any = None, **options: Any):
         from .bench import bench
         if self._state.disabled:
-            return self._run_once(fn, args, check, options)
+            return self._run_once(fn, args, flops, bytes, check, options)
         if self._state.max_time_s is not None:
             options["max_time_s"] = self._state.max_time_s
         key = self._key(options.get("name"))
@@ -224,27 +266,58 @@ class KbenchFixture:
         self._node.user_properties.append((f"kbench_median_s[{key}]", result.median))
         return result
 
-    def _run_once(self, fn, args, check, options) -> DisabledRun:
+    def _run_once(self, fn, args, flops, bytes, check, options) -> DisabledRun:
         from .prepare import check_before_timing, name_of
         if not callable(fn):
             raise TypeError(f"kbench fixture: fn must be callable, got {type(fn).__name__}")
+        args = _check_bench_options(fn, args, flops, bytes, options)
         kwargs = dict(options.get("kwargs") or {})
-        arg_sets = options.get("arg_sets")
-        if arg_sets is not None:
-            from .coldcache import normalize_arg_sets
-            args = normalize_arg_sets(arg_sets, options.get("rotate_sets", 0))[0]
         name = options.get("name") or name_of(fn)
         if check is not None:
+            returned = []
+
+            def call(*a, **kw):         # keeps fn's return value for .output
+                returned.append(fn(*a, **kw))
+                return returned[-1]
             # the same check bench() runs before timing: poisons the output, calls fn once,
             # compares
-            correctness = check_before_timing(fn, tuple(args), kwargs, check,
+            correctness = check_before_timing(call, tuple(args), kwargs, check,
                                               options.get("rtol"), options.get("atol"), name,
                                               options.get("out_arg"))
-            run = DisabledRun.of_call(name, None, correctness)
+            run = DisabledRun.of_call(name, returned[0], correctness)
         else:
             run = DisabledRun.of_call(name, fn(*args, **kwargs), None)
         self.results.append(run)
         return run
+
+
+def _check_bench_options(fn, args, flops, bytes, options) -> Tuple[Any, ...]:
+    """Under --kbench-disable: the checks kbench.bench makes before it calls fn (a misspelt
+    option, a bad cold_cache/mode/device/out_arg, an async fn), with kbench.local's own
+    helpers, so a benchmark that would fail when timed fails on CPU-only CI too; returns the
+    arguments of the first call. The values of the timing loop's options (max_time_s, ...) are
+    checked by the C loop alone, so not here."""
+    from . import _core
+    from .bench import bench
+    from .coldcache import normalize_arg_sets
+    from .local import _check_backend_options, _count, _gpu_backend, _refuse_deferred
+    from .prepare import choose_device, named_output
+    # bench's own binding: its named options, the rest are the backend's (as when timed)
+    given = inspect.signature(bench).bind(fn, *args, flops=flops, bytes=bytes, **options)
+    given.apply_defaults()
+    opt = given.arguments
+    _refuse_deferred(fn)
+    _count("flops", flops)
+    _count("bytes", bytes)
+    kwargs = dict(opt["kwargs"] or {})
+    sets = [tuple(args)] if opt["arg_sets"] is None else \
+        normalize_arg_sets(opt["arg_sets"], opt["rotate_sets"])
+    named_output(sets[0], kwargs, opt["out_arg"])
+    dev, _ = choose_device(opt["device"], sets[0], kwargs, fn)
+    kind, gpu = _gpu_backend(opt["backend_options"]) if dev != "cpu" else ("host", None)
+    _check_backend_options(kind, () if gpu is None else gpu.OPTIONS, opt["backend_options"])
+    _core.check_choices(kind, opt["cold_cache"], opt["mode"])
+    return sets[0]
 
 
 @pytest.fixture
@@ -282,16 +355,21 @@ def _write_session(path: str, config: pytest.Config, results: Dict[str, Any]) ->
     directory = os.path.dirname(os.path.abspath(path))
     os.makedirs(directory, exist_ok=True)
     tmp = path + ".tmp"
-    with open(tmp, "w") as f:
-        json.dump(doc, f, indent=1, allow_nan=True)
-    os.replace(tmp, path)        # a crashed run never leaves half a baseline
+    try:
+        with open(tmp, "w") as f:
+            json.dump(doc, f, indent=1, allow_nan=True)
+        os.replace(tmp, path)        # a crashed run never leaves half a baseline
+    finally:
+        if os.path.exists(tmp):     # the write or the rename failed: no stray temp file
+            os.remove(tmp)
 
 
 def session_failed(state: _State, cmp: Any) -> bool:
-    """Slower or invalid with a time threshold (--kbench-fail), or more peak memory with a
-    memory threshold (--kbench-fail-mem)."""
-    time_failed = state.threshold is not None and any(d.verdict in ("slower", "invalid")
-                                                      for d in cmp.deltas)
+    """Slower or invalid with a time threshold (--kbench-fail), or nothing compared at all (a
+    baseline of other benchmarks, or the wrong file, checks nothing), or more peak memory
+    with a memory threshold (--kbench-fail-mem). As `kbench compare --fail`."""
+    time_failed = state.threshold is not None and (not cmp.compared or any(
+        d.verdict in ("slower", "invalid") for d in cmp.deltas))
     return bool(time_failed or cmp.memory_regressions)
 
 
@@ -301,18 +379,16 @@ def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
     if state is None or state.disabled or not state.results:
         return
     if state.save:
-        _write_session(state.save, session.config, state.results)
-        state.saved = state.save
-    if state.compare:
-        from .cli_compare import compare_sets, load_results
         try:
-            baseline = load_results(state.compare)
-        except (OSError, ValueError) as e:
-            state.compare_error = str(e)
+            _write_session(state.save, session.config, state.results)
+            state.saved = state.save
+        except OSError as e:        # e.g. the disk filled or the directory went away
+            state.save_error = f"--kbench-save: cannot write {state.save}: {e.strerror or e}"
             session.exitstatus = pytest.ExitCode.USAGE_ERROR
-            return
+    if state.compare:
+        from .cli_compare import compare_sets
         current = {k: r.to_dict() for k, r in state.results.items()}
-        cmp = compare_sets(baseline, current, state.threshold or 0.0,
+        cmp = compare_sets(state.baseline, current, state.threshold or 0.0,
                            mem_threshold=state.mem_threshold)
         # "not run" rows are noise when only some tests were selected: keep them out
         cmp.deltas = [d for d in cmp.deltas if d.verdict != "not run"]
@@ -353,8 +429,8 @@ def pytest_terminal_summary(terminalreporter, exitstatus: int, config: pytest.Co
                          str(s["n"]), rate, fmt_bytes(peak), str(r.stop.get("stop"))])
         tr.write_line(text_table(["benchmark", "median", "CI95 of median", "n", "throughput",
                                   "peak memory", "stop"], rows))
-    if state.compare_error:
-        tr.write_line(f"kbench: cannot compare: {state.compare_error}", red=True)
+    if state.save_error:
+        tr.write_line(f"kbench: {state.save_error}", red=True)
     if state.comparison is not None:
         cmp = state.comparison
         tr.write_line(f"compared with {state.compare}:")

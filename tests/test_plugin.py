@@ -94,6 +94,22 @@ def test_compare_fails_on_planted_regression_and_passes_unchanged(pytester, run)
     assert "SLOWER" in report_only.stdout.str()
 
 
+def test_save_and_compare_to_one_path_compares_with_the_previous_baseline(pytester, run):
+    pytester.makepyfile(kbp_bench_test=BENCH_TESTS)
+    assert run("--kbench-save=base.json", subprocess=True).ret == 0
+    fast = json.loads(pytester.path.joinpath("base.json").read_text())["results"]
+    # the usual CI step: compare with the last baseline, then make this run the new one
+    slow = run("--kbench-save=base.json", "--kbench-compare=base.json", slow=True,
+               subprocess=True)
+    assert slow.ret == 1, slow.stdout.str()
+    slow.stdout.fnmatch_lines(["*kbp_bench_test.py::test_kernel*+*%*SLOWER*",
+                               "FAILED: 1 of 1 benchmarks slower than baseline beyond 8%*",
+                               "*saved 1 result(s) to base.json*"])
+    saved = json.loads(pytester.path.joinpath("base.json").read_text())["results"]
+    key = "kbp_bench_test.py::test_kernel"
+    assert saved[key]["stats"]["median"] > 1.5 * fast[key]["stats"]["median"]
+
+
 def test_compare_lists_new_benchmarks_as_no_baseline(pytester, run):
     pytester.makepyfile(kbp_bench_test=BENCH_TESTS)
     assert run("--kbench-save=base.json").ret == 0
@@ -101,6 +117,17 @@ def test_compare_lists_new_benchmarks_as_no_baseline(pytester, run):
     res = run("--kbench-compare=base.json")
     assert res.ret == 0
     res.stdout.fnmatch_lines(["*kbp_more_test.py::test_new*no baseline*"])
+
+
+def test_a_baseline_of_other_benchmarks_fails_the_gate(pytester, run):
+    # the wrong baseline file (other benchmarks): a gate that compared nothing has not passed
+    pytester.makepyfile(kbp_bench_test=BENCH_TESTS)
+    assert run("--kbench-save=base.json").ret == 0
+    pytester.makepyfile(kbp_more_test=BENCH_TESTS.replace("def test_kernel", "def test_new"))
+    res = run("kbp_more_test.py", "--kbench-compare=base.json", "--kbench-fail=8%")
+    assert res.ret == 1, res.stdout.str()
+    res.stdout.fnmatch_lines(["*nothing compared*1 no baseline*"])
+    assert run("kbp_more_test.py", "--kbench-compare=base.json", "--kbench-fail=off").ret == 0
 
 
 def test_bad_options_are_usage_errors(pytester, run):
@@ -114,7 +141,57 @@ def test_bad_options_are_usage_errors(pytester, run):
     pytester.path.joinpath("notkbench.json").write_text('{"schema": "other"}')
     res = run("--kbench-compare=notkbench.json")
     assert res.ret == pytest.ExitCode.USAGE_ERROR
-    res.stdout.fnmatch_lines(["*cannot compare*not a kbench result or session file*"])
+    res.stderr.fnmatch_lines(["*--kbench-compare: notkbench.json is not a kbench result or "
+                              "session file*"])
+
+
+MARKS_ITS_RUN = """
+def test_runs():
+    open("ran", "w").close()
+"""
+
+
+def test_a_corrupt_baseline_is_a_usage_error_before_any_test_runs(pytester, run):
+    pytester.makepyfile(kbp_mark_test=MARKS_ITS_RUN)
+    pytester.path.joinpath("bad.json").write_text("{\n")
+    res = run("--kbench-compare=bad.json")
+    assert res.ret == pytest.ExitCode.USAGE_ERROR
+    assert not pytester.path.joinpath("ran").exists()
+    res.stderr.fnmatch_lines(["ERROR: --kbench-compare: bad.json is not JSON (*"])
+    assert "kbench compare:" not in res.stderr.str()      # one prefix, not two
+
+
+def test_an_unwritable_save_path_is_a_usage_error_before_any_test_runs(pytester, run):
+    pytester.makepyfile(kbp_mark_test=MARKS_ITS_RUN)
+    pytester.mkdir("savedir")
+    pytester.path.joinpath("afile").write_text("")
+    for path, message in [("savedir", "savedir is a directory; give a file path such as *"),
+                          ("afile/s.json", "cannot write afile/s.json: */afile is not a "
+                                           "directory"),
+                          ("/proc/nonexistent/s.json", "cannot write /proc/nonexistent/s.json: "
+                                                       "cannot create a file in /proc (*)")]:
+        res = run(f"--kbench-save={path}")
+        assert res.ret == pytest.ExitCode.USAGE_ERROR, path
+        res.stderr.fnmatch_lines([f"ERROR: --kbench-save: {message}"])
+        assert not pytester.path.joinpath("ran").exists()
+    assert sorted(p.name for p in pytester.path.iterdir()) == ["afile", "kbp_mark_test.py",
+                                                               "savedir"]
+
+
+def test_a_save_that_fails_at_the_end_is_one_line_and_leaves_no_temp_file(pytester, run):
+    pytester.makepyfile(kbp_late_test="""
+        import os
+
+        def test_k(kbench):
+            kbench(sum, [1, 2], cold_cache=None, warmup_s=0.01, max_time_s=0.05)
+            os.mkdir("s.json")          # the save path turns into a directory mid-session
+    """)
+    res = run("--kbench-save=s.json")
+    res.assert_outcomes(passed=1)
+    assert res.ret == pytest.ExitCode.USAGE_ERROR
+    res.stdout.fnmatch_lines(["kbench: --kbench-save: cannot write s.json: Is a directory"])
+    assert "INTERNALERROR" not in res.stdout.str() + res.stderr.str()
+    assert not pytester.path.joinpath("s.json.tmp").exists()
 
 
 def test_disable_runs_each_body_once_and_still_checks(pytester, run):
@@ -142,6 +219,12 @@ def test_disable_runs_each_body_once_and_still_checks(pytester, run):
             assert len(calls) == 1 and r.disabled
             assert r.output.tolist() == [1.0, 1.0, 1.0]
 
+        def test_checked_returns_output(kbench):
+            calls.clear()
+            r = kbench(add_one, np.zeros(3), check=np.ones(3))
+            assert len(calls) == 1 and r.correctness["ok"]
+            assert r.output.tolist() == [1.0, 1.0, 1.0]
+
         def test_reads_the_result_fields(kbench):
             # an ordinary benchmark test, unchanged: the fields exist, the figures are NaN
             import math
@@ -162,11 +245,62 @@ def test_disable_runs_each_body_once_and_still_checks(pytester, run):
             assert r.correctness["ok"]
     """)
     res = run("--kbench-disable", "--kbench-save=never.json")
-    res.assert_outcomes(passed=4, failed=1)
+    res.assert_outcomes(passed=5, failed=1)
     res.stdout.fnmatch_lines(["*does not match the reference; nothing was timed*",
                               "FAILED kbp_check_test.py::test_wrong*"])
     assert not pytester.path.joinpath("never.json").exists()
     assert "benchmark(s)" not in res.stdout.str()
+
+
+def test_disable_refuses_the_options_that_timing_refuses(pytester, run):
+    pytester.makepyfile(kbp_badopt_test="""
+        import numpy as np
+
+        calls = []
+
+        def f(x):
+            calls.append(1)
+            return x
+
+        async def later(x):
+            return x
+
+        def test_misspelt(kbench):
+            kbench(f, np.ones(3), max_tme_s=0.5)
+
+        def test_bad_cold_cache(kbench):
+            kbench(f, np.ones(3), cold_cache="bogus")
+
+        def test_bad_mode(kbench):
+            kbench(f, np.ones(3), mode="graph")
+
+        def test_bad_device(kbench):
+            kbench(f, np.ones(3), device="tpu")
+
+        def test_bad_bytes(kbench):
+            kbench(f, np.ones(3), bytes="many")
+
+        def test_async(kbench):
+            kbench(later, np.ones(3))
+
+        def test_nothing_was_called():
+            assert calls == []
+
+        def test_good_options_pass(kbench):
+            r = kbench(f, np.ones(3), cold_cache=None, mode="host", device="cpu", bytes=48,
+                       max_time_s=0.5, name="ok", kwargs={})
+            assert r.disabled and r.output.tolist() == [1.0, 1.0, 1.0]
+    """)
+    res = run("--kbench-disable")
+    res.assert_outcomes(passed=2, failed=6)
+    res.stdout.fnmatch_lines([
+        "*TypeError: kbench.bench: unexpected options for the CPU backend: [[]'max_tme_s'[]]*"
+        "did you mean 'max_time_s'?*",
+        "*ValueError: cold_cache must be None, 'flush' or 'rotate', got 'bogus'*",
+        "*ValueError: mode 'graph' needs a CUDA device*",
+        "*ValueError: kbench.bench: device must be 'auto', 'cpu' or 'cuda[[]:N[]]', got 'tpu'*",
+        "*TypeError: kbench.bench: bytes must be a number of bytes per call, got str*",
+        "*TypeError: kbench.bench: * is an async function*"])
 
 
 def test_wrong_answer_fails_before_timing_when_enabled(pytester, run):
