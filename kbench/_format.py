@@ -3,7 +3,7 @@ from __future__ import annotations
 
 import html
 import math
-from typing import Optional, Sequence
+from typing import Any, Dict, Optional, Sequence
 
 
 def fmt_time(seconds: Optional[float]) -> str:
@@ -105,3 +105,19 @@ def dump_json(doc, path=None, indent: int = 1) -> str:
         with open(path, "w") as f:
             f.write(text)
     return text
+
+
+def library_status(st: Dict[str, Any]) -> str:
+    """Where a GPU library was found, or why not: the loader's first line with the paths it
+    tried after it (never a dangling "Tried:"), then its advice on an indented line."""
+    if st.get("loaded"):
+        return str(st.get("path"))
+    raw = (st.get("error") or "not found").splitlines()
+    head = raw[0].strip()
+    tried = [l.strip().split(":")[0] for l in raw[1:] if l.startswith((" ", "\t")) and l.strip()]
+    advice = [l.strip() for l in raw[1:] if l.strip() and not l.startswith((" ", "\t"))]
+    if head.endswith("Tried:"):
+        head = head[:-len("Tried:")].rstrip()
+    if tried:
+        head = head.rstrip(".") + f" (tried {', '.join(tried)})"
+    return "\n".join([head] + [f"         {a}" for a in advice])

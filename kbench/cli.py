@@ -9,7 +9,8 @@ from typing import Any, Dict, List, Optional, Sequence
 
 import numpy as np
 
-from ._format import fmt_bytes, fmt_ci, fmt_pct, fmt_rate, fmt_time, text_table
+from ._format import (fmt_bytes, fmt_ci, fmt_pct, fmt_rate, fmt_time, library_status,
+                      text_table)
 
 
 class CliError(Exception):
@@ -117,10 +118,28 @@ def cmd_demo(args: argparse.Namespace) -> int:
         for w in r.warnings:
             print(f"  note [{labels.get(key, key)}]: {w}")
     if args.json:
-        with open(args.json, "w") as f:
-            json.dump({k: r.to_dict() for k, r in results.items()}, f, indent=1)
+        _write_session(args.json, results)
         print(f"results written to {args.json}")
     return 0
+
+
+def _write_session(path: str, results: Dict[str, Any]) -> None:
+    """The session document `kbench compare` and the pytest plugin's --kbench-compare read."""
+    import datetime
+    import platform
+    from ._version import __version__
+    from .cli_compare import SESSION_SCHEMA
+    doc = {"schema": SESSION_SCHEMA, "results": {k: r.to_dict() for k, r in results.items()},
+           "metadata": {"created": datetime.datetime.now(datetime.timezone.utc).isoformat(
+                            timespec="seconds"),
+                        "kbench_version": __version__, "python": sys.version.split()[0],
+                        "platform": platform.platform(), "hostname": platform.node(),
+                        "argv": list(sys.argv)}}
+    try:
+        with open(path, "w") as f:
+            json.dump(doc, f, indent=1)
+    except OSError as e:        # the table above already holds the figures
+        raise CliError(f"--json {path}: cannot write: {e.strerror or e}") from None
 
 
 def _check_writable(path: str) -> None:
@@ -131,6 +150,15 @@ def _check_writable(path: str) -> None:
         raise CliError(f"--json {path}: no such directory: {directory}")
     if not os.access(directory, os.W_OK):
         raise CliError(f"--json {path}: cannot write to {directory}")
+    # os.access says yes to root on /proc and read-only mounts: try it (append: no truncation)
+    existed = os.path.exists(path)
+    try:
+        with open(path, "a"):
+            pass
+    except OSError as e:
+        raise CliError(f"--json {path}: cannot write: {e.strerror or e}") from None
+    if not existed:
+        os.remove(path)
 
 
 def _gpu_demo(args: argparse.Namespace, results: Dict[str, Any], labels: Dict[str, str],
@@ -170,8 +198,6 @@ def _gpu_demo(args: argparse.Namespace, results: Dict[str, Any], labels: Dict[st
 
 def cmd_peaks(args: argparse.Namespace) -> int:
     from .peaks import measure_cpu_peaks, peaks_table
-    if not args.seconds > 0:
-        raise CliError(f"--seconds must be a positive number, got {args.seconds}")
     if not args.gpu_only:
         d = measure_cpu_peaks(seconds=args.seconds, replace=args.replace)
         print(peaks_table(d))
@@ -218,29 +244,13 @@ def _measure_gpu_peaks_kept(measure_gpu_peaks: Any, device: int) -> Dict[str, An
                 os.environ["KBENCH_CACHE_DIR"] = old
 
 
-def _library_status(st: Dict[str, Any]) -> str:
-    """Where a GPU library was found, or why not: the loader's first line with the paths it
-    tried after it (never a dangling "Tried:"), then its advice on an indented line."""
-    if st.get("loaded"):
-        return str(st.get("path"))
-    raw = (st.get("error") or "not found").splitlines()
-    head = raw[0].strip()
-    tried = [l.strip().split(":")[0] for l in raw[1:] if l.startswith((" ", "\t")) and l.strip()]
-    advice = [l.strip() for l in raw[1:] if l.strip() and not l.startswith((" ", "\t"))]
-    if head.endswith("Tried:"):
-        head = head[:-len("Tried:")].rstrip()
-    if tried:
-        head = head.rstrip(".") + f" (tried {', '.join(tried)})"
-    return "\n".join([head] + [f"         {a}" for a in advice])
-
-
 def cmd_info(args: argparse.Namespace) -> int:
     from . import _core
     from .metadata import collect_host_metadata
     md = collect_host_metadata()
     timer = _core.host_timer_info(lambda: None, calls=20000)
     caches = _core.cpu_cache_info()
-    from ._build import build_info, describe_build
+    from ._build import _version, build_info, describe_build
     info: Dict[str, Any] = {"host": md, "host_timer": timer, "cpu_caches": caches,
                             "cuda_backend_built": bool(_core.HAVE_CUDA),
                             "cuda_headers_version": _core.CUDA_HEADERS_VERSION,
@@ -272,9 +282,9 @@ def cmd_info(args: argparse.Namespace) -> int:
     print("\n".join(describe_status(info["hip"])))
     if not _core.HAVE_CUDA:
         return 0
-    print(f"CUDA backend: built against CUDA headers {_core.CUDA_HEADERS_VERSION}")
+    print(f"CUDA backend: built against CUDA headers {_version(_core.CUDA_HEADERS_VERSION)}")
     for lib, st in info["gpu_libraries"].items():
-        print(f"  {lib:6s} {'found' if st.get('loaded') else 'missing'}: {_library_status(st)}")
+        print(f"  {lib:6s} {'found' if st.get('loaded') else 'missing'}: {library_status(st)}")
     devs = info.get("cuda_devices")
     if isinstance(devs, list):
         for i, d in enumerate(devs):
@@ -282,7 +292,7 @@ def cmd_info(args: argparse.Namespace) -> int:
                   f"{fmt_bytes(d.get('l2_bytes'))}  memory {fmt_bytes(d.get('total_memory_bytes'))}  "
                   f"driver {d.get('driver_version')}")
     else:
-        print(f"  devices: {_library_status({'error': str(devs)})}")
+        print(f"  devices: {library_status({'error': str(devs)})}")
     return 0
 
 
@@ -297,13 +307,15 @@ def cmd_compare(args: argparse.Namespace) -> int:
     cmp = compare_sets(old, new, args.fail or 0.0, old_label="old", new_label="new",
                        mem_threshold=args.fail_mem)
     print(cmp)
-    time_failed = args.fail is not None and any(d.verdict in ("slower", "invalid")
-                                                for d in cmp.deltas)
+    # a gate that compared nothing (a baseline of other benchmarks) has not passed
+    time_failed = args.fail is not None and (not cmp.compared or any(
+        d.verdict in ("slower", "invalid") for d in cmp.deltas))
     return 1 if (time_failed or cmp.memory_regressions) else 0
 
 
 def _threshold(text: str) -> float:
-    """--fail as the pytest plugin's --kbench-fail reads it: '8%' or '0.08'; '8' is refused."""
+    """--fail as the pytest plugin's --kbench-fail reads it: '8%' or '0.08'; '8' and '1' are
+    refused."""
     from .cli_compare import parse_threshold
     try:
         return parse_threshold(text)
@@ -311,22 +323,52 @@ def _threshold(text: str) -> float:
         raise argparse.ArgumentTypeError(str(e)) from None
 
 
+def _seconds(text: str) -> float:
+    """A time budget: positive and finite, at most a day (kbench.bench's cap on max_time_s)."""
+    try:
+        value = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected seconds, got {text!r}") from None
+    if not (0 < value <= 86400):        # also refuses nan and inf
+        raise argparse.ArgumentTypeError(f"must be a number of seconds > 0 and <= 86400, "
+                                         f"got {text!r}")
+    return value
+
+
+def _device(text: str) -> int:
+    try:
+        value = int(text)
+    except ValueError:
+        value = -1
+    if value < 0:
+        raise argparse.ArgumentTypeError(f"expected a device number (0, 1, ...), got {text!r}")
+    return value
+
+
+class _Parser(argparse.ArgumentParser):
+    """Usage errors as one line naming the problem, exit 2 (as CliError's), not the usage."""
+
+    def error(self, message: str):
+        self.exit(2, f"{self.prog}: error: {message} (see {self.prog} -h)\n")
+
+
 def main(argv: Optional[Sequence[str]] = None) -> int:
     from ._version import __version__
-    p = argparse.ArgumentParser(prog="kbench", description="trustworthy kernel microbenchmarks")
+    p = _Parser(prog="kbench", description="trustworthy kernel microbenchmarks")
     p.add_argument("--version", action="version", version=f"kbench {__version__}")
     sub = p.add_subparsers(dest="cmd", required=True)
     d = sub.add_parser("demo", help="benchmark memory- and compute-bound ops hot and cold")
-    d.add_argument("--seconds", type=float, default=2.0, help="time cap per case (s)")
-    d.add_argument("--peak-seconds", type=float, default=3.0)
+    d.add_argument("--seconds", type=_seconds, default=2.0, help="time cap per case (s)")
+    d.add_argument("--peak-seconds", type=_seconds, default=3.0)
     d.add_argument("--json", help="also write the results to this JSON file")
     d.add_argument("--no-gpu", dest="gpu", action="store_false", default=None)
     d.set_defaults(func=cmd_demo)
     pk = sub.add_parser("peaks", help="measure this machine's memory and compute ceilings")
-    pk.add_argument("--seconds", type=float, default=5.0)
-    pk.add_argument("--device", type=int, default=0)
-    pk.add_argument("--cpu-only", action="store_true")
-    pk.add_argument("--gpu-only", action="store_true")
+    pk.add_argument("--seconds", type=_seconds, default=5.0)
+    pk.add_argument("--device", type=_device, default=0)
+    only = pk.add_mutually_exclusive_group()
+    only.add_argument("--cpu-only", action="store_true")
+    only.add_argument("--gpu-only", action="store_true")
     pk.add_argument("--replace", action="store_true",
                     help="store the new CPU ceilings even when the cached ones are much higher "
                          "(by default a much higher cached ceiling is kept: a busy machine "
@@ -340,8 +382,8 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     c.add_argument("new")
     c.add_argument("--fail", type=_threshold, default=None, metavar="THRESHOLD",
                    help="exit 1 when a benchmark is slower by more than this (8%% or 0.08; a "
-                        "bare 8 is refused as ambiguous) or has an invalid median; without "
-                        "it, only report")
+                        "bare 8 or 1 is refused as ambiguous), has an invalid median, or when "
+                        "no benchmark could be compared; without it, only report")
     c.add_argument("--fail-mem", type=_threshold, default=None, metavar="THRESHOLD",
                    help="exit 1 when a benchmark's peak memory of one call (Result.memory) grew "
                         "by more than this (10%% or 0.1); without it, only report")
@@ -351,10 +393,20 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
         from . import cuda
         args.gpu = cuda.available()
     try:
-        return int(args.func(args) or 0)
+        rc = int(args.func(args) or 0)
+        sys.stdout.flush()          # a closed pipe shows here, not at interpreter exit
+        return rc
     except CliError as e:
         print(f"kbench {args.cmd}: error: {e}", file=sys.stderr)
         return 2
+    except BrokenPipeError:
+        # the reader went away (kbench info --json | head): stop quietly, as SIGPIPE would;
+        # point stdout at devnull so the flush at exit does not raise again
+        try:
+            os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+        except (OSError, ValueError, AttributeError):
+            pass
+        return 128 + 13
 
 
 if __name__ == "__main__":

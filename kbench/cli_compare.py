@@ -10,7 +10,8 @@ Verdict rules, per benchmark present in both files, with delta = new median / ol
   "within noise"    the intervals overlap: no difference is resolved, whatever the delta
   "unchanged"       the intervals do not overlap but |delta| <= threshold
   "no baseline"     only in the new file;  "not run": only in the old file
-  "invalid"         either median is NaN, infinite, zero or negative: not a time
+  "invalid"         either median is NaN, infinite, zero or negative: not a time; or the new
+                    result has no median at all (the old one lacking it is "no baseline")
   "not comparable"  GPU figures taken in different clock regimes (sustained vs burst): they
                     differ by design for a power-capped kernel; reported, never gated. A regime
                     that did not hold on either side is noted.
@@ -89,6 +90,12 @@ def _is_number(x: Any) -> bool:
     return isinstance(x, (int, float)) and not isinstance(x, bool)
 
 
+# the nested objects a comparison reads with .get (clock regime, world size, harness)
+_OBJECT_FIELDS = [("extra", "regime"), ("extra", "distributed"),
+                  ("metadata", "harness", "script"), ("metadata", "harness", "callable"),
+                  ("metadata", "harness", "args")]
+
+
 def _check_result_doc(d: Any, where: str) -> None:
     """The fields a comparison reads must have their types: a clear error, not a traceback."""
     if not isinstance(d, dict):
@@ -106,10 +113,20 @@ def _check_result_doc(d: Any, where: str) -> None:
     if samples is not None and not (isinstance(samples, list)
                                     and all(_is_number(x) for x in samples)):
         raise ValueError(f"kbench compare: {where}: 'samples_s' is not a list of numbers")
+    for path in _OBJECT_FIELDS:
+        obj: Any = d
+        for i, k in enumerate(path):
+            obj = obj.get(k)
+            if obj is None:
+                break
+            if not isinstance(obj, dict):
+                raise ValueError(f"kbench compare: {where}: '{'.'.join(path[:i + 1])}' is a "
+                                 f"{type(obj).__name__}, not an object")
 
 
 def parse_threshold(text: Union[str, float, int, None]) -> float:
-    """'8%' -> 0.08; '0.08' -> 0.08. A bare number above 1 is refused as ambiguous."""
+    """'8%' -> 0.08; '0.08' -> 0.08. A bare number of 1 or more is refused as ambiguous ('1'
+    reads as 1% as readily as 100%); 100% is written '100%'."""
     if text is None:
         return 0.0
     if isinstance(text, (int, float)):
@@ -120,7 +137,7 @@ def parse_threshold(text: Union[str, float, int, None]) -> float:
             value = float(s[:-1]) / 100.0 if s.endswith("%") else float(s)
         except ValueError:
             raise ValueError(f"threshold must look like '8%' or '0.08', got {text!r}") from None
-        if not s.endswith("%") and value > 1.0:
+        if not s.endswith("%") and value >= 1.0:
             raise ValueError(f"threshold {text!r} is ambiguous: write '{s}%' for percent or a "
                              f"fraction such as '0.08'")
     if not math.isfinite(value) or value < 0:
@@ -191,6 +208,11 @@ class Comparison:
         return [d for d in self.deltas if d.failure]
 
     @property
+    def compared(self) -> int:
+        """How many benchmarks had a median on both sides (a delta)."""
+        return len([d for d in self.deltas if d.delta is not None])
+
+    @property
     def unresolved_slower(self) -> List[Delta]:
         """Slower beyond the threshold by the medians, but within noise: not a regression, and
         not evidence of none either (a run's CI widens where its samples drifted)."""
@@ -237,12 +259,20 @@ class Comparison:
         return text_table(self.headers(), self._cells())
 
     def summary(self) -> str:
-        n = len([d for d in self.deltas if d.delta is not None])
+        n = self.compared
         reg = self.regressions
         thr = f"{100 * self.threshold:g}%"
         if reg:
             text = (f"{len(reg)} of {n} benchmarks slower than {self.old_label} beyond {thr}: "
                     + ", ".join(d.key for d in reg))
+        elif not n:
+            # a baseline of other benchmarks (or none) checks nothing: say so, not "none slower"
+            tally: Dict[str, int] = {}
+            for d in self.deltas:
+                tally[d.verdict] = tally.get(d.verdict, 0) + 1
+            what = ", ".join(f"{c} {v}" for v, c in tally.items()) or "no benchmarks"
+            text = (f"nothing compared: no benchmark has a median in both {self.old_label} and "
+                    f"{self.new_label} ({what})")
         else:
             text = f"no benchmark slower than {self.old_label} beyond {thr} ({n} compared)"
         unresolved = self.unresolved_slower
@@ -350,7 +380,7 @@ def _median_and_ci(d: Dict[str, Any]):
 
 
 def _median_problem(label: str, median: Optional[float]) -> Optional[str]:
-    """Why a median is not a usable time (None: missing, handled as no baseline)."""
+    """Why a median is not a usable time (None: missing, which the caller judges)."""
     if median is not None and not (math.isfinite(median) and median > 0):
         return f"{label} median is {median!r}"
     return None
@@ -385,6 +415,8 @@ def compare_sets(old: ResultSet, new: ResultSet, threshold: float = 0.0,
         old_med, old_ci = _median_and_ci(od) if od is not None else (None, None)
         bad = [p for p in (_median_problem(old_label, old_med),
                            _median_problem(new_label, new_med)) if p]
+        if new_med is None:     # the run under test gave no time: it must not pass a gate
+            bad.append(f"{new_label} has no median")
         mem = memory_verdict(od, nd, mem_threshold)
         harness = different(od, nd) if od is not None else []
         if bad:     # a NaN median compares as neither slower nor faster: it must not pass
@@ -394,7 +426,7 @@ def compare_sets(old: ResultSet, new: ResultSet, threshold: float = 0.0,
         if od is None:
             deltas.append(Delta(key, None, new_med, None, "no baseline", new_ci=new_ci, **mem))
             continue
-        if not old_med or new_med is None:
+        if old_med is None:
             deltas.append(Delta(key, old_med, new_med, None, "no baseline",
                                 note="baseline has no median", old_ci=old_ci, new_ci=new_ci,
                                 harness=harness, **mem))

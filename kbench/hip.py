@@ -27,6 +27,7 @@ import time
 from typing import Any, Callable, Dict, List, Optional, Tuple
 
 from . import _core
+from ._format import library_status     # kbench info's wording: no dangling "Tried:"
 from .coldcache import flag_rotation, footprint, make_rotation_sets
 from .prepare import device_ordinal, poison_gpu
 
@@ -333,13 +334,20 @@ def describe_status(st: Dict[str, Any]) -> List[str]:
             where += " (the copy already in the process)"
         if s.get("requested_by"):
             where += f" (chosen by {s['requested_by']})"
-        why = (s.get("error") or "").splitlines()
-        text = where if s.get("state") == "loaded" else (why[0] if why else "")
-        lines.append(f"  {lib:8s} {s.get('state')}: {text}".rstrip(": "))
+        if s.get("state") == "loaded":
+            text = where
+        else:
+            text = library_status({"error": s["error"]}) if s.get("error") else ""
+        head, *advice = text.splitlines() or [""]
+        lines.append(f"  {lib:8s} {s.get('state')}: {head}".rstrip(": "))
+        lines += advice
     if st.get("devices"):
         lines.append(f"  HIP devices: {st['devices']}")
     elif st.get("why_no_devices"):
-        lines.append(f"  HIP devices: none ({st['why_no_devices'].splitlines()[0]})")
+        # the library line above lists what was tried; here the first line, without "Tried:"
+        why = st["why_no_devices"].splitlines()[0].strip()
+        why = why[:-len("Tried:")].rstrip() if why.endswith("Tried:") else why
+        lines.append(f"  HIP devices: none ({why.rstrip('.')})")
     if st.get("note"):
         lines.append(f"  note: {st['note']}")
     return lines

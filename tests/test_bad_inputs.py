@@ -112,6 +112,16 @@ BENCH_CASES = [
      "either positional args or arg_sets=, not both"),
     ("arg_sets factory, no count", bench(lambda i: (A,), arg_sets=lambda i: (A,)), ValueError,
      r"factory needs a count \(rotate_sets=\)"),
+    ("rotate_sets float", bench(np.sum, arg_sets=lambda i: (A,), rotate_sets=2.5), TypeError,
+     r"rotate_sets must be an int number of argument sets, got float \(2\.5\)"),
+    ("rotate_sets str", bench(np.sum, arg_sets=lambda i: (A,), rotate_sets="3"), TypeError,
+     r"rotate_sets must be an int number of argument sets, got str \('3'\)"),
+    ("rotate_sets None", bench(np.sum, arg_sets=lambda i: (A,), rotate_sets=None), TypeError,
+     "rotate_sets must be an int number of argument sets, got NoneType"),
+    ("rotate_sets bool", bench(np.sum, arg_sets=lambda i: (A,), rotate_sets=True), TypeError,
+     "rotate_sets must be an int number of argument sets, got bool"),
+    ("rotate_sets negative", bench(np.sum, arg_sets=lambda i: (A,), rotate_sets=-3), ValueError,
+     r"factory needs a count \(rotate_sets=\) of at least 1, got -3"),
     ("rotate a scalar", bench(abs, 3, cold_cache="rotate"), ValueError,
      "rotate' needs array arguments"),
     ("out_arg out of range", bench(fill_nothing, A.copy(), A, out_arg=2, check=A), ValueError,
@@ -128,10 +138,10 @@ BENCH_CASES = [
      "check= was given but the callable returned None"),
     ("check: closure returned None", bench(lambda: None, check=lambda: A * 2.0), TypeError,
      "callable returned None.*closure that writes a captured array must return it"),
-    ("check: reference is text", bench(np.cumsum, A, check="abc"), ValueError,
-     "shapes must be equal"),
-    ("check: output is text", bench(lambda: "abc", check=A), ValueError,
-     "shapes must be equal"),
+    ("check: reference is text", bench(np.cumsum, A, check="abc"), TypeError,
+     "ref is not numeric"),
+    ("check: output is text", bench(lambda: "abc", check=A), TypeError,
+     "out is not numeric"),
     ("check: shapes that do not broadcast", bench(np.cumsum, A, check=np.ones(5)), ValueError,
      r"shape \(64,\) and ref shape \(5,\)"),
     ("check: negative rtol", bench(np.cumsum, A, check=np.cumsum(A), rtol=-1), ValueError,
@@ -143,6 +153,23 @@ BENCH_CASES = [
                          ids=[c[0] for c in BENCH_CASES])
 def test_bench_refuses(call, error, match):
     raises(call, error, match)
+
+
+@pytest.mark.parametrize("count", [4097, 300_000, 10**12])
+def test_a_factory_count_past_the_rotation_limit_is_refused_before_building_sets(count):
+    # each set is built up front: 10**12 of them ran until the OOM killer stopped the process
+    calls = []
+
+    def factory(i):
+        calls.append(i)
+        if len(calls) > 4096:
+            raise RuntimeError("built past the limit")
+        return (A,)
+
+    with pytest.raises(ValueError, match=rf"rotate_sets={count} is more than the 4096 argument "
+                                         r"sets a rotation may have \(MAX_ROTATION_SETS\)"):
+        kbench.bench(np.sum, arg_sets=factory, rotate_sets=count, **FAST)
+    assert calls == []
 
 
 def test_a_check_callable_that_raises_keeps_its_exception_and_says_where():
@@ -437,9 +464,11 @@ def test_cli_compare_on_a_bad_file_prints_one_line_and_exits_2(content, match, w
     (["compare", "a.json", "b.json", "--fail=-1%"], "non-negative fraction"),
     (["compare", "a.json"], "the following arguments are required: new"),
     (["frobnicate"], "invalid choice"),
-    (["peaks", "--seconds", "abc"], "invalid float value"),
+    (["peaks", "--seconds", "abc"], "expected seconds, got 'abc'"),
+    (["peaks", "--cpu-only", "--seconds", "0"], "must be a number of seconds > 0"),
+    (["peaks", "--cpu-only", "--seconds", "nan"], "must be a number of seconds > 0"),
 ], ids=["fail 8", "fail eight", "fail negative", "one file", "no such command",
-        "seconds text"])
+        "seconds text", "peaks seconds 0", "peaks seconds nan"])
 def test_cli_usage_errors_exit_2_with_the_reason(argv, match, capsys):
     with pytest.raises(SystemExit) as ei:
         cli_main(argv)
@@ -449,10 +478,8 @@ def test_cli_usage_errors_exit_2_with_the_reason(argv, match, capsys):
 
 
 @pytest.mark.parametrize("argv,match", [
-    (["peaks", "--cpu-only", "--seconds", "0"], "--seconds must be a positive number, got 0"),
-    (["peaks", "--cpu-only", "--seconds", "nan"], "--seconds must be a positive number"),
     (["demo", "--no-gpu", "--json", "/nonexistent-dir/d.json"], "no such directory"),
-], ids=["peaks seconds 0", "peaks seconds nan", "demo json unwritable"])
+], ids=["demo json unwritable"])
 def test_cli_refuses_before_measuring(argv, match, capsys):
     assert cli_main(argv) == 2
     out, err = capsys.readouterr()

@@ -76,8 +76,13 @@ def test_demo_prints_the_table(tmp_path):
         if line.startswith("  note ["):
             assert line[len("  note ["):].split("]:")[0] in cases, line
     saved = json.loads((tmp_path / "d.json").read_text())
-    assert saved["add_cold"]["correctness"]["ok"] is True
-    assert saved["add_hot"]["cold_cache"]["mode"] == "none"
+    assert saved["schema"] == "kbench.session/1"
+    assert saved["results"]["add_cold"]["correctness"]["ok"] is True
+    assert saved["results"]["add_hot"]["cold_cache"]["mode"] == "none"
+    # the file is one kbench compare reads: four benchmarks compared with themselves
+    same = run("compare", str(tmp_path / "d.json"), str(tmp_path / "d.json"), "--fail", "8%")
+    assert same.returncode == 0, same.stdout + same.stderr
+    assert "(4 compared)" in same.stdout
 
 
 def test_bad_command_is_a_usage_error():
@@ -106,11 +111,12 @@ def cli(*argv):
 
 def test_compare_fail_reads_the_threshold_as_the_plugin_does(tmp_path, capsys):
     a, b = synthetic(tmp_path, "a.json", 1e-3), synthetic(tmp_path, "b.json", 1.928e-3, seed=1)
-    with pytest.raises(SystemExit) as ei:          # argparse refuses: exit 2, one message
-        cli("compare", a, b, "--fail", "8")
-    assert ei.value.code == 2
-    err = capsys.readouterr().err
-    assert "ambiguous" in err and "'8%'" in err and "Traceback" not in err
+    for bare in ("8", "1"):                        # '1' is 1% as much as 100%: refused too
+        with pytest.raises(SystemExit) as ei:      # argparse refuses: exit 2, one line
+            cli("compare", a, b, "--fail", bare)
+        assert ei.value.code == 2
+        err = capsys.readouterr().err
+        assert "ambiguous" in err and f"'{bare}%'" in err and len(err.splitlines()) == 1
     for fail in ("8%", "0.08"):
         assert cli("compare", a, b, "--fail", fail) == 1
         out = capsys.readouterr().out
@@ -181,7 +187,7 @@ def test_version(capsys):
 
 
 def test_info_lists_what_was_tried_instead_of_a_dangling_tried(capsys):
-    from kbench.cli import _library_status
+    from kbench._format import library_status as _library_status
     st = {"loaded": False, "error": "libfoo.so.1 (a library) could not be opened. Tried:\n"
                                     "  libfoo.so.1: libfoo.so.1: cannot open shared object file\n"
                                     "  /usr/lib/libfoo.so.1: /usr/lib/libfoo.so.1: no such file\n"
@@ -194,3 +200,160 @@ def test_info_lists_what_was_tried_instead_of_a_dangling_tried(capsys):
     assert cli("info") == 0
     assert not any(line.rstrip().endswith("Tried:")
                    for line in capsys.readouterr().out.splitlines())
+
+
+# -- tester's defects: corrupt fields, missing medians, nothing compared, demo's file, options
+
+def _edited(tmp_path, src, fname, edit):
+    doc = json.loads(open(src).read())
+    edit(doc)
+    path = tmp_path / fname
+    path.write_text(json.dumps(doc))
+    return str(path)
+
+
+@pytest.mark.parametrize("edit,field", [
+    (lambda d: d.__setitem__("extra", [1]), "'extra' is a list"),
+    (lambda d: d.__setitem__("extra", {"regime": "burst"}), "'extra.regime' is a str"),
+    (lambda d: d.__setitem__("extra", {"distributed": [1]}), "'extra.distributed' is a list"),
+    (lambda d: d.__setitem__("metadata", [1]), "'metadata' is a list"),
+    (lambda d: d.__setitem__("metadata", {"harness": {"script": "x"}}),
+     "'metadata.harness.script' is a str"),
+])
+def test_compare_refuses_a_corrupt_extra_or_metadata_in_one_line(tmp_path, capsys, edit, field):
+    good = synthetic(tmp_path, "good.json", 1e-3)
+    bad = _edited(tmp_path, good, "bad.json", edit)
+    for pair in ((good, bad), (bad, good)):
+        assert cli("compare", *pair, "--fail", "8%") == 2
+        err = capsys.readouterr().err
+        assert err.startswith("kbench compare: error: ") and len(err.splitlines()) == 1
+        assert "bad.json" in err and field in err
+
+
+def test_compare_fails_a_new_result_without_a_median(tmp_path, capsys):
+    good = synthetic(tmp_path, "good.json", 1e-3)
+    bare = _edited(tmp_path, good, "bare.json",
+                   lambda d: (d.pop("stats"), d.pop("samples_s")))
+    assert cli("compare", good, bare, "--fail", "8%") == 1
+    out = capsys.readouterr().out
+    assert "INVALID (new has no median)" in out and "baseline has no median" not in out
+    assert cli("compare", good, bare) == 0          # report only
+    # a baseline without one is still "no baseline", named as the baseline's
+    assert cli("compare", bare, good) == 0
+    assert "no baseline (baseline has no median)" in capsys.readouterr().out
+
+
+def test_compare_with_a_baseline_of_other_benchmarks_says_nothing_was_compared(tmp_path,
+                                                                                capsys):
+    single = synthetic(tmp_path, "single.json", 1e-3)
+    doc = json.loads(open(single).read())
+    sess = tmp_path / "session.json"
+    sess.write_text(json.dumps({"schema": "kbench.session/1",
+                                "results": {"t::a": doc, "t::b": doc}}))
+    assert cli("compare", single, str(sess), "--fail", "8%") == 1   # a gate that checked nothing
+    out = capsys.readouterr().out
+    assert "nothing compared: no benchmark has a median in both old and new " \
+           "(2 no baseline, 1 not run)" in out
+    assert cli("compare", single, str(sess)) == 0                    # report only
+    capsys.readouterr()
+    # a partial match is compared as before
+    part = tmp_path / "part.json"
+    part.write_text(json.dumps({"schema": "kbench.session/1", "results": {"t::a": doc}}))
+    assert cli("compare", str(part), str(sess), "--fail", "8%") == 0
+    assert "(1 compared)" in capsys.readouterr().out
+
+
+@pytest.fixture
+def fast_demo(monkeypatch):
+    """demo with kbench.bench faked (set samples, no timing) and ceilings already cached."""
+    from kbench import peaks
+
+    def fake_bench(fn, *args, name="k", **kw):
+        samples = 1e-4 * (1.0 + 0.01 * np.random.default_rng(0).standard_normal(100))
+        return kbench.Result(name=name, device="cpu", backend="host", samples=samples,
+                             stats=kbench._core.summarize(samples, 0.95),
+                             stop={"stop": "precision"}, cold_cache={"mode": "none"})
+    monkeypatch.setattr(kbench, "bench", fake_bench)
+    monkeypatch.setattr(peaks, "load_cached_peaks", lambda: {})
+
+
+def test_demo_json_is_a_session_file_compare_reads(fast_demo, tmp_path, capsys):
+    path = str(tmp_path / "demo.json")
+    assert cli("demo", "--seconds", "0.1", "--json", path, "--no-gpu") == 0
+    capsys.readouterr()
+    assert cli("compare", path, path, "--fail", "8%") == 0
+    out = capsys.readouterr().out
+    assert "(4 compared)" in out and "add_hot" in out
+
+
+def test_demo_that_cannot_write_its_json_prints_the_table_then_one_line(fast_demo, tmp_path,
+                                                                       capsys, monkeypatch):
+    from kbench import cli as cli_mod
+    # the pre-check passed, then the directory went away while the demo ran
+    monkeypatch.setattr(cli_mod, "_check_writable", lambda path: None)
+    path = str(tmp_path / "gone" / "demo.json")
+    assert cli("demo", "--seconds", "0.1", "--json", path, "--no-gpu") == 2
+    out, err = capsys.readouterr()
+    assert "add f32" in out and "matmul f32" in out         # the figures were shown
+    assert err.startswith(f"kbench demo: error: --json {path}: cannot write")
+    assert len(err.splitlines()) == 1
+
+
+def test_demo_refuses_an_unwritable_json_before_running(tmp_path):
+    from kbench.cli import CliError, _check_writable
+    with pytest.raises(CliError, match="/proc/x.json"):     # os.access says yes to root here
+        _check_writable("/proc/x.json")
+    path = tmp_path / "new.json"
+    _check_writable(str(path))
+    assert not path.exists()            # the check leaves no empty file behind
+
+
+@pytest.mark.parametrize("option,value", [("--seconds", "0"), ("--seconds", "-1"),
+                                          ("--seconds", "nan"), ("--seconds", "inf"),
+                                          ("--peak-seconds", "0"), ("--seconds", "abc")])
+def test_demo_refuses_a_bad_time_in_one_line(capsys, option, value):
+    with pytest.raises(SystemExit) as ei:
+        cli("demo", option, value, "--no-gpu")
+    assert ei.value.code == 2
+    err = capsys.readouterr().err
+    assert err.startswith(f"kbench demo: error: argument {option}: ")
+    assert repr(value) in err and len(err.splitlines()) == 1
+
+
+def test_info_hip_lines_have_no_dangling_tried():
+    from kbench.hip import describe_status
+    err = ("libamdhip64.so (the HIP runtime of AMD ROCm) could not be opened. Tried:\n"
+           "  libamdhip64.so: libamdhip64.so: cannot open shared object file\n"
+           "  /opt/rocm/lib/libamdhip64.so: /opt/rocm/lib/libamdhip64.so: no such file\n"
+           "Install ROCm.")
+    lines = describe_status({"built": True, "devices": 0, "why_no_devices": err,
+                             "libraries": {"hip": {"state": "failed", "error": err},
+                                           "rocm_smi": {"state": "not tried"}}})
+    assert lines[1] == ("  hip      failed: libamdhip64.so (the HIP runtime of AMD ROCm) could not "
+                        "be opened (tried libamdhip64.so, /opt/rocm/lib/libamdhip64.so)")
+    assert lines[2].strip() == "Install ROCm."
+    assert lines[3] == "  rocm_smi not tried"
+    assert lines[4] == ("  HIP devices: none (libamdhip64.so (the HIP runtime of AMD ROCm) could "
+                        "not be opened)")
+    assert not any("Tried" in line for line in lines)
+
+
+def test_info_prints_the_cuda_headers_version_as_major_minor(capsys, monkeypatch):
+    from kbench import _core
+    if not _core.HAVE_CUDA:
+        pytest.skip("built without the CUDA backend")
+    monkeypatch.setattr(_core, "CUDA_HEADERS_VERSION", 12040)
+    assert cli("info") == 0
+    assert "CUDA backend: built against CUDA headers 12.4\n" in capsys.readouterr().out
+
+
+def test_info_into_a_closed_pipe_exits_quietly():
+    import os
+    r, w = os.pipe()
+    os.close(r)                         # the reader is gone before kbench writes
+    try:
+        p = subprocess.run([sys.executable, "-m", "kbench", "info", "--json"], stdout=w,
+                           stderr=subprocess.PIPE, text=True, timeout=120)
+    finally:
+        os.close(w)
+    assert p.returncode == 141 and p.stderr == "", p.stderr

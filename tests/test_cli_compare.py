@@ -113,7 +113,7 @@ def test_parse_threshold(text, value):
     assert parse_threshold(text) == pytest.approx(value)
 
 
-@pytest.mark.parametrize("text", ["8", "-1%", "abc", "nan", "5 percent"])
+@pytest.mark.parametrize("text", ["8", "1", "1.0", "-1%", "abc", "nan", "5 percent"])
 def test_parse_threshold_rejects(text):
     with pytest.raises(ValueError, match="threshold"):
         parse_threshold(text)
@@ -161,6 +161,9 @@ def test_a_nan_ci_is_unknown_not_a_resolved_difference():
     ({"schema": "kbench.result/1", "samples_s": "abc"}, "'samples_s' is not a list of numbers"),
     ({"schema": "kbench.result/1", "samples_s": [1e-3, None]}, "'samples_s' is not a list"),
     ({"schema": "kbench.session/1", "results": {"t": [1, 2]}}, "result 't' is a list"),
+    ({"schema": "kbench.result/1", "extra": [1]}, "'extra' is a list, not an object"),
+    ({"schema": "kbench.result/1", "extra": {"regime": "burst"}}, "'extra.regime' is a str"),
+    ({"schema": "kbench.result/1", "metadata": [1]}, "'metadata' is a list, not an object"),
 ])
 def test_load_results_names_the_file_and_the_bad_field(doc, match, tmp_path):
     p = tmp_path / "bad.json"
@@ -196,3 +199,23 @@ def test_figures_of_different_clock_regimes_are_not_compared_and_never_fail():
                         {"gemm": _gpu_result(540e-6, "sustained", held=False)}, threshold="8%")
     (d,) = same.deltas
     assert d.verdict == "slower" and "current: clock regime did not hold" in d.note
+
+
+def test_a_new_result_without_a_median_is_invalid_not_a_missing_baseline():
+    good = make_result("k", 1e-3).to_dict()
+    bare = {k: v for k, v in good.items() if k not in ("stats", "samples_s")}
+    for old in ({"k": good}, {}):
+        d, = compare_sets(old, {"k": bare}, threshold="8%").deltas
+        assert d.verdict == "invalid" and d.failure and d.note == "current has no median"
+    d, = compare_sets({"k": bare}, {"k": good}, threshold="8%").deltas
+    assert d.verdict == "no baseline" and d.note == "baseline has no median" and not d.failure
+
+
+def test_nothing_compared_is_said_not_passed_over():
+    r = make_result("k", 1e-3).to_dict()
+    cmp = compare_sets({"x": r}, {"a": r, "b": r}, threshold="8%")
+    assert cmp.compared == 0
+    assert cmp.summary() == ("nothing compared: no benchmark has a median in both baseline and "
+                             "current (2 no baseline, 1 not run)")
+    part = compare_sets({"a": r}, {"a": r, "b": r}, threshold="8%")
+    assert part.compared == 1 and part.summary().endswith("(1 compared)")

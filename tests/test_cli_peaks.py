@@ -207,3 +207,19 @@ def test_a_valid_peaks_cache_gives_percent_of_peak(monkeypatch, tmp_path):
     a = np.ones(1000)
     r = kbench.bench(np.sum, a, bytes=a.nbytes, warmup_s=0.0, max_time_s=0.05, cold_cache=None)
     assert r.throughput["peak_bytes_per_s"] == 60e9
+
+
+@pytest.mark.parametrize("argv,option", [
+    (["--seconds", "inf"], "--seconds"), (["--seconds", "0"], "--seconds"),
+    (["--seconds", "-1"], "--seconds"), (["--seconds", "1e20"], "--seconds"),
+    (["--device", "-1"], "--device"), (["--cpu-only", "--gpu-only"], "--gpu-only")])
+def test_cli_peaks_refuses_bad_options_in_one_line_before_measuring(fake_peaks, capsys, argv,
+                                                                    option):
+    measured = []
+    fake_peaks.setattr(peaks, "measure_cpu_peaks", lambda **kw: measured.append(kw))
+    with pytest.raises(SystemExit) as ei:
+        cli.main(["peaks", *argv])
+    assert ei.value.code == 2 and not measured
+    err = capsys.readouterr().err
+    assert err.startswith(f"kbench peaks: error: argument {option}: ")
+    assert len(err.splitlines()) == 1
