@@ -6,6 +6,7 @@ argument sets a rotation needs so their total footprint exceeds the cache by a m
 from __future__ import annotations
 
 import math
+import numbers
 from typing import Any, Callable, Dict, List, Optional, Sequence, Tuple, Union
 
 import numpy as np
@@ -30,21 +31,121 @@ def nbytes_of(obj: Any) -> int:
     return 0
 
 
+def _span(ptr: int, shape: Sequence[int], strides: Sequence[int], itemsize: int) -> Tuple[int, int]:
+    """[low, high) byte range an array with these byte strides reaches (np.byte_bounds)."""
+    low = high = ptr
+    for n, st in zip(shape, strides):
+        if st < 0:
+            low += (n - 1) * st
+        else:
+            high += (n - 1) * st
+    return low, high + itemsize
+
+
+def _buffers(obj: Any, out: List[Tuple[Any, int, int, int]], seen: set) -> None:
+    """Append (memory space, low, high, nbytes) for each array/tensor in obj (containers
+    searched). Arguments with bytes but no address get a space of their own: one object."""
+    if id(obj) in seen:
+        return
+    seen.add(id(obj))
+    try:
+        if isinstance(obj, np.ndarray):
+            if obj.nbytes:
+                out.append(("cpu",) + _span(obj.__array_interface__["data"][0], obj.shape,
+                                            obj.strides, obj.itemsize) + (int(obj.nbytes),))
+            return
+        if callable(getattr(obj, "data_ptr", None)) and callable(getattr(obj, "stride", None)):
+            es = int(obj.element_size())                    # torch: strides in elements
+            nb = int(obj.numel()) * es
+            if nb:
+                out.append((str(obj.device),) + _span(int(obj.data_ptr()), tuple(obj.shape),
+                                                      [st * es for st in obj.stride()], es)
+                           + (nb,))
+            return
+        ptr = getattr(getattr(obj, "data", None), "ptr", None)     # cupy
+        if isinstance(ptr, int) and hasattr(obj, "strides"):
+            if obj.nbytes:
+                out.append((f"cuda:{obj.device.id}",) + _span(ptr, obj.shape, obj.strides,
+                                                              obj.itemsize) + (int(obj.nbytes),))
+            return
+    except Exception:       # noqa: BLE001 -- no address (sparse, meta ...): counted as one object
+        pass
+    if isinstance(obj, (tuple, list)):
+        for x in obj:
+            _buffers(x, out, seen)
+    elif isinstance(obj, dict):
+        for x in obj.values():
+            _buffers(x, out, seen)
+    elif (nb := nbytes_of(obj)) > 0:
+        out.append((("object", id(obj)), 0, nb, nb))
+
+
+def rotation_footprints(sets: Sequence[Sequence[Any]]) -> Tuple[List[int], int]:
+    """Per set, the bytes it holds that no other set holds, and the distinct bytes of all sets:
+    a buffer in several sets (the same array, views of it) is counted once, and in no set's
+    own bytes, since reusing it between sets keeps it cached. A strided array counts its
+    nbytes, spread over the range it reaches."""
+    own, total = [0.0] * len(sets), 0.0
+    by_space: Dict[Any, list] = {}
+    for i, s in enumerate(sets):
+        bufs: List[Tuple[Any, int, int, int]] = []
+        _buffers(tuple(s), bufs, set())
+        for space, low, high, nb in bufs:
+            d = nb / (high - low)
+            by_space.setdefault(space, []).extend([(low, 1, d, i), (high, -1, d, i)])
+    for edges in by_space.values():
+        # sweep the edges: each piece of memory counts once, at the densest array over it,
+        # and is a set's own when no other set reaches it
+        edges.sort(key=lambda e: e[0])
+        in_sets: Dict[int, int] = {}
+        dens: Dict[float, int] = {}
+        at = edges[0][0]
+        for x, step, d, i in edges:
+            if x > at and in_sets:
+                piece = (x - at) * min(1.0, max(dens))
+                total += piece
+                if len(in_sets) == 1:
+                    own[next(iter(in_sets))] += piece
+            at = x
+            for m, k in ((in_sets, i), (dens, d)):
+                m[k] = m.get(k, 0) + step
+                if not m[k]:
+                    del m[k]
+    return [round(x) for x in own], round(total)
+
+
 def footprint(args: Sequence[Any]) -> int:
-    return sum(nbytes_of(a) for a in args)
+    """Distinct bytes of one argument set (an array passed twice counts once)."""
+    return rotation_footprints([args])[1]
 
 
-def clone_arg(obj: Any) -> Any:
-    """A copy in new memory for arrays/tensors; other arguments are shared."""
+def clone_arg(obj: Any, memo: Optional[Dict[int, Any]] = None) -> Any:
+    """A copy in new memory for arrays/tensors, and for the lists, tuples and dicts that hold
+    them; other arguments are shared. `memo` (id -> clone) keeps one object given twice one
+    object in the copy."""
+    memo = {} if memo is None else memo
+    if id(obj) in memo:
+        return memo[id(obj)]
     if isinstance(obj, np.ndarray):
-        return obj.copy()
-    clone = getattr(obj, "clone", None)           # torch
-    if callable(clone) and hasattr(obj, "element_size"):
-        return clone()
-    copy = getattr(obj, "copy", None)             # cupy
-    if callable(copy) and hasattr(obj, "nbytes") and hasattr(obj, "shape"):
-        return copy()
-    return obj
+        new = obj.copy()
+    elif callable(getattr(obj, "clone", None)) and hasattr(obj, "element_size"):     # torch
+        new = obj.clone()
+    elif callable(getattr(obj, "copy", None)) and hasattr(obj, "nbytes") \
+            and hasattr(obj, "shape"):                                               # cupy
+        new = obj.copy()
+    elif type(obj) is list:
+        new = memo[id(obj)] = []
+        new.extend(clone_arg(x, memo) for x in obj)
+    elif type(obj) is dict:
+        new = memo[id(obj)] = {}
+        new.update((k, clone_arg(v, memo)) for k, v in obj.items())
+    elif isinstance(obj, tuple) and (type(obj) is tuple or hasattr(obj, "_fields")):
+        items = [clone_arg(x, memo) for x in obj]
+        new = type(obj)._make(items) if hasattr(obj, "_fields") else tuple(items)
+    else:
+        new = obj
+    memo[id(obj)] = new
+    return new
 
 
 #: The most argument sets a rotation makes by cloning (more would cost more memory than a flush).
@@ -109,14 +210,22 @@ def make_rotation_sets(args: Tuple[Any, ...], cache_bytes: int, margin: float = 
         raise MemoryError(f"cold_cache='rotate' would need {k} copies of a {per}-byte argument "
                           f"set ({per * k} bytes) to exceed {margin}x the {cache_bytes}-byte "
                           f"cache; pass arg_sets= or use cold_cache='flush'")
-    return [args] + [tuple(clone_arg(a) for a in args) for _ in range(k - 1)]
+    return [args] + [clone_arg(tuple(args)) for _ in range(k - 1)]
 
 
 def normalize_arg_sets(arg_sets: ArgSets, count: int = 0) -> List[Tuple[Any, ...]]:
     """A list of tuples from a sequence of argument tuples or a factory f(i) -> tuple."""
+    if isinstance(count, (bool, np.bool_)) or not isinstance(count, numbers.Integral):
+        raise TypeError(f"rotate_sets must be an int number of argument sets, got "
+                        f"{type(count).__name__} ({count!r:.60})")
     if callable(arg_sets):
         if count <= 0:
-            raise ValueError("an arg_sets factory needs a count (rotate_sets=)")
+            raise ValueError(f"an arg_sets factory needs a count (rotate_sets=) of at least 1, "
+                             f"got {count}")
+        if count > MAX_ROTATION_SETS:       # each set is built up front: memory, not a flush
+            raise ValueError(f"rotate_sets={count} is more than the {MAX_ROTATION_SETS} argument "
+                             f"sets a rotation may have (MAX_ROTATION_SETS); use fewer, larger "
+                             f"sets or cold_cache='flush'")
         sets = [arg_sets(i) for i in range(count)]
     else:
         sets = list(arg_sets)
@@ -131,11 +240,24 @@ def normalize_arg_sets(arg_sets: ArgSets, count: int = 0) -> List[Tuple[Any, ...
 
 
 def flag_rotation(cold: Dict[str, Any], set_bytes: Sequence[int], cache_bytes: int,
-                  warn: List[str]) -> None:
+                  warn: List[str], what: Optional[str] = None) -> None:
     """User-given argument sets that cannot evict the cache are run as given, but not called
     cold: cold["evicts"] says so, and a warning says why (kbench's own rotation sets are sized
     to evict, or refused)."""
-    why = rotation_shortfall(set_bytes, cache_bytes, what=f"{len(set_bytes)} arg_sets")
+    why = rotation_shortfall(set_bytes, cache_bytes, what=what or f"{len(set_bytes)} arg_sets")
     cold["evicts"] = why is None
     if why:
         warn.append(why + ": run as given, not cold")
+
+
+def flag_rotation_sets(cold: Dict[str, Any], sets: Sequence[Sequence[Any]], cache_bytes: int,
+                       warn: List[str]) -> None:
+    """cold's rotation record for the sets run (footprint_bytes: distinct bytes in all,
+    set_bytes, arg_sets) and :func:`flag_rotation` on the bytes each set holds alone: sets
+    that share memory do not evict each other."""
+    own, total = rotation_footprints(sets)
+    cold.update(footprint_bytes=total, set_bytes=footprint(sets[0]), arg_sets=len(sets))
+    shared = sum(own) < total
+    flag_rotation(cold, own, cache_bytes, warn,
+                  what=f"{len(sets)} arg_sets that share memory (each counted by the bytes no "
+                       f"other set holds)" if shared else None)

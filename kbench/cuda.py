@@ -17,7 +17,7 @@ from typing import Any, Callable, ContextManager, Dict, List, Optional, Tuple
 import numpy as np
 
 from . import _core
-from .coldcache import flag_rotation, footprint, make_rotation_sets
+from .coldcache import flag_rotation_sets, make_rotation_sets
 from .prepare import device_ordinal, poison_gpu
 from .cuda_report import (floor_share, gpu_neighbours, gpu_peaks, kinds, read_cold,
                           read_record, theoretical_bandwidth)
@@ -290,10 +290,7 @@ def _run(fn: Callable[..., Any], sets: List[Tuple[Any, ...]], kwargs: Dict[str, 
         sets = make_rotation_sets(sets[0], l2, **margin,
                                   max_bytes=int(info.get("free_memory_bytes", 0) * 0.5) or 0)
     if cold_cache == "rotate":
-        cold["footprint_bytes"] = sum(footprint(a) for a in sets)
-        cold["set_bytes"] = footprint(sets[0])
-        cold["arg_sets"] = len(sets)
-        flag_rotation(cold, [footprint(a) for a in sets], l2, warn)
+        flag_rotation_sets(cold, sets, l2, warn)
 
     timer = mode if mode != "graph" else ("cupti" if cupti_ok else "events")
     given = dict(gate=gate, keep_busy=keep_busy, gate_batch=gate_batch,

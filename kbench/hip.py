@@ -28,7 +28,7 @@ from typing import Any, Callable, Dict, List, Optional, Tuple
 
 from . import _core
 from ._format import library_status     # kbench info's wording: no dangling "Tried:"
-from .coldcache import flag_rotation, footprint, make_rotation_sets
+from .coldcache import flag_rotation_sets, make_rotation_sets
 from .prepare import device_ordinal, poison_gpu
 
 BACKENDS = ("auto", "cuda", "hip")
@@ -252,9 +252,7 @@ def run(fn: Callable[..., Any], sets: List[Tuple[Any, ...]], kwargs: Dict[str, A
         sets = make_rotation_sets(sets[0], llc, **_given(opts, margin="rotate_margin"),
                                   max_bytes=int(info.get("free_memory_bytes", 0) * 0.5) or 0)
     if cold_cache == "rotate":
-        cold.update(footprint_bytes=sum(footprint(a) for a in sets), set_bytes=footprint(sets[0]),
-                    arg_sets=len(sets))
-        flag_rotation(cold, [footprint(a) for a in sets], llc, warn)
+        flag_rotation_sets(cold, sets, llc, warn)
 
     # the capture stream must see what the caller's stream queued (the rotation's clones)
     if torch is not None and side is not None:

@@ -18,7 +18,7 @@ import numpy as np
 
 from . import _core
 from ._format import fmt_bytes
-from .coldcache import flag_rotation, footprint, make_rotation_sets, normalize_arg_sets
+from .coldcache import flag_rotation_sets, make_rotation_sets, normalize_arg_sets
 from .prepare import (BENCH_DEFAULTS, check_before_timing, choose_device, name_of,
                       named_output, one_at_a_time)
 from .result import Result, dependence_text
@@ -275,10 +275,7 @@ def _run_host(fn, sets, kwargs, cold_cache, flush_bytes, loop):
     cold["cache"] = "CPU last-level cache"
     extra: Dict[str, Any] = {}
     if cold_cache == "rotate":
-        cold["footprint_bytes"] = sum(footprint(s) for s in sets)
-        cold["set_bytes"] = footprint(sets[0])
-        flag_rotation(cold, [footprint(s) for s in sets], llc,
-                      extra.setdefault("warnings", []))
+        flag_rotation_sets(cold, sets, llc, extra.setdefault("warnings", []))
     return raw, cold, extra
 
 

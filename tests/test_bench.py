@@ -703,6 +703,65 @@ def test_user_arg_sets_that_cannot_evict_are_run_but_not_called_cold():
     assert any("cannot evict" in w and "not cold" in w for w in r.warnings), r.warnings
 
 
+@pytest.mark.parametrize("given", ["same array", "views", "factory"])
+def test_arg_sets_that_share_one_buffer_count_it_once_and_are_not_called_cold(given):
+    # 300 uses of one 256 kB array were "78.6 MB in all" and labelled cold while running hot
+    a = np.random.rand(1 << 15)
+    n = max(300, 4 * _core.cpu_cache_info()["llc_bytes"] // a.nbytes)
+    sets = {"same array": dict(arg_sets=[(a,)] * n),
+            "views": dict(arg_sets=[(a[:],) for _ in range(n)]),
+            "factory": dict(arg_sets=lambda i: (a,), rotate_sets=n)}[given]
+    r = kbench.bench(np.sum, **sets, cold_cache="rotate", max_time_s=0.05, warmup_s=0)
+    assert r.cold_cache["footprint_bytes"] == a.nbytes and r.cold_cache["arg_sets"] == n
+    assert r.cold_cache["evicts"] is False
+    assert any("share memory" in w and "not cold" in w for w in r.warnings), r.warnings
+
+
+def test_rotation_counts_memory_each_set_holds_alone():
+    from kbench.coldcache import flag_rotation_sets, footprint, rotation_footprints
+    a, b = np.random.rand(1000), np.random.rand(1000)
+    assert rotation_footprints([(a,), (b,)]) == ([8000, 8000], 16000)       # distinct: as before
+    assert rotation_footprints([(a,), (a[:],), (a[500:],)]) == ([0, 0, 0], 8000)
+    assert rotation_footprints([(a[:600],), (a[400:],)]) == ([3200, 3200], 8000)   # overlap
+    assert rotation_footprints([(a, b), (a,)]) == ([8000, 0], 16000)        # a shared weight
+    assert rotation_footprints([([a, {"k": a}],), ((b,),)]) == ([8000, 8000], 16000)
+    assert footprint((a, a)) == footprint((a, a[::-1])) == 8000 and footprint((a[::2],)) == 4000
+    cold, warn = {}, []
+    flag_rotation_sets(cold, [(a,)] * 8, 1000, warn)          # 8 x 8 kB would "evict" 1 kB
+    assert cold == dict(footprint_bytes=8000, set_bytes=8000, arg_sets=8, evicts=False)
+    assert "8 arg_sets that share memory" in warn[0] and warn[0].endswith("not cold")
+    cold, warn = {}, []
+    flag_rotation_sets(cold, [(a,), (b,), (a.copy(),)], 1000, warn)
+    assert cold["evicts"] is True and cold["footprint_bytes"] == 24000 and warn == []
+
+
+def test_rotation_clones_the_arrays_inside_list_tuple_and_dict_arguments():
+    from kbench.coldcache import make_rotation_sets, rotation_footprints
+    x, y = np.random.rand(1000), np.random.rand(1000)
+    args = ([x, y], {"x": x, "n": 3}, (y,))
+    sets = make_rotation_sets(args, cache_bytes=1 << 16)
+    own, total = rotation_footprints(sets)
+    assert own == [16000] * len(sets) and total == 16000 * len(sets)
+    for L, d, t in sets[1:]:
+        assert type(L) is list and type(d) is dict and type(t) is tuple
+        assert not np.shares_memory(L[0], x) and not np.shares_memory(t[0], y)
+        assert d["x"] is L[0] and t[0] is L[1] and d["n"] == 3     # aliasing kept within a set
+    np.testing.assert_array_equal(sets[-1][0][0], x)
+
+
+def test_a_rotated_list_argument_is_a_different_list_each_set():
+    # the caller's list was passed to every set, so the rotation ran hot but was labelled cold
+    xs = [np.random.rand(1 << 15) for _ in range(2)]
+    seen = set()
+
+    def f(L):
+        seen.add(L[0].__array_interface__["data"][0])
+        return L[0].sum() + L[1].sum()
+
+    r = kbench.bench(f, xs, cold_cache="rotate", min_samples=300, max_time_s=5, warmup_s=0)
+    assert r.cold_cache["evicts"] is True and len(seen) == r.cold_cache["arg_sets"] > 2
+
+
 def test_a_bench_at_the_timer_resolution_says_so_in_its_stop_record():
     r = kbench.bench(lambda: None, min_samples=25, max_samples=25, warmup_s=0, target=1e-9,
                      cold_cache=None)

@@ -231,9 +231,11 @@ def test_whole_hip_path_on_a_fake_runtime(tmp_path, gated):
         assert r["gpu"]["llc_bytes"] == 4 << 20 and r["gpu"]["backend"] == "hip"
         assert any("not AMD figures" in w for w in r["warnings"])
     rot = res["rotate"]
-    # 4 MB cache, 512 KB sets: ceil(2 x 4 MB / 512 KB) + 1 sets, one graph each (unroll 1)
-    assert rot["cold"]["arg_sets"] == 17 and rot["cold"]["evicts"] is True
-    assert rot["graphs"] == 17 and rot["distinct_captured"] == 17
+    # 4 MB cache, 256 KB sets (add(a, a): a counts once, and each copy passes its clone twice):
+    # ceil(2 x 4 MB / 256 KB) + 1 sets, one graph each (unroll 1)
+    assert rot["cold"]["arg_sets"] == 33 and rot["cold"]["evicts"] is True
+    assert rot["cold"]["set_bytes"] == 256 << 10
+    assert rot["graphs"] == 33 and rot["distinct_captured"] == 33
     assert res["flush"]["hip"]["flush_bytes"] == 8 << 20
     assert res["flush"]["cold"]["flush_bytes"] == 8 << 20
     assert res["None"]["hip"]["flush_bytes"] == 0 and res["None"]["graphs"] == 1
