@@ -12,7 +12,7 @@ import math
 import numbers
 import sys
 import time
-from typing import Any, Callable, Dict, List, Optional, Tuple, Union
+from typing import Any, Callable, Dict, List, NamedTuple, Optional, Tuple, Union
 
 import numpy as np
 
@@ -59,37 +59,13 @@ def bench_local(fn: Callable[..., Any], *args: Any,
     """kbench.bench on this process alone (its docstring has the options). _ranks and
     _pre_sample: kbench.distributed's rank reducer and barrier, for the C loop."""
     t_start = time.perf_counter()
-    if not callable(fn):
-        raise TypeError(f"kbench.bench: fn must be callable, got {type(fn).__name__} "
-                        f"({fn!r:.60})")
-    _refuse_deferred(fn)
-    flops, bytes = _count("flops", flops), _count("bytes", bytes)
-    if name is not None and not isinstance(name, str):
-        raise TypeError(f"kbench.bench: name must be a str, got {type(name).__name__} "
-                        f"({name!r:.60})")
-    if kwargs is not None and not isinstance(kwargs, dict):
-        raise TypeError(f"kbench.bench: kwargs must be a dict of keyword arguments for fn, got "
-                        f"{type(kwargs).__name__}")
-    if flush_bytes is not None and (isinstance(flush_bytes, (bool, np.bool_))
-                                    or not isinstance(flush_bytes, numbers.Integral)):
-        raise TypeError(f"kbench.bench: flush_bytes must be an int number of bytes, got "
-                        f"{type(flush_bytes).__name__} ({flush_bytes!r:.60})")
-    if arg_sets is not None and not (callable(arg_sets) or isinstance(arg_sets, (list, tuple))):
-        raise TypeError(f"kbench.bench: arg_sets must be a list of argument tuples or a "
-                        f"factory f(i) -> tuple, got {type(arg_sets).__name__}")
-    kwargs = dict(kwargs or {})
-    sets = normalize_arg_sets(arg_sets, rotate_sets) if arg_sets is not None else [tuple(args)]
-    if arg_sets is not None and args:
-        raise TypeError("kbench.bench: pass either positional args or arg_sets=, not both")
-    named_output(sets[0], kwargs, out_arg)       # a bad out_arg fails before anything runs
-    name = name or name_of(fn)
-    # carried: 'auto' chose the GPU from what fn carries, not its arguments (the result says so)
-    dev, carried = choose_device(device, sets[0], kwargs, fn)
-    kind, gpu = _gpu_backend(backend_options) if dev != "cpu" else ("host", None)
-    _check_backend_options(kind, () if gpu is None else gpu.OPTIONS, backend_options)
-    # cold_cache and mode are checked in C, once, before anything calls fn: Python branches on
-    # them first (rotation sets, graph capture, profile mode's flush)
-    cold_cache, mode = _core.check_choices(kind, cold_cache, mode)
+    c = check_call(fn, args, flops=flops, bytes=bytes, name=name, kwargs=kwargs,
+                   flush_bytes=flush_bytes, arg_sets=arg_sets, rotate_sets=rotate_sets,
+                   out_arg=out_arg, device=device, cold_cache=cold_cache, mode=mode,
+                   memory=memory, backend_options=backend_options)
+    flops, bytes, kwargs, sets, name = c.flops, c.bytes, c.kwargs, c.sets, c.name
+    dev, carried, kind, gpu, cold_cache, mode = (c.device, c.carried, c.kind, c.gpu,
+                                                 c.cold_cache, c.mode)
     # Only what the caller gave crosses to C: the loop's defaults live in the C core alone
     # (_core.LOOP_DEFAULTS), which also validates every value.
     loop = {k: v for k, v in dict(warmup_s=warmup_s, min_samples=min_samples,
@@ -133,10 +109,16 @@ def bench_local(fn: Callable[..., Any], *args: Any,
         if host_note:
             extra.setdefault("warnings", []).append(host_note)
     else:
+        # an in-place kernel's output is its input: not poisoned before the timed run, nor
+        # re-checked after it (the timed calls applied it again and again)
+        in_place = bool(correctness and correctness.get("in_place"))
         raw, cold, extra, device_name, peaks = gpu.run(
             fn, sets, kwargs, cold_cache=cold_cache, flush_bytes=flush_bytes, mode=mode,
-            device=dev, loop=loop, check=check, rtol=rtol, atol=atol,
+            device=dev, loop=loop, check=None if in_place else check, rtol=rtol, atol=atol,
             output=named_output(sets[0], kwargs, out_arg), **backend_options)
+        if in_place:
+            extra["post_check"] = {"skipped": "in place: the timed calls re-applied fn to its "
+                                              "own output"}
         backend = raw["backend"]
         if carried is not None:
             extra["device_from"] = (f"{carried[0]} of {name} ({type(carried[1]).__name__} on "
@@ -168,6 +150,66 @@ def bench_local(fn: Callable[..., Any], *args: Any,
     stop.update({k: raw[k] for k in ("warmup_stable", "warmup_tol") if k in raw},
                 wall_s=time.perf_counter() - t_start)
     return result
+
+
+class CheckedCall(NamedTuple):
+    """A call's options as kbench.bench will use them, once check_call accepted them."""
+    flops: Optional[float]
+    bytes: Optional[float]
+    kwargs: Dict[str, Any]
+    sets: List[Tuple[Any, ...]]
+    name: str
+    device: str                 # 'cpu' or 'cuda:N'
+    carried: Any                # what fn carries that chose the GPU (None: its arguments)
+    kind: str                   # 'host', 'cuda' or 'hip'
+    gpu: Any                    # the GPU backend module, None on the CPU
+    cold_cache: Optional[str]
+    mode: Optional[str]
+
+
+def check_call(fn: Callable[..., Any], args: Tuple[Any, ...], *, flops: Any, bytes: Any,
+               name: Any, kwargs: Any, flush_bytes: Any, arg_sets: Any, rotate_sets: Any,
+               out_arg: Any, device: str, cold_cache: Any, mode: Any, memory: Any,
+               backend_options: Dict[str, Any]) -> CheckedCall:
+    """Everything kbench.bench refuses before it calls fn, in one place: bench_local runs it
+    first, and the pytest plugin's --kbench-disable runs it instead of timing, so a benchmark
+    that would fail when timed fails on CPU-only CI too. The loop's own values (max_time_s,
+    ...) are checked by the C loop."""
+    if not callable(fn):
+        raise TypeError(f"kbench.bench: fn must be callable, got {type(fn).__name__} "
+                        f"({fn!r:.60})")
+    _refuse_deferred(fn)
+    flops, bytes = _count("flops", flops), _count("bytes", bytes)
+    if name is not None and not isinstance(name, str):
+        raise TypeError(f"kbench.bench: name must be a str, got {type(name).__name__} "
+                        f"({name!r:.60})")
+    if not isinstance(memory, (bool, np.bool_)):
+        raise TypeError(f"kbench.bench: memory must be True or False, got "
+                        f"{type(memory).__name__} ({memory!r:.60})")
+    if kwargs is not None and not isinstance(kwargs, dict):
+        raise TypeError(f"kbench.bench: kwargs must be a dict of keyword arguments for fn, got "
+                        f"{type(kwargs).__name__}")
+    if flush_bytes is not None and (isinstance(flush_bytes, (bool, np.bool_))
+                                    or not isinstance(flush_bytes, numbers.Integral)):
+        raise TypeError(f"kbench.bench: flush_bytes must be an int number of bytes, got "
+                        f"{type(flush_bytes).__name__} ({flush_bytes!r:.60})")
+    if arg_sets is not None and not (callable(arg_sets) or isinstance(arg_sets, (list, tuple))):
+        raise TypeError(f"kbench.bench: arg_sets must be a list of argument tuples or a "
+                        f"factory f(i) -> tuple, got {type(arg_sets).__name__}")
+    kwargs = dict(kwargs or {})
+    if arg_sets is not None and args:
+        raise TypeError("kbench.bench: pass either positional args or arg_sets=, not both")
+    sets = normalize_arg_sets(arg_sets, rotate_sets) if arg_sets is not None else [tuple(args)]
+    named_output(sets[0], kwargs, out_arg)       # a bad out_arg fails before anything runs
+    # carried: 'auto' chose the GPU from what fn carries, not its arguments (the result says so)
+    dev, carried = choose_device(device, sets[0], kwargs, fn)
+    kind, gpu = _gpu_backend(backend_options) if dev != "cpu" else ("host", None)
+    _check_backend_options(kind, () if gpu is None else gpu.OPTIONS, backend_options)
+    # cold_cache and mode are checked in C, once, before anything calls fn: Python branches on
+    # them first (rotation sets, graph capture, profile mode's flush)
+    cold_cache, mode = _core.check_choices(kind, cold_cache, mode)
+    return CheckedCall(flops, bytes, kwargs, sets, name or name_of(fn), dev, carried, kind, gpu,
+                       cold_cache, mode)
 
 
 def _gpu_backend(backend_options: Dict[str, Any]) -> Tuple[str, Any]:

@@ -292,32 +292,22 @@ class KbenchFixture:
 
 
 def _check_bench_options(fn, args, flops, bytes, options) -> Tuple[Any, ...]:
-    """Under --kbench-disable: the checks kbench.bench makes before it calls fn (a misspelt
-    option, a bad cold_cache/mode/device/out_arg, an async fn), with kbench.local's own
-    helpers, so a benchmark that would fail when timed fails on CPU-only CI too; returns the
-    arguments of the first call. The values of the timing loop's options (max_time_s, ...) are
-    checked by the C loop alone, so not here."""
-    from . import _core
+    """Under --kbench-disable: what kbench.bench refuses before it calls fn (kbench.local's
+    check_call: a misspelt option, a bad cold_cache/mode/device/out_arg, an async fn), so a
+    benchmark that would fail when timed fails on CPU-only CI too; returns the arguments of the
+    first call. The timing loop's values (max_time_s, ...) are the C loop's to check."""
     from .bench import bench
-    from .coldcache import normalize_arg_sets
-    from .local import _check_backend_options, _count, _gpu_backend, _refuse_deferred
-    from .prepare import choose_device, named_output
+    from .local import check_call
     # bench's own binding: its named options, the rest are the backend's (as when timed)
     given = inspect.signature(bench).bind(fn, *args, flops=flops, bytes=bytes, **options)
     given.apply_defaults()
     opt = given.arguments
-    _refuse_deferred(fn)
-    _count("flops", flops)
-    _count("bytes", bytes)
-    kwargs = dict(opt["kwargs"] or {})
-    sets = [tuple(args)] if opt["arg_sets"] is None else \
-        normalize_arg_sets(opt["arg_sets"], opt["rotate_sets"])
-    named_output(sets[0], kwargs, opt["out_arg"])
-    dev, _ = choose_device(opt["device"], sets[0], kwargs, fn)
-    kind, gpu = _gpu_backend(opt["backend_options"]) if dev != "cpu" else ("host", None)
-    _check_backend_options(kind, () if gpu is None else gpu.OPTIONS, opt["backend_options"])
-    _core.check_choices(kind, opt["cold_cache"], opt["mode"])
-    return sets[0]
+    return check_call(fn, tuple(opt["args"]), flops=flops, bytes=bytes, name=opt["name"],
+                      kwargs=opt["kwargs"], flush_bytes=opt["flush_bytes"],
+                      arg_sets=opt["arg_sets"], rotate_sets=opt["rotate_sets"],
+                      out_arg=opt["out_arg"], device=opt["device"],
+                      cold_cache=opt["cold_cache"], mode=opt["mode"], memory=opt["memory"],
+                      backend_options=opt["backend_options"]).sets[0]
 
 
 @pytest.fixture
