@@ -42,7 +42,10 @@ def fmt_rate(value: Optional[float], unit: str) -> str:
 
 
 def fmt_pct(x: Optional[float]) -> str:
-    return "-" if x is None or math.isnan(x) else f"{100 * x:.1f}%"
+    if x is None or math.isnan(x):
+        return "-"
+    # a FLOP count off by orders of magnitude gave 65859820893992226445095600128.0%
+    return f"{100 * x:.1f}%" if abs(x) < 1e4 else f"{100 * x:.3g}%"
 
 
 def _pct_short(x: float) -> str:

@@ -302,12 +302,15 @@ def _run(fn: Callable[..., Any], sets: List[Tuple[Any, ...]], kwargs: Dict[str, 
                   cupti_allow_foreign=True)
     cold_arg = cold_cache if cold_cache in ("flush", "rotate") else None
 
-    # the output to poison and re-check: named by bench's out_arg, else an out= keyword
-    out_kw = output if output is not None else kwargs.get("out")
+    # the output to poison and re-check: named by bench's out_arg, else an out= keyword. Only
+    # with a check: unchecked, poison would only overwrite the caller's data (an in-place
+    # kernel's input too, kbench.local passes no check for those)
+    out_kw = (output if output is not None else kwargs.get("out")) if check is not None else None
     extra: Dict[str, Any] = {"mode": mode, "timer": timer, "stream": s}
     if mode == "graph":
         raw, graph_extra = _run_graph(fn, sets, kwargs, s, ordinal, timer, cold_arg, unroll,
-                                      loop, common, torch_path, warn, cupti_ok, out_kw)
+                                      loop, common, torch_path, warn, cupti_ok, out_kw,
+                                      poison=check is not None)
         extra.update(graph_extra)
     else:
         if out_kw is not None:
@@ -393,7 +396,7 @@ def _estimate_eager(fn, sets, kwargs, s, ordinal, timer, pre_sample=None,
 
 
 def _run_graph(fn, sets, kwargs, s, ordinal, timer, cold_arg, unroll, loop, common,
-               torch_path, warn, cupti_ok, out_kw=None):
+               torch_path, warn, cupti_ok, out_kw=None, poison=True):
     extra: Dict[str, Any] = {}
     if s == 0 and not torch_path:
         raise ValueError("mode='graph' needs a non-default stream for capture: pass stream= "
@@ -457,7 +460,7 @@ def _run_graph(fn, sets, kwargs, s, ordinal, timer, cold_arg, unroll, loop, comm
             static_outs.append(out)
         s = int(torch.cuda.current_stream(ordinal).cuda_stream)
         common = dict(common, stream=s)
-        for o in static_outs:
+        for o in static_outs if poison else ():
             poison_gpu(o if o is not None else out_kw)
         raw = _core.measure_cuda(_replay, tuple((g,) for g in graphs), None, mode=timer,
                                  cold=None if cold_arg == "rotate" else cold_arg,

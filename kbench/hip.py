@@ -272,11 +272,14 @@ def run(fn: Callable[..., Any], sets: List[Tuple[Any, ...]], kwargs: Dict[str, A
                       _given(opts, capture_mode="capture_mode"))
     last_out = graphs[-1].outputs[-1]
     out_kw = output if output is not None else kwargs.get("out")
-    if torch is not None and side is not None:
+    poisoned = last_out if last_out is not None else out_kw
+    if check is None:
+        poisoned = None                 # nothing to re-check: the caller's data left alone
+    if poisoned is not None and torch is not None and side is not None:
         with torch.cuda.stream(side):   # queued before the replays, on their stream
-            poison_gpu(last_out if last_out is not None else out_kw)
-    else:
-        poison_gpu(last_out if last_out is not None else out_kw)
+            poison_gpu(poisoned)
+    elif poisoned is not None:
+        poison_gpu(poisoned)
 
     fbytes = int(flush_bytes or 2 * llc) if cold_cache == "flush" else 0
     clocks_before = _clocks(ordinal)

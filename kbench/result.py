@@ -144,7 +144,9 @@ def _duty_text(fraction: Optional[float], between: Optional[Dict[str, Any]],
     return "; ".join(parts)
 
 
-@dataclass
+# eq=False: a measurement is equal to itself only (the generated __eq__ compared the sample
+# arrays and raised numpy's "truth value of an array is ambiguous")
+@dataclass(eq=False)
 class Result:
     """One benchmark: per-call times in seconds and everything needed to trust and reproduce them.
 
@@ -264,7 +266,7 @@ class Result:
     # -- presentation
     def _rows(self) -> List[List[str]]:
         s, st, tp = self.stats, self.stop, self.throughput
-        level = round(100 * s.get('ci_level', 0.95))
+        level = f"{100 * s.get('ci_level', 0.95):.10g}"     # 99.9, not a rounded 100
         # CI and CV answer different questions, and a high CV beside a tight CI looks like a
         # contradiction unless each says what it is.
         # samples in runs on one side of the median (a controller's swings, a drift) carry
@@ -348,9 +350,14 @@ class Result:
         if self.extra.get("distributed"):
             rows.extend(_ranks_rows(self.extra["distributed"]))
         ach = st.get("achieved")
-        ach_s = fmt_pct(ach) if isinstance(ach, (int, float)) and math.isfinite(ach) else "-"
+        # 'ci' reads a relative half-width (a %); 'entropy' a slope in bits per sample
+        as_text = (lambda v: f"{v:.3g} bits/sample") if st.get("criterion") == "entropy" \
+            else fmt_pct
+        ach_s = as_text(ach) if isinstance(ach, (int, float)) and math.isfinite(ach) else "-"
+        target = st.get("target")
+        target_s = as_text(target) if isinstance(target, (int, float)) else "-"
         rows.append(["Stop rule", f"{st.get('stop')}: {st.get('criterion')} {ach_s} vs target "
-                                  f"{fmt_pct(st.get('target'))} after {s['n']} samples "
+                                  f"{target_s} after {s['n']} samples "
                                   f"in {st.get('sampling_s', 0):.2f} s; warm-up "
                                   f"{st.get('warmup_iters')} iters / {st.get('warmup_s', 0):.2f} s"])
         mem = memory_text(self.memory)
@@ -360,7 +367,9 @@ class Result:
             rows.append(["Time", _time_text(st, cc, self.extra)])
         if self.correctness is not None:
             c = self.correctness
-            rows.append(["Correctness", f"{'ok' if c.get('ok') else 'FAILED'}: max abs "
+            how = " (in place: checked on a second call, from the output's contents before " \
+                "the first)" if c.get("in_place") else ""
+            rows.append(["Correctness", f"{'ok' if c.get('ok') else 'FAILED'}{how}: max abs "
                                         f"{c.get('max_abs_err', float('nan')):.3g}, rel L2 "
                                         f"{c.get('rel_l2', float('nan')):.3g} "
                                         f"(rtol {c.get('rtol')}, atol {c.get('atol')})"])

@@ -912,3 +912,22 @@ def test_a_host_figure_at_the_clocks_step_says_one_step_is_its_precision():
     r.stop = dict(stop, at_resolution=False, stop="time_cap")
     rows = dict(r._rows())
     assert "Timer steps" not in rows and "the precision of this figure" in rows["Wall"]
+
+
+def test_the_printed_block_states_the_ci_level_and_the_rules_units():
+    r = kbench.bench(abs, -1, ci_level=0.999, **FAST)
+    assert "99.9% CI of the median" in repr(r)            # was rounded to "100% CI"
+    e = kbench.bench(abs, -1, criterion="entropy", **FAST)
+    stop = next(l for l in repr(e).splitlines() if "Stop rule" in l)
+    assert "bits/sample vs target 0.00084 bits/sample" in stop, stop   # a slope, not a %
+
+
+def test_results_compare_by_identity_without_raising():
+    r = kbench.bench(abs, -1, **FAST)
+    same = kbench.Result.from_dict(r.to_dict())
+    assert r == r and r != same and len({r, same}) == 2    # numpy's "ambiguous" ValueError before
+
+
+def test_an_absurd_percentage_of_peak_is_short():
+    from kbench._format import fmt_pct
+    assert fmt_pct(1.735) == "173.5%" and fmt_pct(6.5859820893992226e26) == "6.59e+28%"

@@ -602,3 +602,21 @@ def test_torch_profiler_still_records_after_kbench_took_cupti_from_it():
     assert out["m2"] == pytest.approx(out["m1"], rel=0.3)
     assert out["kb_ns"] == pytest.approx(out["m1"], rel=0.3)
     assert out["detach"].startswith("kept attached")
+
+
+@pytest.mark.parametrize("mode", ["cupti", "graph"])
+def test_an_in_place_kernel_is_checked_and_its_data_never_poisoned(mode):
+    # rotary-embedding style: the output is the input. The check's first call reads the poison,
+    # the second the original values; the timed run neither poisons nor re-checks it.
+    v = torch.arange(1.0, 1025.0, device="cuda")
+    r = kbench.bench(lambda t: t.neg_(), v, out_arg=0, check=lambda t: -t, mode=mode, **FAST)
+    assert r.correctness["ok"] and r.correctness["in_place"]
+    assert r.extra["post_check"]["skipped"].startswith("in place")
+    assert torch.isfinite(v).all() and set(v.abs().unique().tolist()) <= set(range(1, 1025))
+
+
+def test_an_unchecked_out_argument_is_left_as_the_callable_wrote_it():
+    # out= naming an input, no check: nothing to re-check, so nothing overwrites it with NaN
+    a, b = torch.ones(4096, device="cuda"), torch.ones(4096, device="cuda")
+    kbench.bench(torch.add, a, b, kwargs={"out": a}, cold_cache=None, **FAST)
+    assert torch.isfinite(a).all() and (a >= 2).all()
