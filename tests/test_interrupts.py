@@ -61,6 +61,15 @@ CASES = {
         r = kbench.compare(np.ones(1000), np.ones(1000))
         print("NEXT OK", r.n, flush=True)
     """,
+    # 10^5 resamples of 10^5 samples: 10^10 draws, minutes of C with the GIL released
+    "bootstrap": """
+        from kbench import _core
+        x = np.random.default_rng(0).random(100_000)
+        go()
+        interrupted(lambda: _core.bootstrap_median_ci(x, n_boot=100_000))
+        lo, hi = _core.bootstrap_median_ci(x[:1000], n_boot=200)
+        print("NEXT OK", int(lo < hi), flush=True)
+    """,
 }
 
 

@@ -426,27 +426,17 @@ static uint64_t rng_below(boot_rng *r, uint64_t bound)
     return (uint64_t)(m >> 64);
 }
 
-/* Percentile-bootstrap CI of the median of sorted[0..n). A resample is drawn as counts per
- * index, so its median is a walk over the counts (O(n)), no sort. -1 on allocation failure. */
-static int bootstrap_median_ci(const double *sorted, Py_ssize_t n, double level, Py_ssize_t n_boot,
-                               uint64_t seed, double *lo, double *hi)
+/* The medians of resamples [b0, b1) of sorted[0..n) into medians[b0..b1). A resample is drawn
+ * as counts per index (counts: n of them), so its median is a walk over the counts (O(n)), no
+ * sort. No Python. */
+static void bootstrap_medians(const double *sorted, Py_ssize_t n, boot_rng *rng,
+                              Py_ssize_t *counts, double *medians, Py_ssize_t b0, Py_ssize_t b1)
 {
-    Py_ssize_t *counts = NULL;
-    double *medians = NULL;
-    boot_rng rng;
-
-    if ((size_t)n > SIZE_MAX / sizeof *counts || (size_t)n_boot > SIZE_MAX / sizeof *medians)
-        return -1;
-    counts = malloc((size_t)n * sizeof *counts);
-    medians = malloc((size_t)n_boot * sizeof *medians);
-    if (counts == NULL || medians == NULL)
-        goto error;
-    rng_seed(&rng, seed);
     Py_ssize_t rank_lo = (n - 1) / 2, rank_hi = n / 2;  /* equal for odd n */
-    for (Py_ssize_t b = 0; b < n_boot; b++) {
+    for (Py_ssize_t b = b0; b < b1; b++) {
         memset(counts, 0, (size_t)n * sizeof *counts);
         for (Py_ssize_t i = 0; i < n; i++)
-            counts[rng_below(&rng, (uint64_t)n)]++;
+            counts[rng_below(rng, (uint64_t)n)]++;
         Py_ssize_t seen = 0, i = 0;
         while (seen + counts[i] <= rank_lo)
             seen += counts[i++];
@@ -455,19 +445,52 @@ static int bootstrap_median_ci(const double *sorted, Py_ssize_t n, double level,
             seen += counts[i++];
         medians[b] = kb_lerp(v_lo, sorted[i], rank_lo == rank_hi ? 0.0 : 0.5);
     }
-    if (kb_sort_doubles(medians, n_boot) < 0)
-        goto error;
+}
+
+/* Percentile-bootstrap CI of the median of sorted[0..n): n_boot resamples, in chunks of about
+ * 2^22 draws with the GIL released, so Ctrl-C is honoured between chunks (n_boot x n draws can
+ * run for minutes). -1 with an exception set. */
+static int bootstrap_median_ci(const double *sorted, Py_ssize_t n, double level, Py_ssize_t n_boot,
+                               uint64_t seed, double *lo, double *hi)
+{
+    Py_ssize_t *counts = NULL;
+    double *medians = NULL;
+    boot_rng rng;
+    int rc = -1;
+
+    if ((size_t)n > SIZE_MAX / sizeof *counts || (size_t)n_boot > SIZE_MAX / sizeof *medians) {
+        PyErr_NoMemory();
+        return -1;
+    }
+    counts = malloc((size_t)n * sizeof *counts);
+    medians = malloc((size_t)n_boot * sizeof *medians);
+    if (counts == NULL || medians == NULL) {
+        PyErr_NoMemory();
+        goto done;
+    }
+    rng_seed(&rng, seed);
+    Py_ssize_t chunk = (Py_ssize_t)(((Py_ssize_t)1 << 22) / n) + 1;
+    for (Py_ssize_t b0 = 0; b0 < n_boot; b0 += chunk) {
+        Py_ssize_t b1 = n_boot - b0 > chunk ? b0 + chunk : n_boot;
+        Py_BEGIN_ALLOW_THREADS
+        bootstrap_medians(sorted, n, &rng, counts, medians, b0, b1);
+        Py_END_ALLOW_THREADS
+        if (PyErr_CheckSignals() < 0)
+            goto done;
+    }
+    if (kb_sort_doubles(medians, n_boot) < 0) {
+        PyErr_NoMemory();
+        goto done;
+    }
     double half_alpha = (1.0 - level) / 2.0;
     *lo = kb_quantile_sorted(medians, n_boot, half_alpha);
     *hi = kb_quantile_sorted(medians, n_boot, 1.0 - half_alpha);
-    free(counts);
-    free(medians);
-    return 0;
+    rc = 0;
 
-error:
+done:
     free(counts);
     free(medians);
-    return -1;
+    return rc;
 }
 
 /* ------------------------------------------------------------------ Python helpers */
@@ -774,16 +797,10 @@ static PyObject *py_bootstrap_median_ci(PyObject *self, PyObject *args, PyObject
     }
     const double *sorted = PyArray_DATA(arr);
     Py_ssize_t n = PyArray_SIZE(arr);
-    if ((double)n * (double)n_boot >= KB_NOGIL_MIN) {
-        Py_BEGIN_ALLOW_THREADS
-        rc = bootstrap_median_ci(sorted, n, level, n_boot, (uint64_t)seed, &lo, &hi);
-        Py_END_ALLOW_THREADS
-    } else {
-        rc = bootstrap_median_ci(sorted, n, level, n_boot, (uint64_t)seed, &lo, &hi);
-    }
+    rc = bootstrap_median_ci(sorted, n, level, n_boot, (uint64_t)seed, &lo, &hi);
     Py_DECREF(arr);
     if (rc < 0)
-        return PyErr_NoMemory();
+        return NULL;
     return Py_BuildValue("(dd)", lo, hi);
 }
 

@@ -43,6 +43,7 @@
 #include "kb_array.h"
 
 #include <pthread.h>
+#include <sched.h>
 #include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -111,7 +112,8 @@ typedef struct {
     CUpti_SubscriberHandle sub;
     const kb_cupti_api *api;
     const kb_cuda_api *cu;
-    volatile int detach_pending;    /* the next driver-API exit callback calls cuptiFinalize */
+    int detach_pending;             /* the next driver-API exit callback calls cuptiFinalize
+                                     * (atomic: claimed by one callback) */
     volatile int detach_ran;
     CUptiResult detach_rc;
 } cupti_session;
@@ -267,12 +269,16 @@ static void CUPTIAPI trace_callback(void *userdata, CUpti_CallbackDomain domain,
     cupti_session *se = userdata;
     const CUpti_CallbackData *cb = data;
     (void)cbid;
-    if (se == NULL || !se->detach_pending || domain != CUPTI_CB_DOMAIN_DRIVER_API ||
+    if (se == NULL || !__atomic_load_n(&se->detach_pending, __ATOMIC_ACQUIRE) ||
+        domain != CUPTI_CB_DOMAIN_DRIVER_API ||
         cb == NULL || cb->callbackSite != CUPTI_API_EXIT)
         return;
-    se->detach_pending = 0;
+    /* claimed once: the callback is process-wide, so another thread's driver call can exit
+     * here at the same moment as the detaching one's */
+    if (!__atomic_exchange_n(&se->detach_pending, 0, __ATOMIC_ACQ_REL))
+        return;
     se->detach_rc = se->api->cuptiFinalize();
-    se->detach_ran = 1;
+    __atomic_store_n(&se->detach_ran, 1, __ATOMIC_RELEASE);
 }
 
 /* Detach the session's subscriber: enable one driver API's callback and call it; its exit
@@ -286,9 +292,14 @@ static int session_detach(cupti_session *se, const char **why, int *code)
                                                  CUPTI_DRIVER_TRACE_CBID_cuCtxGetCurrent);
     if (r == CUPTI_SUCCESS) {
         CUcontext ctx = NULL;
-        se->detach_pending = 1;
-        se->cu->cuCtxGetCurrent(&ctx);
-        se->detach_pending = 0;
+        __atomic_store_n(&se->detach_pending, 1, __ATOMIC_RELEASE);
+        se->cu->cuCtxGetCurrent(&ctx);      /* only its exit callback matters, not its answer */
+        /* still pending: no callback claimed it (detach_ran stays 0: reported below). Claimed:
+         * by this call's callback, done, or by another thread's, which may still be in
+         * cuptiFinalize -- wait for it to finish */
+        if (!__atomic_exchange_n(&se->detach_pending, 0, __ATOMIC_ACQ_REL))
+            while (!__atomic_load_n(&se->detach_ran, __ATOMIC_ACQUIRE))
+                sched_yield();
     }
     if (r == CUPTI_SUCCESS && se->detach_ran && se->detach_rc == CUPTI_SUCCESS)
         return 0;

@@ -107,6 +107,7 @@ static void take_sample(kb_nvml_sampler *s)
     unsigned long long reasons = 0;
     nvmlReturn_t r;
     double t, sm, mem, pw, pi = NAN, tc;
+    int unsupported = 0;
 
     t = (double)(mono_ns() - s->start_ns) * 1e-9;
     r = nv->nvmlDeviceGetClockInfo(s->dev, NVML_CLOCK_SM, &v);
@@ -139,7 +140,7 @@ static void take_sample(kb_nvml_sampler *s)
         if (r == NVML_SUCCESS)
             pi /= 1000.0;          /* milliwatts */
         else if (r == NVML_ERROR_NOT_SUPPORTED || r == NVML_ERROR_INVALID_ARGUMENT)
-            s->inst_unsupported = 1;    /* an older driver or board: averaged power only */
+            unsupported = 1;            /* an older driver or board: averaged power only */
         else
             note_failure(s, r, "nvmlDeviceGetFieldValues(dev, 1, {NVML_FI_DEV_POWER_INSTANT})");
     }
@@ -156,6 +157,8 @@ static void take_sample(kb_nvml_sampler *s)
     }
 
     pthread_mutex_lock(&s->lock);
+    if (unsupported)            /* under the lock: sampler_trace reads it on the caller's thread */
+        s->inst_unsupported = 1;
     if (s->n == s->cap && sampler_grow(s) < 0)
         s->truncated = 1;
     else {

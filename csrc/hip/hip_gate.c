@@ -25,7 +25,11 @@ static int probe(PyObject *m, const kb_hip_api *hip, kb_hip_gate *g, kb_hipStrea
         disable(g, why);
         return 0;
     }
-    return KB_HIP(m, hip->hipStreamSynchronize(s));
+    /* behind everything already queued on the caller's stream: other threads run meanwhile */
+    Py_BEGIN_ALLOW_THREADS
+    r = hip->hipStreamSynchronize(s);
+    Py_END_ALLOW_THREADS
+    return kb_hip_check(m, r, "hip->hipStreamSynchronize(s)", __FILE__, __LINE__);
 }
 
 int kb_hip_gate_init(PyObject *m, const kb_hip_api *hip, kb_hip_gate *g, kb_hipStream_t s,

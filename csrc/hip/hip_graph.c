@@ -197,6 +197,8 @@ static PyObject *capture(PyObject *m, const kb_hip_api *hip, PyObject *fn, PyObj
     kb_hipGraphExec_t exec = NULL;
     kb_hipError_t r = hip->hipStreamEndCapture(s, &graph);
     if (r != KB_hipSuccess) {
+        if (graph != NULL)      /* an invalidated capture can still hand back its graph */
+            hip->hipGraphDestroy(graph);
         Py_DECREF(outs);
         kb_hip_check(m, r, "hip->hipStreamEndCapture(s, &graph)", __FILE__, __LINE__);
         kb_add_exception_note("the callable could not be captured into a HIP graph: callables "

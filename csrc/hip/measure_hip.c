@@ -130,8 +130,13 @@ static void ctx_fini(hip_ctx *c)
     const kb_hip_api *hip = c->hip;
     if (hip == NULL)
         return;
-    if (c->ev != NULL && c->s != NULL)
-        hip->hipStreamSynchronize(c->s);     /* nothing queued may outlive its events */
+    if (c->ev != NULL && c->s != NULL) {
+        /* nothing queued may outlive its events; on an error path the failure that brought us
+         * here is the one reported, so this sync's code is not */
+        Py_BEGIN_ALLOW_THREADS
+        (void)hip->hipStreamSynchronize(c->s);
+        Py_END_ALLOW_THREADS
+    }
     kb_hip_gate_fini(hip, &c->gate);
     for (Py_ssize_t i = 0; c->ev != NULL && i < 2 * c->chunk0; i++)
         if (c->ev[i])
@@ -246,12 +251,14 @@ static PyObject *measure_hip(PyObject *m, PyObject *args, PyObject *kw)
     c.chunk = c.chunk0 = o.gate_batch;
     if ((c.hip = kb_hip(m)) == NULL || kb_hip_use_device(m, c.hip, (int)o.device, &prev) < 0)
         goto done;
-    if (ctx_init(&c, graphs, (int)o.device, o.gate_timeout, o.gate) < 0)
-        goto done;
-    kb_backend b = {.name = "hip", .ctx = &c, .run_batch = hip_run_batch, .warmup_timed = 1};
+    /* the lock first: the set-up queues a gate probe and allocations on the device that
+     * another thread's measurement must not see */
     if (kb_measure_lock_acquire(m) < 0)
         goto done;
     locked = 1;
+    if (ctx_init(&c, graphs, (int)o.device, o.gate_timeout, o.gate) < 0)
+        goto done;
+    kb_backend b = {.name = "hip", .ctx = &c, .run_batch = hip_run_batch, .warmup_timed = 1};
     if (kb_loop_run(&b, &cfg, &res) < 0)
         goto done;
     out = kb_loop_result_to_dict(&res, &cfg);
@@ -259,9 +266,9 @@ static PyObject *measure_hip(PyObject *m, PyObject *args, PyObject *kw)
                         kb_dict_set_steal(out, "hip", hip_report(&c)) < 0))
         Py_CLEAR(out);
 done:
+    ctx_fini(&c);
     if (locked)
         kb_measure_lock_release(m);
-    ctx_fini(&c);
     if (c.hip != NULL)
         kb_hip_restore_device(c.hip, prev);
     kb_loop_result_free(&res);
