@@ -484,9 +484,33 @@ def _capped_clock_hint(r: Result) -> str:
             "compares two versions in one interleaved run")
 
 
+#: NVML's clock event reasons that say the power limit held the clock
+POWER_LIMIT_REASONS = ("sw_power_cap", "hw_power_brake_slowdown")
+
+
+def _power_capped_note(r: Result) -> str:
+    """A sustained figure that settled under the power limit and met its CI: that CI is the
+    run's own precision. Where the power controller holds the clock, the next run can settle
+    at another clock, and no run's samples show it ('' when not capped)."""
+    regime = r.extra.get("regime") or {}
+    settle = r.extra.get("clock_settle") or {}
+    clocks = r.extra.get("clocks") or {}
+    if regime.get("name") != "sustained" or not settle.get("settled") or \
+            not settle.get("min_sampling_s") or \
+            not set(clocks.get("throttle_reasons") or ()) & set(POWER_LIMIT_REASONS):
+        return ""
+    sm = clocks.get("sm_mhz_median")
+    at = f" (SM median {sm:.0f} MHz)" if isinstance(sm, (int, float)) else ""
+    return (f"power-capped{at}: the CI is this run's precision, not the figure's; the power "
+            f"controller can hold another clock on the next run (an H200's f16 GEMM read "
+            f"415.3 us +-0.15% at 1485 MHz and 421.0-422.9 us +-0.45-0.49% at 1440-1455 MHz in "
+            f"eight benches); compare versions with kbench.ab (interleaved trials), or "
+            f"regime='burst' for the peak-clock figure")
+
+
 def _warnings(r: Result) -> List[str]:
     stop = _stop_warning(r)
-    out = [stop] if stop else []
+    out = [stop] if stop else [w for w in (_power_capped_note(r),) if w]
     tp, mode = r.throughput, r.cold_cache.get("mode")
     pct = tp.get("bandwidth_pct_peak")
     if pct is not None and pct > 1.0:

@@ -931,3 +931,31 @@ def test_results_compare_by_identity_without_raising():
 def test_an_absurd_percentage_of_peak_is_short():
     from kbench._format import fmt_pct
     assert fmt_pct(1.735) == "173.5%" and fmt_pct(6.5859820893992226e26) == "6.59e+28%"
+
+
+@pytest.mark.parametrize("reasons, regime, min_sampling_s, noted", [
+    (["sw_power_cap"], "sustained", 1.0, True),
+    (["hw_power_brake_slowdown"], "sustained", 1.0, True),
+    (["sw_thermal_slowdown"], "sustained", 1.0, False),
+    (["sw_power_cap"], "sustained", 0.0, False),       # settled unlimited: nothing held it
+    (["sw_power_cap"], "burst", 1.0, False),
+    ([], "sustained", 1.0, False)])
+def test_a_power_capped_figure_that_met_its_ci_says_the_ci_is_the_runs_own(
+        reasons, regime, min_sampling_s, noted):
+    # on one H200, eight default benches of one GEMM read 415.3 us +-0.15% (1485 MHz) and
+    # 421.0-422.9 us (1440-1455 MHz): a capped CI does not cover the next run's clock
+    from kbench.local import _warnings
+    from kbench.result import Result
+    samples = 4.2e-4 * (1 + 0.001 * np.random.default_rng(1).standard_normal(500))
+    stats = kbench._core.summarize(samples, 0.95)
+    r = Result(name="gemm", device="cuda:0", backend="cupti", samples=samples, stats=stats,
+               stop={"stop": "precision", "criterion": "ci", "target": 0.005,
+                     "achieved": stats["rel_ci_halfwidth"]},
+               cold_cache={"mode": "flush"},
+               extra={"regime": {"name": regime, "held": True},
+                      "clock_settle": {"settled": True, "min_sampling_s": min_sampling_s},
+                      "clocks": {"throttle_reasons": reasons, "sm_mhz_median": 1455.0}})
+    notes = [w for w in _warnings(r) if w.startswith("power-capped")]
+    assert bool(notes) is noted, _warnings(r)
+    if noted:
+        assert "SM median 1455 MHz" in notes[0] and "kbench.ab" in notes[0]
