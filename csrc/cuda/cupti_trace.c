@@ -426,10 +426,17 @@ void kb_cupti_session_shutdown(void)
     pthread_mutex_unlock(&g_session.mu);
     if (started)
         pthread_join(g_session.thread, NULL);
-    /* a subscriber still lingering at exit stays: finalizing during teardown is not safe */
+    /* a subscriber still lingering at exit stays: finalizing during teardown is not safe. The
+     * function tables the session calls through are this module state's, about to be freed:
+     * a later module instance in the process (a subinterpreter, a re-import) must not reach
+     * them, so the session forgets the subscriber (that instance then meets it as another
+     * tool's) */
     pthread_mutex_lock(&g_session.mu);
     g_session.thread_started = 0;
     g_session.quit = 0;
+    g_session.lingering = 0;
+    g_session.api = NULL;
+    g_session.cu = NULL;
     pthread_mutex_unlock(&g_session.mu);
 }
 
