@@ -129,12 +129,13 @@ def _write_session(path: str, results: Dict[str, Any]) -> None:
     import platform
     from ._version import __version__
     from .cli_compare import SESSION_SCHEMA
+    from .metadata import command_line
     doc = {"schema": SESSION_SCHEMA, "results": {k: r.to_dict() for k, r in results.items()},
            "metadata": {"created": datetime.datetime.now(datetime.timezone.utc).isoformat(
                             timespec="seconds"),
                         "kbench_version": __version__, "python": sys.version.split()[0],
                         "platform": platform.platform(), "hostname": platform.node(),
-                        "argv": list(sys.argv)}}
+                        "argv": command_line()}}
     try:
         with open(path, "w") as f:
             json.dump(doc, f, indent=1)

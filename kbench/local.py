@@ -549,7 +549,8 @@ def _metadata(device_name: str, r: Result, extra: Dict[str, Any]) -> Dict[str, A
             _host_md_cache[cwd] = {"error": f"{type(e).__name__}: {e}"}
     md = dict(_host_md_cache[cwd])
     md["timestamp_utc"] = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())
-    md["argv"] = list(sys.argv)
+    from .metadata import command_line
+    md["argv"] = command_line()
     if _host_timer_cache is None:
         _host_timer_cache = _core.host_timer_info()
     md["host_timer"] = _host_timer_cache

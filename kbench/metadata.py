@@ -7,6 +7,7 @@ imported inside the functions that use them so that ``import kbench`` stays chea
 from __future__ import annotations
 
 import os
+import re
 import sys
 
 UNKNOWN = "unknown"
@@ -15,6 +16,9 @@ UNKNOWN = "unknown"
 ENV_PREFIXES = ("KBENCH_", "CUDA_", "OMP_", "MKL_", "OPENBLAS_", "PYTORCH_", "TORCH_",
                 "TRITON_", "NVIDIA_")
 ENV_NAMES = ("CUBLAS_WORKSPACE_CONFIG", "LD_PRELOAD")
+# names of credentials: their values are never recorded
+_SECRET_NAME = re.compile(r"KEY|TOKEN|SECRET|PASSW|CREDENTIAL|AUTH", re.IGNORECASE)
+SECRET_MASK = "<masked: the name says it is a credential>"
 
 _SYSFS_CACHE = "/sys/devices/system/cpu/cpu0/cache"
 
@@ -160,10 +164,28 @@ def git_info(cwd: str | None = None, timeout: float = 2.0) -> dict | None:
         return None
 
 
+def command_line(argv=None) -> list:
+    """sys.argv with the value of an option whose name says it is a credential masked
+    (`--api-key=...`, `--token ...`), as relevant_env masks such variables."""
+    out, mask_next = [], False
+    for a in list(sys.argv if argv is None else argv):
+        name, eq, _ = a.partition("=")
+        if mask_next:
+            out.append(SECRET_MASK)
+        elif a.startswith("-") and eq and _SECRET_NAME.search(name):
+            out.append(f"{name}={SECRET_MASK}")
+        else:
+            out.append(a)
+        mask_next = a.startswith("-") and not eq and bool(_SECRET_NAME.search(a))
+    return out
+
+
 def relevant_env(environ=None) -> dict:
-    """The environment variables that change what kernels do (see ENV_PREFIXES, ENV_NAMES)."""
+    """The environment variables that change what kernels do (see ENV_PREFIXES, ENV_NAMES);
+    the value of one whose name says it is a credential (NVIDIA_API_KEY, KBENCH_UPLOAD_TOKEN)
+    is masked: results are written to files that get committed and shared."""
     environ = os.environ if environ is None else environ
-    return {k: environ[k] for k in sorted(environ)
+    return {k: SECRET_MASK if _SECRET_NAME.search(k) else environ[k] for k in sorted(environ)
             if k.startswith(ENV_PREFIXES) or k in ENV_NAMES}
 
 
@@ -217,7 +239,7 @@ def collect_host_metadata() -> dict:
     meta["numpy_version"] = package_version("numpy")
     meta["kbench_version"] = package_version("kbench")
     meta["git"] = git_info()
-    meta["argv"] = list(sys.argv)
+    meta["argv"] = command_line()
     try:
         meta["cwd"] = os.getcwd()
     except OSError:

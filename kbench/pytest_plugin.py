@@ -321,6 +321,7 @@ def kbench(request: pytest.FixtureRequest) -> KbenchFixture:
 
 def _session_metadata(config: pytest.Config) -> Dict[str, Any]:
     from ._version import __version__
+    from .metadata import command_line
     md: Dict[str, Any] = {
         "created": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
         "kbench_version": __version__,
@@ -328,7 +329,7 @@ def _session_metadata(config: pytest.Config) -> Dict[str, Any]:
         "python": sys.version.split()[0],
         "platform": platform.platform(),
         "hostname": platform.node(),
-        "argv": list(sys.argv),
+        "argv": command_line(),
         "rootdir": str(config.rootpath),
     }
     from .metadata import git_info

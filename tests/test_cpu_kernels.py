@@ -360,6 +360,17 @@ def test_metadata_env_filter(monkeypatch):
                                                         "TRITON_CACHE_DIR": "/t"}
 
 
+def test_a_credential_in_the_environment_is_never_recorded():
+    # NVIDIA_API_KEY (NGC/NIM keys) matched the NVIDIA_ prefix and went into every result's JSON
+    env = metadata.relevant_env({"NVIDIA_API_KEY": "nvapi-s3cr3t", "KBENCH_UPLOAD_TOKEN": "t0k",
+                                 "CUDA_SECRET_PASSWORD": "pw", "CUDA_VISIBLE_DEVICES": "0"})
+    assert env["CUDA_VISIBLE_DEVICES"] == "0"
+    assert set(env) == {"NVIDIA_API_KEY", "KBENCH_UPLOAD_TOKEN", "CUDA_SECRET_PASSWORD",
+                        "CUDA_VISIBLE_DEVICES"}
+    assert not {"nvapi-s3cr3t", "t0k", "pw"} & set(env.values())
+    assert env["NVIDIA_API_KEY"] == metadata.SECRET_MASK
+
+
 def test_metadata_outside_git_never_raises(tmp_path, monkeypatch):
     monkeypatch.delenv("KBENCH_GIT_COMMIT", raising=False)
     monkeypatch.chdir(tmp_path)
@@ -536,3 +547,9 @@ def test_llc_from_core_info_shapes():
                                       {"type": "Unified", "size_bytes": 40},
                                       {"type": "Instruction", "size_bytes": 400}]) == 40
     assert peaks._llc_from_core_info("nonsense") == 0
+
+
+def test_a_credential_on_the_command_line_is_never_recorded():
+    argv = ["run.py", "--api-key=nvapi-s3cr3t", "--token", "t0k", "--n", "4", "-v"]
+    assert metadata.command_line(argv) == ["run.py", f"--api-key={metadata.SECRET_MASK}",
+                                           "--token", metadata.SECRET_MASK, "--n", "4", "-v"]
