@@ -202,11 +202,16 @@ def theoretical_bandwidth(info: Dict[str, Any]) -> Optional[float]:
     return 2.0 * float(khz) * 1e3 * float(bits) / 8.0
 
 
+def check_compute_peak(compute_peak: Any) -> None:
+    """ValueError unless compute_peak names a GPU ceiling kbench peaks measures."""
+    if compute_peak not in ("fp32", "bf16"):
+        raise ValueError(f"compute_peak must be 'fp32' or 'bf16', got {compute_peak!r}")
+
+
 def gpu_peaks(info: Dict[str, Any], compute_peak: str) -> Optional[Dict[str, float]]:
     """Cached `kbench peaks` ceilings; compute_peak picks the FLOP rate to compare with.
     Without a measured ceiling, the theoretical bandwidth still bounds a cold figure."""
-    if compute_peak not in ("fp32", "bf16"):
-        raise ValueError(f"compute_peak must be 'fp32' or 'bf16', got {compute_peak!r}")
+    check_compute_peak(compute_peak)
     try:
         from .peaks import load_gpu_peaks
         d = load_gpu_peaks(info)

@@ -174,8 +174,22 @@ def gpu_carried(fn: Any) -> Union[Tuple[str, Any], None]:
 
 
 def _cuda_of(x: Any) -> str:
-    idx = getattr(getattr(x, "device", None), "index", None)
-    return f"cuda:{idx}" if isinstance(idx, int) else "cuda"
+    """'cuda:N' for the GPU a GPU object lives on: torch's device.index, CuPy's device.id, a
+    DLPack producer's device id; 'cuda' (the current device) when it says none. A CuPy array on
+    GPU 1 once read 'cuda', and was timed in device 0's context."""
+    dev = getattr(x, "device", None)
+    for idx in (getattr(dev, "index", None), getattr(dev, "id", None)):
+        if isinstance(idx, int) and not isinstance(idx, bool):
+            return f"cuda:{idx}"
+    dl = getattr(x, "__dlpack_device__", None)
+    if callable(dl):
+        try:
+            kind, idx = dl()
+            if int(kind) in (2, 13):            # kDLCUDA, kDLCUDAManaged
+                return f"cuda:{int(idx)}"
+        except Exception:                       # noqa: BLE001 -- no device to read: current
+            pass
+    return "cuda"
 
 
 def choose_device(device: str, args: Tuple[Any, ...], kwargs: Dict[str, Any],
@@ -183,17 +197,23 @@ def choose_device(device: str, args: Tuple[Any, ...], kwargs: Dict[str, Any],
     """(device, carried): 'auto' is CUDA when an argument lives on a GPU, or (given fn) a
     tensor or array the callable carries does (gpu_carried: a closure over GPU tensors times on
     the GPU, not as a host-timed launch), else the CPU; carried is gpu_carried's (what, object)
-    where that chose the GPU, else None."""
+    where that chose the GPU, else None. 'cuda' is the GPU the arguments live on; 'cuda:N'
+    must be it (ValueError): kbench's gate, events and flush would go to another GPU."""
     if device in ("cpu", "host"):
         return "cpu", None
-    if isinstance(device, str) and (device == "cuda" or device.startswith("cuda:")):
-        return device, None
-    if device != "auto":
+    explicit = isinstance(device, str) and (device == "cuda" or device.startswith("cuda:"))
+    if device != "auto" and not explicit:
         raise ValueError(f"kbench.bench: device must be 'auto', 'cpu' or 'cuda[:N]', "
                          f"got {device!r}")
-    for a in list(args) + list(kwargs.values()):
-        if is_gpu_object(a):
-            return _cuda_of(a), None
+    where = next((_cuda_of(a) for a in list(args) + list(kwargs.values()) if is_gpu_object(a)),
+                 None)
+    if explicit:
+        if where is not None and where != "cuda" and device != "cuda" and where != device:
+            raise ValueError(f"kbench.bench: device={device!r}, but the arguments live on "
+                             f"{where}: pass device={where!r} (or 'auto')")
+        return (where if device == "cuda" and where is not None else device), None
+    if where is not None:
+        return where, None
     carried = gpu_carried(fn) if fn is not None else None
     return (_cuda_of(carried[1]), carried) if carried is not None else ("cpu", None)
 
@@ -253,7 +273,10 @@ def poison(out: Any) -> bool:
 
 def poison_gpu(obj: Any) -> bool:
     """Fill a torch tensor (a ROCm torch's too) or a CuPy array with NaN, integers with a
-    pattern; False for anything else (the GPU backends' outputs are never host arrays)."""
+    pattern, each of a tuple or list of them; False where nothing was (the GPU backends'
+    outputs are never host arrays)."""
+    if isinstance(obj, (tuple, list)):
+        return any([poison_gpu(o) for o in obj])
     torch = sys.modules.get("torch")
     if torch is not None and isinstance(obj, torch.Tensor):
         if obj.is_floating_point():
@@ -343,14 +366,13 @@ def _reference(check: Any, args: Tuple[Any, ...], kwargs: Dict[str, Any], name: 
     return ref
 
 
-def _compare_outputs(out: Any, ref: Any, rtol: Any, atol: Any) -> Tuple[Any, str]:
-    """(Comparison, which output) of out against ref; a tuple or list of outputs whose shapes
-    differ is compared output by output, and the failing one (or the one closest to its limit)
-    is named."""
+def compare_outputs(out: Any, ref: Any, rtol: Any, atol: Any) -> Tuple[Any, str]:
+    """(Comparison, which output) of out against ref; a tuple or list of arrays or tensors
+    (topk's values and indices, a fused op's out and residual) is compared output by output --
+    numpy cannot stack GPU tensors, nor arrays of different shapes -- and the failing one (or
+    the one closest to its limit) is named."""
     if not (isinstance(out, (tuple, list)) and isinstance(ref, (tuple, list))
-            and len(out) == len(ref) > 1
-            and len({np.shape(o) if isinstance(o, np.ndarray) else
-                     tuple(getattr(o, "shape", ())) for o in out}) > 1):
+            and len(out) == len(ref) > 1 and all(hasattr(o, "shape") for o in out)):
         return compare(out, ref, rtol=rtol, atol=atol), ""
     worst, which, margin = None, "", -1.0
     for i, (o, r) in enumerate(zip(out, ref)):
@@ -399,7 +421,7 @@ def check_before_timing(fn, args, kwargs, check, rtol, atol, name,
     saved = _copy_of(target)
     poisoned = poison(target)
     out = _call_for_check(fn, args, kwargs, name, named, out_arg)
-    cmp, which = _compare_outputs(out, ref, rtol, atol)
+    cmp, which = compare_outputs(out, ref, rtol, atol)
     if cmp.ok:
         return dict(cmp.to_dict(), output=which or None)
     if not (poisoned and saved is not None):
@@ -411,7 +433,7 @@ def check_before_timing(fn, args, kwargs, check, rtol, atol, name,
         raise _failed(name, cmp, which, " The output was filled with NaN (integers: -7) before "
                       "the call, so that one the callable never writes cannot pass; called "
                       "again on its original contents, the callable left them unchanged.")
-    cmp2, which2 = _compare_outputs(out, ref, rtol, atol)
+    cmp2, which2 = compare_outputs(out, ref, rtol, atol)
     if not cmp2.ok:
         raise _failed(name, cmp2, which2, " (Called on the output's original contents: a "
                       "first call on a poisoned output did not match either.)")

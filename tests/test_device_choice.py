@@ -145,3 +145,43 @@ def test_bench_times_a_closure_over_gpu_tensors_on_the_gpu_and_says_why(monkeypa
                                      "it on the host instead"})
     rows = dict(r._rows())
     assert rows["Device"].startswith("cuda:1, chosen from global 'A' of f")
+
+
+class _CupyDevice:
+    def __init__(self, id):
+        self.id = id
+
+
+class CupyLikeArray:
+    """What kbench reads of a CuPy array: its module, and .device.id (CuPy's Device has no
+    .index)."""
+    __module__ = "cupy._core.core"
+
+    def __init__(self, id):
+        self.device = _CupyDevice(id)
+
+
+class DLPackOnly:
+    def __init__(self, kind, id):
+        self._dev = (kind, id)
+
+    def __dlpack_device__(self):
+        return self._dev
+
+
+def test_the_gpu_an_argument_lives_on_is_read_from_any_framework():
+    # a CuPy array on GPU 1 once read 'cuda' (the current device: 0) and was timed there
+    assert resolve_device("auto", (CupyLikeArray(1),), {}) == "cuda:1"
+    assert resolve_device("auto", (DLPackOnly(2, 3),), {}) == "cuda:3"
+    assert resolve_device("auto", (NumbaLikeDeviceArray(),), {}) == "cuda"  # says no device
+    # 'cuda' names the arguments' GPU, not the current device
+    assert resolve_device("cuda", (FakeGpuTensor(1),), {}) == "cuda:1"
+    assert resolve_device("cuda", (), {}) == "cuda"
+
+
+def test_an_explicit_device_other_than_the_arguments_is_refused():
+    with pytest.raises(ValueError, match=r"device='cuda:0', but the arguments live on cuda:1"):
+        resolve_device("cuda:0", (FakeGpuTensor(1),), {})
+    with pytest.raises(ValueError, match="live on cuda:1"):
+        resolve_device("cuda:0", (), {"x": CupyLikeArray(1)})
+    assert resolve_device("cuda:1", (FakeGpuTensor(1),), {}) == "cuda:1"

@@ -620,3 +620,50 @@ def test_an_unchecked_out_argument_is_left_as_the_callable_wrote_it():
     a, b = torch.ones(4096, device="cuda"), torch.ones(4096, device="cuda")
     kbench.bench(torch.add, a, b, kwargs={"out": a}, cold_cache=None, **FAST)
     assert torch.isfinite(a).all() and (a >= 2).all()
+
+
+def test_a_run_over_several_argument_sets_is_rechecked_against_the_right_set():
+    # graph mode's static output is the last set's, and a shared out= is whichever set ran
+    # last: both were compared with the first set's reference, a false failure after the run
+    sets = [(torch.randn(4096, device="cuda"),) for _ in range(4)]
+    r = kbench.bench(torch.sin, arg_sets=sets, mode="graph", cold_cache=None, unroll=2,
+                     check=torch.sin, **FAST)
+    assert r.correctness["ok"] and r.extra["graph"]["graphs"] == 2
+    assert r.extra["post_check"]["ok"] is True
+    c = torch.empty(4096, device="cuda")
+    r = kbench.bench(lambda x, out: torch.sin(x, out=out), arg_sets=sets, kwargs={"out": c},
+                     check=lambda x, out: torch.sin(x), **FAST)
+    assert r.correctness["ok"] and "argument sets write one output" in \
+        r.extra["post_check"]["skipped"]
+
+
+def test_graph_mode_replays_every_argument_set_under_a_flush():
+    # one graph of the first set once stood for all of them
+    small, big = torch.randn(1 << 16, device="cuda"), torch.randn(1 << 24, device="cuda")
+    both = kbench.bench(torch.sum, arg_sets=[(small,), (big,)], mode="graph", **FAST)
+    alone = kbench.bench(torch.sum, small, mode="graph", **FAST)
+    assert both.extra["graph"]["graphs"] == 2
+    # the samples alternate between the two sets: the big one's show up
+    assert np.percentile(both.samples, 90) > 3 * alone.median
+
+
+@pytest.mark.parametrize("mode", ["cupti", "graph"])
+def test_a_tuple_of_gpu_outputs_is_checked_output_by_output(mode):
+    x = torch.randn(64, 1024, device="cuda")
+    r = kbench.bench(lambda t: torch.topk(t, 8), x, check=lambda t: torch.topk(t, 8),
+                     mode=mode, **FAST)
+    assert r.correctness["ok"] and r.correctness["output"] in ("output 0 of 2", "output 1 of 2")
+    r = kbench.bench(lambda t: (t * 2, t.sum(1)), x, check=lambda t: (t * 2, t.sum(1)),
+                     mode=mode, **FAST)
+    assert r.correctness["ok"]
+    if mode == "graph":
+        assert r.extra["post_check"]["ok"] is True
+
+
+def test_a_bad_compute_peak_is_refused_before_the_measurement():
+    import time
+    x = torch.randn(1 << 20, device="cuda")
+    t0 = time.perf_counter()
+    with pytest.raises(ValueError, match="compute_peak must be 'fp32' or 'bf16'"):
+        kbench.bench(torch.sin, x, compute_peak="fp16", max_time_s=5.0)
+    assert time.perf_counter() - t0 < 2.0
