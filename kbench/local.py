@@ -90,7 +90,10 @@ def bench_local(fn: Callable[..., Any], *args: Any,
                                  warmup_s=loop.get("warmup_s",
                                                    _core.LOOP_DEFAULTS["warmup_s"]),
                                  correctness=correctness,
-                                 stream=backend_options.get("stream"))
+                                 stream=backend_options.get("stream"),
+                                 # ranks: a count every rank agrees on, not a time
+                                 warmup_calls=(_profile.RANKS_WARMUP_CALLS
+                                               if _ranks is not None else None))
     mem = None
     if memory:
         from .memory import measure as _measure_memory

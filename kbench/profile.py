@@ -41,6 +41,8 @@ NSYS_COMMAND = "nsys profile --capture-range=cudaProfilerApi -o <report> python 
 ANNOTATION_PREFIX = "kbench.profile::"
 WARMUP_MIN_CALLS = 2
 WARMUP_MAX_CALLS = 1000
+# under kbench.distributed: the same number of warm-up calls on every rank
+RANKS_WARMUP_CALLS = 10
 
 
 def _env_flag(value: str) -> Optional[bool]:
@@ -146,9 +148,17 @@ class _Nvtx:
 
 # ------------------------------------------------------------------ the run
 
-def _warm_up(call: Callable[[], Any], sync: Callable[[], None], seconds: float) -> int:
+def _warm_up(call: Callable[[], Any], sync: Callable[[], None], seconds: float,
+             calls: Optional[int] = None) -> int:
     """Calls until `seconds` have passed (at least WARMUP_MIN_CALLS, at most WARMUP_MAX_CALLS),
-    each waited for, so lazy initialisation, compilation and autotuning are done."""
+    each waited for, so lazy initialisation, compilation and autotuning are done; exactly
+    `calls` when given (every rank of a multi-rank run calls fn equally often: a time-based
+    count differs between ranks, and a collective inside fn then waits forever)."""
+    if calls is not None:
+        for _ in range(calls):
+            call()
+            sync()
+        return calls
     n, end = 0, time.perf_counter() + max(0.0, float(seconds))
     while n < WARMUP_MIN_CALLS or (time.perf_counter() < end and n < WARMUP_MAX_CALLS):
         call()
@@ -226,7 +236,7 @@ def run_once(fn: Callable[..., Any], sets: List[Tuple[Any, ...]], kwargs: Dict[s
              name: str, device: str, why: str, cold_cache: Optional[str],
              flush_bytes: Optional[int], warmup_s: float,
              correctness: Optional[Dict[str, Any]], stream: Any = None,
-             backend: Any = None) -> ProfileRun:
+             backend: Any = None, warmup_calls: Optional[int] = None) -> ProfileRun:
     """Warm up, flush (cold_cache="flush" or "rotate": the first argument set after a flush),
     then one call of fn(*sets[0], **kwargs) inside the profiler range and an NVTX range named
     `name`. backend: the device steps (tests pass a fake)."""
@@ -237,7 +247,7 @@ def run_once(fn: Callable[..., Any], sets: List[Tuple[Any, ...]], kwargs: Dict[s
     def call() -> Any:
         return fn(*args, **kwargs)
 
-    warm = _warm_up(call, backend.sync, warmup_s)
+    warm = _warm_up(call, backend.sync, warmup_s, warmup_calls)
     flushed = backend.flush(int(flush_bytes or 0)) if cold_cache in ("flush", "rotate") else 0
     nvtx = _Nvtx() if device != "cpu" else None
     rng: Dict[str, Any] = {"profiler": None if device == "cpu" else "cuProfilerStart/Stop",

@@ -112,7 +112,40 @@ def check(out: dict) -> None:
     kd.bench(fn, a, group=COMM, check=ref, **FAST)
 
 
-SCENARIOS = {f.__name__: f for f in (basic, via_bench, order, noisy, skip, stall, check)}
+def absent(out: dict) -> None:
+    """Rank 1 never calls kd.bench (it failed in its own set-up): rank 0's first bench ends in
+    a DistributedTimeout at set-up within dist_timeout_s (its host exchange once blocked)."""
+    if RANK == 1:
+        time.sleep(6.0)
+        return
+    kd.bench(spin, 20e-6, group=COMM, dist_timeout_s=2.0, **FAST)
+
+
+def _allreduce_one() -> None:
+    if os.environ.get("KBENCH_TEST_ENGINE") == "torch":
+        import torch
+        _dist.all_reduce(torch.ones(1))
+    else:
+        COMM.allreduce(1)
+
+
+def profiled(out: dict) -> None:
+    """Profile mode with a collective inside fn, rank 1 three times slower: both ranks make
+    the same number of warm-up calls (a time-based count differed, and one rank waited in fn's
+    collective for ever)."""
+    calls = []
+
+    def fn():
+        spin(300e-6 if RANK == 1 else 100e-6)
+        _allreduce_one()
+        calls.append(1)
+    r = kd.bench(fn, group=COMM, profile=True, dist_timeout_s=10.0, warmup_s=0.05,
+                 cold_cache=None, memory=False)
+    out.update(calls=len(calls), stop=r.stop.get("stop"))
+
+
+SCENARIOS = {f.__name__: f for f in (basic, via_bench, order, noisy, skip, stall, check,
+                                     absent, profiled)}
 
 
 def main() -> None:

@@ -52,7 +52,7 @@ class FakeComm(Communicator):
         self.payload_next = row[2] > 0
         return _Done(np.stack([row, self.header(row.copy())]))
 
-    def bcast_str(self, text):
+    def bcast_str(self, text, timeout_s=60.0):
         return text
 
 
@@ -286,7 +286,7 @@ class SoloComm(Communicator):
         self.calls += 1
         return _Done(np.asarray(row, dtype=np.float64)[None, :])
 
-    def bcast_str(self, text):
+    def bcast_str(self, text, timeout_s=60.0):
         return text
 
 
@@ -306,3 +306,15 @@ def test_world_1_skips_the_per_call_barrier_unless_asked(tmp_path, monkeypatch):
     assert rf.extra["distributed"]["barrier"] == "host barrier (allgather)"
     # one header exchange per barrier: at least one per timed call when forced
     assert forced.calls - default_calls >= rf.n, (forced.calls, default_calls, rf.n)
+
+
+@pytest.mark.parametrize("bad", [float("nan"), 0.0, -1.0, float("inf"), True, "5"])
+def test_dist_timeout_s_is_checked_on_every_call_not_only_the_first(tmp_path, monkeypatch, bad):
+    # a later call's NaN never expired (monotonic() > nan is never true), -1 timed out at once
+    import kbench.distributed as kd
+    monkeypatch.setenv("KBENCH_DIST_DIR", str(tmp_path))
+    solo = SoloComm()
+    opts = dict(device="cpu", cold_cache=None, min_samples=20, max_samples=20, warmup_s=0.0)
+    kd.bench(np.sum, np.ones(100), group=solo, dist_timeout_s=5.0, **opts)
+    with pytest.raises(ValueError, match="dist_timeout_s must be a positive number"):
+        kd.bench(np.sum, np.ones(100), group=solo, dist_timeout_s=bad, **opts)

@@ -134,3 +134,17 @@ def test_check_verdict_is_agreed(engine, tmp_path):
     for r in (r0, r1):
         assert not r["ok"] and r["error_type"] == "AssertionError"
         assert "failed on rank(s) [1] of 2" in r["error"] and "nothing was timed" in r["error"]
+
+
+def test_a_rank_that_never_calls_bench_is_a_timeout_at_set_up(engine, tmp_path):
+    (r0, _), took = run_ranks(engine, "absent", tmp_path)
+    assert not r0["ok"] and r0["error_type"] == "DistributedTimeout", r0
+    assert "at set-up (hosts)" in r0["error"] and "dist_timeout_s=2" in r0["error"]
+    assert 1.9 < r0["elapsed_s"] < 2.0 + 1.5
+
+
+def test_profile_mode_calls_fn_equally_often_on_every_rank(engine, tmp_path):
+    (r0, r1), took = run_ranks(engine, "profiled", tmp_path)
+    assert r0["ok"] and r1["ok"], (r0.get("error"), r1.get("error"))
+    assert r0["calls"] == r1["calls"] and r0["stop"] == "profile"
+    assert took < 60

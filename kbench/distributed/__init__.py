@@ -28,7 +28,8 @@ from ..local import bench_local
 from ..prepare import BENCH_DEFAULTS, check_before_timing, name_of, one_at_a_time, resolve_device
 from ._comm import (LENT_MACHINE_ENV, Communicator, MpiCommunicator, TorchCommunicator,
                     communicator, init_process_group, set_lent_machine_env)
-from ._ranks import DEFAULT_TIMEOUT_S, DistributedError, DistributedTimeout, Ranks
+from ._ranks import (DEFAULT_TIMEOUT_S, DistributedError, DistributedTimeout, Ranks,
+                     check_timeout)
 from ._report import rank_report
 
 __all__ = ["bench", "rank_seed", "rank_rng", "init_process_group", "communicator",
@@ -54,10 +55,11 @@ def rank_rng(rank: int, base: int = 0) -> np.random.Generator:
 
 def _ranks_for(group: Any, timeout_s: float) -> Ranks:
     key = id(group) if not isinstance(group, str) else 0
+    timeout_s = check_timeout(timeout_s)       # on every call: a later NaN never expired
     r = _ranks_of.get(key)
     if r is None:
-        r = _ranks_of[key] = Ranks(communicator(group), timeout_s)
-    r.timeout_s = float(timeout_s)
+        r = _ranks_of[key] = Ranks(communicator(group, timeout_s), timeout_s)
+    r.timeout_s = timeout_s
     return r
 
 

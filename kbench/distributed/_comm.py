@@ -10,9 +10,13 @@ from __future__ import annotations
 import os
 import socket
 import sys
+import time
+import zlib
 from typing import Any, Callable, Dict, List, Optional
 
 import numpy as np
+
+from .._core import KbenchError
 
 # Lent machines: NVLink multicast (NVLS) is never used. Set before a process group exists (the
 # module's import, and init_process_group below) and inherited by every child process.
@@ -26,6 +30,37 @@ def set_lent_machine_env(env: Optional[Dict[str, str]] = None) -> Dict[str, str]
     for k, v in LENT_MACHINE_ENV.items():
         target.setdefault(k, v)
     return target  # type: ignore[return-value]
+
+
+class DistributedError(KbenchError):
+    """Ranks disagree or one failed: the message names the stage and the ranks."""
+
+
+class DistributedTimeout(DistributedError):
+    """A collective did not complete within dist_timeout_s; the message names the stage and the
+    ranks that did not arrive. The communicator is unusable afterwards (a collective is still
+    pending on it): end the job."""
+
+
+def wait_for(pending: "Pending", timeout_s: float, rank: int, what: str) -> Any:
+    """pending's result, polled until timeout_s: the set-up's exchanges (before the stage
+    markers exist) are bounded like every later one. A rank that died in its own set-up, or
+    never calls kbench.distributed.bench, is a DistributedTimeout here, not a hang."""
+    t0 = time.monotonic()
+    while not pending.test():
+        if time.monotonic() - t0 > timeout_s:
+            raise DistributedTimeout(
+                f"kbench.distributed: rank {rank} waited {time.monotonic() - t0:.1f} s "
+                f"(dist_timeout_s={timeout_s:g}) at set-up ({what}), the first exchange of "
+                f"kbench.distributed.bench: not every rank arrived (a rank failed before its "
+                f"first kbench.distributed.bench, or makes no such call)")
+        time.sleep(50e-6)
+    return pending.result()
+
+
+def _host_id() -> float:
+    """This host as a number every rank can allgather (equal names, equal numbers)."""
+    return float(zlib.crc32(socket.gethostname().encode()))
 
 
 class Pending:
@@ -52,8 +87,8 @@ class Communicator:
     def start_allgather(self, row: np.ndarray) -> Pending:
         raise NotImplementedError
 
-    def bcast_str(self, text: str) -> str:
-        """Rank 0's text on every rank (set-up only: blocking, no deadline)."""
+    def bcast_str(self, text: str, timeout_s: float = 60.0) -> str:
+        """Rank 0's text (at most 64 bytes of UTF-8) on every rank, within timeout_s."""
         raise NotImplementedError
 
     def device_barrier(self) -> Optional[Callable[[], None]]:
@@ -65,7 +100,21 @@ class Communicator:
         return {}
 
 
-def _hosts_to_counts(hosts: List[str], rank: int) -> Dict[str, int]:
+_TEXT_BYTES = 64
+
+
+def _text_buffer(text: str) -> np.ndarray:
+    raw = text.encode()[:_TEXT_BYTES]
+    buf = np.zeros(_TEXT_BYTES, dtype=np.uint8)
+    buf[:len(raw)] = np.frombuffer(raw, dtype=np.uint8)
+    return buf
+
+
+def _buffer_text(buf: np.ndarray) -> str:
+    return bytes(np.asarray(buf, dtype=np.uint8)).rstrip(b"\0").decode(errors="replace")
+
+
+def _hosts_to_counts(hosts: List[Any], rank: int) -> Dict[str, int]:
     mine = hosts[rank]
     local = [r for r, h in enumerate(hosts) if h == mine]
     return {"local_rank": local.index(rank), "local_world": len(local),
@@ -88,12 +137,13 @@ class _MpiPending(Pending):
 class MpiCommunicator(Communicator):
     """An mpi4py communicator (CI: Debian's Open MPI). Allgathers are Iallgather + Test."""
 
-    def __init__(self, comm: Any):
+    def __init__(self, comm: Any, timeout_s: float = 60.0):
         from mpi4py import MPI
         self._comm, self._MPI = comm, MPI
         self.engine, self.backend = "mpi4py", "mpi"
         self.rank, self.world = comm.Get_rank(), comm.Get_size()
-        hosts = comm.allgather(socket.gethostname())
+        hosts = wait_for(self.start_allgather(np.array([_host_id()])), timeout_s, self.rank,
+                         "hosts")[:, 0].tolist()
         for k, v in _hosts_to_counts(hosts, self.rank).items():
             setattr(self, k, v)
 
@@ -103,8 +153,11 @@ class MpiCommunicator(Communicator):
         req = self._comm.Iallgather(send, out)
         return _MpiPending(req, out, send)
 
-    def bcast_str(self, text: str) -> str:
-        return self._comm.bcast(text, root=0)
+    def bcast_str(self, text: str, timeout_s: float = 60.0) -> str:
+        buf = _text_buffer(text)
+        req = self._comm.Ibcast(buf, root=0)
+        wait_for(_MpiPending(req, buf, buf), timeout_s, self.rank, "the marker directory")
+        return _buffer_text(buf)
 
     def versions(self) -> Dict[str, Any]:
         import mpi4py
@@ -133,7 +186,7 @@ class TorchCommunicator(Communicator):
     """torch.distributed: host exchanges on gloo (a gloo side group when the group is NCCL),
     the device barrier a one-element all_reduce on the group's own backend."""
 
-    def __init__(self, group: Any):
+    def __init__(self, group: Any, timeout_s: float = 60.0):
         import torch
         import torch.distributed as dist
         self._torch, self._dist, self._group = torch, dist, group
@@ -148,9 +201,9 @@ class TorchCommunicator(Communicator):
                 ranks = None if group is None else dist.get_process_group_ranks(group)
                 _gloo_groups[key] = dist.new_group(ranks=ranks, backend="gloo")
             self._host = _gloo_groups[key]
-        hosts: List[Any] = [None] * self.world
-        dist.all_gather_object(hosts, socket.gethostname(), group=self._host)
-        for k, v in _hosts_to_counts([str(h) for h in hosts], self.rank).items():
+        hosts = wait_for(self.start_allgather(np.array([_host_id()])), timeout_s, self.rank,
+                         "hosts")[:, 0].tolist()
+        for k, v in _hosts_to_counts(hosts, self.rank).items():
             setattr(self, k, v)
         self._tiny: Any = None
 
@@ -160,11 +213,12 @@ class TorchCommunicator(Communicator):
         work = self._dist.all_gather(parts, t, group=self._host, async_op=True)
         return _TorchPending(work, parts)
 
-    def bcast_str(self, text: str) -> str:
-        box = [text]
+    def bcast_str(self, text: str, timeout_s: float = 60.0) -> str:
+        t = self._torch.from_numpy(_text_buffer(text))
         src = self._dist.get_global_rank(self._host, 0) if self._host is not None else 0
-        self._dist.broadcast_object_list(box, src=src, group=self._host)
-        return str(box[0])
+        work = self._dist.broadcast(t, src=src, group=self._host, async_op=True)
+        wait_for(_TorchPending(work, [t]), timeout_s, self.rank, "the marker directory")
+        return _buffer_text(t.numpy())
 
     def device_barrier(self) -> Optional[Callable[[], None]]:
         if "nccl" not in self.backend:
@@ -191,7 +245,7 @@ class TorchCommunicator(Communicator):
         return v
 
 
-def communicator(group: Any) -> Communicator:
+def communicator(group: Any, timeout_s: float = 60.0) -> Communicator:
     """group: 'auto' (torch.distributed's initialised default group, else mpi4py's
     COMM_WORLD when mpi4py is imported or the job runs under mpirun), a torch ProcessGroup or an
     mpi4py communicator."""
@@ -203,19 +257,19 @@ def communicator(group: Any) -> Communicator:
                              f"an mpi4py communicator, got {group!r}")
         dist = _torch_dist()
         if dist is not None and dist.is_initialized():
-            return TorchCommunicator(None)
+            return TorchCommunicator(None, timeout_s)
         if "mpi4py" in sys.modules or any(k in os.environ for k in
                                           ("OMPI_COMM_WORLD_SIZE", "PMI_SIZE", "PMIX_RANK")):
             from mpi4py import MPI
-            return MpiCommunicator(MPI.COMM_WORLD)
+            return MpiCommunicator(MPI.COMM_WORLD, timeout_s)
         raise RuntimeError("kbench.distributed: group='auto' found no engine: initialise "
                            "torch.distributed (kbench.distributed.init_process_group) or run "
                            "under mpirun with mpi4py installed")
     mod = type(group).__module__ or ""
     if mod.startswith("mpi4py"):
-        return MpiCommunicator(group)
+        return MpiCommunicator(group, timeout_s)
     if mod.startswith("torch"):
-        return TorchCommunicator(group)
+        return TorchCommunicator(group, timeout_s)
     raise TypeError(f"kbench.distributed: group must be 'auto', a torch ProcessGroup or an "
                     f"mpi4py communicator, got {type(group).__name__}")
 

@@ -26,29 +26,29 @@ from typing import Any, Dict, List, Optional, Tuple
 import numpy as np
 
 from .._core import KbenchError
-from ._comm import Communicator
+from ._comm import Communicator, DistributedError, DistributedTimeout
 
 DEFAULT_TIMEOUT_S = 60.0
 _MARKER_BYTES = 256
 _HEADER = 4         # seq, crc32(stage), payload length, 0
 
 
-class DistributedError(KbenchError):
-    """Ranks disagree or one failed: the message names the stage and the ranks."""
-
-
-class DistributedTimeout(DistributedError):
-    """A collective did not complete within dist_timeout_s; the message names the stage and the
-    ranks that did not arrive. The communicator is unusable afterwards (a collective is still
-    pending on it): end the job."""
+def check_timeout(timeout_s: Any) -> float:
+    """dist_timeout_s as a float: a positive, finite number of seconds (NaN never expires)."""
+    import math
+    if isinstance(timeout_s, bool) or not isinstance(timeout_s, (int, float)) or \
+            not (timeout_s > 0 and math.isfinite(timeout_s)):
+        raise ValueError(f"kbench.distributed: dist_timeout_s must be a positive number of "
+                         f"seconds, got {timeout_s!r}")
+    return float(timeout_s)
 
 
 class StageMarkers:
     """One marker file per rank: '<seq> <unix time> <stage>' (see the module docstring)."""
 
-    def __init__(self, comm: Communicator):
+    def __init__(self, comm: Communicator, timeout_s: float = DEFAULT_TIMEOUT_S):
         base = os.environ.get("KBENCH_DIST_DIR") or tempfile.gettempdir()
-        token = comm.bcast_str(uuid.uuid4().hex[:16] if comm.rank == 0 else "")
+        token = comm.bcast_str(uuid.uuid4().hex[:16] if comm.rank == 0 else "", timeout_s)
         self.dir = os.path.join(base, f"kbench-dist-{token}")
         os.makedirs(self.dir, exist_ok=True)
         self.rank, self.world = comm.rank, comm.world
@@ -81,6 +81,10 @@ class StageMarkers:
         if self._fd is not None:
             os.close(self._fd)
             self._fd = None
+        if self.stage.startswith("failed"):
+            # a rank that failed and exits leaves its marker: the peers waiting for it read
+            # the failure, not "marker not visible from this node"
+            return
         try:
             os.unlink(self._path(self.rank))
             if not os.listdir(self.dir):
@@ -99,11 +103,8 @@ class Ranks:
 
     def __init__(self, comm: Communicator, timeout_s: float = DEFAULT_TIMEOUT_S,
                  device_barrier: bool = True, plant: Optional[Dict[str, Any]] = None):
-        if not (isinstance(timeout_s, (int, float)) and timeout_s > 0):
-            raise ValueError(f"kbench.distributed: dist_timeout_s must be a positive number of "
-                             f"seconds, got {timeout_s!r}")
-        self.comm, self.timeout_s = comm, float(timeout_s)
-        self.markers = StageMarkers(comm)
+        self.comm, self.timeout_s = comm, check_timeout(timeout_s)
+        self.markers = StageMarkers(comm, self.timeout_s)
         self._seq = 0
         self._rows: List[np.ndarray] = []         # (world, k) per sampling batch
         self._phase = "warmup"
