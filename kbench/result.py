@@ -405,7 +405,9 @@ def memory_text(mem: Optional[Dict[str, Any]]) -> str:
     parts = [f"peak {fmt_bytes(mem['peak_bytes'])} above what was allocated before the call "
              f"({method}; one untimed call)"]
     if (mem.get("retained_bytes") or 0) > 0:
-        parts.append(f"{fmt_bytes(mem['retained_bytes'])} still held after it (its output)")
+        # what the call left allocated: its output, or memory it cached or leaked
+        parts.append(f"{fmt_bytes(mem['retained_bytes'])} still held after it (its output, a "
+                     f"cache or a leak)")
     return "; ".join(parts)
 
 

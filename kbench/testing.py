@@ -108,7 +108,15 @@ def _grad_reset(fn: Callable[[], Any], grad_to_none: Optional[Sequence[Any]]):
 def _summarize(times_ms: np.ndarray, quantiles: Optional[Sequence[float]],
                return_mode: str) -> Union[float, List[float]]:
     """triton's conventions: quantiles -> list (a single quantile -> float); 'all' -> list;
-    otherwise the statistic as a float. 'median' is the lower median, as torch.median."""
+    otherwise the statistic as a float. 'median' is the lower median, as torch.median. No
+    times (a profile run, KBENCH_PROFILE=1: one untimed call) read NaN in the same shape, so a
+    script runs unchanged under the profiler."""
+    if times_ms.size == 0:
+        nan = float("nan")
+        if quantiles is not None:
+            n = np.asarray(quantiles).size
+            return nan if n == 1 else [nan] * n
+        return [] if return_mode == "all" else nan
     if quantiles is not None:
         q = np.quantile(times_ms, np.asarray(quantiles, dtype=np.float64)).tolist()
         q = q if isinstance(q, list) else [q]

@@ -38,6 +38,25 @@ def test_a_cpu_call_that_allocates_64_mb_reads_about_64_mb():
     assert m["retained_bytes"] < 8 * MB           # freed before the call returned
 
 
+LEAKED = []
+
+
+def leaks(n_mb):
+    if len(LEAKED) < 3:                   # the first calls: a priming call, the probe's
+        LEAKED.append(np.ones(n_mb * MB // 8))
+    return 0
+
+
+@needs_rss
+def test_memory_a_call_keeps_is_not_called_its_output():
+    # a leak returned 0, and the block said "10.5 MB still held after it (its output)"
+    r = kbench.bench(leaks, 32, **QUICK)
+    LEAKED.clear()
+    assert r.memory["retained_bytes"] >= 30 * MB
+    row = next(l for l in repr(r).splitlines() if "Memory" in l)
+    assert "(its output, a cache or a leak)" in row, row
+
+
 @needs_rss
 def test_an_in_place_call_reads_near_zero():
     a, b = np.random.rand(2, 1 << 20)

@@ -125,6 +125,19 @@ def test_kbench_profile_env_switches_scripts_without_a_change(monkeypatch):
                                    max_time_s=0.05, min_samples=5), kbench.Result)
 
 
+def test_the_do_bench_drop_in_runs_unchanged_under_kbench_profile(monkeypatch):
+    # triton-style scripts crashed: np.quantile / np.min of no times
+    from kbench.testing import do_bench
+    monkeypatch.setenv(profile.ENV, "1")
+    a = np.ones(1000)
+    q = do_bench(lambda: a.sum(), warmup=5, rep=20, quantiles=[0.5, 0.2, 0.8])
+    assert len(q) == 3 and all(np.isnan(q))
+    assert np.isnan(do_bench(lambda: a.sum(), quantiles=[0.5]))
+    for mode in ("min", "max", "mean", "median"):
+        assert np.isnan(do_bench(lambda: a.sum(), return_mode=mode))
+    assert do_bench(lambda: a.sum(), return_mode="all") == []
+
+
 def test_under_a_profilers_injection_a_gpu_case_runs_once_instead_of_timing(monkeypatch):
     """The switch happens in Python before the CUDA timer (which would raise CuptiBusy)."""
     log = []
