@@ -551,6 +551,9 @@ def _metadata(device_name: str, r: Result, extra: Dict[str, Any]) -> Dict[str, A
         except Exception as e:      # metadata must never lose a measurement
             _host_md_cache[cwd] = {"error": f"{type(e).__name__}: {e}"}
     md = dict(_host_md_cache[cwd])
+    if "git" in md:     # re-read as the harness's is (5 s): an edit made mid-session shows
+        from .provenance import git_cached
+        md["git"] = git_cached(cwd)
     md["timestamp_utc"] = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())
     from .metadata import command_line
     md["argv"] = command_line()

@@ -49,7 +49,8 @@ def md5_file(path: str) -> Optional[str]:
         return None
 
 
-def _git(directory: str) -> Any:
+def git_cached(directory: str) -> Any:
+    """metadata.git_info(directory), re-read at most every GIT_CACHE_S."""
     now = time.monotonic()
     hit = _git_cache.get(directory)
     if hit is None or now - hit[0] > GIT_CACHE_S:
@@ -176,7 +177,7 @@ def kbench_info() -> Dict[str, Any]:
     from ._version import __version__
     from ._build import build_info
     return {"version": __version__, "build": build_info(), "path": _PKG_DIR,
-            "git": _git(_PKG_DIR)}
+            "git": git_cached(_PKG_DIR)}
 
 
 def collect(fn: Any, args: Tuple[Any, ...], kwargs: Dict[str, Any]) -> Dict[str, Any]:
@@ -186,7 +187,8 @@ def collect(fn: Any, args: Tuple[Any, ...], kwargs: Dict[str, Any]) -> Dict[str,
         frame = caller_frame()
         out["script"] = script_of(frame)
         path = out["script"].get("path")
-        out["git"] = _git(os.path.dirname(path) if path and os.path.isabs(path) else os.getcwd())
+        out["git"] = git_cached(os.path.dirname(path) if path and os.path.isabs(path)
+                                else os.getcwd())
         del frame
     except Exception as e:
         out["script"] = {"path": None, "md5": None, "why": f"{type(e).__name__}: {e}"}

@@ -136,3 +136,23 @@ def test_a_sweep_records_the_script_that_called_it_not_kbench():
     res = kbench.sweep(lambda n: (scale, (np.ones(n),)), axes={"n": [10]}, **QUICK)
     r = res.results[0]
     assert r.metadata["harness"]["script"]["path"] == os.path.abspath(__file__)
+
+
+def test_the_results_git_state_follows_an_edit_made_mid_session(tmp_path, monkeypatch):
+    # metadata["git"] was read once a process and directory: after an edit the same result
+    # said clean there and dirty in its harness
+    import subprocess
+    from kbench import provenance
+    monkeypatch.delenv("KBENCH_GIT_COMMIT", raising=False)
+    repo = tmp_path / "repo"
+    repo.mkdir()
+    (repo / "k.py").write_text("x = 1\n")
+    for args in (["init", "-q"], ["add", "k.py"],
+                 ["-c", "user.email=a@b", "-c", "user.name=a", "commit", "-qm", "k"]):
+        subprocess.run(["git", *args], cwd=repo, check=True)
+    monkeypatch.chdir(repo)
+    monkeypatch.setattr(provenance, "GIT_CACHE_S", 0.0)
+    opts = dict(cold_cache=None, warmup_s=0.0, max_time_s=0.02, memory=False)
+    assert kbench.bench(abs, -1, **opts).metadata["git"]["dirty"] is False
+    (repo / "k.py").write_text("x = 2\n")
+    assert kbench.bench(abs, -1, **opts).metadata["git"]["dirty"] is True
