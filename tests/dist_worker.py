@@ -144,8 +144,15 @@ def profiled(out: dict) -> None:
     out.update(calls=len(calls), stop=r.stop.get("stop"))
 
 
+def options(out: dict) -> None:
+    """Rank 1 alone asks for 50 samples and the entropy rule: every rank refuses at once,
+    naming both options and each rank's value."""
+    extra = dict(min_samples=50, criterion="entropy") if RANK == 1 else {}
+    kd.bench(spin, 20e-6, group=COMM, **dict(FAST, **extra))
+
+
 SCENARIOS = {f.__name__: f for f in (basic, via_bench, order, noisy, skip, stall, check,
-                                     absent, profiled)}
+                                     absent, profiled, options)}
 
 
 def main() -> None:

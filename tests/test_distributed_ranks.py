@@ -148,3 +148,13 @@ def test_profile_mode_calls_fn_equally_often_on_every_rank(engine, tmp_path):
     assert r0["ok"] and r1["ok"], (r0.get("error"), r1.get("error"))
     assert r0["calls"] == r1["calls"] and r0["stop"] == "profile"
     assert took < 60
+
+
+def test_ranks_passing_different_loop_options_are_refused_by_name(engine, tmp_path):
+    # found later as 'ranks out of step at sample batch 3', or never (ci_level, cold_cache)
+    (r0, r1), took = run_ranks(engine, "options", tmp_path)
+    for r in (r0, r1):
+        assert not r["ok"] and r["error_type"] == "DistributedError", r
+        assert "criterion: rank 0 (default), rank 1 'entropy'" in r["error"], r["error"]
+        assert "min_samples: rank 0 20, rank 1 50" in r["error"]
+    assert took < 30

@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import atexit
 import json
+import os
 import sys
 from typing import Any, Callable, Dict, List, Optional
 
@@ -128,6 +129,8 @@ def bench(fn: Callable[..., Any], *args: Any, group: Any = "auto",
         # keeps it apart from sustained figures.
         bench_options.setdefault("regime", "burst")
     try:
+        _agree_options(ranks, bench_options, barrier=barrier, check=check is not None,
+                       profile_env=os.environ.get("KBENCH_PROFILE"))
         correctness = None
         if check is not None:
             correctness = _agreed_check(ranks, fn, first, kwargs, check, rtol, atol, name,
@@ -158,6 +161,32 @@ def bench(fn: Callable[..., Any], *args: Any, group: Any = "auto",
                                       ("world", "local_world", "nodes", "engine", "backend",
                                        "versions") if k in report}
     return result
+
+
+# The options that shape the timing loop and its collectives: every rank must pass the same.
+# (device, stream, arguments and data are each rank's own.)
+_AGREED = ("warmup_s", "min_samples", "max_samples", "max_time_s", "target", "ci_level",
+           "criterion", "cold_cache", "flush_bytes", "mode", "regime", "unroll", "profile",
+           "memory", "rotate_sets", "gate", "gate_batch", "keep_busy", "settle_max_s")
+
+
+def _agree_options(ranks: Ranks, options: Dict[str, Any], **more: Any) -> None:
+    """One exchange before anything runs: a rank passing other loop options (min_samples,
+    criterion, cold_cache, ...) was found only later, as 'ranks out of step' at a sampling
+    batch, or never (each rank reported its own CI level). Names the options and each rank's
+    value."""
+    mine = {k: repr(options[k]) for k in _AGREED if k in options}
+    mine.update({k: repr(v) for k, v in more.items()})
+    mine["arg_sets"] = repr(None if options.get("arg_sets") is None or
+                            callable(options["arg_sets"]) else len(options["arg_sets"]))
+    every = [json.loads(t) for t in ranks.gather_text("options", json.dumps(mine, sort_keys=True))]
+    keys = sorted(set().union(*every))
+    differ = [k for k in keys if len({e.get(k, "(default)") for e in every}) > 1]
+    if differ:
+        detail = "; ".join(f"{k}: " + ", ".join(f"rank {r} {e.get(k, '(default)')}"
+                                               for r, e in enumerate(every)) for k in differ)
+        raise DistributedError(f"kbench.distributed: the ranks passed different options "
+                               f"({detail}); every rank must make the same call")
 
 
 def _agreed_check(ranks: Ranks, fn, args, kwargs, check, rtol, atol, name, out_arg,
