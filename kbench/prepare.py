@@ -418,7 +418,10 @@ def check_before_timing(fn, args, kwargs, check, rtol, atol, name,
     named = named_output(args, kwargs, out_arg)
     target = named if out_arg is not None else kwargs.get("out")
     ref = _reference(check, args, kwargs, name)
-    saved = _copy_of(target)
+    try:
+        saved = _copy_of(target)
+    except Exception:       # noqa: BLE001 -- no memory for a second copy of a huge output:
+        saved = None        # checked as before, poisoned, without the in-place retry
     poisoned = poison(target)
     out = _call_for_check(fn, args, kwargs, name, named, out_arg)
     cmp, which = compare_outputs(out, ref, rtol, atol)
