@@ -323,7 +323,7 @@ def _run(fn: Callable[..., Any], sets: List[Tuple[Any, ...]], kwargs: Dict[str, 
     # Re-check outputs after the timed run: a skipped kernel or stale output cannot pass.
     post = extra.pop("_static_out", None)
     post_set = extra.pop("_static_set", 0)      # the argument set a graph's static output is of
-    shared = post is None or extra.pop("_static_shared", False)
+    shared = extra.pop("_static_shared", False) or post is None
     if check is not None:
         if shared and len(sets) > 1 or not callable(check) and post_set != 0:
             # the loop cycles the sets (and keep-busy bridges add calls): which one wrote a
