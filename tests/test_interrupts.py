@@ -61,6 +61,14 @@ CASES = {
         r = kbench.compare(np.ones(1000), np.ones(1000))
         print("NEXT OK", r.n, flush=True)
     """,
+    # a 4 GB flush buffer's first pass faults its pages in: seconds of C (8 GB: 20 s on a VM)
+    "flush set-up": """
+        go()
+        interrupted(lambda: kbench.bench(np.add, a, b, kwargs={"out": c}, flush_bytes=4 << 30,
+                                         warmup_s=0.0, max_time_s=5))
+        r = kbench.bench(np.add, a, b, kwargs={"out": c}, warmup_s=0.0, max_time_s=0.05)
+        print("NEXT OK", r.n, flush=True)
+    """,
     # 10^5 resamples of 10^5 samples: 10^10 draws, minutes of C with the GIL released
     "bootstrap": """
         from kbench import _core

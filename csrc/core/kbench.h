@@ -526,6 +526,9 @@ typedef struct {
 
 int kb_cpu_flusher_init(kb_cpu_flusher *f, size_t bytes);   /* MemoryError */
 void kb_cpu_flush(kb_cpu_flusher *f);                        /* GIL-free */
+/* The first pass, which faults the pages in (8 GB: 20 s on a VM), in chunks with the GIL
+ * released and Ctrl-C checked between them (GIL held on entry); -1 with the exception set. */
+int kb_cpu_flush_first(kb_cpu_flusher *f);
 void kb_cpu_flusher_fini(kb_cpu_flusher *f);
 
 /* ------------------------------------------------------------------ helpers */

@@ -164,11 +164,10 @@ int kb_cpu_flusher_init(kb_cpu_flusher *f, size_t bytes)
     return 0;
 }
 
-void kb_cpu_flush(kb_cpu_flusher *f)
+/* Write every line of buf[from, to) with s. */
+static void write_lines(unsigned char *b, size_t from, size_t to, uint64_t s)
 {
-    unsigned char *b = f->buf;
-    uint64_t s = (uint64_t)++f->seed * 0x0101010101010101ull;
-    for (size_t i = 0; i < f->bytes; i += KB_LINE) {
+    for (size_t i = from; i < to; i += KB_LINE) {
         uint64_t *line = (uint64_t *)(void *)(b + i);     /* 64-byte aligned */
         line[0] = s, line[1] = s, line[2] = s, line[3] = s;
         line[4] = s, line[5] = s, line[6] = s, line[7] = s;
@@ -177,6 +176,26 @@ void kb_cpu_flush(kb_cpu_flusher *f)
          * non-temporally and would evict nothing. */
         __asm__ __volatile__("" : : "r"(line) : "memory");
     }
+}
+
+void kb_cpu_flush(kb_cpu_flusher *f)
+{
+    write_lines(f->buf, 0, f->bytes, (uint64_t)++f->seed * 0x0101010101010101ull);
+}
+
+int kb_cpu_flush_first(kb_cpu_flusher *f)
+{
+    const size_t chunk = (size_t)64 << 20;     /* ~0.1 s of page faults: Ctrl-C within that */
+    uint64_t s = (uint64_t)++f->seed * 0x0101010101010101ull;
+    for (size_t at = 0; at < f->bytes; at += chunk) {
+        size_t end = f->bytes - at > chunk ? at + chunk : f->bytes;
+        Py_BEGIN_ALLOW_THREADS
+        write_lines(f->buf, at, end, s);
+        Py_END_ALLOW_THREADS
+        if (PyErr_CheckSignals() < 0)
+            return -1;
+    }
+    return 0;
 }
 
 void kb_cpu_flusher_fini(kb_cpu_flusher *f)
@@ -225,10 +244,10 @@ static PyObject *cpu_flush(PyObject *self, PyObject *arg)
     kb_cpu_flusher f;
     if (kb_cpu_flusher_init(&f, (size_t)bytes) < 0)
         return NULL;
-    Py_BEGIN_ALLOW_THREADS
-    kb_cpu_flush(&f);
-    Py_END_ALLOW_THREADS
+    int rc = kb_cpu_flush_first(&f);
     kb_cpu_flusher_fini(&f);
+    if (rc < 0)
+        return NULL;
     Py_RETURN_NONE;
 }
 
