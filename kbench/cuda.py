@@ -84,9 +84,16 @@ def torch_profiler_active() -> bool:
 
 
 def device_info(ordinal: int) -> Dict[str, Any]:
+    """The device's attributes, read once a process, with its free memory read now: a session's
+    later benches sized kbench's rotation copies by the first bench's free memory."""
     if ordinal not in _device_info_cache:
         _device_info_cache[ordinal] = dict(_core.cuda_device_info(ordinal))
-    return _device_info_cache[ordinal]
+    info = dict(_device_info_cache[ordinal])
+    try:
+        info["free_memory_bytes"] = int(_core.cuda_mem_info(ordinal)[0])
+    except Exception:           # noqa: BLE001 -- the cached reading stands
+        pass
+    return info
 
 
 def _uses_torch(sets: List[Tuple[Any, ...]], kwargs: Dict[str, Any], stream: Any) -> bool:

@@ -334,3 +334,19 @@ def test_overlapped_activities_are_reported_beside_the_figure(monkeypatch):
     serial = _fake_run(monkeypatch, busy, 0.05, [0] * 20, sm=[1980.0] * 20, summed_s=busy)
     assert serial["overlap_median_s"] == 0.0
     assert printed(serial) == []
+
+
+def test_device_info_reads_free_memory_on_every_bench(monkeypatch):
+    # the attributes are read once a process; free memory, which sizes kbench's rotation
+    # copies, was the first bench's for the whole session
+    free = {"bytes": 80 << 30}
+    monkeypatch.setattr(cuda, "_device_info_cache", {})
+    monkeypatch.setattr(cuda._core, "cuda_device_info",
+                        lambda o: {"l2_bytes": 60 << 20, "free_memory_bytes": 80 << 30})
+    monkeypatch.setattr(cuda._core, "cuda_mem_info", lambda o: (free["bytes"], 140 << 30),
+                        raising=False)
+    assert cuda.device_info(0)["free_memory_bytes"] == 80 << 30
+    free["bytes"] = 10 << 30
+    info = cuda.device_info(0)
+    assert info["free_memory_bytes"] == 10 << 30 and info["l2_bytes"] == 60 << 20
+    assert cuda._device_info_cache[0]["free_memory_bytes"] == 80 << 30   # the cache untouched
