@@ -40,6 +40,7 @@ _ROW_KEYS = ("name", "median_s", "ci_low_s", "ci_high_s", "rel_ci", "samples", "
              "flops_per_s", "bandwidth_pct_peak", "compute_pct_peak", "stop",
              "served_from_cache")
 _CASE_KEYS = ("fn", "args")
+SWEEP_SCHEMA = "kbench.sweep/1"
 # the table's columns after the axes' (row key, header, format); "CI95" follows ci_level
 _RATE_COLS = (("bytes_per_s", "GB/s", lambda v: f"{v / 1e9:.3g}"),
               ("flops_per_s", "GFLOP/s", lambda v: f"{v / 1e9:.3g}"),
@@ -207,13 +208,44 @@ class SweepResult:
         return text
 
     def to_dict(self) -> Dict[str, Any]:
-        return {"schema": "kbench.sweep/1",
+        return {"schema": SWEEP_SCHEMA,
                 "axes": {k: [_label(v) for v in vs] for k, vs in self.axes.items()},
-                "isolate": self.isolate, "rows": self.rows,
+                "isolate": self.isolate, "factory_name": self.factory_name, "rows": self.rows,
                 "results": [r.to_dict() for r in self.results]}
 
     def to_json(self, path: Optional[str] = None, indent: int = 1) -> str:
         return dump_json(self.to_dict(), path, indent)
+
+    @classmethod
+    def from_dict(cls, d: Dict[str, Any]) -> "SweepResult":
+        """A sweep written by to_dict/to_json: its axes and cases as labels (a dtype reads back
+        as its name), each case's Result whole."""
+        if not isinstance(d, dict) or d.get("schema") != SWEEP_SCHEMA:
+            got = d.get("schema") if isinstance(d, dict) else type(d).__name__
+            raise ValueError(f"not a kbench sweep (schema {got!r}, expected {SWEEP_SCHEMA!r}; "
+                             f"a single result loads with kbench.Result.load)")
+        axes, rows, results = d.get("axes"), d.get("rows"), d.get("results")
+        if not (isinstance(axes, dict) and isinstance(rows, list) and isinstance(results, list)
+                and len(rows) == len(results)):
+            raise ValueError("kbench sweep without matching axes, rows and results")
+        return cls(axes={k: list(v) for k, v in axes.items()},
+                   cases=[{k: row.get(k) for k in axes} for row in rows],
+                   results=[Result.from_dict(r) for r in results],
+                   isolate=bool(d.get("isolate")), factory_name=d.get("factory_name") or "")
+
+    @classmethod
+    def load(cls, path: str) -> "SweepResult":
+        """Read a sweep written by to_json(path)."""
+        import json
+        with open(path) as f:
+            try:
+                doc = json.load(f)
+            except (json.JSONDecodeError, UnicodeDecodeError) as e:
+                raise ValueError(f"{path}: not a kbench sweep: not JSON ({e})") from None
+        try:
+            return cls.from_dict(doc)
+        except ValueError as e:
+            raise ValueError(f"{path}: {e}") from None
 
     def to_pandas(self):
         """The rows as a pandas DataFrame (needs pandas)."""

@@ -266,3 +266,20 @@ def test_tables_mark_figures_served_from_cache():
     cold = synthetic_sweep(mode="flush")
     assert not any(r["served_from_cache"] for r in cold.rows)
     assert "*" not in repr(cold) and "served from cache" not in cold.to_markdown()
+
+
+def test_a_saved_sweep_loads_back_whole(copies, tmp_path):
+    # to_json wrote kbench.sweep/1, and nothing read it back
+    from kbench.sweep import SweepResult
+    path = tmp_path / "sweep.json"
+    copies.to_json(str(path))
+    back = SweepResult.load(str(path))
+    assert back.rows == copies.rows and repr(back) == repr(copies)
+    assert back.cases == copies.cases and back.factory_name == copies.factory_name
+    assert [r.median for r in back.results] == [r.median for r in copies.results]
+    copies.results[0].to_json(str(tmp_path / "one.json"))
+    with pytest.raises(ValueError, match="not a kbench sweep.*Result.load"):
+        SweepResult.load(str(tmp_path / "one.json"))
+    (tmp_path / "bad.json").write_text("{")
+    with pytest.raises(ValueError, match="bad.json: not a kbench sweep: not JSON"):
+        SweepResult.load(str(tmp_path / "bad.json"))
