@@ -80,6 +80,20 @@ def _buffers(obj: Any, out: List[Tuple[Any, int, int, int]], seen: set) -> None:
         out.append((("object", id(obj)), 0, nb, nb))
 
 
+def shares_memory(a: Any, b: Any) -> bool:
+    """Whether a and b (arrays, tensors, or containers of them) reach a common byte: the same
+    address ranges _buffers finds for the rotation, so one view of memory serves both the
+    rotation's count and the check's aliasing questions."""
+    if a is b:
+        return True
+    mine: List[Tuple[Any, int, int, int]] = []
+    theirs: List[Tuple[Any, int, int, int]] = []
+    _buffers(a, mine, set())
+    _buffers(b, theirs, set())
+    return any(s1 == s2 and lo1 < hi2 and lo2 < hi1
+               for s1, lo1, hi1, _ in mine for s2, lo2, hi2, _ in theirs)
+
+
 def rotation_footprints(sets: Sequence[Sequence[Any]]) -> Tuple[List[int], int]:
     """Per set, the bytes it holds that no other set holds, and the distinct bytes of all sets:
     a buffer in several sets (the same array, views of it) is counted once, and in no set's

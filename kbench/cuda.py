@@ -17,7 +17,7 @@ from typing import Any, Callable, ContextManager, Dict, List, Optional, Tuple
 import numpy as np
 
 from . import _core
-from .coldcache import flag_rotation_sets, make_rotation_sets
+from .coldcache import flag_rotation_sets, make_rotation_sets, shares_memory
 from .prepare import device_ordinal, poison_gpu
 from .cuda_report import (check_compute_peak, floor_share, gpu_neighbours, gpu_peaks, kinds,
                           read_cold, read_record, theoretical_bandwidth)
@@ -374,16 +374,6 @@ _FROM_BENCH = ("cold_cache", "flush_bytes", "mode", "device", "loop", "check", "
 OPTIONS = tuple(name for name, p in inspect.signature(_run).parameters.items()
                 if p.kind is p.KEYWORD_ONLY and name not in _FROM_BENCH)
 
-def _same_storage(a: Any, b: Any) -> bool:
-    """Whether two outputs (tensors, or tuples of them) share memory."""
-    if isinstance(a, (tuple, list)) and isinstance(b, (tuple, list)):
-        return any(_same_storage(x, y) for x, y in zip(a, b))
-    try:
-        return a.untyped_storage().data_ptr() == b.untyped_storage().data_ptr()
-    except AttributeError:
-        return a is b
-
-
 def _check_after(post: Any, args: Tuple[Any, ...], check: Any, rtol: Any, atol: Any,
                  ordinal: int, extra: Dict[str, Any]) -> None:
     """Compare the output the timed run left (post; None: nothing to compare) with check's
@@ -499,7 +489,7 @@ def _run_graph(fn, sets, kwargs, s, ordinal, timer, cold_arg, unroll, loop, comm
         extra["_static_set"] = ((n_graphs - 1) * unroll + unroll - 1) % len(sets)
         # one tensor every graph writes (fn returns its out=): the last replay's, any set's
         extra["_static_shared"] = last is None or n_graphs > 1 and any(
-            _same_storage(o, last) for o in static_outs[:-1])
+            shares_memory(o, last) for o in static_outs[:-1])
         extra["graph"] = {"captured_with": "torch.cuda.graph", "graphs": n_graphs}
     else:
         graphs = [_core.graph_capture(fn, tuple(sets[gi * unroll:(gi + 1) * unroll]) or

@@ -18,6 +18,7 @@ from typing import Any, Callable, Dict, Tuple, TypeVar, Union
 
 import numpy as np
 
+from .coldcache import shares_memory
 from .compare import compare
 
 F = TypeVar("F", bound=Callable[..., Any])
@@ -311,29 +312,6 @@ def _restore(x: Any, saved: Any) -> None:
         x[...] = saved
 
 
-def _may_alias(x: Any, others: Any) -> bool:
-    """Whether x shares memory with any of `others` (NumPy arrays by their bounds; torch and
-    CuPy objects by identity or a common storage address)."""
-    for o in others:
-        if o is x:
-            return True
-        if isinstance(x, np.ndarray) and isinstance(o, np.ndarray):
-            if np.may_share_memory(x, o):
-                return True
-        elif _storage_ptr(x) is not None and _storage_ptr(x) == _storage_ptr(o):
-            return True
-    return False
-
-
-def _storage_ptr(x: Any) -> Any:
-    storage = getattr(x, "untyped_storage", None)       # torch
-    if callable(storage):
-        return storage().data_ptr()
-    data = getattr(x, "data", None)                     # CuPy: its memory's base pointer
-    mem = getattr(data, "mem", None)
-    return getattr(mem, "ptr", None) if mem is not None else None
-
-
 def _returned_none(name: str, args: Tuple[Any, ...], kwargs: Dict[str, Any]) -> TypeError:
     where = (f"out_arg=<position> (one of 0..{len(args) - 1})" if args else "") + \
         (" or " if args and kwargs else "") + \
@@ -361,7 +339,7 @@ def _reference(check: Any, args: Tuple[Any, ...], kwargs: Dict[str, Any], name: 
         raise TypeError(f"kbench.bench({name}): the check= callable returned None; it must "
                         f"return the reference output, computed from fn's positional "
                         f"arguments; nothing was timed")
-    if _may_alias(ref, list(args) + list(kwargs.values())):
+    if any(shares_memory(ref, a) for a in list(args) + list(kwargs.values())):
         ref = _copy_of(ref)
     return ref
 

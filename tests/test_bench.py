@@ -959,3 +959,11 @@ def test_a_power_capped_figure_that_met_its_ci_says_the_ci_is_the_runs_own(
     assert bool(notes) is noted, _warnings(r)
     if noted:
         assert "SM median 1455 MHz" in notes[0] and "kbench.ab" in notes[0]
+
+
+def test_shares_memory_answers_from_the_same_address_ranges_as_the_rotation():
+    from kbench.coldcache import shares_memory
+    a = np.arange(100.0)
+    assert shares_memory(a, a[::-1]) and shares_memory((a[10:20],), [a[15:30]])
+    assert not shares_memory(a[:50], a[50:]) and not shares_memory(a, a.copy())
+    assert shares_memory(7, 7) and not shares_memory(a, None)
