@@ -13,10 +13,10 @@ from . import _core  # noqa: F401  (kbench._core, eagerly: submodules shadow laz
 from ._core import (CaptureError, CudaError, CuptiBusy, CuptiError, KbenchError,
                     LibraryNotFound, NvmlError, NvrtcError)
 from .bench import bench
-from .ab import ab
+from .ab import ABResult, ab
 from .compare import Comparison, assert_close, compare
 from .result import Result
-from .sweep import sweep
+from .sweep import SweepResult, sweep
 from ._version import __version__
 
 
@@ -30,6 +30,7 @@ def release_cupti() -> bool:
     return bool(_core.HAVE_CUDA and _core.cupti_release())
 
 __all__ = ["bench", "release_cupti", "compare", "assert_close", "Result", "Comparison", "ab", "sweep",
+           "ABResult", "SweepResult",
            "KbenchError", "LibraryNotFound", "CudaError", "CaptureError", "CuptiError",
            "CuptiBusy", "NvmlError", "NvrtcError", "__version__"]
 

@@ -15,12 +15,14 @@ from __future__ import annotations
 
 import numbers
 from dataclasses import dataclass, field
-from typing import Any, Callable, Dict, List, Sequence, Tuple, Union
+from typing import Any, Callable, Dict, List, Optional, Sequence, Tuple, Union
 
 import numpy as np
 
-from ._format import fmt_time, html_table, text_table
+from ._format import dump_json, fmt_time, html_table, text_table
 from .result import Result
+
+AB_SCHEMA = "kbench.ab/1"
 
 Arms = Union[Dict[str, Callable[..., Any]], Sequence[Tuple[str, Callable[..., Any]]]]
 
@@ -87,6 +89,22 @@ class ArmComparison:
                     median_delta=self.median_delta, ci_low=self.ci_low, ci_high=self.ci_high,
                     ci_level=self.ci_level, same_sign=self.same_sign, verdict=self.verdict)
 
+    @classmethod
+    def from_dict(cls, d: Dict[str, Any]) -> "ArmComparison":
+        if not isinstance(d, dict):
+            raise ValueError(f"kbench A/B comparison is a {type(d).__name__}, not an object")
+        try:
+            return cls(arm=str(d["arm"]), baseline=str(d["baseline"]),
+                       deltas=[float(x) for x in d["deltas"]],
+                       median_delta=float(d["median_delta"]), ci_low=float(d["ci_low"]),
+                       ci_high=float(d["ci_high"]), ci_level=float(d["ci_level"]),
+                       same_sign=bool(d["same_sign"]), verdict=str(d["verdict"]))
+        except KeyError as e:
+            raise ValueError(f"kbench A/B comparison without {e.args[0]!r}") from None
+        except (TypeError, ValueError):
+            raise ValueError("kbench A/B comparison with a field that is not a number "
+                             "(deltas, median_delta, ci_low, ci_high, ci_level)") from None
+
 
 @dataclass
 class ABResult:
@@ -147,7 +165,7 @@ class ABResult:
 
     def to_dict(self) -> Dict[str, Any]:
         return {
-            "schema": "kbench.ab/1",
+            "schema": AB_SCHEMA,
             "arms": list(self.arms),
             "profile": self.profile,
             "orders": [list(o) for o in self.orders],
@@ -157,6 +175,53 @@ class ABResult:
             "options": {k: (v if isinstance(v, (int, float, str, bool, type(None))) else repr(v))
                         for k, v in self.options.items()},
         }
+
+    def to_json(self, path: Optional[str] = None, indent: int = 1) -> str:
+        return dump_json(self.to_dict(), path, indent)
+
+    @classmethod
+    def from_dict(cls, d: Dict[str, Any]) -> "ABResult":
+        """An A/B run written by to_dict/to_json: every trial's Results whole, the comparisons
+        and verdicts as they were given (not recomputed), options as written (a value that was
+        not a plain number or string reads back as its repr)."""
+        if not isinstance(d, dict) or d.get("schema") != AB_SCHEMA:
+            got = d.get("schema") if isinstance(d, dict) else type(d).__name__
+            raise ValueError(f"not a kbench A/B result (schema {got!r}, expected {AB_SCHEMA!r}; "
+                             f"a single result loads with kbench.Result.load, a sweep with "
+                             f"kbench.SweepResult.load)")
+        arms, trials, orders = d.get("arms"), d.get("trials"), d.get("orders")
+        comps = d.get("comparisons")
+        if not (isinstance(arms, list) and len(arms) >= 2 and isinstance(trials, list)
+                and trials and isinstance(orders, list) and len(orders) == len(trials)
+                and isinstance(comps, list) and len(comps) == len(arms) - 1):
+            raise ValueError("kbench A/B result without matching arms, trials, orders and "
+                             "comparisons")
+        arms = [str(a) for a in arms]
+        runs: List[Dict[str, Result]] = []
+        for t, trial in enumerate(trials):
+            if not isinstance(trial, dict) or sorted(trial) != sorted(arms):
+                raise ValueError(f"kbench A/B result: trial {t} does not hold one result per "
+                                 f"arm ({arms})")
+            runs.append({a: Result.from_dict(trial[a]) for a in arms})
+        options = d.get("options")
+        return cls(arms=arms, trials=runs, orders=[[str(a) for a in o] for o in orders],
+                   comparisons=[ArmComparison.from_dict(c) for c in comps],
+                   options=dict(options) if isinstance(options, dict) else {},
+                   profile=bool(d.get("profile")))
+
+    @classmethod
+    def load(cls, path: str) -> "ABResult":
+        """Read an A/B run written by to_json(path)."""
+        import json
+        with open(path) as f:
+            try:
+                doc = json.load(f)
+            except (json.JSONDecodeError, UnicodeDecodeError) as e:
+                raise ValueError(f"{path}: not a kbench A/B result: not JSON ({e})") from None
+        try:
+            return cls.from_dict(doc)
+        except (TypeError, ValueError) as e:
+            raise ValueError(f"{path}: {e}") from None
 
 
 def _verdict(arm: str, deltas: np.ndarray, med: float, lo: float, hi: float) -> Tuple[bool, str]:

@@ -379,8 +379,8 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     i.add_argument("--json", action="store_true")
     i.set_defaults(func=cmd_info)
     c = sub.add_parser("compare", help="deltas between two saved result files, with verdicts")
-    c.add_argument("old")
-    c.add_argument("new")
+    c.add_argument("old", help="a saved result, session (--kbench-save), sweep or A/B file")
+    c.add_argument("new", help="the same kinds; benchmarks pair up by name (a case, an arm)")
     c.add_argument("--fail", type=_threshold, default=None, metavar="THRESHOLD",
                    help="exit 1 when a benchmark is slower by more than this (8%% or 0.08; a "
                         "bare 8 or 1 is refused as ambiguous), has an invalid median, or when "

@@ -1,8 +1,10 @@
 """Compare saved benchmark results: deltas of medians with verdicts.
 
 Used by `kbench compare OLD NEW` and by the pytest plugin's --kbench-compare. Either file may be
-a single Result JSON (schema kbench.result/1) or a session file written by --kbench-save
-(schema kbench.session/1: {"results": {nodeid: result dict}}).
+a single Result JSON (schema kbench.result/1), a session file written by --kbench-save
+(schema kbench.session/1: {"results": {nodeid: result dict}}), a sweep (kbench.sweep/1: each
+case by its name) or an A/B run (kbench.ab/1: each arm by its name, its figure the median of
+its trial medians with the order-statistic CI of that median, as the A/B table shows it).
 
 Verdict rules, per benchmark present in both files, with delta = new median / old median - 1:
   "slower"          delta > +threshold and the medians' confidence intervals do not overlap
@@ -37,6 +39,7 @@ from __future__ import annotations
 
 import json
 import math
+import statistics
 from dataclasses import dataclass, field
 from typing import Any, Dict, List, Optional, Union
 
@@ -45,6 +48,8 @@ from .provenance import different
 
 SESSION_SCHEMA = "kbench.session/1"
 RESULT_SCHEMA = "kbench.result/1"
+SWEEP_SCHEMA = "kbench.sweep/1"
+AB_SCHEMA = "kbench.ab/1"
 
 ResultSet = Dict[str, Dict[str, Any]]
 
@@ -82,8 +87,68 @@ def load_results(path_or_doc: Union[str, Dict[str, Any]]) -> ResultSet:
     if schema == RESULT_SCHEMA:
         _check_result_doc(doc, where)
         return {str(doc.get("name", "result")): doc}
-    raise ValueError(f"kbench compare: {where} is not a kbench result or session file "
-                     f"(schema {schema!r}; expected {RESULT_SCHEMA!r} or {SESSION_SCHEMA!r})")
+    if schema == SWEEP_SCHEMA:
+        return _sweep_results(doc, where)
+    if schema == AB_SCHEMA:
+        return _ab_results(doc, where)
+    raise ValueError(f"kbench compare: {where} is not a kbench result, session, sweep or A/B "
+                     f"file (schema {schema!r}; expected one of {RESULT_SCHEMA!r}, "
+                     f"{SESSION_SCHEMA!r}, {SWEEP_SCHEMA!r}, {AB_SCHEMA!r})")
+
+
+def _sweep_results(doc: Dict[str, Any], where: str) -> ResultSet:
+    """A sweep's cases keyed by their names (fn[n=1024, dtype=float32]); a name repeated
+    (two factories returning the same callable name) is told apart by its case number."""
+    results = doc.get("results")
+    if not isinstance(results, list):
+        raise ValueError(f"kbench compare: sweep file {where} has no 'results' list")
+    out: ResultSet = {}
+    for i, d in enumerate(results):
+        _check_result_doc(d, f"{where}, case {i}")
+        key = str(d.get("name", f"case {i}"))
+        out[key if key not in out else f"{key} #{i}"] = d
+    return out
+
+
+def _ab_results(doc: Dict[str, Any], where: str) -> ResultSet:
+    """An A/B run's arms, each as one result: the median of its trial medians (what the A/B
+    table prints) and that median's order-statistic CI at the run's level, the trial medians
+    as its samples; metadata, regime and memory from its first trial. The A/B verdict itself
+    is within one run; comparing two A/B files compares each arm across runs."""
+    from .ab import median_ci
+    arms, trials = doc.get("arms"), doc.get("trials")
+    if not (isinstance(arms, list) and isinstance(trials, list) and trials
+            and all(isinstance(t, dict) for t in trials)):
+        raise ValueError(f"kbench compare: A/B file {where} has no 'arms' and 'trials'")
+    comps = doc.get("comparisons") or [{}]
+    level = comps[0].get("ci_level", 0.95) if isinstance(comps[0], dict) else 0.95
+    if not (_is_number(level) and 0.5 <= level < 1):
+        level = 0.95
+    out: ResultSet = {}
+    for arm in arms:
+        arm = str(arm)
+        runs = [t.get(arm) for t in trials]
+        for i, d in enumerate(runs):
+            if d is None:
+                raise ValueError(f"kbench compare: {where}: trial {i} has no result for arm "
+                                 f"{arm!r}")
+            _check_result_doc(d, f"{where}, arm {arm!r}, trial {i}")
+        meds = [(d.get("stats") or {}).get("median") for d in runs]
+        if doc.get("profile") or any(m is None for m in meds):
+            figure: Dict[str, Any] = {"median": None}        # profile runs: nothing timed
+            samples: List[float] = []
+        else:
+            samples = [float(m) for m in meds]
+            try:
+                lo, hi = median_ci(samples, float(level))
+            except ValueError as e:
+                raise ValueError(f"kbench compare: {where}, arm {arm!r}: {e}") from None
+            figure = {"median": statistics.median(samples), "ci_low": lo, "ci_high": hi, "ci_level": float(level),
+                      "n": len(samples)}
+        arm_doc = dict(runs[0])
+        arm_doc.update(name=arm, stats=figure, samples_s=samples)
+        out[arm] = arm_doc
+    return out
 
 
 def _is_number(x: Any) -> bool:

@@ -157,3 +157,25 @@ def test_numpy_scalars_are_accepted_for_trials_and_ci_level():
     assert len(r.trials) == 6 and r.options["trials"] == 6
     assert type(r.comparisons[0].ci_level) is float
     assert r.comparisons[0].ci_level == pytest.approx(0.95)
+
+
+def test_a_saved_ab_run_loads_back_whole(tmp_path):
+    from kbench import ABResult, SweepResult
+    r = ab({"baseline": base, "candidate": twice}, trials=6, **FAST)
+    path = str(tmp_path / "ab.json")
+    r.to_json(path)
+    back = ABResult.load(path)
+    assert back.to_dict() == json.loads(json.dumps(r.to_dict()))
+    assert back.verdict == r.verdict and repr(back) == repr(r)
+    np.testing.assert_array_equal(back.medians("candidate"), r.medians("candidate"))
+    # a file of another kind names what it is and what loads it
+    other = tmp_path / "sweep.json"
+    other.write_text(json.dumps({"schema": "kbench.sweep/1"}))
+    with pytest.raises(ValueError, match=r"sweep.json: not a kbench A/B result .*kbench.sweep/1"):
+        ABResult.load(str(other))
+    with pytest.raises(ValueError, match="not a kbench sweep"):
+        SweepResult.load(path)
+    doc = r.to_dict()
+    del doc["trials"][1]["candidate"]
+    with pytest.raises(ValueError, match="trial 1 does not hold one result per arm"):
+        ABResult.from_dict(json.loads(json.dumps(doc)))

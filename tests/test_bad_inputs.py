@@ -428,7 +428,7 @@ BAD_FILES = [
     ("binary", b"\xff\xfe\x00\x01", "is not JSON"),
     ("list", b"[1, 2]", "holds a list, not a kbench result"),
     ("string", b'"text"', "holds a str"),
-    ("other schema", b'{"schema": "pytest-benchmark"}', "not a kbench result or session"),
+    ("other schema", b'{"schema": "pytest-benchmark"}', "not a kbench result, session, sweep or A/B"),
     ("session results a list", b'{"schema": "kbench.session/1", "results": [1]}',
      "has no 'results' object"),
     ("session result a number", b'{"schema": "kbench.session/1", "results": {"t": 3}}',

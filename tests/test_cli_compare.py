@@ -99,7 +99,7 @@ def test_load_errors_name_the_problem(tmp_path):
         load_results(str(bad))
     other = tmp_path / "other.json"
     other.write_text('{"schema": "something/1"}')
-    with pytest.raises(ValueError, match="not a kbench result or session file"):
+    with pytest.raises(ValueError, match="not a kbench result, session, sweep or A/B file"):
         load_results(str(other))
     lst = tmp_path / "list.json"
     lst.write_text("[1, 2]")
@@ -219,3 +219,61 @@ def test_nothing_compared_is_said_not_passed_over():
                              "current (2 no baseline, 1 not run)")
     part = compare_sets({"a": r}, {"a": r, "b": r}, threshold="8%")
     assert part.compared == 1 and part.summary().endswith("(1 compared)")
+
+
+def _ab_file(tmp_path, fname, medians, seed=0):
+    """An A/B run of arms {name: per-trial median}: each trial's Result sampled around it."""
+    from kbench.ab import ABResult, ArmComparison
+    arms = list(medians)
+    trials = [{a: make_result(a, m * (1 + 0.002 * t), seed=seed + 10 * t + i)
+               for i, (a, m) in enumerate(medians.items())} for t in range(8)]
+    comps = [ArmComparison(arm=a, baseline=arms[0], deltas=[0.0] * 8, median_delta=0.0,
+                           ci_low=0.0, ci_high=0.0, ci_level=0.95, same_sign=False,
+                           verdict="no difference resolved") for a in arms[1:]]
+    r = ABResult(arms=arms, trials=trials, orders=[arms] * 8, comparisons=comps)
+    p = tmp_path / fname
+    r.to_json(str(p))
+    return str(p), r
+
+
+def test_ab_files_compare_each_arm_by_its_median_of_trial_medians(tmp_path):
+    old, r_old = _ab_file(tmp_path, "old.json", {"base": 1e-3, "cand": 1e-3})
+    new, _ = _ab_file(tmp_path, "new.json", {"base": 1e-3, "cand": 2e-3}, seed=100)
+    sets = load_results(old)
+    assert list(sets) == ["base", "cand"]
+    st = sets["cand"]["stats"]
+    meds = r_old.medians("cand")
+    assert st["median"] == pytest.approx(float(np.median(meds)))
+    assert st["ci_low"] <= st["median"] <= st["ci_high"]
+    assert st["ci_low"] >= meds.min() and st["ci_high"] <= meds.max()
+    assert sets["cand"]["samples_s"] == pytest.approx(list(meds))
+    cmp = compare_sets(sets, load_results(new), threshold=0.08)
+    verdicts = {d.key: d.verdict for d in cmp.deltas}
+    assert verdicts["cand"] == "slower" and verdicts["base"] != "slower"
+
+
+def test_sweep_files_compare_case_by_case(tmp_path):
+    from kbench.sweep import SweepResult
+
+    def sweep_file(fname, slow_n):
+        cases = [{"n": 1024}, {"n": 4096}]
+        results = [make_result(f"add[n={c['n']}]", (2e-3 if c["n"] == slow_n else 1e-3),
+                               seed=c["n"] + (slow_n or 0)) for c in cases]
+        p = tmp_path / fname
+        SweepResult(axes={"n": [1024, 4096]}, cases=cases, results=results).to_json(str(p))
+        return str(p)
+
+    old, new = sweep_file("old.json", None), sweep_file("new.json", 4096)
+    assert list(load_results(old)) == ["add[n=1024]", "add[n=4096]"]
+    text = compare_files(old, new, threshold=0.08)
+    assert "1 of 2 benchmarks slower than old beyond 8%: add[n=4096]" in text
+
+
+def test_a_short_ab_file_is_refused_by_name(tmp_path):
+    path, _ = _ab_file(tmp_path, "ab.json", {"base": 1e-3, "cand": 1e-3})
+    doc = json.loads(open(path).read())
+    doc["trials"], doc["orders"] = doc["trials"][:2], doc["orders"][:2]
+    short = tmp_path / "short.json"
+    short.write_text(json.dumps(doc))
+    with pytest.raises(ValueError, match=r"short.json, arm 'base': .*too few"):
+        load_results(str(short))
