@@ -258,9 +258,15 @@ def run(fn: Callable[..., Any], sets: List[Tuple[Any, ...]], kwargs: Dict[str, A
         stream: Any = None, device: str, **options: Any):
     """Time fn on a CUDA device, on `stream` made current for the callable (see _run)."""
     require_backend()
-    ordinal = device_ordinal(device)
-    with current_stream_as(stream, ordinal, _uses_torch(sets, kwargs, stream)):
+    with on_stream(stream, device_ordinal(device), sets, kwargs):
         return _run(fn, sets, kwargs, stream=stream, device=device, **options)
+
+
+def on_stream(stream: Any, ordinal: int, sets: List[Tuple[Any, ...]],
+              kwargs: Dict[str, Any]) -> ContextManager[Any]:
+    """`stream` made current for fn's framework (torch's unless the arguments or the stream
+    are CuPy's) while fn is called: timed runs and profile mode's one call alike."""
+    return current_stream_as(stream, ordinal, _uses_torch(sets, kwargs, stream))
 
 
 def _run(fn: Callable[..., Any], sets: List[Tuple[Any, ...]], kwargs: Dict[str, Any], *,

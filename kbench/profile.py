@@ -22,11 +22,12 @@ with no profiler range: a ``perf record`` of the process sees the call once.
 """
 from __future__ import annotations
 
+import contextlib
 import os
 import sys
 import time
 from dataclasses import dataclass
-from typing import Any, Callable, Dict, List, Optional, Tuple
+from typing import Any, Callable, ContextManager, Dict, List, Optional, Tuple
 
 import numpy as np
 
@@ -243,6 +244,24 @@ def run_once(fn: Callable[..., Any], sets: List[Tuple[Any, ...]], kwargs: Dict[s
     args = sets[0]
     if backend is None:
         backend = _Cpu() if device == "cpu" else _Gpu(device, stream)
+    # the callable launches on its framework's current stream: make `stream` that one, as a
+    # timed run does, or the profiled call runs on another stream than the flush and the one
+    # a timed bench measured
+    current: ContextManager[Any] = contextlib.nullcontext()
+    if device != "cpu" and stream is not None:
+        from . import cuda
+        current = cuda.on_stream(stream, device_ordinal(device), sets, kwargs)
+    with current:
+        return _run_once(fn, args, kwargs, name=name, device=device, why=why,
+                         cold_cache=cold_cache, flush_bytes=flush_bytes, warmup_s=warmup_s,
+                         correctness=correctness, backend=backend, warmup_calls=warmup_calls)
+
+
+def _run_once(fn: Callable[..., Any], args: Tuple[Any, ...], kwargs: Dict[str, Any], *,
+              name: str, device: str, why: str, cold_cache: Optional[str],
+              flush_bytes: Optional[int], warmup_s: float,
+              correctness: Optional[Dict[str, Any]], backend: Any,
+              warmup_calls: Optional[int]) -> ProfileRun:
 
     def call() -> Any:
         return fn(*args, **kwargs)

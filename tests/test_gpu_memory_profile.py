@@ -100,3 +100,21 @@ def test_profile_mode_puts_exactly_one_call_in_the_window(tmp_path, torch):
     assert len(inside) == 1, inside
     # the warm-up calls ran too, outside the window
     assert len(kernels) == p["warmup_calls"] + 1, names
+
+
+def test_profile_mode_calls_fn_on_the_stream_given(torch):
+    """A timed bench makes stream= torch's current stream while it calls fn; profile mode's
+    one call and its warm-up must too (it ran them on the default stream)."""
+    x = torch.randn(1 << 20, device="cuda")
+    y = torch.empty_like(x)
+    side = torch.cuda.Stream()
+    seen = []
+
+    def fn():
+        seen.append(torch.cuda.current_stream().cuda_stream)
+        torch.mul(x, 2.0, out=y)
+
+    r = kbench.bench(fn, device="cuda", stream=side, profile=True, warmup_s=0.0)
+    assert isinstance(r, ProfileRun)
+    assert seen and set(seen) == {side.cuda_stream}, (seen, side.cuda_stream)
+    assert torch.cuda.current_stream().cuda_stream != side.cuda_stream   # restored after

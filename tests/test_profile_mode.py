@@ -186,3 +186,39 @@ def test_plugin_keeps_profile_runs_out_of_save_and_compare(pytester, monkeypatch
     res.assert_outcomes(passed=1)
     res.stdout.fnmatch_lines(["*1 benchmark(s) ran once for a profiler*"])
     assert not (pytester.path / "out.json").exists()
+
+
+def test_the_profiled_call_runs_with_the_stream_made_current(monkeypatch):
+    """profile mode ignored stream=: a torch/CuPy callable launched on its framework's current
+    stream, not on the one the flush used and a timed bench measured."""
+    from kbench import cuda
+    log = []
+    entered = []
+
+    class Ctx:
+        def __enter__(self):
+            entered.append(True)
+            log.append("enter")
+
+        def __exit__(self, *exc):
+            entered.pop()
+            log.append("exit")
+
+    seen = []
+    monkeypatch.setattr(cuda, "on_stream", lambda stream, ordinal, sets, kwargs:
+                        seen.append((stream, ordinal)) or Ctx())
+
+    def fn():
+        log.append("call" if entered else "call off-stream")
+
+    profile.run_once(fn, [()], {}, name="c", device="cuda:1", why="t", cold_cache="flush",
+                     flush_bytes=None, warmup_s=0.0, correctness=None, backend=FakeGpu(log),
+                     stream=1234)
+    assert seen == [(1234, 1)]
+    assert "call off-stream" not in log and log[0] == "enter" and log[-1] == "exit"
+    # without a stream nothing is entered
+    log.clear()
+    seen.clear()
+    profile.run_once(fn, [()], {}, name="c", device="cuda:0", why="t", cold_cache=None,
+                     flush_bytes=None, warmup_s=0.0, correctness=None, backend=FakeGpu(log))
+    assert seen == [] and "enter" not in log
