@@ -50,16 +50,13 @@ def require_backend() -> None:
             "toolkit is needed")
 
 
-def stream_handle(stream: Any, ordinal: int) -> int:
-    """A CUstream handle (int) from a torch/CuPy stream, an int, or the framework's current one."""
+def stream_handle(stream: Any, ordinal: int, torch_first: bool = True) -> int:
+    """A CUstream handle (int) from a torch/CuPy stream or an int; for None, the current stream
+    of the frameworks in use: one whose current stream the caller set (not the legacy default
+    0) wins over one left at it, and between two, the callable's (torch_first: torch's)."""
     if stream is None:
-        torch = sys.modules.get("torch")
-        if torch is not None and torch.cuda.is_initialized():
-            return int(torch.cuda.current_stream(ordinal).cuda_stream)
-        cupy = sys.modules.get("cupy")
-        if cupy is not None:
-            return int(cupy.cuda.get_current_stream().ptr)
-        return 0
+        current = [h for _, h in _current_streams(ordinal, torch_first)]
+        return next((h for h in current if h != 0), current[0] if current else 0)
     if isinstance(stream, int):
         return stream
     for attr in ("cuda_stream", "ptr", "handle"):
@@ -68,6 +65,26 @@ def stream_handle(stream: Any, ordinal: int) -> int:
             return h
     raise TypeError(f"stream must be an int handle, a torch.cuda.Stream or a cupy Stream, got "
                     f"{type(stream).__name__}")
+
+
+def _current_streams(ordinal: int, torch_first: bool) -> List[Tuple[str, int]]:
+    """[(framework, its current stream on the device)] for torch (once it initialised CUDA)
+    and CuPy (once imported), the callable's framework first."""
+    out = []
+    torch = sys.modules.get("torch")
+    if torch is not None and torch.cuda.is_initialized():
+        out.append(("torch", int(torch.cuda.current_stream(ordinal).cuda_stream)))
+    cupy = sys.modules.get("cupy")
+    if cupy is not None:
+        out.append(("cupy", int(_cupy_current_stream(cupy, ordinal).ptr)))
+    return out if torch_first else out[::-1]
+
+
+def _cupy_current_stream(cupy: Any, ordinal: int) -> Any:
+    try:
+        return cupy.cuda.get_current_stream(ordinal)
+    except TypeError:                  # CuPy < 11: the current device's
+        return cupy.cuda.get_current_stream()
 
 
 def torch_profiler_active() -> bool:
@@ -236,22 +253,43 @@ def _resolve_mode(mode: Optional[str], warn: List[str]) -> Tuple[str, bool]:
     return mode, cupti_ok
 
 
-def current_stream_as(stream: Any, ordinal: int, torch_path: bool) -> ContextManager[Any]:
-    """Make the caller's stream the framework's current one while kbench calls fn. kbench's
-    gate, events and flush go to `stream`; a torch or CuPy callable launches on its framework's
-    current stream. Without this, a torch GEMM passed with stream=side ran on the default stream
-    while the events on `side` timed nothing, and CUPTI's sentinel on `side` came back before
-    the GEMM's record (the 2-GPU TP graph run failed so)."""
-    if stream is None or isinstance(stream, bool):
+def current_stream_as(stream: Any, handle: int, ordinal: int,
+                      torch_path: bool) -> ContextManager[Any]:
+    """Make `handle` (the caller's `stream`, or the current stream kbench picked) the current
+    stream of every framework fn may launch through while kbench calls it: torch's when fn
+    uses torch or torch has initialised CUDA, CuPy's when CuPy is imported. kbench's gate,
+    events and flush go to `handle`; a torch or CuPy callable launches on its framework's
+    current stream. Without this, a torch GEMM passed with stream=side ran on the default
+    stream while the events on `side` timed nothing, and CUPTI's sentinel on `side` came back
+    before the GEMM's record (the 2-GPU TP graph run failed so); a CuPy stream given for a
+    torch callable (or a torch stream for a CuPy one) was made current in the wrong one."""
+    if isinstance(stream, bool):
         return contextlib.nullcontext()
+    stack = contextlib.ExitStack()
     torch = sys.modules.get("torch")
-    if torch is not None and isinstance(stream, torch.cuda.Stream):
-        return torch.cuda.stream(stream)
-    if type(stream).__module__.startswith("cupy") and hasattr(stream, "__enter__"):
-        return stream
-    if isinstance(stream, int) and stream and torch_path and torch is not None:
-        return torch.cuda.stream(torch.cuda.ExternalStream(stream, device=ordinal))
-    return contextlib.nullcontext()
+    if torch is not None and (torch_path or torch.cuda.is_initialized()) and \
+            int(torch.cuda.current_stream(ordinal).cuda_stream) != handle:
+        if isinstance(stream, torch.cuda.Stream) and int(stream.cuda_stream) == handle:
+            ts = stream
+        elif handle == 0:
+            ts = torch.cuda.default_stream(ordinal)
+        else:
+            ts = torch.cuda.ExternalStream(handle, device=ordinal)
+        stack.enter_context(torch.cuda.stream(ts))
+    cupy = sys.modules.get("cupy")
+    if cupy is not None and int(_cupy_current_stream(cupy, ordinal).ptr) != handle:
+        if type(stream).__module__.startswith("cupy") and hasattr(stream, "__enter__") \
+                and int(getattr(stream, "ptr", -1)) == handle:
+            cs = stream
+        elif handle == 0:
+            cs = cupy.cuda.Stream.null
+        else:
+            try:
+                cs = cupy.cuda.ExternalStream(handle, ordinal)
+            except TypeError:              # CuPy < 12: no device argument
+                cs = cupy.cuda.ExternalStream(handle)
+        stack.enter_context(cs)
+    return stack
 
 
 def run(fn: Callable[..., Any], sets: List[Tuple[Any, ...]], kwargs: Dict[str, Any], *,
@@ -264,9 +302,12 @@ def run(fn: Callable[..., Any], sets: List[Tuple[Any, ...]], kwargs: Dict[str, A
 
 def on_stream(stream: Any, ordinal: int, sets: List[Tuple[Any, ...]],
               kwargs: Dict[str, Any]) -> ContextManager[Any]:
-    """`stream` made current for fn's framework (torch's unless the arguments or the stream
-    are CuPy's) while fn is called: timed runs and profile mode's one call alike."""
-    return current_stream_as(stream, ordinal, _uses_torch(sets, kwargs, stream))
+    """The stream kbench times on (`stream`, or the current one: stream_handle) made current
+    for the frameworks fn may use while fn is called: timed runs and profile mode's one call
+    alike."""
+    torch_path = _uses_torch(sets, kwargs, stream)
+    return current_stream_as(stream, stream_handle(stream, ordinal, torch_path), ordinal,
+                             torch_path)
 
 
 def _run(fn: Callable[..., Any], sets: List[Tuple[Any, ...]], kwargs: Dict[str, Any], *,
@@ -287,8 +328,8 @@ def _run(fn: Callable[..., Any], sets: List[Tuple[Any, ...]], kwargs: Dict[str, 
     ordinal = device_ordinal(device)
     info = device_info(ordinal)
     mode, cupti_ok = _resolve_mode(mode, warn)
-    s = stream_handle(stream, ordinal)
     torch_path = _uses_torch(sets, kwargs, stream)
+    s = stream_handle(stream, ordinal, torch_path)
     l2 = int(info.get("l2_bytes") or 0)
 
     # Is somebody else on the GPU? (memory in use by other processes, utilisation)

@@ -242,16 +242,16 @@ def run_once(fn: Callable[..., Any], sets: List[Tuple[Any, ...]], kwargs: Dict[s
     then one call of fn(*sets[0], **kwargs) inside the profiler range and an NVTX range named
     `name`. backend: the device steps (tests pass a fake)."""
     args = sets[0]
-    if backend is None:
-        backend = _Cpu() if device == "cpu" else _Gpu(device, stream)
-    # the callable launches on its framework's current stream: make `stream` that one, as a
-    # timed run does, or the profiled call runs on another stream than the flush and the one
-    # a timed bench measured
+    # the callable launches on its framework's current stream: make the stream kbench flushes
+    # on that one, as a timed run does, or the profiled call runs on another stream than the
+    # flush and than the one a timed bench measured
     current: ContextManager[Any] = contextlib.nullcontext()
-    if device != "cpu" and stream is not None:
+    if device != "cpu":
         from . import cuda
         current = cuda.on_stream(stream, device_ordinal(device), sets, kwargs)
     with current:
+        if backend is None:      # inside: its flush goes to the stream made current
+            backend = _Cpu() if device == "cpu" else _Gpu(device, stream)
         return _run_once(fn, args, kwargs, name=name, device=device, why=why,
                          cold_cache=cold_cache, flush_bytes=flush_bytes, warmup_s=warmup_s,
                          correctness=correctness, backend=backend, warmup_calls=warmup_calls)

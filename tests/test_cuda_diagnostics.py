@@ -104,7 +104,7 @@ def _fake_run(monkeypatch, events_s, sampling_s, reasons, settle=None, between=N
     for name, value in {"require_backend": lambda: None,
                         "device_info": lambda o: {"l2_bytes": 1 << 26, "max_sm_clock_mhz": 1980},
                         "_resolve_mode": lambda m, w: ("cupti", True),
-                        "stream_handle": lambda s, o: 0, "_uses_torch": lambda *a: False,
+                        "stream_handle": lambda s, o, t=True: 0, "_uses_torch": lambda *a: False,
                         "gpu_neighbours": lambda o: {}, "gpu_peaks": lambda *a: None,
                         "mode_floor": lambda *a: {"median_s": 1e-7}, "_core": FakeCore}.items():
         monkeypatch.setattr(cuda, name, value)

@@ -98,7 +98,7 @@ def _captured_run(monkeypatch, **options):
     for name, value in {"require_backend": lambda: None,
                         "device_info": lambda o: {"l2_bytes": 1 << 26},
                         "_resolve_mode": lambda m, w: ("events", False),
-                        "stream_handle": lambda s, o: 0, "_uses_torch": lambda *a: False,
+                        "stream_handle": lambda s, o, t=True: 0, "_uses_torch": lambda *a: False,
                         "gpu_neighbours": lambda o: {}, "_core": FakeCore}.items():
         monkeypatch.setattr(cuda, name, value)
     with pytest.raises(Stop):

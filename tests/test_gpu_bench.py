@@ -299,6 +299,31 @@ def test_a_torch_stream_passed_as_stream_is_where_the_callable_runs():
     assert torch.cuda.current_stream() != side     # the caller's current stream is put back
 
 
+def test_a_cupy_stream_is_where_a_torch_callable_runs():
+    """stream= a CuPy stream, fn a torch callable (and no stream, a CuPy callable under
+    `with cupy.cuda.Stream()` while torch is initialised): the callable's launches go to the
+    stream kbench times. Before, the CuPy stream was made current in CuPy only, and with no
+    stream kbench timed torch's current stream while CuPy launched on its own."""
+    cupy = pytest.importorskip("cupy")
+    a = torch.randn(4096, 4096, device="cuda", dtype=torch.bfloat16)
+    side = cupy.cuda.Stream(non_blocking=True)
+    seen = []
+
+    def mm():
+        seen.append(torch.cuda.current_stream().cuda_stream)
+        torch.matmul(a, a)
+
+    base = kbench.bench(torch.matmul, a, a, mode="cupti", cold_cache=None, **FAST)
+    r = kbench.bench(mm, device="cuda", mode="events", stream=side, cold_cache=None, **FAST)
+    assert set(seen) == {side.ptr} and r.extra["stream"] == side.ptr
+    assert r.median > 0.8 * base.median, (r.median, base.median)
+    c = cupy.random.rand(1 << 24, dtype=cupy.float32)
+    with cupy.cuda.Stream(non_blocking=True) as cs:
+        r = kbench.bench(cupy.multiply, c, 2.0, mode="events", cold_cache=None, **FAST)
+    assert r.extra["stream"] == cs.ptr
+    assert torch.cuda.current_stream().cuda_stream != side.ptr
+
+
 def test_floor_is_measured_and_reported(x):
     r = kbench.bench(torch.add, x, 1.0, mode="events", cold_cache=None, **FAST)
     fl = r.extra["floor"]

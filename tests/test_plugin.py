@@ -141,8 +141,8 @@ def test_bad_options_are_usage_errors(pytester, run):
     pytester.path.joinpath("notkbench.json").write_text('{"schema": "other"}')
     res = run("--kbench-compare=notkbench.json")
     assert res.ret == pytest.ExitCode.USAGE_ERROR
-    res.stderr.fnmatch_lines(["*--kbench-compare: notkbench.json is not a kbench result or "
-                              "session file*"])
+    res.stderr.fnmatch_lines(["*--kbench-compare: notkbench.json is not a kbench result, "
+                              "session, sweep or A/B file*"])
 
 
 MARKS_ITS_RUN = """

@@ -216,9 +216,14 @@ def test_the_profiled_call_runs_with_the_stream_made_current(monkeypatch):
                      stream=1234)
     assert seen == [(1234, 1)]
     assert "call off-stream" not in log and log[0] == "enter" and log[-1] == "exit"
-    # without a stream nothing is entered
+    # without a stream, the current one is entered all the same (cuda.on_stream picks it)
     log.clear()
     seen.clear()
     profile.run_once(fn, [()], {}, name="c", device="cuda:0", why="t", cold_cache=None,
                      flush_bytes=None, warmup_s=0.0, correctness=None, backend=FakeGpu(log))
-    assert seen == [] and "enter" not in log
+    assert seen == [(None, 0)] and "call off-stream" not in log
+    # on the CPU there is no stream
+    seen.clear()
+    profile.run_once(lambda: None, [()], {}, name="c", device="cpu", why="t", cold_cache=None,
+                     flush_bytes=None, warmup_s=0.0, correctness=None, backend=FakeGpu(log))
+    assert seen == []

@@ -1,0 +1,147 @@
+"""Which stream a GPU bench times on, and which framework's current stream it sets, when torch
+and CuPy are both in the process: fake torch/cupy modules, no GPU."""
+import contextlib
+import sys
+import types
+
+import pytest
+
+from kbench import cuda
+
+
+class _Stack:
+    """A framework's current stream: a stack of handles, the legacy default (0) at its base."""
+
+    def __init__(self):
+        self.handles = [0]
+
+    @contextlib.contextmanager
+    def use(self, h):
+        self.handles.append(h)
+        try:
+            yield
+        finally:
+            self.handles.pop()
+
+
+def fake_torch():
+    st = _Stack()
+    torch = types.ModuleType("torch")
+    cudam = types.SimpleNamespace()
+
+    class Stream:
+        def __init__(self, h):
+            self.cuda_stream = h
+
+    class ExternalStream(Stream):
+        def __init__(self, h, device=None):
+            super().__init__(h)
+
+    class Tensor:
+        pass
+
+    cudam.Stream = Stream
+    cudam.ExternalStream = ExternalStream
+    cudam.is_initialized = lambda: True
+    cudam.current_stream = lambda ordinal=None: Stream(st.handles[-1])
+    cudam.default_stream = lambda ordinal=None: Stream(0)
+    cudam.stream = lambda s: st.use(s.cuda_stream)
+    torch.cuda = cudam
+    torch.Tensor = Tensor
+    return torch, st
+
+
+def fake_cupy():
+    st = _Stack()
+    cupy = types.ModuleType("cupy")
+
+    class Stream:
+        def __init__(self, h):
+            self.ptr = h
+
+        def __enter__(self):
+            st.handles.append(self.ptr)
+            return self
+
+        def __exit__(self, *exc):
+            st.handles.pop()
+
+    Stream.__module__ = "cupy.cuda.stream"
+    Stream.null = Stream(0)
+
+    class ExternalStream(Stream):
+        def __init__(self, h, device_id=-1):
+            super().__init__(h)
+
+    ExternalStream.__module__ = "cupy.cuda.stream"
+
+    class ndarray:
+        pass
+
+    ndarray.__module__ = "cupy"
+    cupy.cuda = types.SimpleNamespace(Stream=Stream, ExternalStream=ExternalStream,
+                                      get_current_stream=lambda device_id=-1:
+                                      Stream(st.handles[-1]))
+    cupy.ndarray = ndarray
+    return cupy, st
+
+
+@pytest.fixture
+def both(monkeypatch):
+    torch, tst = fake_torch()
+    cupy, cst = fake_cupy()
+    monkeypatch.setitem(sys.modules, "torch", torch)
+    monkeypatch.setitem(sys.modules, "cupy", cupy)
+    return torch, tst, cupy, cst
+
+
+def test_a_cupy_stream_is_made_current_for_a_torch_callable_too(both):
+    torch, tst, cupy, cst = both
+    side = cupy.cuda.Stream(0x55)
+    x = torch.Tensor()
+    with cuda.on_stream(side, 0, [(x,)], {}):
+        assert tst.handles[-1] == 0x55 and cst.handles[-1] == 0x55
+    assert tst.handles == [0] and cst.handles == [0]
+
+
+def test_a_torch_stream_is_made_current_for_a_cupy_callable_too(both):
+    torch, tst, cupy, cst = both
+    side = torch.cuda.Stream(0x66)
+    a = cupy.ndarray()
+    with cuda.on_stream(side, 0, [(a,)], {}):
+        assert cst.handles[-1] == 0x66 and tst.handles[-1] == 0x66
+    assert tst.handles == [0] and cst.handles == [0]
+
+
+def test_without_stream_the_stream_the_caller_set_is_timed_in_either_framework(both):
+    torch, tst, cupy, cst = both
+    a = cupy.ndarray()
+    # a CuPy callable under `with cupy.cuda.Stream()`, torch initialised at its default stream:
+    # kbench times CuPy's stream (it timed torch's default one) and makes it torch's as well
+    with cupy.cuda.Stream(0x77):
+        assert cuda.stream_handle(None, 0, torch_first=False) == 0x77
+        assert cuda.stream_handle(None, 0, torch_first=True) == 0x77   # the one set wins
+        with cuda.on_stream(None, 0, [(a,)], {}):
+            assert tst.handles[-1] == 0x77 and cst.handles[-1] == 0x77
+    # nothing set: the legacy default stream, nothing entered
+    assert cuda.stream_handle(None, 0) == 0
+    with cuda.on_stream(None, 0, [(a,)], {}):
+        assert tst.handles == [0] and cst.handles == [0]
+
+
+def test_two_streams_set_the_callables_framework_wins(both):
+    torch, tst, cupy, cst = both
+    with tst.use(0x10), cupy.cuda.Stream(0x20):
+        assert cuda.stream_handle(None, 0, torch_first=True) == 0x10
+        assert cuda.stream_handle(None, 0, torch_first=False) == 0x20
+        with cuda.on_stream(None, 0, [(cupy.ndarray(),)], {}):
+            assert tst.handles[-1] == 0x20 and cst.handles[-1] == 0x20
+
+
+def test_a_raw_handle_and_no_framework_enter_nothing(monkeypatch):
+    monkeypatch.delitem(sys.modules, "torch", raising=False)
+    monkeypatch.delitem(sys.modules, "cupy", raising=False)
+    assert cuda.stream_handle(None, 0) == 0
+    with cuda.on_stream(0x99, 0, [()], {}):
+        pass
+    assert cuda.stream_handle(0x99, 0) == 0x99
