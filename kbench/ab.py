@@ -7,9 +7,13 @@ Each trial runs a short kbench.bench of every arm, back to back, the order alter
 trial to the next (A B, B A, A B, ...), so slow drifts of clock, temperature or background load
 hit both arms alike. Each trial gives one paired delta per arm against the first arm:
 ``median(arm) / median(first) - 1``. The estimate is the median of those paired deltas, with an
-order-statistic (distribution-free) confidence interval of that median. A verdict is given only
-when every pair agrees in sign AND the interval excludes zero; otherwise "no difference
-resolved" -- ten identical functions almost never agree in sign ten times (chance 2 x 2^-10).
+order-statistic (distribution-free) confidence interval of that median. A verdict is given when
+that interval, at ci_level, excludes zero; otherwise "no difference resolved". How many pairs
+agree in sign is reported beside it, not required: all-agree, the earlier rule, lost power as
+trials were added (a +1% change under 0.5% trial noise was resolved in 43% of 10-trial runs
+and 4% of 40-trial ones, while its interval excluded zero in 81% and 100%). Identical arms
+get a verdict in about 1 - ci_level of runs (2.1% at 10 trials and 95%: the interval's exact
+coverage).
 """
 from __future__ import annotations
 
@@ -225,15 +229,16 @@ class ABResult:
 
 
 def _verdict(arm: str, deltas: np.ndarray, med: float, lo: float, hi: float) -> Tuple[bool, str]:
+    """(every pair agrees in sign, the verdict): resolved when the CI of the median paired
+    delta excludes zero."""
     same_sign = bool(np.all(deltas > 0) or np.all(deltas < 0))
-    excludes_zero = lo > 0 or hi < 0
-    if not (same_sign and excludes_zero):
+    if not (lo > 0 or hi < 0):
         return same_sign, "no difference resolved"
     ratio = 1.0 + med
     if med > 0:
-        return True, f"{arm} slower by {100 * med:.1f}% ({ratio:.3g}x the baseline's time)"
-    return True, (f"{arm} faster by {100 * -med:.1f}% ({ratio:.3g}x the baseline's time, "
-                  f"{1 / ratio:.3g}x speed-up)")
+        return same_sign, f"{arm} slower by {100 * med:.1f}% ({ratio:.3g}x the baseline's time)"
+    return same_sign, (f"{arm} faster by {100 * -med:.1f}% ({ratio:.3g}x the baseline's time, "
+                       f"{1 / ratio:.3g}x speed-up)")
 
 
 def _profiled(pairs: List[Tuple[str, Callable[..., Any]]], trial_results: List[Dict[str, Result]],
