@@ -21,7 +21,7 @@ from ._format import fmt_bytes
 from .coldcache import flag_rotation_sets, make_rotation_sets, normalize_arg_sets
 from .prepare import (BENCH_DEFAULTS, check_before_timing, choose_device, name_of,
                       named_output, one_at_a_time)
-from .result import Result, dependence_text
+from .result import Result, dependence_text, saturation_text
 
 _LOOP_KEYS = ("warmup_s", "min_samples", "max_samples", "max_time_s", "target", "ci_level",
               "criterion")
@@ -435,16 +435,23 @@ def _stop_warning(r: Result) -> Optional[str]:
         return (f"stopped by {st.get('stop')} at {r.n} samples, before the "
                 f"{_core.CI_MIN_SAMPLES} from which kbench judges whether their order shows "
                 f"dependence: the CI ({100 * ach:.2f}%) assumes they are independent")
+    saturated = saturation_text(r.stats) if st.get("criterion") == "ci" else ""
     if st.get("criterion") == "ci" and isinstance(ach, float) and ach <= st.get("target", 0):
         # the cap came between two checks and the final CI meets the target after all (a
-        # capped H200 GEMM: "before the target 0.50% was met (achieved 0.49%)")
-        return None
+        # capped H200 GEMM: "before the target 0.50% was met (achieved 0.49%)"), unless the
+        # rule held on because the run was too short to see its samples' dependence
+        if not saturated:
+            return None
+        return (f"stopped by {st.get('stop')} with the CI at {100 * ach:.2f}%, within the "
+                f"target, but {saturated}")
     ach_s = f"{100 * ach:.2f}%" if isinstance(ach, float) and math.isfinite(ach) else "n/a"
     # the likely cause: the figure moved during the run, which a longer run averages only
     # slowly
     dependence = dependence_text(r.stats)
     why = (f"; {dependence}: the figure moved during the run (a clock or power controller's "
            f"swings, other load on the machine)" if dependence else "")
+    if saturated:
+        why += f"; {saturated}"
     # a time cap over slow calls (a 600 MB CPU flush a sample) leaves too few to judge their
     # order: the CI reported is an independent one, however much the figure drifted
     unjudged = (f"; its {r.n} samples are fewer than the {_core.CI_MIN_SAMPLES} from which "

@@ -15,12 +15,23 @@ SCHEMA = "kbench.result/1"
 
 def dependence_text(stats: Dict[str, Any]) -> str:
     """How many independent samples the run is worth, where their order showed dependence
-    (the CI was widened by ci_inflation); "" where it did not."""
+    (serial_vif above 2; the CI is widened by ci_inflation, any estimate above 1), and whether
+    the run was too short to see how much; "" where it did not show."""
     inflation = stats.get("ci_inflation") or 1.0
-    if inflation <= 1.0:
+    # results saved before "dependent" existed widened their CI only where it showed
+    if not stats.get("dependent", inflation > 1.0):
         return ""
     return (f"{stats['n']} samples worth {stats['n'] / inflation:.0f} independent ones: their "
             f"order shows dependence")
+
+
+def saturation_text(stats: Dict[str, Any]) -> str:
+    """Where the samples' dependence reached what the run's length can measure (the 'ci' rule
+    does not stop on it): "" otherwise."""
+    if not stats.get("vif_saturated"):
+        return ""
+    return ("their dependence is as long as this run can measure: a slower swing than it saw "
+            "may move the figure beyond this CI (sample longer: max_time_s)")
 
 
 def _settle_text(settle: Optional[Dict[str, Any]]) -> str:
@@ -276,7 +287,9 @@ class Result:
         # a CI that closed on the timer's steps (even to zero width) is not the precision:
         # one step is (the Timer steps row)
         what = ("the samples sit on the timer's steps: one step is the precision (Timer steps)"
-                if st.get("at_resolution") else "the precision of this figure")
+                if st.get("at_resolution") else
+                f"this run's precision; {saturation_text(s)}" if saturation_text(s) else
+                "the precision of this figure")
         rows = [["Wall", f"{fmt_time(s['median'])} median ({counted}; {level}% CI of the "
                          f"median {fmt_time(s['ci_low'])} .. {fmt_time(s['ci_high'])}, "
                          f"{fmt_ci(s.get('median'), s.get('ci_low'), s.get('ci_high'))}: "

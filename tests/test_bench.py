@@ -898,7 +898,7 @@ def test_a_host_figure_at_the_clocks_step_says_one_step_is_its_precision():
     printed block must not read +-0.00% as the precision; it names the step and what one step
     is of this figure."""
     from kbench.result import Result
-    samples = np.array([30e-9] * 100 + [20e-9] * 20 + [40e-9] * 9)
+    samples = np.random.default_rng(3).permutation([30e-9] * 100 + [20e-9] * 20 + [40e-9] * 9)
     stop = {"stop": "precision", "criterion": "ci", "target": 0.005, "achieved": 1 / 6,
             "resolution_s": 10e-9, "at_resolution": True, "sampling_s": 0.001}
     r = Result(name="abs", device="cpu", backend="host", samples=samples,

@@ -160,7 +160,8 @@ static int ci_is_finished(kb_criterion *c, const double *samples, Py_ssize_t n)
     double median = n % 2 ? mid_lo : kb_lerp(mid_lo, select_union(a, na, b, nb, n / 2), 0.5);
     /* samples whose order shows dependence count for less (kb_serial_vif): one O(n) pass a
      * check, and the loop checks every n/16 samples */
-    d = kb_inflated_rank(n, d, kb_ci_inflation(kb_serial_vif(samples, n, median)));
+    double vif = kb_serial_vif(samples, n, median);
+    d = kb_inflated_rank(n, d, kb_ci_inflation(vif));
     if (d == 0) {
         c->achieved = INFINITY;
         return 0;
@@ -171,10 +172,14 @@ static int ci_is_finished(kb_criterion *c, const double *samples, Py_ssize_t n)
      * and a narrower one (samples that agree because they sit on one step: zero width) is
      * reported as one step wide, never as a precision the timer cannot read. */
     double step = c->resolution > 0 && median > 0 ? 0.5 * c->resolution / median : 0.0;
+    if (c->resolution > 0 && median == 0.0)
+        step = INFINITY;    /* a median under one step: the step is all the timer can say */
     double floor = step * (1.0 + 1e-9);     /* rounding */
     /* a CI is trusted once its samples' order can be judged: ten samples of a slow swing
-     * agree closely on a figure that is not the swing's median */
-    int done = n >= KB_VIF_MIN_N && c->achieved <= (floor > c->target ? floor : c->target);
+     * agree closely on a figure that is not the swing's median, and a run whose dependence
+     * is as long as its batches can show has not seen the swing's length yet */
+    int done = n >= KB_VIF_MIN_N && !kb_vif_saturated(vif, n) &&
+               c->achieved <= (floor > c->target ? floor : c->target);
     if (c->achieved < step)
         c->achieved = step;
     return done;
@@ -327,7 +332,9 @@ static int entropy_is_finished(kb_criterion *c, const double *samples, Py_ssize_
     /* a flat line fits perfectly (nvbench's convention) */
     double r2 = syy < 1e-9 ? 1.0 : 1.0 - (syy - slope * sxy) / syy;
     c->achieved = fabs(slope);
-    return c->achieved <= c->target && r2 >= ENTROPY_MIN_R2;
+    /* nvbench tests the signed slope: entropy that falls (samples repeating values already
+     * seen) is as finished as entropy that stays */
+    return slope <= c->target && r2 >= ENTROPY_MIN_R2;
 }
 
 static void ci_reset_rule(kb_criterion *c)

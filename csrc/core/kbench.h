@@ -132,8 +132,9 @@ typedef struct {
     double rel_ci_halfwidth;    /* (ci_high - ci_low) / 2 / |median|; inf when n too small */
     double serial_vif;          /* the median's variance inflation from the samples' order
                                  * (kb_serial_vif); NaN when too few to tell */
-    double ci_inflation;        /* the factor the CI used: serial_vif when it shows dependence,
-                                 * else 1 (kb_ci_inflation) */
+    double ci_inflation;        /* the factor the CI used: serial_vif when above 1, else 1
+                                 * (kb_ci_inflation) */
+    int vif_saturated;          /* serial_vif near what n samples can show (kb_vif_saturated) */
     Py_ssize_t outliers_low;    /* samples below q1 - 1.5 iqr */
     Py_ssize_t outliers_high;   /* samples above q3 + 1.5 iqr */
 } kb_summary;
@@ -153,9 +154,15 @@ int kb_median_ci_sorted(const double *sorted, Py_ssize_t n, double level, double
  * independent samples: from overlapping batch means of 1[x < median] (stats.c says how). NaN
  * when n is too small to tell; 1 when every sample equals the median. O(n), no allocation. */
 double kb_serial_vif(const double *x, Py_ssize_t n, double median);
-/* The inflation a CI applies for an estimate vif: vif when it shows dependence (above what
- * independent samples give in 1% of runs), else 1. */
+/* The inflation a CI applies for an estimate vif: vif when above 1, else 1 (never narrower
+ * than independent samples'). */
 double kb_ci_inflation(double vif);
+/* Above this estimate the samples' order shows dependence: independent samples exceed it in
+ * under 1% of runs. What the result says, not what the CI uses. */
+#define KB_VIF_SHOWS_DEPENDENCE 2.0
+/* 1 when vif is past a quarter of what n samples' batches can show (n/16): the run is too
+ * short to see how dependent its samples are, and the "ci" rule does not stop on it. */
+int kb_vif_saturated(double vif, Py_ssize_t n);
 /* Summarize x[0..n), taken in this order (ordered = 0: no order, no serial dependence).
  * Returns 0, or -1 on allocation failure WITHOUT a Python exception (callable with the GIL
  * released). n >= 1. */
