@@ -14,9 +14,14 @@ Verdict rules, per benchmark present in both files, with delta = new median / ol
   "no baseline"     only in the new file;  "not run": only in the old file
   "invalid"         either median is NaN, infinite, zero or negative: not a time; or the new
                     result has no median at all (the old one lacking it is "no baseline")
-  "not comparable"  GPU figures taken in different clock regimes (sustained vs burst): they
-                    differ by design for a power-capped kernel; reported, never gated. A regime
-                    that did not hold on either side is noted.
+  "not comparable"  figures whose conditions differ by design, not by the code: GPU figures
+                    taken in different clock regimes (sustained vs burst: a power-capped kernel
+                    differs), or taken with different cold-cache modes (cold_cache "none",
+                    i.e. hot, vs "flush" vs "rotate": a hot figure served from cache is not a
+                    cold one). Reported, with a note naming both, never gated. A regime that did
+                    not hold on either side is noted; so is a different flush size under the
+                    same mode (compared). A result without a regime or a cold-cache mode (the
+                    CPU's regime, older files) is not judged on it.
 "slower" is a regression; "slower" and "invalid" are failures (the plugin fails the session on
 them, and so does `kbench compare --fail`). A "within noise" whose median is slower beyond the
 threshold is not a failure, but the note gives both CIs and the summary names it as not
@@ -467,6 +472,43 @@ def _regime(d: Optional[Dict[str, Any]]) -> Dict[str, Any]:
     return ((d or {}).get("extra") or {}).get("regime") or {}
 
 
+def _cold(d: Optional[Dict[str, Any]]) -> Dict[str, Any]:
+    """A result's cold-cache record ({} when absent: older files)."""
+    cc = (d or {}).get("cold_cache")
+    return cc if isinstance(cc, dict) else {}
+
+
+def _cold_mode(d: Optional[Dict[str, Any]]) -> Optional[str]:
+    mode = _cold(d).get("mode")
+    return mode if isinstance(mode, str) and mode else None
+
+
+def _cold_label(mode: str) -> str:
+    return "none (hot)" if mode == "none" else mode
+
+
+def _incomparable(od: Dict[str, Any], nd: Dict[str, Any]) -> List[str]:
+    """Why two results' figures differ by design rather than by the code ([]: comparable)."""
+    why = []
+    ro, rn = _regime(od).get("name"), _regime(nd).get("name")
+    if ro and rn and ro != rn:
+        # a sustained and a burst figure of a power-capped kernel differ by design
+        why.append(f"clock regime {ro} -> {rn}")
+    mo, mn = _cold_mode(od), _cold_mode(nd)
+    if mo and mn and mo != mn:
+        # a hot figure (the data in cache) and a flushed or rotated one measure different things
+        why.append(f"cold cache {_cold_label(mo)} -> {_cold_label(mn)}")
+    return why
+
+
+def _flush_size_note(od: Dict[str, Any], nd: Dict[str, Any]) -> Optional[str]:
+    """Same cold-cache mode, different flush buffers: compared, but said."""
+    fo, fn = _cold(od).get("flush_bytes"), _cold(nd).get("flush_bytes")
+    if _is_number(fo) and _is_number(fn) and fo != fn:
+        return f"flush size {fmt_bytes(fo)} -> {fmt_bytes(fn)}"
+    return None
+
+
 def compare_sets(old: ResultSet, new: ResultSet, threshold: float = 0.0,
                  old_label: str = "baseline", new_label: str = "current",
                  mem_threshold: Any = None) -> Comparison:
@@ -496,12 +538,13 @@ def compare_sets(old: ResultSet, new: ResultSet, threshold: float = 0.0,
                                 note="baseline has no median", old_ci=old_ci, new_ci=new_ci,
                                 harness=harness, **mem))
             continue
-        ro, rn = _regime(od).get("name"), _regime(nd).get("name")
-        if ro and rn and ro != rn:
-            # a sustained and a burst figure of a power-capped kernel differ by design: not a
-            # change of the code, so neither gated nor called faster or slower
+        why = _incomparable(od, nd)
+        if why:
+            # a sustained and a burst figure of a power-capped kernel, a hot and a cold one,
+            # differ by design: not a change of the code, so neither gated nor called faster
+            # or slower
             deltas.append(Delta(key, old_med, new_med, new_med / old_med - 1.0,
-                                "not comparable", f"clock regime {ro} -> {rn}", old_ci, new_ci,
+                                "not comparable", "; ".join(why), old_ci, new_ci,
                                 harness=harness, **mem))
             continue
         delta = new_med / old_med - 1.0
@@ -528,6 +571,9 @@ def compare_sets(old: ResultSet, new: ResultSet, threshold: float = 0.0,
         if wo != wn:
             # a collective's time grows with the ranks it spans: a change of code or of scale?
             notes.append(f"world size {wo} -> {wn}: different numbers of ranks")
+        flush = _flush_size_note(od, nd)
+        if flush:
+            notes.append(flush)
         unheld = [lab for lab, r in ((old_label, _regime(od)), (new_label, _regime(nd)))
                   if r.get("held") is False]
         if unheld:

@@ -3,7 +3,11 @@
 A kernel change that keeps its speed but doubles its workspace is a regression too, so
 kbench.bench measures, in one untimed call after the correctness check (the first call carries
 one-time allocations: cuBLAS workspaces, Triton autotuning, lazy module loads), how much memory
-the call needed above what was allocated before it:
+the call needed. What the figure counts depends on the method: the allocators' (torch, cupy)
+count bytes allocated above what was allocated before the call; the driver's, device memory
+taken, as a lower bound; the CPU's, resident memory first touched by the call (not bytes
+allocated: np.empty of 100 MB touches no page and reads ~0). A figure below the method's
+resolution (RESOLUTION) is its noise, and the printed row says "< resolution":
 
   torch   the caching allocator's peak: torch.cuda.reset_peak_memory_stats, the call,
           max_memory_allocated - memory_allocated before (exact to the allocator's 512 B
@@ -83,8 +87,9 @@ def measure_rss(call: Callable[[], Any]) -> Dict[str, Any]:
     return {"peak_bytes": max(0, after["VmHWM"] - before), "method": "rss",
             "baseline_bytes": before, "retained_bytes": after["VmRSS"] - before,
             "lower_bound": True, "resolution_bytes": RESOLUTION["rss"], "device": "cpu",
-            "note": "process peak RSS (VmHWM after clear_refs) minus RSS before the call; pages "
-                    "reused from the heap are not counted"}
+            "note": "resident memory first touched by the call: process peak RSS (VmHWM after "
+                    "clear_refs) minus RSS before the call; pages reused from the heap, and "
+                    "allocated but never touched, are not counted"}
 
 
 # ------------------------------------------------------------------ GPU

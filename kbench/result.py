@@ -405,22 +405,48 @@ class Result:
                           caption=f"kbench {self.name} [{self.device}, {self.backend} timer]")
 
 
+# What each method's figure is, in words (kbench.memory says how each is measured): what the
+# figure counts, the word before it, and how it was taken.
+_MEMORY_WORDS = {
+    "rss": ("resident memory first touched by the call", "peak",
+            "process peak RSS, a lower bound (memory reused from the heap is not counted)"),
+    "torch": ("memory allocated by the call", "peak", "torch caching allocator"),
+    "cupy": ("memory allocated by the call", "peak", "CuPy memory pool"),
+    "driver": ("device memory taken by the call", "at least",
+               "driver free memory, a lower bound (a peak between polls is missed)"),
+}
+
+
+def _fmt_resolution(n: int) -> str:
+    """A method's resolution in the binary units it is set in: 1 MiB, 2 MiB, 512 B."""
+    for unit, scale in (("GiB", 1 << 30), ("MiB", 1 << 20), ("KiB", 1 << 10)):
+        if n >= scale and n % scale == 0:
+            return f"{n // scale} {unit}"
+    return fmt_bytes(n)
+
+
 def memory_text(mem: Optional[Dict[str, Any]]) -> str:
     """The printed result's "Memory" row ('' when not measured): Result.memory, which
-    kbench.memory measures, in words."""
+    kbench.memory measures, in words: what the method's figure counts, and "< resolution"
+    where the figure is below what the method can resolve (its noise, not a size)."""
     if not mem:
         return ""
     if mem.get("peak_bytes") is None:
         return f"not measured: {mem.get('why')}"
-    method = {"torch": "torch caching allocator", "cupy": "CuPy memory pool",
-              "driver": "driver free memory, a lower bound",
-              "rss": "process peak RSS, a lower bound"}.get(mem.get("method"), mem.get("method"))
-    parts = [f"peak {fmt_bytes(mem['peak_bytes'])} above what was allocated before the call "
-             f"({method}; one untimed call)"]
-    if (mem.get("retained_bytes") or 0) > 0:
+    method = mem.get("method")
+    what, word, how = _MEMORY_WORDS.get(
+        method, ("memory used by the call above what was allocated before it", "peak",
+                 str(method)))
+    res = mem.get("resolution_bytes") or 0
+    peak = mem["peak_bytes"]
+    fig = (f"< {_fmt_resolution(res)} (the method's resolution)" if peak < res
+           else f"{word} {fmt_bytes(peak)}")
+    parts = [f"{what}: {fig}"]
+    held = mem.get("retained_bytes") or 0
+    if held > 0 and held >= res:
         # what the call left allocated: its output, or memory it cached or leaked
-        parts.append(f"{fmt_bytes(mem['retained_bytes'])} still held after it (its output, a "
-                     f"cache or a leak)")
+        parts.append(f"{fmt_bytes(held)} still held after it (its output, a cache or a leak)")
+    parts.append(f"one untimed call; {how}")
     return "; ".join(parts)
 
 

@@ -117,8 +117,41 @@ def _run_case_isolated(factory: Callable, case: Dict[str, Any],
                         f"must be picklable to reach a fresh process (a module-level "
                         f"function, not a lambda or closure): {type(e).__name__}: {e}") from None
     ctx = multiprocessing.get_context("spawn")
-    with concurrent.futures.ProcessPoolExecutor(max_workers=1, mp_context=ctx) as pool:
-        return Result.from_dict(pool.submit(_case_worker, factory, case, options).result())
+    pool = concurrent.futures.ProcessPoolExecutor(max_workers=1, mp_context=ctx)
+    try:
+        out = pool.submit(_case_worker, factory, case, options).result()
+    except BaseException:
+        # Ctrl-C (or any error) while the case runs: leaving a `with` block would wait for the
+        # worker to finish its case (seconds, up to max_time_s) when SIGINT reached only this
+        # process (a supervisor's kill -INT, not the terminal's process group). Stop it now.
+        _stop_workers(pool)
+        raise
+    pool.shutdown(wait=True)
+    return Result.from_dict(out)
+
+
+def _stop_workers(pool: Any) -> None:
+    """Terminate a ProcessPoolExecutor's workers and shut it down without waiting for them."""
+    procs = list((getattr(pool, "_processes", None) or {}).values())
+    for p in procs:
+        try:
+            p.terminate()
+        except Exception:
+            pass
+    try:
+        pool.shutdown(wait=False, cancel_futures=True)
+    except Exception:
+        pass
+    # reap them (a terminated worker exits at once; SIGKILL one that does not), so none is
+    # left behind as a zombie or a stray process
+    for p in procs:
+        try:
+            p.join(0.5)
+            if p.is_alive():
+                p.kill()
+                p.join(0.5)
+        except Exception:
+            pass
 
 
 @dataclass

@@ -277,3 +277,58 @@ def test_a_short_ab_file_is_refused_by_name(tmp_path):
     short.write_text(json.dumps(doc))
     with pytest.raises(ValueError, match=r"short.json, arm 'base': .*too few"):
         load_results(str(short))
+
+
+def _cold_result(median, mode, flush_bytes=None, seed=0):
+    """A CPU result of numpy.sum taken with cold_cache=mode (None: an older file without
+    cold_cache); spread 0.1%: two medians 30% apart are resolved."""
+    d = make_result("numpy.sum", median, spread=0.001, seed=seed).to_dict()
+    if mode is None:
+        d.pop("cold_cache", None)
+    else:
+        d["cold_cache"] = {"mode": mode, "cache_bytes": 32 << 20,
+                           "flush_bytes": (64 << 20 if mode == "flush" else 0)
+                           if flush_bytes is None else flush_bytes}
+    return d
+
+
+def test_a_hot_and_a_cold_figure_are_not_comparable_and_never_fail(tmp_path, capsys):
+    # the quickstart notebook's hot vs flushed numpy.sum read "+32.9% SLOWER" and failed a gate
+    from kbench.cli import main as cli_main
+    hot, cold = _cold_result(541e-6, "none"), _cold_result(719e-6, "flush", seed=1)
+    cmp = compare_sets({"s": hot}, {"s": cold}, threshold="5%")
+    (d,) = cmp.deltas
+    assert d.verdict == "not comparable" and not d.failure and cmp.ok
+    assert "cold cache none (hot) -> flush" in d.note
+    assert d.delta == pytest.approx(719 / 541 - 1, rel=0.01)   # reported, not judged
+    rot = compare_sets({"s": _cold_result(719e-6, "flush")},
+                       {"s": _cold_result(900e-6, "rotate", seed=1)}, threshold="5%")
+    assert rot.deltas[0].verdict == "not comparable" and "flush -> rotate" in rot.deltas[0].note
+    # the CLI: reported, exit 0 under --fail
+    old, new = tmp_path / "hot.json", tmp_path / "cold.json"
+    old.write_text(json.dumps(hot))
+    new.write_text(json.dumps(cold))
+    assert cli_main(["compare", str(old), str(new), "--fail", "5%"]) == 0
+    out = capsys.readouterr().out
+    assert "not comparable (cold cache none (hot) -> flush)" in out and "SLOWER" not in out
+
+
+def test_the_same_or_an_unknown_cold_cache_mode_compares_as_before():
+    d, = compare_sets({"s": _cold_result(541e-6, "flush")},
+                      {"s": _cold_result(719e-6, "flush", seed=1)}, threshold="5%").deltas
+    assert d.verdict == "slower" and d.failure and d.note == ""
+    d, = compare_sets({"s": _cold_result(541e-6, "none")},
+                      {"s": _cold_result(719e-6, "none", seed=1)}, threshold="5%").deltas
+    assert d.verdict == "slower" and d.failure
+    # a different flush buffer, the same mode: compared, and said
+    d, = compare_sets({"s": _cold_result(541e-6, "flush", flush_bytes=64 << 20)},
+                      {"s": _cold_result(719e-6, "flush", flush_bytes=256 << 20, seed=1)},
+                      threshold="5%").deltas
+    assert d.verdict == "slower" and d.failure
+    assert "flush size 67.1 MB -> 268.4 MB" in d.note
+
+    # older files carry no cold_cache: unknown, so the verdict is the medians' as before
+    for old_mode, new_mode in ((None, "flush"), ("none", None), (None, None)):
+        d, = compare_sets({"s": _cold_result(541e-6, old_mode)},
+                          {"s": _cold_result(719e-6, new_mode, seed=1)}, threshold="5%").deltas
+        assert d.verdict == "slower" and d.failure and "cold cache" not in d.note

@@ -238,3 +238,47 @@ def test_plugin_fail_mem_fails_the_session_on_a_planted_2x_allocation(pytester, 
     big.stdout.fnmatch_lines(["*MORE MEMORY*", "*FAILED: *using more peak memory*"])
     bad = pytester.runpytest_inprocess(*base, "--kbench-fail-mem=10")
     assert bad.ret == 4 and "--kbench-fail-mem" in "\n".join(bad.errlines + bad.outlines)
+
+
+@pytest.mark.parametrize("method, res, below, what", [
+    ("rss", MB, "< 1 MiB (the method's resolution)", "resident memory first touched by the call"),
+    ("driver", 2 * MB, "< 2 MiB (the method's resolution)", "device memory taken by the call"),
+    ("torch", 512, "< 512 B (the method's resolution)", "memory allocated by the call"),
+    ("cupy", 512, "< 512 B (the method's resolution)", "memory allocated by the call"),
+])
+def test_memory_row_says_what_the_method_counts_and_hides_sub_resolution_noise(
+        method, res, below, what):
+    # the CPU's pass read "peak 32.8 kB above what was allocated before the call": RSS pages
+    # first touched (not bytes allocated), 1/32 of what the method resolves
+    noise = {"peak_bytes": res // 32, "method": method, "resolution_bytes": res,
+             "retained_bytes": res // 64, "lower_bound": method in ("rss", "driver")}
+    kept = dict(noise)
+    text = memory_text(noise)
+    assert noise == kept                          # presentation only: the figures stay
+    assert text.startswith(f"{what}: {below}"), text
+    assert "above what was allocated before" not in text
+    assert "still held" not in text               # the retained noise is not reported either
+    assert fmt_b(res // 32) not in text
+    big = dict(noise, peak_bytes=64 * MB, retained_bytes=8 * MB)
+    text = memory_text(big)
+    word = "at least" if method == "driver" else "peak"
+    assert text.startswith(f"{what}: {word} 67.1 MB; 8.4 MB still held after it"), text
+    assert "resolution" not in text
+
+
+def fmt_b(n):
+    from kbench._format import fmt_bytes
+    return fmt_bytes(n)
+
+
+@needs_rss
+def test_an_untouched_allocation_reads_below_the_rss_resolution_not_as_bytes():
+    # np.empty of 100 MB touches no page: the figure is resident memory first touched, and
+    # the row said "peak 4.1 kB above what was allocated before the call"
+    r = kbench.bench(lambda: np.empty(12_500_000), **QUICK)
+    assert r.memory["method"] == "rss" and r.memory["peak_bytes"] < MB
+    row = next(l for l in repr(r).splitlines() if "Memory" in l)
+    assert "resident memory first touched by the call: < 1 MiB (the method's resolution)" in row
+    r = kbench.bench(allocate, 64, **QUICK)
+    row = next(l for l in repr(r).splitlines() if "Memory" in l)
+    assert "resident memory first touched by the call: peak 6" in row, row

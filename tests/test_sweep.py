@@ -283,3 +283,82 @@ def test_a_saved_sweep_loads_back_whole(copies, tmp_path):
     (tmp_path / "bad.json").write_text("{")
     with pytest.raises(ValueError, match="bad.json: not a kbench sweep: not JSON"):
         SweepResult.load(str(tmp_path / "bad.json"))
+
+
+SLOW_CASE_MODULE = '''
+import os, time
+def slow_case(k, marker):
+    # runs in the isolated worker: says who it is, then takes far longer than the test allows
+    with open(marker, "w") as f:
+        f.write(str(os.getpid()))
+    time.sleep(k)
+    return (abs, (k,))
+def quick_case(k, marker):
+    return (abs, (k,))
+'''
+
+SWEEP_INTERRUPT_CHILD = '''
+import os, sys, time, multiprocessing
+import kbench, slowcases
+marker = sys.argv[1]
+try:
+    kbench.sweep(slowcases.slow_case, {"k": [15], "marker": [marker]}, isolate=True,
+                 cold_cache=None, warmup_s=0.0, max_time_s=0.02)
+    print("FINISHED", flush=True)
+except KeyboardInterrupt:
+    print("KI", time.monotonic(), flush=True)
+wpid = int(open(marker).read())
+alive = os.path.exists(f"/proc/{wpid}") or any(p.pid == wpid
+                                                for p in multiprocessing.active_children())
+print("WORKER", "alive" if alive else "gone", flush=True)
+s = kbench.sweep(slowcases.quick_case, {"k": [1], "marker": [marker]}, isolate=True,
+                 cold_cache=None, warmup_s=0.0, max_time_s=0.02)
+print("NEXT OK", len(s.results), flush=True)
+'''
+
+
+@pytest.mark.skipif(not os.path.isdir("/proc") or os.name != "posix", reason="POSIX, /proc")
+def test_isolated_sweep_honours_sigint_sent_to_the_parent_alone(tmp_path):
+    """kill -INT <pid> (a supervisor; not the terminal's process group, so the worker gets no
+    signal): KeyboardInterrupt comes at once, not when the worker's case ends; no worker is
+    left behind and the process can sweep again."""
+    import signal
+    import subprocess
+    import sys
+    import time
+    (tmp_path / "slowcases.py").write_text(SLOW_CASE_MODULE)
+    marker = tmp_path / "worker.pid"
+    repo = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+    env = dict(os.environ, PYTHONUNBUFFERED="1",
+               PYTHONPATH=os.pathsep.join([str(tmp_path), repo,
+                                           os.environ.get("PYTHONPATH", "")]))
+    proc = subprocess.Popen([sys.executable, "-c", SWEEP_INTERRUPT_CHILD, str(marker)],
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env)
+    try:
+        deadline = time.monotonic() + 60     # the worker's spawn and imports, on a busy host
+        while not (marker.exists() and marker.read_text()) and proc.poll() is None:
+            assert time.monotonic() < deadline, "the isolated worker never started its case"
+            time.sleep(0.05)
+        time.sleep(0.2)
+        sent = time.monotonic()
+        os.kill(proc.pid, signal.SIGINT)     # the parent alone
+        try:
+            out, err = proc.communicate(timeout=90)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            out, err = proc.communicate()
+            pytest.fail(f"no exit 90 s after SIGINT: {out!r} {err!r}")
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
+    assert proc.returncode == 0, f"child failed:\n{out}\n{err}"
+    lines = out.splitlines()
+    ki = [ln for ln in lines if ln.startswith("KI ")]
+    assert ki, f"the sweep ended without KeyboardInterrupt:\n{out}\n{err}"
+    latency = float(ki[0].split()[1]) - sent
+    # the case sleeps 15 s: the old code raised only when it ended; 3 s leaves room for a
+    # loaded machine (the fix takes a few ms)
+    assert 0 <= latency < 3.0, f"KeyboardInterrupt came {latency:.2f} s after SIGINT"
+    assert "WORKER gone" in lines, f"the worker outlived the interrupt:\n{out}"
+    assert "NEXT OK 1" in lines, f"the next isolated sweep failed:\n{out}\n{err}"
