@@ -28,6 +28,10 @@ typedef struct {
 
 /* Start the thread for `flag` (already allocated, set to 0). 0, or an errno from
  * pthread_create (no Python: the caller raises). */
+/* The longest timeout the options accept (11.6 days: a gate held longer is a hang, not a
+ * measurement); the watchdog clamps any longer wait to it too. */
+#define KB_GATE_TIMEOUT_MAX_S 1e6
+
 int kb_watchdog_start(kb_watchdog *w, volatile uint32_t *flag, double timeout_s);
 /* The gate was closed at `generation`: arm the timeout. */
 void kb_watchdog_arm(kb_watchdog *w, uint32_t generation);

@@ -12,6 +12,11 @@ static void store_flag(kb_watchdog *w, uint32_t v)
 
 static void deadline_timespec(double wait_s, struct timespec *ts)
 {
+    /* (time_t)1e20 overflows: the deadline lands in the past and the thread spins */
+    if (!(wait_s < KB_GATE_TIMEOUT_MAX_S))
+        wait_s = KB_GATE_TIMEOUT_MAX_S;
+    if (!(wait_s > 0.0))
+        wait_s = 0.0;
     clock_gettime(CLOCK_REALTIME, ts);
     ts->tv_sec += (time_t)wait_s;
     ts->tv_nsec += (long)((wait_s - (double)(time_t)wait_s) * 1e9);

@@ -210,6 +210,14 @@ int kb_cuda_options_parse(PyObject *opts, int fn_is_graph, Py_ssize_t n_sets,
                                        "got %zd", device);
         return -1;
     }
+    if (o->gate_timeout_s > KB_GATE_TIMEOUT_MAX_S) {
+        /* a deadline past time_t's range made the watchdog spin (1e20 hung a bench) */
+        char got[48];   /* PyErr_Format has no %g */
+        snprintf(got, sizeof got, "%g", o->gate_timeout_s);
+        PyErr_Format(PyExc_ValueError, "measure_cuda: gate_timeout_s must be at most %d s, "
+                     "got %s", (int)KB_GATE_TIMEOUT_MAX_S, got);
+        return -1;
+    }
     o->device = (int)device;
     o->mode = (kb_gpu_mode)mode;
     o->regime = (kb_regime)regime;
