@@ -177,8 +177,6 @@ if san:
 if os.environ.get("KBENCH_COVERAGE"):
     cflags += ["--coverage"]
     ldflags += ["--coverage"]
-# kbench._core.BUILD["cflags"]: results record how the core that timed them was compiled
-define_macros.append(("KB_BUILD_CFLAGS", c_string(" ".join(cflags))))
 
 core = Extension(
     "kbench._core",
@@ -208,6 +206,13 @@ class BuildExt(build_ext):
         ld = getattr(self.compiler, "linker_so", None)
         if ld:
             self.compiler.linker_so = [a for a in ld if not a.startswith(("-Wl,-rpath", "-Wl,-R"))]
+        # kbench._core.BUILD["cflags"]: results record how the core that timed them was
+        # compiled -- the compiler's own flags (the interpreter's, plus $CFLAGS and $CPPFLAGS:
+        # -DNDEBUG, -fwrapv, -Werror) and then kbench's, as the compiler sees them
+        own = list(getattr(self.compiler, "compiler_so", None) or [])[1:]
+        for e in self.extensions:
+            e.define_macros = [m for m in e.define_macros if m[0] != "KB_BUILD_CFLAGS"] + [
+                ("KB_BUILD_CFLAGS", c_string(" ".join(own + list(e.extra_compile_args))))]
         stamp = Path(self.build_temp) / "kbench-build-config.txt"
         config = repr([(e.name, e.sources, e.define_macros, e.include_dirs, e.extra_compile_args,
                         e.extra_link_args) for e in self.extensions])

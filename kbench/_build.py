@@ -35,7 +35,7 @@ def build_info() -> Dict[str, Any]:
         return dict(info)
     # a _core from before BUILD existed
     cuda = bool(getattr(_core, "HAVE_CUDA", 0))
-    return {"backends": ("host", "cuda") if cuda else ("host",),
+    return {"backends": ("host", "cuda", "hip") if cuda else ("host",),
             "cuda_version": getattr(_core, "CUDA_HEADERS_VERSION", None) if cuda else None,
             "cupti_api_version": None, "headers": None, "compiler": None, "python": None}
 

@@ -28,6 +28,10 @@ def test_every_build_has_the_cuda_backend_unless_asked_not_to():
     b = build_info()
     assert b["backends"][0] == "host"
     assert bool(_core.HAVE_CUDA) == ("cuda" in b["backends"])
+    assert bool(getattr(_core, "HAVE_HIP", 0)) == ("hip" in b["backends"])   # built with CUDA
+    # the compiler's own flags are recorded too: the interpreter's (-fwrapv, -DNDEBUG) and
+    # $CFLAGS come before kbench's
+    assert "-std=gnu11" in b["cflags"] and b["cflags"].split()[0] != "-std=gnu11"
     if not _core.HAVE_CUDA:
         assert os.environ.get("KBENCH_NO_CUDA"), (
             "a CPU-only _core, but KBENCH_NO_CUDA is not set: the build should have found the "

@@ -45,7 +45,8 @@ static int add_build_info(PyObject *m)
     if (d == NULL)
         return -1;
 #ifdef KB_HAVE_CUDA
-    if (kb_dict_set_steal(d, "backends", Py_BuildValue("(ss)", "host", "cuda")) < 0 ||
+    /* the HIP backend is built with the CUDA one (kb_hip_module_init below) */
+    if (kb_dict_set_steal(d, "backends", Py_BuildValue("(sss)", "host", "cuda", "hip")) < 0 ||
         kb_dict_set_steal(d, "cuda_version", PyLong_FromLong(CUDA_VERSION)) < 0 ||
         kb_dict_set_steal(d, "cupti_api_version", PyLong_FromLong(CUPTI_API_VERSION)) < 0 ||
         kb_dict_set_steal(d, "headers", PyUnicode_FromString(KB_BUILD_HEADERS)) < 0)
