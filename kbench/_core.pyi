@@ -30,6 +30,15 @@ def host_timer_info(fn: Optional[Callable[[], Any]] = ..., calls: int = ...) -> 
 # {"resolution_ns": the step the loop's samples sit on, "min_move_ns", "read_cost_ns", "clock",
 #  with fn: "call_overhead_min_ns", "call_overhead_mean_ns"}
 def cpu_cache_info() -> Dict[str, Any]: ...
+# The last-level cache the CPU flush is sized for (2x llc_bytes), for the CPUs this thread may run
+# on (sched_getaffinity), not cpu0's: {"llc_bytes": size (0: unknown), "source": where llc_bytes
+# came from: "KBENCH_LLC_BYTES" (the override), "sysfs" (the largest last-level cache among
+# "cpus"), "sysconf" (glibc's figure, which can be far off: some CPU of "cpus" has no readable
+# last-level size in sysfs) or "none" (llc_bytes 0), "llc_cpu": the CPU whose sysfs cache gave
+# llc_bytes (source "sysfs" only, else None), "cpus": the CPUs read, "levels": [{"level", "type",
+# "bytes"}...] of one CPU, "levels_cpu": that CPU (llc_cpu's, or the first without a readable
+# last-level size; None if no CPU)}. sysfs is read again only when the affinity mask changes.
+# Test hook: $KBENCH_SYSFS_CPU_ROOT replaces /sys/devices/system/cpu (tests/test_cpu_cache_info.py).
 def cpu_flush(nbytes: int, /) -> None: ...
 
 # stats.c / criterion.c

@@ -272,9 +272,16 @@ def cmd_info(args: argparse.Namespace) -> int:
           f"numpy {md.get('numpy_version')}")
     vm = ", under a hypervisor (a VM)" if md.get("cpu_hypervisor") else ""
     print(f"CPU: {md.get('cpu_model')}, {md.get('cpu_count')} logical cores{vm}")
-    print("caches: " + ", ".join(f"L{c['level']} {c['type']} {fmt_bytes(c['bytes'])}"
-                                 for c in caches["levels"])
-          + f"; last level {fmt_bytes(caches['llc_bytes'])} ({caches['source']})")
+    # the levels are one CPU's; the last level is the largest among the CPUs this process may
+    # run on, from the source named (sysconf: glibc's figure, as sysfs had no size)
+    of_cpu = "" if caches.get("levels_cpu") is None else f" (cpu{caches['levels_cpu']})"
+    llc_from = caches["source"] + ("" if caches.get("llc_cpu") is None else
+                                   f", cpu{caches['llc_cpu']}: the largest of the "
+                                   f"{len(caches.get('cpus', ()))} CPUs this process may use")
+    llc = fmt_bytes(caches["llc_bytes"]) if caches["llc_bytes"] else "unknown"
+    print(f"caches{of_cpu}: " + ", ".join(f"L{c['level']} {c['type']} {fmt_bytes(c['bytes'])}"
+                                          for c in caches["levels"])
+          + f"; last level {llc} ({llc_from})")
     print(f"host timer: {timer['clock']}, reads in {timer['resolution_ns']} ns steps (smallest "
           f"move between reads {timer['min_move_ns']} ns), read {timer['read_cost_ns']:.1f} ns, "
           f"per-sample overhead around an empty call {timer['call_overhead_min_ns']} ns (min) / "
