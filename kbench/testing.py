@@ -3,13 +3,17 @@
     from kbench.testing import do_bench                    # was: from triton.testing import do_bench
     from kbench.testing import bench_gpu_time_with_cupti   # was: from flashinfer.testing import ...
 
-Same signatures and return conventions (milliseconds) as triton.testing.do_bench /
-do_bench_cudagraph and flashinfer.testing.bench_gpu_time_with_cupti; the measurement underneath
-is kbench.bench. docs/dropin.md lists every difference. In short: L2 is flushed before each
-sample like do_bench does (outside the timed region); sampling stops by kbench's precision rule
-(0.5% CI half-width of the median) or the time budget, not at a fixed count -- unless a count is
-asked for (FlashInfer's repeat_iters); with no CUDA device the same calls time on the CPU with
-the host clock, so code and tests using them run on CPU-only machines.
+The parameters (names, order, defaults) and return conventions (milliseconds) of current
+triton.testing.do_bench / do_bench_cudagraph (checked against Triton 3.9.0) and
+flashinfer.testing.bench_gpu_time_with_cupti; older Triton's fast_flush is accepted by keyword
+and ignored. The measurement underneath is kbench.bench; docs/dropin.md lists every
+difference. In short: L2 is flushed before each sample like do_bench does (outside the timed
+region); sampling stops by kbench's precision rule (0.5% CI half-width of the median) or the
+time budget, not at a fixed count -- unless a count is asked for (FlashInfer's repeat_iters);
+with no CUDA device the same calls time on the CPU with the host clock (GPU-only kbench options
+passed through are then dropped with a warning), so code and tests using them run on CPU-only
+machines. Peak memory is not measured unless asked for (memory=True): the drop-ins add no
+untimed calls for it and leave the process's peak-memory counters alone.
 
 Each function also takes keyword-only kbench options after its own parameters (e.g.
 ``cold_cache=None``, ``target=0.01``, ``min_samples=``) and ``return_result=True`` to get the
@@ -18,6 +22,9 @@ kbench.Result instead of the legacy return value.
 from __future__ import annotations
 
 import functools
+import inspect
+import math
+import numbers
 import sys
 import warnings
 from typing import Any, Callable, Dict, List, Optional, Sequence, Tuple, Union
@@ -25,6 +32,8 @@ from typing import Any, Callable, Dict, List, Optional, Sequence, Tuple, Union
 import numpy as np
 
 _RETURN_MODES = ("min", "max", "mean", "median", "all")
+# kbench's timer modes that need a GPU: on the CPU fallback they are dropped, not refused
+_GPU_MODES = ("cupti", "events", "graph")
 
 
 def _current_device() -> str:
@@ -90,13 +99,52 @@ def _probe_driver() -> Tuple[bool, str]:
     return True, f"{count.value} CUDA device(s) (driver)"
 
 
-def _grad_reset(fn: Callable[[], Any], grad_to_none: Optional[Sequence[Any]]):
-    if not grad_to_none:
+def _ms(label: str, value: Any) -> float:
+    """A time in milliseconds: a finite real >= 0 (a Python or NumPy scalar, not a bool), as a
+    float. 0 is allowed, as upstream allows it (Triton and FlashInfer run max(1, int(t/est))
+    calls)."""
+    if isinstance(value, (bool, np.bool_)) or not isinstance(value, numbers.Real):
+        raise TypeError(f"{label} must be a number of milliseconds, got {value!r:.60} "
+                        f"({type(value).__name__})")
+    ms = float(value)
+    if not math.isfinite(ms) or ms < 0:
+        raise ValueError(f"{label} must be a non-negative number of milliseconds, got "
+                         f"{value!r:.60}")
+    return ms
+
+
+def _iters(label: str, value: Any) -> Optional[int]:
+    """An iteration count: None, or an integer >= 0 (a Python or NumPy integer, not a bool), as
+    an int."""
+    if value is None:
+        return None
+    if isinstance(value, (bool, np.bool_)) or not isinstance(value, numbers.Integral):
+        raise TypeError(f"{label} must be a non-negative integer or None, got {value!r:.60} "
+                        f"({type(value).__name__})")
+    n = int(value)
+    if n < 0:
+        raise ValueError(f"{label} must be a non-negative integer or None, got {value!r:.60}")
+    return n
+
+
+def _grad_list(grad_to_none: Any) -> Optional[List[Any]]:
+    """grad_to_none as a list, read once (None stays None). Tested with `is None`, as Triton
+    does: a multi-element tensor or array has no truth value."""
+    if grad_to_none is None:
+        return None
+    try:
+        return list(grad_to_none)
+    except TypeError:
+        raise TypeError(f"grad_to_none must be an iterable of tensors (or None), got "
+                        f"{type(grad_to_none).__name__}") from None
+
+
+def _grad_reset(fn: Callable[[], Any], grads: Optional[List[Any]]):
+    if grads is None or len(grads) == 0:
         return fn
-    tensors = list(grad_to_none)
 
     def call():
-        for x in tensors:
+        for x in grads:
             x.grad = None
         return fn()
     call.__name__ = getattr(fn, "__name__", "fn")
@@ -105,12 +153,25 @@ def _grad_reset(fn: Callable[[], Any], grad_to_none: Optional[Sequence[Any]]):
     return call
 
 
+def _prepare_graph_grads(grads: Optional[List[Any]]) -> None:
+    """What triton's do_bench_cudagraph does to grad_to_none before it captures fn: each tensor
+    becomes a leaf that requires grad, with no grad (methods a non-torch object lacks are
+    skipped)."""
+    for x in grads or ():
+        if hasattr(x, "detach_"):
+            x.detach_()
+        if hasattr(x, "requires_grad_"):
+            x.requires_grad_(True)
+        x.grad = None
+
+
 def _summarize(times_ms: np.ndarray, quantiles: Optional[Sequence[float]],
                return_mode: str) -> Union[float, List[float]]:
-    """triton's conventions: quantiles -> list (a single quantile -> float); 'all' -> list;
-    otherwise the statistic as a float. 'median' is the lower median, as torch.median. No
-    times (a profile run, KBENCH_PROFILE=1: one untimed call) read NaN in the same shape, so a
-    script runs unchanged under the profiler."""
+    """triton's conventions: quantiles -> list (a single quantile -> float; none -> []);
+    'all' -> list; otherwise the statistic as a float. 'median' is the mean of the two middle
+    times for an even count, as Triton's statistics.median. No times (a profile run,
+    KBENCH_PROFILE=1: one untimed call) read NaN in the same shape, so a script runs unchanged
+    under the profiler."""
     if times_ms.size == 0:
         nan = float("nan")
         if quantiles is not None:
@@ -124,40 +185,99 @@ def _summarize(times_ms: np.ndarray, quantiles: Optional[Sequence[float]],
     if return_mode == "all":
         return times_ms.tolist()
     if return_mode == "median":
-        return float(np.sort(times_ms)[(len(times_ms) - 1) // 2])
+        return float(np.median(times_ms))
     return float(getattr(np, return_mode)(times_ms))
 
 
 def _check_return_mode(return_mode: str, quantiles: Any) -> None:
     if return_mode not in _RETURN_MODES:
+        hint = (" (Triton 3.1 and earlier took fast_flush in this position: pass fast_flush= "
+                "by keyword)" if isinstance(return_mode, bool) else "")
         raise ValueError(f"return_mode must be one of {list(_RETURN_MODES)}, got "
-                         f"{return_mode!r}")
+                         f"{return_mode!r}{hint}")
     if quantiles is not None:
         try:
             q = np.asarray(quantiles, dtype=np.float64)
         except (TypeError, ValueError):
             raise ValueError(f"quantiles must be a list of numbers in [0, 1], got "
                              f"{quantiles!r}") from None
-        if q.ndim > 1 or q.size == 0 or np.any((q < 0) | (q > 1)) or np.any(np.isnan(q)):
+        if q.ndim > 1 or np.any((q < 0) | (q > 1)) or np.any(np.isnan(q)):
             raise ValueError(f"quantiles must be a list of numbers in [0, 1], got {quantiles!r}")
+
+
+@functools.lru_cache(maxsize=1)
+def _bench_parameters() -> frozenset:
+    from .bench import bench
+    return frozenset(n for n, p in inspect.signature(bench).parameters.items()
+                     if p.kind not in (p.VAR_POSITIONAL, p.VAR_KEYWORD))
+
+
+def _drop_gpu_options(where: str, opts: Dict[str, Any], stacklevel: int) -> Dict[str, Any]:
+    """The CPU fallback (no device given, no CUDA device found): a GPU script's GPU-only kbench
+    options -- a GPU timer mode (mode='events' / 'cupti' / 'graph') and the CUDA or HIP
+    backend's options (stream=, gate=, regime=, ...) -- are dropped with one warning naming
+    them, so the script runs unchanged. Anything else invalid is left for kbench.bench to
+    refuse."""
+    dropped: Dict[str, Any] = {}
+    if isinstance(opts.get("mode"), str) and opts["mode"] in _GPU_MODES:
+        dropped["mode"] = opts["mode"]
+    others = set(opts) - _bench_parameters()
+    if others:
+        from . import cuda, hip           # only when an option is not kbench.bench's own
+        gpu_only = set(cuda.OPTIONS) | set(hip.OPTIONS)
+        dropped.update((k, opts[k]) for k in sorted(others & gpu_only))
+    if not dropped:
+        return opts
+    named = ", ".join(f"{k}={v!r:.40}" for k, v in dropped.items())
+    warnings.warn(f"kbench.testing.{where}: no CUDA device, so it times on the CPU with the "
+                  f"host clock and ignores the GPU-only option{'s' if len(dropped) > 1 else ''} "
+                  f"{named}", UserWarning, stacklevel=stacklevel + 1)
+    return {k: v for k, v in opts.items() if k not in dropped}
+
+
+def _fewest_samples(opts: Dict[str, Any]) -> None:
+    """A zero sampling budget (rep=0, repeat_time_ms=0): stop at kbench's minimum count,
+    min_samples (10 by default, or the caller's), where Triton and FlashInfer take one
+    sample."""
+    n = opts.get("min_samples")
+    opts.setdefault("max_samples", _loop_default("min_samples") if n is None else n)
+
+
+def _loop_default(key: str) -> Any:
+    from . import _core
+    return _core.LOOP_DEFAULTS[key]
+
+
+def _device(bench_options: Dict[str, Any]) -> Tuple[str, bool]:
+    """(the device to time on, whether the caller named it)."""
+    device = bench_options.pop("device", None)
+    return (device, True) if device is not None else (_current_device(), False)
 
 
 def do_bench(fn: Callable[[], Any], warmup: float = 25, rep: float = 100,
              grad_to_none: Optional[Sequence[Any]] = None,
              quantiles: Optional[Sequence[float]] = None, return_mode: str = "mean",
-             *, return_result: bool = False, **bench_options: Any):
+             *, fast_flush: bool = True, return_result: bool = False, **bench_options: Any):
     """triton.testing.do_bench on kbench: time ``fn()`` and return milliseconds.
 
-    warmup: warm-up time (ms). rep: time budget for sampling (ms); sampling stops earlier when
-    the median is precise to kbench's target. quantiles: return these quantiles of the per-call
-    times (a list; a single quantile gives a float). return_mode: "min" | "max" | "mean" |
-    "median" | "all" (the list of per-call times). Cold L2 (kbench's flush) before every sample.
+    warmup: warm-up time limit (ms; kbench's warm-up may end earlier, once per-call times stop
+    falling). rep: time budget for sampling (ms); sampling stops earlier when the median is
+    precise to kbench's target; rep=0 takes kbench's minimum count (min_samples, 10 by
+    default). quantiles: return these quantiles of the per-call times (a list; a single
+    quantile gives a float; [] gives []). return_mode: "min" | "max" | "mean" | "median" | "all"
+    (the list of per-call times). Cold L2 (kbench's flush) before every sample. fast_flush
+    (Triton 3.1 and earlier) is accepted and ignored: kbench always flushes the same way.
     """
+    if not callable(fn):
+        raise TypeError(f"fn must be callable, got {type(fn).__name__}")
     _check_return_mode(return_mode, quantiles)
-    device = bench_options.pop("device", None) or _current_device()
-    return _run(fn, device, warmup_ms=warmup, rep_ms=rep, grad_to_none=grad_to_none,
+    warmup_ms, rep_ms = _ms("warmup", warmup), _ms("rep", rep)
+    grads = _grad_list(grad_to_none)
+    device, given = _device(bench_options)
+    return _run(fn, device, given, warmup_ms=warmup_ms, rep_ms=rep_ms, grads=grads,
                 quantiles=quantiles, return_mode=return_mode, return_result=return_result,
-                mode=None, defaults={"cold_cache": "flush"}, options=bench_options)
+                mode=None, defaults={"cold_cache": "flush"}, options=bench_options,
+                where="do_bench")
 
 
 def do_bench_cudagraph(fn: Callable[[], Any], rep: float = 20,
@@ -166,35 +286,56 @@ def do_bench_cudagraph(fn: Callable[[], Any], rep: float = 20,
                        *, return_result: bool = False, **bench_options: Any):
     """triton.testing.do_bench_cudagraph on kbench: ``fn()`` captured in a CUDA graph and
     replayed (kbench mode="graph"); milliseconds per call. Like triton's, no L2 flush between
-    calls (hot cache) unless ``cold_cache=`` is given. Without a GPU it times ``fn()`` on the
-    CPU with the host clock."""
-    _check_return_mode(return_mode, quantiles)
-    device = bench_options.pop("device", None) or _current_device()
-    # triton warms up with a handful of calls; do_bench's 25 ms default is the closest match
-    return _run(fn, device, warmup_ms=25, rep_ms=rep, grad_to_none=grad_to_none,
-                quantiles=quantiles, return_mode=return_mode, return_result=return_result,
-                mode="graph", defaults={"cold_cache": None}, options=bench_options)
-
-
-def _run(fn, device, *, warmup_ms, rep_ms, grad_to_none, quantiles, return_mode,
-         return_result, mode, defaults, options):
-    from .bench import bench
+    calls (hot cache) unless ``cold_cache=`` is given, and each tensor of grad_to_none is made
+    a leaf that requires grad (detach_, requires_grad_(True), grad = None) before anything
+    runs. Without a GPU it times ``fn()`` on the CPU with the host clock."""
     if not callable(fn):
         raise TypeError(f"fn must be callable, got {type(fn).__name__}")
-    for label, v in (("warmup", warmup_ms), ("rep", rep_ms)):
-        if v is not None and (not isinstance(v, (int, float)) or not v > 0):
-            raise ValueError(f"{label} must be a positive number of milliseconds, got {v!r}")
-    opts: Dict[str, Any] = dict(defaults)
-    if warmup_ms is not None:
-        opts["warmup_s"] = warmup_ms / 1e3
-    opts["max_time_s"] = rep_ms / 1e3
+    _check_return_mode(return_mode, quantiles)
+    rep_ms = _ms("rep", rep)
+    grads = _grad_list(grad_to_none)
+    device, given = _device(bench_options)
+    _prepare_graph_grads(grads)
+    # triton warms up with a handful of calls; do_bench's 25 ms default is the closest match
+    return _run(fn, device, given, warmup_ms=25.0, rep_ms=rep_ms, grads=grads,
+                quantiles=quantiles, return_mode=return_mode, return_result=return_result,
+                mode="graph", defaults={"cold_cache": None}, options=bench_options,
+                where="do_bench_cudagraph")
+
+
+def _run(fn, device, given, *, warmup_ms, rep_ms, grads, quantiles, return_mode,
+         return_result, mode, defaults, options, where):
+    from .bench import bench
+    # memory=False: the peak-memory probe would call fn twice more, untimed, and reset the
+    # process's peak counters (torch.cuda.reset_peak_memory_stats, VmHWM): scripts read
+    # max_memory_allocated() around do_bench. memory=True still asks for it.
+    opts: Dict[str, Any] = dict(defaults, memory=False, warmup_s=warmup_ms / 1e3)
+    if rep_ms > 0:
+        opts["max_time_s"] = rep_ms / 1e3
     opts.update(options)
+    if rep_ms == 0:
+        _fewest_samples(opts)
     if device != "cpu" and mode is not None:
         opts.setdefault("mode", mode)
-    r = bench(_grad_reset(fn, grad_to_none), device=device, **opts)
+    if device == "cpu" and not given:
+        opts = _drop_gpu_options(where, opts, stacklevel=3)
+    r = bench(_grad_reset(fn, grads), device=device, **opts)
     if return_result:
         return r
     return _summarize(np.asarray(r.samples, dtype=np.float64) * 1e3, quantiles, return_mode)
+
+
+def _world_size() -> int:
+    """The number of ranks of an initialised torch.distributed (1 without one). Never imports
+    torch."""
+    torch = sys.modules.get("torch")
+    dist = getattr(torch, "distributed", None) if torch is not None else None
+    try:
+        if dist is not None and dist.is_available() and dist.is_initialized():
+            return int(dist.get_world_size())
+    except Exception:                   # a broken or partial torch: one process
+        pass
+    return 1
 
 
 def bench_gpu_time_with_cupti(fn: Callable[..., Any], dry_run_iters: Optional[int] = None,
@@ -204,17 +345,23 @@ def bench_gpu_time_with_cupti(fn: Callable[..., Any], dry_run_iters: Optional[in
                               l2_flush_device: Optional[str] = None,
                               sleep_after_run: bool = False, use_cuda_graph: bool = False,
                               input_args: Tuple = (), input_kwargs: Optional[dict] = None,
-                              cold_l2_cache: bool = True, *, return_result: bool = False,
+                              cold_l2_cache: bool = True, aggregate_op: Callable = max, *,
+                              return_result: bool = False,
                               **bench_options: Any) -> List[float]:
     """flashinfer.testing.bench_gpu_time_with_cupti on kbench: per-iteration GPU kernel times
     in milliseconds (a list), from kbench's CUPTI activity timing (mode="cupti"; with
     use_cuda_graph=True kbench's graph mode).
 
-    repeat_iters given: exactly that many timed iterations. Otherwise sampling runs until the
-    median is precise to kbench's target or repeat_time_ms is spent. dry_run_iters given:
-    exactly that many untimed calls first; otherwise dry_run_time_ms of warm-up. cold_l2_cache:
-    flush L2 before each iteration (kbench's flush, 2x L2 by default). The deprecated l2_flush*
-    parameters are honoured with a DeprecationWarning, as FlashInfer does. Without a GPU it
+    repeat_iters given: exactly that many timed iterations (0: returns [] without calling fn).
+    Otherwise sampling runs until the median is precise to kbench's target or repeat_time_ms
+    is spent (0: kbench's minimum count, min_samples). dry_run_iters given: that many untimed
+    calls first (then kbench's own warm-up, one call on the CPU); otherwise dry_run_time_ms
+    limits kbench's warm-up. cold_l2_cache: flush L2 before each iteration (kbench's flush, 2x
+    L2 by default). The deprecated l2_flush* parameters are honoured with a DeprecationWarning,
+    as FlashInfer does; l2_flush_device never chooses the device timed. aggregate_op
+    (FlashInfer: how each iteration's time is combined across the ranks of an initialised
+    torch.distributed) has no effect in one process, as in FlashInfer; kbench never aggregates
+    across ranks here, and warns where torch.distributed has more than one. Without a GPU it
     times on the CPU with the host clock.
     """
     from .bench import bench
@@ -223,8 +370,12 @@ def bench_gpu_time_with_cupti(fn: Callable[..., Any], dry_run_iters: Optional[in
     input_kwargs = dict(input_kwargs or {})
     if not isinstance(input_args, (tuple, list)):
         raise TypeError(f"input_args must be a tuple, got {type(input_args).__name__}")
+    dry_n, rep_n = _iters("dry_run_iters", dry_run_iters), _iters("repeat_iters", repeat_iters)
+    # each time budget is checked only where it is used: a count given replaces it
+    dry_ms = _ms("dry_run_time_ms", dry_run_time_ms) if dry_n is None else None
+    rep_ms = _ms("repeat_time_ms", repeat_time_ms) if rep_n is None else None
     flush = cold_l2_cache
-    opts: Dict[str, Any] = {}
+    opts: Dict[str, Any] = {"memory": False}       # no probe calls, no peak counters reset
     if any(p is not None for p in (l2_flush, l2_flush_size_mb, l2_flush_device)):
         warnings.warn("l2_flush, l2_flush_size_mb, and l2_flush_device are deprecated. "
                       "Use cold_l2_cache instead.", DeprecationWarning, stacklevel=2)
@@ -235,34 +386,47 @@ def bench_gpu_time_with_cupti(fn: Callable[..., Any], dry_run_iters: Optional[in
         warnings.warn("kbench.testing.bench_gpu_time_with_cupti: sleep_after_run is not "
                       "supported and is ignored (kbench paces nothing between samples; use "
                       "kbench.bench options to control the run)", UserWarning, stacklevel=2)
-    for label, v in (("dry_run_iters", dry_run_iters), ("repeat_iters", repeat_iters)):
-        if v is not None and (not isinstance(v, int) or isinstance(v, bool) or v < 1):
-            raise ValueError(f"{label} must be a positive integer or None, got {v!r}")
-    for label, v in (("dry_run_time_ms", dry_run_time_ms), ("repeat_time_ms", repeat_time_ms)):
-        if not isinstance(v, (int, float)) or not v > 0:
-            raise ValueError(f"{label} must be a positive number of milliseconds, got {v!r}")
+    ranks = _world_size()
+    if ranks > 1 and "group" not in bench_options:
+        warnings.warn(f"kbench.testing.bench_gpu_time_with_cupti: aggregate_op is not applied: "
+                      f"the times are this rank's own (FlashInfer gathers them from all "
+                      f"{ranks} ranks of torch.distributed and combines each iteration's with "
+                      f"aggregate_op); pass group='auto' for kbench's per-sample maximum over "
+                      f"the ranks", UserWarning, stacklevel=2)
 
     device = bench_options.pop("device", None)
-    if device is None:
+    given = device is not None
+    if not given:
+        # the device of the inputs, else the current one; never l2_flush_device, which in
+        # FlashInfer only places the flush buffer
         from .prepare import resolve_device
         device = resolve_device("auto", tuple(input_args), input_kwargs, fn)
         if device == "cpu":
-            device = l2_flush_device if l2_flush_device not in (None, "cuda") \
-                else _current_device()
+            device = _current_device()
+    if rep_n == 0:                      # FlashInfer times no iteration and returns []
+        if return_result:
+            raise ValueError("repeat_iters=0 times nothing, so there is no kbench.Result to "
+                             "return (return_result=True)")
+        return []
     opts["cold_cache"] = "flush" if flush else None
     if device != "cpu":
         opts["mode"] = "graph" if use_cuda_graph else "cupti"
-    if dry_run_iters is not None:
-        for _ in range(dry_run_iters):
+    if dry_n is not None:
+        for _ in range(dry_n):
             fn(*input_args, **input_kwargs)
         opts["warmup_s"] = 0.0
     else:
-        opts["warmup_s"] = dry_run_time_ms / 1e3
-    opts["max_time_s"] = repeat_time_ms / 1e3
-    if repeat_iters is not None:
+        opts["warmup_s"] = dry_ms / 1e3
+    if rep_n is not None:
         # a fixed count: kbench's loop never stops before min_samples, nor runs past max_samples
-        opts.update(min_samples=repeat_iters, max_samples=repeat_iters)
+        opts.update(min_samples=rep_n, max_samples=rep_n)
+    elif rep_ms > 0:
+        opts["max_time_s"] = rep_ms / 1e3
     opts.update(bench_options)
+    if rep_n is None and rep_ms == 0:
+        _fewest_samples(opts)
+    if device == "cpu" and not given:
+        opts = _drop_gpu_options("bench_gpu_time_with_cupti", opts, stacklevel=2)
     r = bench(fn, *input_args, kwargs=input_kwargs, device=device, **opts)
     if return_result:
         return r

@@ -23,7 +23,7 @@ def test_summarize_follows_triton_conventions():
     t = np.array([4.0, 1.0, 3.0, 2.0])
     assert _summarize(t, None, "mean") == 2.5
     assert _summarize(t, None, "min") == 1.0 and _summarize(t, None, "max") == 4.0
-    assert _summarize(t, None, "median") == 2.0          # torch.median: the lower median
+    assert _summarize(t, None, "median") == 2.5          # statistics.median, as Triton now
     assert _summarize(t, None, "all") == [4.0, 1.0, 3.0, 2.0]
     assert _summarize(t, [0.5], "mean") == 2.5           # one quantile: a float
     q = _summarize(t, [0.2, 0.5, 0.8], "mean")           # linear, as torch.quantile
@@ -68,8 +68,8 @@ def test_do_bench_rejects_bad_arguments():
         do_bench(spin, return_mode="p99")
     with pytest.raises(ValueError, match="quantiles must be a list of numbers in"):
         do_bench(spin, quantiles=[0.5, 1.5])
-    with pytest.raises(ValueError, match="rep must be a positive number of milliseconds"):
-        do_bench(spin, rep=0)
+    with pytest.raises(ValueError, match="rep must be a non-negative number of milliseconds"):
+        do_bench(spin, rep=-1)
     with pytest.raises(TypeError, match="fn must be callable"):
         do_bench(42)
 
@@ -112,9 +112,248 @@ def test_cupti_dropin_deprecations_and_errors():
     with pytest.warns(UserWarning, match="sleep_after_run is not supported"):
         bench_gpu_time_with_cupti(spin, repeat_iters=10, dry_run_iters=1,
                                   sleep_after_run=True, cold_l2_cache=False)
-    with pytest.raises(ValueError, match="repeat_iters must be a positive integer"):
-        bench_gpu_time_with_cupti(spin, repeat_iters=0)
-    with pytest.raises(ValueError, match="dry_run_time_ms must be a positive number"):
+    with pytest.raises(ValueError, match="repeat_iters must be a non-negative integer"):
+        bench_gpu_time_with_cupti(spin, repeat_iters=-1)
+    with pytest.raises(ValueError, match="dry_run_time_ms must be a non-negative number"):
         bench_gpu_time_with_cupti(spin, dry_run_time_ms=-1)
     with pytest.raises(TypeError, match="input_args must be a tuple"):
         bench_gpu_time_with_cupti(spin, input_args=3)
+
+
+# ------------------------------------------------------------------ upstream conformance
+
+class Counter:
+    """A callable that counts its calls (and does next to nothing)."""
+
+    def __init__(self):
+        self.calls = 0
+
+    def __call__(self, *args, **kwargs):
+        self.calls += 1
+
+
+class Param:
+    grad = "stale"
+
+
+class FakeTensor(Param):
+    """Records what do_bench_cudagraph does to it, as a torch tensor would receive it."""
+
+    def __init__(self):
+        self.log = []
+
+    def detach_(self):
+        self.log.append("detach_")
+        return self
+
+    def requires_grad_(self, flag=True):
+        self.log.append(("requires_grad_", flag))
+        return self
+
+
+def test_median_is_the_mean_of_the_two_middle_times_as_triton():
+    # Triton >= PR #5490 summarises with statistics.median, as kbench's own Result median
+    assert _summarize(np.array([1.0, 2.0, 3.0, 4.0]), None, "median") == 2.5
+    assert _summarize(np.array([3.0, 1.0, 2.0]), None, "median") == 2.0
+    r = do_bench(spin, warmup=0, rep=0, min_samples=4, return_result=True, **HOT)
+    assert r.n == 4
+    assert _summarize(np.asarray(r.samples) * 1e3, None, "median") == \
+        pytest.approx(r.stats["median"] * 1e3)
+
+
+def test_dropins_leave_peak_memory_alone_unless_asked():
+    fn = Counter()
+    r = do_bench(fn, warmup=1, rep=5, return_result=True, **HOT)
+    assert r.memory is None                       # no probe: no calls, no counters reset
+    assert fn.calls == r.stop["warmup_iters"] + r.n
+    assert do_bench_cudagraph(fn, rep=5, return_result=True).memory is None
+    assert bench_gpu_time_with_cupti(fn, dry_run_iters=1, repeat_iters=2, cold_l2_cache=False,
+                                     return_result=True).memory is None
+    asked = do_bench(fn, warmup=1, rep=5, memory=True, return_result=True, **HOT)
+    assert asked.memory is not None               # still a kbench option
+
+
+def test_zero_warmup_and_rep_are_accepted_as_triton_does():
+    r = do_bench(spin, warmup=0, rep=0, return_result=True, **HOT)
+    assert r.stop["warmup_s"] < 0.1 and r.stop["warmup_iters"] >= 1
+    from kbench import _core
+    assert r.n == _core.LOOP_DEFAULTS["min_samples"]      # rep=0: kbench's fewest samples
+    assert do_bench(spin, warmup=0, rep=0, min_samples=1, return_result=True, **HOT).n == 1
+    assert isinstance(do_bench(spin, warmup=0, rep=0, **HOT), float)
+    assert isinstance(do_bench_cudagraph(spin, rep=0), float)
+
+
+def test_numpy_scalars_are_accepted_and_bad_values_named():
+    assert isinstance(do_bench(spin, warmup=np.int64(1), rep=np.float32(5), **HOT), float)
+    assert isinstance(do_bench_cudagraph(spin, rep=np.int64(5)), float)
+    times = bench_gpu_time_with_cupti(spin, dry_run_iters=np.int64(1), repeat_iters=np.int32(3),
+                                      cold_l2_cache=False)
+    assert len(times) == 3
+    assert len(bench_gpu_time_with_cupti(spin, dry_run_time_ms=np.float64(1.0),
+                                         repeat_iters=np.uint8(2), cold_l2_cache=False)) == 2
+    with pytest.raises(TypeError, match=r"rep must be a number of milliseconds, got True \(bool"):
+        do_bench(spin, rep=True)
+    with pytest.raises(TypeError, match=r"warmup must be a number of milliseconds, got '5'"):
+        do_bench(spin, warmup="5")
+    with pytest.raises(ValueError, match=r"warmup must be a non-negative number of "
+                                         r"milliseconds, got -1"):
+        do_bench(spin, warmup=-1)
+    with pytest.raises(ValueError, match=r"rep must be a non-negative number of milliseconds, "
+                                         r"got nan"):
+        do_bench_cudagraph(spin, rep=float("nan"))
+    with pytest.raises(TypeError, match=r"repeat_iters must be a non-negative integer or None, "
+                                        r"got 2.5 \(float"):
+        bench_gpu_time_with_cupti(spin, repeat_iters=2.5)
+    with pytest.raises(TypeError, match=r"dry_run_iters must be a non-negative integer or "
+                                        r"None, got np.True_ \(bool"):
+        bench_gpu_time_with_cupti(spin, dry_run_iters=np.True_)
+    with pytest.raises(ValueError, match=r"dry_run_iters must be a non-negative integer or "
+                                         r"None, got np.int64\(-2\)"):
+        bench_gpu_time_with_cupti(spin, dry_run_iters=np.int64(-2))
+
+
+def test_zero_counts_and_empty_quantiles_as_upstream():
+    fn = Counter()
+    assert bench_gpu_time_with_cupti(fn, repeat_iters=0, dry_run_iters=3) == []
+    assert fn.calls == 0                                  # nothing to time: fn is not called
+    with pytest.raises(ValueError, match="repeat_iters=0 times nothing"):
+        bench_gpu_time_with_cupti(fn, repeat_iters=0, return_result=True)
+    assert len(bench_gpu_time_with_cupti(fn, dry_run_iters=0, repeat_iters=3,
+                                         cold_l2_cache=False)) == 3
+    assert len(bench_gpu_time_with_cupti(fn, dry_run_time_ms=0, repeat_iters=3,
+                                         cold_l2_cache=False)) == 3
+    # a time budget is checked only where it is used: a count given replaces it
+    assert len(bench_gpu_time_with_cupti(fn, dry_run_iters=1, dry_run_time_ms="unused",
+                                         repeat_iters=2, repeat_time_ms=None,
+                                         cold_l2_cache=False)) == 2
+    from kbench import _core
+    r = bench_gpu_time_with_cupti(fn, dry_run_iters=0, repeat_time_ms=0, cold_l2_cache=False,
+                                  return_result=True)
+    assert r.n == _core.LOOP_DEFAULTS["min_samples"]
+    assert do_bench(spin, warmup=0, rep=0, quantiles=[], **HOT) == []
+    assert do_bench_cudagraph(spin, rep=0, quantiles=[]) == []
+
+
+def test_signatures_are_upstreams():
+    import inspect
+
+    def params(f):
+        return [(p.name, p.default) for p in inspect.signature(f).parameters.values()
+                if p.kind is p.POSITIONAL_OR_KEYWORD]
+    # triton 3.9.0's python/triton/testing.py
+    assert params(do_bench) == [("fn", inspect.Parameter.empty), ("warmup", 25), ("rep", 100),
+                                ("grad_to_none", None), ("quantiles", None),
+                                ("return_mode", "mean")]
+    assert params(do_bench_cudagraph) == [("fn", inspect.Parameter.empty), ("rep", 20),
+                                          ("grad_to_none", None), ("quantiles", None),
+                                          ("return_mode", "mean")]
+    # flashinfer/testing/utils.py
+    assert params(bench_gpu_time_with_cupti) == [
+        ("fn", inspect.Parameter.empty), ("dry_run_iters", None), ("repeat_iters", None),
+        ("dry_run_time_ms", 25), ("repeat_time_ms", 100), ("l2_flush", None),
+        ("l2_flush_size_mb", None), ("l2_flush_device", None), ("sleep_after_run", False),
+        ("use_cuda_graph", False), ("input_args", ()), ("input_kwargs", None),
+        ("cold_l2_cache", True), ("aggregate_op", max)]
+    # older triton's fast_flush, by keyword: accepted, ignored
+    assert isinstance(do_bench(spin, 1, 5, None, None, "min", fast_flush=False, **HOT), float)
+    with pytest.raises(ValueError, match="took fast_flush in this position"):
+        do_bench(spin, 1, 5, None, None, True)
+    # aggregate_op, the 14th positional parameter: no effect in one process
+    fn = Counter()
+    times = bench_gpu_time_with_cupti(fn, 1, 3, 25, 100, None, None, None, False, False, (),
+                                      None, False, min)
+    assert len(times) == 3
+
+
+def test_aggregate_op_warns_where_torch_distributed_has_ranks(monkeypatch):
+    import sys
+    import types
+
+    import kbench.testing as kt
+    dist = types.SimpleNamespace(is_available=lambda: True, is_initialized=lambda: True,
+                                 get_world_size=lambda: 4)
+    monkeypatch.setitem(sys.modules, "torch", types.SimpleNamespace(distributed=dist))
+    assert kt._world_size() == 4
+    monkeypatch.undo()                          # the rest runs without the stand-in torch
+    if "torch" not in sys.modules:
+        assert kt._world_size() == 1
+    monkeypatch.setattr(kt, "_world_size", lambda: 4)
+    with pytest.warns(UserWarning, match="aggregate_op is not applied: the times are this "
+                                         "rank's own"):
+        times = bench_gpu_time_with_cupti(spin, dry_run_iters=1, repeat_iters=2,
+                                          cold_l2_cache=False)
+    assert len(times) == 2
+
+
+def test_gpu_only_options_are_dropped_on_the_cpu_fallback(recwarn):
+    ms = do_bench(spin, warmup=1, rep=5, mode="events", **HOT)
+    assert isinstance(ms, float)
+    mine = [w for w in recwarn if "GPU-only" in str(w.message)]
+    assert len(mine) == 1 and "do_bench: no CUDA device" in str(mine[0].message)
+    assert "mode='events'" in str(mine[0].message) and mine[0].filename == __file__
+    recwarn.clear()
+    r = do_bench_cudagraph(spin, rep=5, mode="graph", stream=None, return_result=True)
+    assert r.backend == "host"
+    (w,) = [w for w in recwarn if "GPU-only" in str(w.message)]
+    assert "mode='graph'" in str(w.message) and "stream=None" in str(w.message)
+    with pytest.warns(UserWarning, match=r"ignores the GPU-only options mode='cupti', gate=False"):
+        times = bench_gpu_time_with_cupti(spin, dry_run_iters=1, repeat_iters=2,
+                                          cold_l2_cache=False, mode="cupti", gate=False)
+    assert len(times) == 2
+    # what is simply invalid still raises, and so does a GPU mode on a device asked for
+    with pytest.raises(ValueError, match="mode must be None or 'host' on the CPU"):
+        do_bench(spin, mode="bogus")
+    with pytest.raises(ValueError, match="needs a CUDA device"):
+        do_bench(spin, device="cpu", mode="events")
+    with pytest.raises(TypeError, match="unexpected options"):
+        do_bench(spin, targt=0.1)
+
+
+def test_l2_flush_device_never_chooses_the_timing_device():
+    for where in ("cuda:0", "cuda", "cuda:1"):
+        with pytest.warns(DeprecationWarning, match="l2_flush_device are deprecated"):
+            r = bench_gpu_time_with_cupti(spin, dry_run_iters=1, repeat_iters=2, l2_flush=False,
+                                          l2_flush_device=where, return_result=True)
+        assert r.device == "cpu" and r.n == 2
+
+
+def test_dry_run_iters_untimed_call_count():
+    # docs/dropin.md: dry_run_iters=N -> N untimed calls, then kbench's own warm-up, one call
+    # on the CPU (warmup_s=0); nothing else
+    fn = Counter()
+    r = bench_gpu_time_with_cupti(fn, dry_run_iters=3, repeat_iters=5, cold_l2_cache=False,
+                                  return_result=True)
+    assert r.stop["warmup_iters"] == 1 and fn.calls == 3 + 1 + 5
+    fn = Counter()
+    times = bench_gpu_time_with_cupti(fn, dry_run_iters=0, repeat_iters=4, cold_l2_cache=False)
+    assert len(times) == 4 and fn.calls == 0 + 1 + 4
+
+
+def test_grad_to_none_is_tested_with_is_none_and_prepared_for_graphs():
+    seen = []
+    params = np.array([Param(), Param()], dtype=object)   # no truth value, as a tensor
+
+    def step():
+        seen.append(tuple(p.grad for p in params))
+        for p in params:
+            p.grad = "accumulated"
+
+    do_bench(step, warmup=1, rep=5, grad_to_none=params, **HOT)
+    assert seen and all(g == (None, None) for g in seen)
+    # do_bench_cudagraph first makes each tensor a leaf that requires grad, as triton does;
+    # a non-torch object without those methods only has its grad reset
+    fake, plain = FakeTensor(), Param()
+    seen.clear()
+
+    def step2():
+        seen.append((fake.grad, plain.grad))
+        fake.grad = plain.grad = "accumulated"
+
+    do_bench_cudagraph(step2, rep=5, grad_to_none=[fake, plain])
+    assert fake.log == ["detach_", ("requires_grad_", True)]
+    assert seen and all(g == (None, None) for g in seen)
+    fake = FakeTensor()
+    do_bench(spin, warmup=1, rep=5, grad_to_none=[fake], **HOT)
+    assert fake.log == []                                  # do_bench only resets grads
+    with pytest.raises(TypeError, match="grad_to_none must be an iterable"):
+        do_bench(spin, grad_to_none=3)
