@@ -265,13 +265,25 @@ def flag_rotation(cold: Dict[str, Any], set_bytes: Sequence[int], cache_bytes: i
 
 
 def flag_rotation_sets(cold: Dict[str, Any], sets: Sequence[Sequence[Any]], cache_bytes: int,
-                       warn: List[str]) -> None:
+                       warn: List[str], kwargs: Optional[Dict[str, Any]] = None) -> None:
     """cold's rotation record for the sets run (footprint_bytes: distinct bytes in all,
     set_bytes, arg_sets) and :func:`flag_rotation` on the bytes each set holds alone: sets
-    that share memory do not evict each other."""
+    that share memory do not evict each other. Arrays passed as keyword arguments are the same
+    in every set (a rotation clones positional arguments only): they stay cached, so a
+    rotation with them is not called cold."""
     own, total = rotation_footprints(sets)
     cold.update(footprint_bytes=total, set_bytes=footprint(sets[0]), arg_sets=len(sets))
     shared = sum(own) < total
     flag_rotation(cold, own, cache_bytes, warn,
                   what=f"{len(sets)} arg_sets that share memory (each counted by the bytes no "
                        f"other set holds)" if shared else None)
+    kw_bytes = footprint(list((kwargs or {}).values()))
+    if kw_bytes and len(sets) > 1:
+        names = ", ".join(sorted(k for k, v in (kwargs or {}).items() if footprint([v])))
+        cold["shared_kwargs_bytes"] = kw_bytes
+        if cold.get("evicts", True):
+            cold["evicts"] = False
+            warn.append(f"cold_cache='rotate' rotates positional arguments only: the keyword "
+                        f"arguments {names} ({kw_bytes} bytes) are the same in every set and "
+                        f"stay cached, so the figure is not cold; pass them positionally (or in "
+                        f"arg_sets) to rotate them")

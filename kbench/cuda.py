@@ -345,7 +345,7 @@ def _run(fn: Callable[..., Any], sets: List[Tuple[Any, ...]], kwargs: Dict[str, 
         sets = make_rotation_sets(sets[0], l2, **margin,
                                   max_bytes=int(info.get("free_memory_bytes", 0) * 0.5) or 0)
     if cold_cache == "rotate":
-        flag_rotation_sets(cold, sets, l2, warn)
+        flag_rotation_sets(cold, sets, l2, warn, kwargs)
 
     timer = mode if mode != "graph" else ("cupti" if cupti_ok else "events")
     given = dict(gate=gate, keep_busy=keep_busy, gate_batch=gate_batch,

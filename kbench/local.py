@@ -211,8 +211,28 @@ def check_call(fn: Callable[..., Any], args: Tuple[Any, ...], *, flops: Any, byt
     # cold_cache and mode are checked in C, once, before anything calls fn: Python branches on
     # them first (rotation sets, graph capture, profile mode's flush)
     cold_cache, mode = _core.check_choices(kind, cold_cache, mode)
+    _check_cold_options(cold_cache, flush_bytes, arg_sets, rotate_sets)
     return CheckedCall(flops, bytes, kwargs, sets, name or name_of(fn), dev, carried, kind, gpu,
                        cold_cache, mode)
+
+
+def _check_cold_options(cold_cache: Optional[str], flush_bytes: Any, arg_sets: Any,
+                        rotate_sets: Any) -> None:
+    """Options that would be silently ignored: a flush size without a flush, a set count for
+    sets already given as a list."""
+    if flush_bytes is not None and cold_cache != "flush":
+        raise ValueError(f"kbench.bench: flush_bytes applies to cold_cache='flush', not "
+                         f"cold_cache={cold_cache!r}")
+    if flush_bytes is not None and (flush_bytes <= 0 or flush_bytes > _MAX_FLUSH_BYTES):
+        raise ValueError(f"kbench.bench: flush_bytes must be 1 .. {_MAX_FLUSH_BYTES} bytes "
+                         f"(1 TiB), got {flush_bytes}; leave it out for 2x the cache")
+    if rotate_sets != BENCH_DEFAULTS["rotate_sets"] and not callable(arg_sets):
+        raise ValueError(f"kbench.bench: rotate_sets (the count of an arg_sets factory's sets) "
+                         f"applies to arg_sets=f(i) -> tuple, got rotate_sets={rotate_sets!r} "
+                         f"with arg_sets as {type(arg_sets).__name__}")
+
+
+_MAX_FLUSH_BYTES = 1 << 40
 
 
 def _gpu_backend(backend_options: Dict[str, Any]) -> Tuple[str, Any]:
@@ -310,18 +330,47 @@ def _refuse_capture() -> None:
 
 
 def _run_host(fn, sets, kwargs, cold_cache, flush_bytes, loop):
-    llc = int(_core.cpu_cache_info()["llc_bytes"])
+    caches = _core.cpu_cache_info()
+    llc = int(caches["llc_bytes"])
+    warn: List[str] = []
     if cold_cache == "rotate" and len(sets) == 1:
-        sets = make_rotation_sets(sets[0], llc, margin=2.0)
+        if llc <= 0:
+            raise ValueError("kbench.bench: cold_cache='rotate' cannot size its argument sets: "
+                             "the last-level cache size is unknown (set KBENCH_LLC_BYTES, or "
+                             "pass arg_sets=)")
+        # the copies may not take more than half the memory free now
+        sets = make_rotation_sets(sets[0], llc, margin=2.0, max_bytes=_available_bytes() // 2)
     raw = _core.measure_host(fn, tuple(sets), kwargs or None, cold=cold_cache,
                              flush_bytes=int(flush_bytes or 0), **loop)
     cold = dict(raw["cold"])
-    cold["cache_bytes"] = llc
-    cold["cache"] = "CPU last-level cache"
-    extra: Dict[str, Any] = {}
+    cold.update(cache_bytes=llc, cache="CPU last-level cache", cache_source=caches["source"])
+    if cold_cache in ("flush", "rotate") and caches["source"] == "sysconf":
+        warn.append(f"the last-level cache size ({llc} bytes) came from glibc's sysconf, not "
+                    f"sysfs, and can be far off (320 MiB for a 32 MiB L3 on one VM): set "
+                    f"KBENCH_LLC_BYTES if the flush or rotation is mis-sized")
+    if cold_cache == "flush" and cold.get("evicts") is False:
+        warn.append(f"flush_bytes={cold.get('flush_bytes')} is smaller than the {llc}-byte "
+                    f"last-level cache: the flush cannot evict it, so the figure is not cold")
     if cold_cache == "rotate":
-        flag_rotation_sets(cold, sets, llc, extra.setdefault("warnings", []))
-    return raw, cold, extra
+        if llc <= 0:
+            cold["evicts"] = False
+            warn.append("the last-level cache size is unknown: whether the argument sets "
+                        "evict it cannot be judged, so the figure is not called cold")
+        else:
+            flag_rotation_sets(cold, sets, llc, warn, kwargs)
+    return raw, cold, {"warnings": warn} if warn else {}
+
+
+def _available_bytes() -> int:
+    """MemAvailable from /proc/meminfo (0: unknown, no cap)."""
+    try:
+        with open("/proc/meminfo") as f:
+            for line in f:
+                if line.startswith("MemAvailable:"):
+                    return int(line.split()[1]) * 1024
+    except (OSError, ValueError, IndexError):
+        pass
+    return 0
 
 
 def compute_dtype(args: Tuple[Any, ...], kwargs: Dict[str, Any]) -> str:

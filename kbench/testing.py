@@ -380,8 +380,9 @@ def bench_gpu_time_with_cupti(fn: Callable[..., Any], dry_run_iters: Optional[in
         warnings.warn("l2_flush, l2_flush_size_mb, and l2_flush_device are deprecated. "
                       "Use cold_l2_cache instead.", DeprecationWarning, stacklevel=2)
         flush = True if l2_flush is None else bool(l2_flush)
-        opts["flush_bytes"] = int((256 if l2_flush_size_mb is None else l2_flush_size_mb)
-                                  * 1024 * 1024)
+        if flush:           # a size for no flush would be refused as ignored
+            opts["flush_bytes"] = int((256 if l2_flush_size_mb is None else l2_flush_size_mb)
+                                      * 1024 * 1024)
     if sleep_after_run:
         warnings.warn("kbench.testing.bench_gpu_time_with_cupti: sleep_after_run is not "
                       "supported and is ignored (kbench paces nothing between samples; use "
