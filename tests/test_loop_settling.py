@@ -4,6 +4,7 @@ On a GPU the CUDA backend keeps the warm-up going until the SM clock settles and
 limit, asks for a minimum sampling time. The loop's side of that (ask after each warm-up batch,
 keep batches short while settling, honour the minimum) is the same for every backend, so it is
 tested here with a Python hook standing in for the clock judgement."""
+import random
 import time
 
 import pytest
@@ -40,12 +41,19 @@ def test_warm_up_goes_on_while_the_backend_says_so_in_short_batches():
 
 def test_a_minimum_sampling_time_holds_back_the_precision_rule():
     loose = dict(warmup_s=0.0, warmup_min=1, min_samples=5, target=0.5, max_time_s=5.0)
-    # 0.8 s of 5 ms calls is past the 128 samples the rule needs to judge their order
-    r = _core.measure_host(sleeper, ((),), None, _keep_warming=lambda e: (False, 0.8),
+    # calls of 2-8 ms drawn independently: their order shows no dependence (a plain sleep's
+    # drift on a loaded host could, and the rule would then hold on by itself)
+    rng = random.Random(5)
+
+    def jittered():
+        time.sleep(rng.uniform(0.002, 0.008))
+
+    # 1.5 s of ~5 ms calls is far past the 128 samples the rule needs to judge their order
+    r = _core.measure_host(jittered, ((),), None, _keep_warming=lambda e: (False, 1.5),
                            **dict(loose, warmup_s=0.01))
-    assert r["stop"] == "precision" and r["sampling_s"] >= 0.8
-    # without the minimum the same loose target stops at the rule's first check from 128 on
-    r0 = _core.measure_host(sleeper, ((),), None, _keep_warming=lambda e: (False, 0.0),
+    assert r["stop"] == "precision" and r["sampling_s"] >= 1.5
+    # without the minimum the same loose target stops soon after 128 samples
+    r0 = _core.measure_host(jittered, ((),), None, _keep_warming=lambda e: (False, 0.0),
                             **dict(loose, warmup_s=0.01))
     assert r0["stop"] == "precision" and len(r0["samples"]) < len(r["samples"])
     # the time cap still wins over the minimum
