@@ -1,5 +1,6 @@
 #!/usr/bin/env bash
-# Device runs, batched: bash scripts/gpu_check.sh tests|bench|all|regime|final|ttf|soak|last|leak|gpusoak|breadth|hostcpu|ci|nearlimit
+# Device runs, batched: bash scripts/gpu_check.sh tests|bench|all|regime|final|ttf|check|soak|last|leak|gpusoak|breadth|hostcpu|ci|nearlimit
+#   check: the GPU tests (pytest -m gpu), then time to a figure (as ttf)
 #   ci: benchmarks/gpu_ci_calibration.py (how often each run's CI holds the other runs' median:
 #       two capped GEMMs and two adds, CI_RUNS runs each, and a CI_LONG_S run of each GEMM);
 #       every run's samples in h200_ci_calibration_samples.npz; TTF=1 adds time to a figure
@@ -163,6 +164,11 @@ if [ "$mode" = nearlimit ]; then
   time_to_figure_if_asked
 fi
 if [ "$mode" = ttf ]; then
+  echo "== time to a figure"
+  time_to_figure
+fi
+if [ "$mode" = check ]; then
+  gpu_tests
   echo "== time to a figure"
   time_to_figure
 fi
