@@ -148,7 +148,9 @@ for n in (1, 2, 5, 6, 50, 1000, 5000):
     ok(_core.quantile, x, [0.0, 0.25, 1.0])
     if n >= 6:
         ok(_core.median_ci, x, 0.95)
-    ok(_core.bootstrap_median_ci, x, 0.9, 200, 1)
+        ok(_core.bootstrap_median_ci, x, 0.9, 200, 1)
+    else:                       # too few for its level: refused (the error path)
+        expect(ValueError, _core.bootstrap_median_ci, x, 0.9, 200, 1)
     for name in ("ci", "entropy"):
         ok(_core.criterion_check, name, x, 0.01)
         ok(_core.criterion_check, name, x, 0.01, 0.9, 7)
@@ -235,6 +237,7 @@ for fn, args in ((_core.summarize, ([],)), (_core.summarize, ([1.0, float("nan")
                  (_core.quantile, ([1.0], [0.5, "x"])), (_core.median_ci, ([1.0, 2.0], 0.95)),
                  (_core.median_ci, ([1.0] * 10, 0.0)), (_core.bootstrap_median_ci, ([], 0.9)),
                  (_core.bootstrap_median_ci, ([1.0, 2.0], 0.9, 0)),
+                 (_core.summarize, (["1", "2"],)), (_core.quantile, ([1.0], "0.5")),
                  (_core.criterion_check, ("nope", [1.0], 0.1)),
                  (_core.criterion_check, ("ci", [1.0, float("nan")], 0.1)),
                  (_core.criterion_check, ("ci", [1.0], 0.1, 0.95, -1)),

@@ -502,7 +502,9 @@ def test_the_report_tells_ci_from_cv_and_names_the_peak(monkeypatch, tmp_path):
     a = np.ones(1000)
     r = kbench.bench(np.sum, a, bytes=a.nbytes, flops=a.size, **FAST)
     text = repr(r)
-    assert "95% CI of the median" in text and "the precision of this figure" in text
+    # (a loaded host can make the samples' dependence outrun the run: the Wall row says so)
+    assert "95% CI of the median" in text and ("the precision of this figure" in text or
+                                               "this run's precision; their dependence" in text)
     assert "(the spread of single calls, not the precision of the median)" in text
     assert "of the measured CPU STREAM triad peak, 60 GB/s" in text
     assert "of the measured CPU FMA float64 (avx2) peak, 100 GFLOP/s" in text
