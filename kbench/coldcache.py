@@ -264,6 +264,9 @@ def flag_rotation(cold: Dict[str, Any], set_bytes: Sequence[int], cache_bytes: i
         warn.append(why + ": run as given, not cold")
 
 
+SHARED_KWARGS_SHARE = 0.05
+
+
 def flag_rotation_sets(cold: Dict[str, Any], sets: Sequence[Sequence[Any]], cache_bytes: int,
                        warn: List[str], kwargs: Optional[Dict[str, Any]] = None) -> None:
     """cold's rotation record for the sets run (footprint_bytes: distinct bytes in all,
@@ -278,7 +281,9 @@ def flag_rotation_sets(cold: Dict[str, Any], sets: Sequence[Sequence[Any]], cach
                   what=f"{len(sets)} arg_sets that share memory (each counted by the bytes no "
                        f"other set holds)" if shared else None)
     kw_bytes = footprint(list((kwargs or {}).values()))
-    if kw_bytes and len(sets) > 1:
+    # a scale or a small table in kwargs is noise beside the rotated bytes; an out= of the
+    # arguments' size is not (SHARED_KWARGS_SHARE of what one call touches)
+    if kw_bytes > SHARED_KWARGS_SHARE * (footprint(sets[0]) + kw_bytes) and len(sets) > 1:
         names = ", ".join(sorted(k for k, v in (kwargs or {}).items() if footprint([v])))
         cold["shared_kwargs_bytes"] = kw_bytes
         if cold.get("evicts", True):

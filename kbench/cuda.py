@@ -12,6 +12,7 @@ import contextlib
 import inspect
 import math
 import sys
+import warnings
 from typing import Any, Callable, ContextManager, Dict, List, Optional, Tuple
 
 import numpy as np
@@ -56,7 +57,8 @@ def stream_handle(stream: Any, ordinal: int, torch_first: bool = True) -> int:
     0) wins over one left at it, and between two, the callable's (torch_first: torch's)."""
     if stream is None:
         current = [h for _, h in _current_streams(ordinal, torch_first)]
-        return next((h for h in current if h != 0), current[0] if current else 0)
+        return next((h for h in current if h not in DEFAULT_STREAMS),
+                    current[0] if current else 0)
     if isinstance(stream, int):
         return stream
     for attr in ("cuda_stream", "ptr", "handle"):
@@ -65,6 +67,12 @@ def stream_handle(stream: Any, ordinal: int, torch_first: bool = True) -> int:
             return h
     raise TypeError(f"stream must be an int handle, a torch.cuda.Stream or a cupy Stream, got "
                     f"{type(stream).__name__}")
+
+
+# The handles of the default streams (0 the legacy one, 1 cudaStreamLegacy, 2
+# cudaStreamPerThread: CuPy's untouched current stream under CUPY_CUDA_PER_THREAD_DEFAULT_STREAM):
+# a framework whose current stream is one of these was not given a stream by the caller.
+DEFAULT_STREAMS = (0, 1, 2)
 
 
 def _current_streams(ordinal: int, torch_first: bool) -> List[Tuple[str, int]]:
@@ -265,31 +273,48 @@ def current_stream_as(stream: Any, handle: int, ordinal: int,
     torch callable (or a torch stream for a CuPy one) was made current in the wrong one."""
     if isinstance(stream, bool):
         return contextlib.nullcontext()
-    stack = contextlib.ExitStack()
-    torch = sys.modules.get("torch")
-    if torch is not None and (torch_path or torch.cuda.is_initialized()) and \
-            int(torch.cuda.current_stream(ordinal).cuda_stream) != handle:
-        if isinstance(stream, torch.cuda.Stream) and int(stream.cuda_stream) == handle:
-            ts = stream
-        elif handle == 0:
-            ts = torch.cuda.default_stream(ordinal)
-        else:
-            ts = torch.cuda.ExternalStream(handle, device=ordinal)
-        stack.enter_context(torch.cuda.stream(ts))
-    cupy = sys.modules.get("cupy")
-    if cupy is not None and int(_cupy_current_stream(cupy, ordinal).ptr) != handle:
-        if type(stream).__module__.startswith("cupy") and hasattr(stream, "__enter__") \
-                and int(getattr(stream, "ptr", -1)) == handle:
-            cs = stream
-        elif handle == 0:
-            cs = cupy.cuda.Stream.null
-        else:
-            try:
-                cs = cupy.cuda.ExternalStream(handle, ordinal)
-            except TypeError:              # CuPy < 12: no device argument
-                cs = cupy.cuda.ExternalStream(handle)
-        stack.enter_context(cs)
-    return stack
+    # entered inside a with: a failure half-way (CuPy refusing a stream of another device)
+    # unwinds what was entered, and pop_all hands the rest to the caller's with
+    with contextlib.ExitStack() as stack:
+        torch = sys.modules.get("torch")
+        if torch is not None and (torch_path or torch.cuda.is_initialized()) and \
+                int(torch.cuda.current_stream(ordinal).cuda_stream) != handle:
+            stack.enter_context(torch.cuda.stream(_torch_stream(torch, stream, handle,
+                                                                ordinal)))
+        cupy = sys.modules.get("cupy")
+        # CuPy's current stream is set only where fn may launch through CuPy: a CuPy callable
+        # (not torch's), a CuPy stream given, or a caller who set one (a closure over CuPy
+        # arrays under `with cupy.cuda.Stream()`); merely imported, CuPy is left alone
+        if cupy is not None:
+            current = int(_cupy_current_stream(cupy, ordinal).ptr)
+            given = type(stream).__module__.startswith("cupy")
+            if current != handle and (not torch_path or given or
+                                      current not in DEFAULT_STREAMS):
+                stack.enter_context(cupy.cuda.Device(ordinal))   # its streams check the device
+                stack.enter_context(_cupy_stream(cupy, stream, handle, ordinal))
+        return stack.pop_all()
+
+
+def _torch_stream(torch: Any, stream: Any, handle: int, ordinal: int) -> Any:
+    if isinstance(stream, torch.cuda.Stream) and int(stream.cuda_stream) == handle:
+        return stream
+    if handle == 0:
+        return torch.cuda.default_stream(ordinal)
+    return torch.cuda.ExternalStream(handle, device=ordinal)
+
+
+def _cupy_stream(cupy: Any, stream: Any, handle: int, ordinal: int) -> Any:
+    if type(stream).__module__.startswith("cupy") and hasattr(stream, "__enter__") \
+            and int(getattr(stream, "ptr", -1)) == handle:
+        return stream
+    if handle == 0:
+        return cupy.cuda.Stream.null
+    with warnings.catch_warnings():     # CuPy 14 deprecates ExternalStream for from_external
+        warnings.simplefilter("ignore", DeprecationWarning)
+        try:
+            return cupy.cuda.ExternalStream(handle, ordinal)
+        except TypeError:               # CuPy < 12: no device argument
+            return cupy.cuda.ExternalStream(handle)
 
 
 def run(fn: Callable[..., Any], sets: List[Tuple[Any, ...]], kwargs: Dict[str, Any], *,

@@ -55,8 +55,8 @@ r.correctness["ok"], r.median"""),
     ("md", """## A/B: is the candidate faster?
 
 `kbench.ab` interleaves short benchmarks of both arms, alternating the order from trial to
-trial, and only gives a verdict when every paired trial agrees and the confidence interval of
-the median paired delta excludes zero."""),
+trial, and gives a verdict when the confidence interval of the median paired delta excludes
+zero; the table says how many pairs agree in sign."""),
     ("code", """a = rng.random(1 << 16)
 b = rng.random(1 << 16)
 # one pass without a temporary (einsum) against multiply-then-sum; both single-threaded

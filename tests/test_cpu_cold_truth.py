@@ -62,3 +62,11 @@ def test_the_rotation_copies_are_capped_by_free_memory(monkeypatch):
     monkeypatch.setattr(local, "_available_bytes", lambda: 8 << 20)   # 4 MB for the copies
     with pytest.raises(MemoryError, match="cold_cache='rotate' would need"):
         kbench.bench(np.sum, np.ones(1 << 17), cold_cache="rotate", **QUICK)
+
+
+def test_a_small_keyword_argument_does_not_undo_a_rotation(monkeypatch):
+    _caches(monkeypatch, 1 << 20, "sysfs")
+    a = np.ones(1 << 14)
+    r = kbench.bench(lambda x, scale=None: x.sum(), a, kwargs={"scale": np.ones(1)},
+                     cold_cache="rotate", **QUICK)
+    assert r.cold_cache["evicts"] is True and "shared_kwargs_bytes" not in r.cold_cache

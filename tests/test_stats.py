@@ -876,3 +876,16 @@ def test_text_is_refused_as_samples_not_parsed(bad):
         core.summarize(bad)
     with pytest.raises(TypeError, match="q must be real numbers, not text"):
         core.quantile(np.arange(5.0), bad)
+
+
+def test_an_array_refusing_host_conversion_gets_kbenchs_message():
+    class DeviceArray:                      # as CuPy's: no implicit copy to the host
+        def __array__(self, *a, **k):
+            raise TypeError("Implicit conversion to a NumPy array is not allowed")
+
+        def __len__(self):
+            return 3
+
+    with pytest.raises(TypeError, match="samples must be a 1-D sequence of real numbers "
+                                        r"convertible to float64 \(got DeviceArray\)"):
+        core.summarize(DeviceArray())

@@ -1,6 +1,5 @@
 """Which stream a GPU bench times on, and which framework's current stream it sets, when torch
 and CuPy are both in the process: fake torch/cupy modules, no GPU."""
-import contextlib
 import sys
 import types
 
@@ -15,13 +14,17 @@ class _Stack:
     def __init__(self):
         self.handles = [0]
 
-    @contextlib.contextmanager
     def use(self, h):
-        self.handles.append(h)
-        try:
-            yield
-        finally:
-            self.handles.pop()
+        stack = self
+
+        class Use:          # a class, as torch's StreamContext: nothing restores it but __exit__
+            def __enter__(self):
+                stack.handles.append(h)
+
+            def __exit__(self, *exc):
+                stack.handles.pop()
+
+        return Use()
 
 
 def fake_torch():
@@ -79,7 +82,18 @@ def fake_cupy():
         pass
 
     ndarray.__module__ = "cupy"
-    cupy.cuda = types.SimpleNamespace(Stream=Stream, ExternalStream=ExternalStream,
+
+    class Device:
+        def __init__(self, ordinal):
+            self.ordinal = ordinal
+
+        def __enter__(self):
+            return self
+
+        def __exit__(self, *exc):
+            pass
+
+    cupy.cuda = types.SimpleNamespace(Stream=Stream, ExternalStream=ExternalStream, Device=Device,
                                       get_current_stream=lambda device_id=-1:
                                       Stream(st.handles[-1]))
     cupy.ndarray = ndarray
@@ -145,3 +159,35 @@ def test_a_raw_handle_and_no_framework_enter_nothing(monkeypatch):
     with cuda.on_stream(0x99, 0, [()], {}):
         pass
     assert cuda.stream_handle(0x99, 0) == 0x99
+
+
+def test_cupy_merely_imported_is_left_alone_for_a_torch_callable(both):
+    """A torch callable with a torch stream: CuPy, imported but not in use (its current stream
+    the default), is not touched -- entering a stream there fails on another device."""
+    torch, tst, cupy, cst = both
+    with cuda.on_stream(torch.cuda.Stream(0x31), 1, [(torch.Tensor(),)], {}):
+        assert tst.handles[-1] == 0x31 and cst.handles == [0]
+
+
+def test_a_failure_half_way_unwinds_the_stream_already_entered(both):
+    """CuPy refusing its stream (a stream of another device) after torch's was entered: torch's
+    current stream is put back, not left switched for the rest of the process."""
+    torch, tst, cupy, cst = both
+
+    class Refusing(cupy.cuda.Stream):
+        def __enter__(self):
+            raise RuntimeError("stream of another device")
+
+    Refusing.__module__ = "cupy.cuda.stream"
+    with pytest.raises(RuntimeError, match="another device"):
+        with cuda.on_stream(Refusing(0x42), 0, [(torch.Tensor(),)], {}):
+            pass
+    assert tst.handles == [0] and cst.handles == [0]
+
+
+def test_cupys_per_thread_default_stream_is_not_a_stream_the_caller_set(both):
+    torch, tst, cupy, cst = both
+    with cupy.cuda.Stream(2):                   # cudaStreamPerThread, CuPy's default under PTDS
+        assert cuda.stream_handle(None, 0, torch_first=True) == 0
+        with cuda.on_stream(None, 0, [(torch.Tensor(),)], {}):
+            assert tst.handles == [0]

@@ -540,9 +540,11 @@ static void raise_from_current(PyObject *type, const char *fmt, ...)
 }
 
 /* numpy parses text into numbers ("0.5" -> 0.5): samples given as strings are a mistake to
- * name, not data. New reference to obj as an array (obj itself for an ndarray), or NULL. */
-static PyObject *not_text(PyObject *obj, const char *what)
+ * name, not data. New reference to obj as an array (obj itself for an ndarray); NULL with
+ * *text set and a TypeError for text, NULL with *text 0 and numpy's error otherwise. */
+static PyObject *not_text(PyObject *obj, const char *what, int *text)
 {
+    *text = 0;
     PyObject *arr = PyArray_Check(obj) ? (Py_INCREF(obj), obj)
                                        : PyArray_FROMANY(obj, NPY_NOTYPE, 0, 0, 0);
     if (arr == NULL)
@@ -553,6 +555,7 @@ static PyObject *not_text(PyObject *obj, const char *what)
                      PyUnicode_Check(obj) || PyBytes_Check(obj) ? Py_TYPE(obj)->tp_name
                                                                 : "strings");
         Py_DECREF(arr);
+        *text = 1;
         return NULL;
     }
     return arr;
@@ -560,11 +563,14 @@ static PyObject *not_text(PyObject *obj, const char *what)
 
 PyObject *kb_as_double_array(PyObject *obj, const char *what)
 {
-    PyObject *any = not_text(obj, what);
+    int text;
+    PyObject *any = not_text(obj, what, &text);
     if (any == NULL) {
-        if (PyErr_ExceptionMatches(PyExc_TypeError) || PyErr_ExceptionMatches(PyExc_MemoryError))
+        if (text || PyErr_ExceptionMatches(PyExc_MemoryError))
             return NULL;
-        PyErr_Clear();          /* numpy could not read it as is: the float64 conversion says why */
+        /* numpy could not read it as is (a device array refusing host conversion): the
+         * float64 conversion below fails too, and says so in kbench's words */
+        PyErr_Clear();
         Py_INCREF(obj);
         any = obj;
     }

@@ -202,15 +202,10 @@ static PyObject *measure_host(PyObject *self, PyObject *args, PyObject *kw)
         if (kb_cpu_llc_bytes(&llc) < 0)
             goto error;
         size_t bytes = flush_bytes ? (size_t)flush_bytes : 2 * llc;
-        if (flush_bytes && (size_t)flush_bytes < llc) {
-            /* Kept (a smaller flush still evicts the inner caches), but not called cold. */
+        /* Kept (a smaller flush still evicts the inner caches), but not called cold: the
+         * result says so among its warnings (kbench.local), once per result. */
+        if (flush_bytes && (size_t)flush_bytes < llc)
             evicts = 0;
-            if (PyErr_WarnFormat(PyExc_UserWarning, 1,
-                                 "flush_bytes=%zd is smaller than the %zu-byte CPU last-level "
-                                 "cache: the flush cannot evict it, so the samples are not cold "
-                                 "(the default flushes 2x the cache)", flush_bytes, llc) < 0)
-                goto error;
-        }
         /* Set-up, reported apart from the flushes: allocating the buffer and its first pass,
          * which faults its pages in (about 8x a later pass). */
         uint64_t s0 = kb_now_ns();
