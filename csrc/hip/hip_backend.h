@@ -21,8 +21,9 @@ typedef struct {
  * runtime refuses). -1 only with an exception (a failed call other than the gate's own probe). */
 int kb_hip_gate_init(PyObject *m, const kb_hip_api *hip, kb_hip_gate *g, kb_hipStream_t s,
                      int dev, double timeout_s);
-/* Queue the wait (GIL released: no Python). The failed HIP code, or 0. */
-kb_hipError_t kb_hip_gate_close(const kb_hip_api *hip, kb_hip_gate *g, kb_hipStream_t s);
+/* Queue the wait (GIL released: no Python); a failure is recorded in *d under the HIP call's
+ * own name (hipStreamWaitValue32), and leaves the watchdog unarmed. */
+void kb_hip_gate_close(const kb_hip_api *hip, kb_hip_gate *g, kb_hipStream_t s, kb_deferred *d);
 /* Release the batch; 1 when the watchdog had released it already (launch gaps were timed). */
 int kb_hip_gate_open(kb_hip_gate *g);
 void kb_hip_gate_fini(const kb_hip_api *hip, kb_hip_gate *g);

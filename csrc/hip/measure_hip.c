@@ -37,7 +37,7 @@ static void run_chunk(hip_ctx *c, Py_ssize_t k, double *out, int *fired, kb_defe
     const kb_hip_api *hip = c->hip;
     Py_ssize_t first = c->next;
     if (c->gate.enabled)
-        KB_DEFER(d, kb_hip_gate_close(hip, &c->gate, c->s));
+        kb_hip_gate_close(hip, &c->gate, c->s, d);     /* a failure: hipStreamWaitValue32's */
     for (Py_ssize_t j = 0; j < k; j++) {
         if (c->cold == KB_COLD_FLUSH)
             KB_DEFER(d, hip->hipMemsetAsync(c->flush_buf, c->flush_seed++, c->flush_bytes, c->s));
