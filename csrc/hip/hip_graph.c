@@ -104,12 +104,34 @@ int kb_hip_graph_unpack(PyObject *m, PyObject *obj, kb_hipGraphExec_t *exec, int
     return 0;
 }
 
-/* End a capture that failed inside the callable, dropping what was recorded. */
-static void abandon_capture(const kb_hip_api *hip, kb_hipStream_t s)
+/* End, on an error path, the capture begun on s: a failed hipStreamEndCapture may leave the
+ * stream capturing (every later capture on it would fail at hipStreamBeginCapture), so the
+ * stream is asked (hipStreamIsCapturing) and the capture ended again while it still is. The
+ * codes here are not raised: the failure that brought us here is the one reported. 1 when the
+ * stream is still capturing after all that, else 0. */
+static int abandon_capture(const kb_hip_api *hip, kb_hipStream_t s)
 {
-    kb_hipGraph_t g = NULL;
-    if (hip->hipStreamEndCapture(s, &g) == KB_hipSuccess && g != NULL)
-        hip->hipGraphDestroy(g);
+    for (int attempt = 0; attempt < 3; attempt++) {
+        kb_hipStreamCaptureStatus st = KB_hipStreamCaptureStatusActive;
+        if (hip->hipStreamIsCapturing(s, &st) == KB_hipSuccess &&
+            st == KB_hipStreamCaptureStatusNone)
+            return 0;
+        kb_hipGraph_t g = NULL;
+        (void)hip->hipStreamEndCapture(s, &g);
+        if (g != NULL)
+            hip->hipGraphDestroy(g);
+    }
+    kb_hipStreamCaptureStatus st = KB_hipStreamCaptureStatusActive;
+    return !(hip->hipStreamIsCapturing(s, &st) == KB_hipSuccess &&
+             st == KB_hipStreamCaptureStatusNone);
+}
+
+static void note_still_capturing(int still)
+{
+    if (still)
+        kb_add_exception_note("the stream could not be taken out of capture mode "
+                              "(hipStreamEndCapture failed again): captures and launches on "
+                              "it will fail; use another stream");
 }
 
 static int capture_mode(const char *name, kb_hipStreamCaptureMode *mode)
@@ -139,9 +161,10 @@ static PyObject *record_calls(PyObject *m, const kb_hip_api *hip, kb_hipStream_t
     for (Py_ssize_t i = 0; i < n; i++) {
         PyObject *r = PyObject_Call(fn, PyTuple_GET_ITEM(sets, i), kwargs);
         if (r == NULL) {
-            abandon_capture(hip, s);
+            int still = abandon_capture(hip, s);
             kb_add_exception_note("raised by the callable during HIP graph capture (call %zd of "
                                   "%zd); the capture was ended", i + 1, n);
+            note_still_capturing(still);
             Py_DECREF(outs);
             return NULL;
         }
@@ -200,10 +223,12 @@ static PyObject *capture(PyObject *m, const kb_hip_api *hip, PyObject *fn, PyObj
         if (graph != NULL)      /* an invalidated capture can still hand back its graph */
             hip->hipGraphDestroy(graph);
         Py_DECREF(outs);
+        int still = abandon_capture(hip, s);
         kb_hip_check(m, r, "hip->hipStreamEndCapture(s, &graph)", __FILE__, __LINE__);
         kb_add_exception_note("the callable could not be captured into a HIP graph: callables "
                               "that synchronize, or launch on another stream without joining "
                               "it, cannot be captured");
+        note_still_capturing(still);
         return NULL;
     }
     if (KB_HIP(m, hip->hipGraphInstantiate(&exec, graph, NULL, NULL, 0)) < 0) {
