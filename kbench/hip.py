@@ -21,10 +21,13 @@ set before torch is imported (:func:`rccl_capture_warning`).
 from __future__ import annotations
 
 import math
+import numbers
 import os
 import sys
 import time
 from typing import Any, Callable, Dict, List, Optional, Tuple
+
+import numpy as np
 
 from . import _core
 from ._format import library_status     # kbench info's wording: no dangling "Tried:"
@@ -198,16 +201,28 @@ def _clock_summary(clocks: Dict[str, Any]) -> str:
 def _given(opts: Dict[str, Any], **names: str) -> Dict[str, Any]:
     """{parameter: opts[option]} for the options the caller gave: a default is written once,
     where the option is taken (measure_hip, hip_graph_capture, make_rotation_sets), which also
-    checks the value."""
-    return {param: opts[option] for param, option in names.items() if option in opts}
+    checks the value. None is "not given" (the default applies), as on CUDA."""
+    return {param: opts[option] for param, option in names.items()
+            if opts.get(option) is not None}
 
 
 def _options(backend_options: Dict[str, Any]) -> Dict[str, Any]:
+    """The backend's options, checked where Python uses them (unroll); the rest are checked
+    where they are taken (C)."""
     unknown = sorted(set(backend_options) - set(OPTIONS))
     if unknown:
         raise TypeError(f"kbench.bench: unexpected options for the HIP backend: {unknown} "
                         f"(it takes {list(OPTIONS)})")
-    return backend_options
+    opts = dict(backend_options)
+    unroll = opts.get("unroll")
+    if unroll is not None:
+        if isinstance(unroll, (bool, np.bool_)) or not isinstance(unroll, numbers.Integral):
+            raise TypeError(f"kbench.bench: unroll must be an int (the calls captured per HIP "
+                            f"graph replay), got {type(unroll).__name__} ({unroll!r:.60})")
+        if unroll < 1:
+            raise ValueError(f"kbench.bench: unroll must be >= 1, got {unroll}")
+        opts["unroll"] = int(unroll)
+    return opts
 
 
 def run(fn: Callable[..., Any], sets: List[Tuple[Any, ...]], kwargs: Dict[str, Any], *,

@@ -66,8 +66,8 @@ static PyObject *device_dict(PyObject *m, const kb_hip_api *hip, int dev);
 
 static PyObject *hip_device_info(PyObject *m, PyObject *arg)
 {
-    int dev = PyLong_AsLong(arg);
-    if (dev == -1 && PyErr_Occurred())
+    int dev = 0;
+    if (kb_hip_device_arg(arg, "hip_device_info", &dev) < 0)
         return NULL;
     const kb_hip_api *hip = kb_hip(m);
     int prev = -1;
@@ -136,7 +136,8 @@ static PyMethodDef hip_device_methods[] = {
      "hip_device_count() -> int: the HIP devices visible (opens libamdhip64)."},
     {"hip_device_info", hip_device_info, METH_O,
      "hip_device_info(ordinal) -> dict: name, memory, L2 size and the attributes the HIP backend "
-     "uses (opens libamdhip64; None for an attribute the runtime does not know)."},
+     "uses (opens libamdhip64; None for an attribute the runtime does not know). ordinal: "
+     "0..63."},
     {"hip_library_status", hip_library_status, METH_NOARGS,
      "hip_library_status() -> {'hip': {...}, 'rocm_smi': {...}}: state ('not tried', 'loaded', "
      "'failed'), path, error. Opens nothing."},

@@ -134,20 +134,27 @@ static void note_still_capturing(int still)
                               "it will fail; use another stream");
 }
 
-static int capture_mode(const char *name, kb_hipStreamCaptureMode *mode)
+/* capture_mode: 'relaxed' (also for None: the default), 'global' or 'thread_local'. */
+static int capture_mode(PyObject *v, kb_hipStreamCaptureMode *mode)
 {
-    if (strcmp(name, "relaxed") == 0)
-        *mode = KB_hipStreamCaptureModeRelaxed;
-    else if (strcmp(name, "global") == 0)
-        *mode = KB_hipStreamCaptureModeGlobal;
-    else if (strcmp(name, "thread_local") == 0)
-        *mode = KB_hipStreamCaptureModeThreadLocal;
-    else {
-        PyErr_Format(PyExc_ValueError, "capture_mode must be 'relaxed', 'global' or "
-                     "'thread_local', got '%s'", name);
-        return -1;
-    }
-    return 0;
+    static const struct {
+        const char *name;
+        kb_hipStreamCaptureMode mode;
+    } modes[] = {{"relaxed", KB_hipStreamCaptureModeRelaxed},
+                 {"global", KB_hipStreamCaptureModeGlobal},
+                 {"thread_local", KB_hipStreamCaptureModeThreadLocal}};
+    *mode = KB_hipStreamCaptureModeRelaxed;
+    if (v == NULL || v == Py_None)
+        return 0;
+    for (size_t i = 0; PyUnicode_Check(v) && i < sizeof modes / sizeof modes[0]; i++)
+        if (PyUnicode_CompareWithASCIIString(v, modes[i].name) == 0) {
+            *mode = modes[i].mode;
+            return 0;
+        }
+    PyErr_Format(PyUnicode_Check(v) ? PyExc_ValueError : PyExc_TypeError,
+                 "hip_graph_capture: capture_mode must be 'relaxed', 'global' or 'thread_local', "
+                 "got %R", v);
+    return -1;
 }
 
 /* Call fn once per set inside the capture; the tuple of results, or NULL (capture ended). */
@@ -181,15 +188,15 @@ static PyObject *hip_graph_capture(PyObject *m, PyObject *args, PyObject *kw)
 {
     static char *kwlist[] = {"fn", "arg_sets", "kwargs", "stream", "device", "capture_mode",
                              NULL};
-    PyObject *fn, *sets, *kwargs = Py_None;
+    PyObject *fn, *sets, *kwargs = Py_None, *dev_obj = NULL, *mode_obj = NULL;
     unsigned long long stream = 0;
     int device = 0;
-    const char *mode_name = "relaxed";
     kb_hipStreamCaptureMode mode;
-    if (!PyArg_ParseTupleAndKeywords(args, kw, "OO|O$Kis", kwlist, &fn, &sets, &kwargs, &stream,
-                                     &device, &mode_name))
+    if (!PyArg_ParseTupleAndKeywords(args, kw, "OO|O$KOO:hip_graph_capture", kwlist, &fn, &sets,
+                                     &kwargs, &stream, &dev_obj, &mode_obj))
         return NULL;
-    if (kb_check_arg_sets(sets, kwargs) < 0 || capture_mode(mode_name, &mode) < 0)
+    if (kb_check_arg_sets(sets, kwargs) < 0 || capture_mode(mode_obj, &mode) < 0 ||
+        (dev_obj != NULL && kb_hip_device_arg(dev_obj, "hip_graph_capture", &device) < 0))
         return NULL;
     if (!PyCallable_Check(fn))
         return PyErr_Format(PyExc_TypeError, "fn must be callable, got %s", Py_TYPE(fn)->tp_name);

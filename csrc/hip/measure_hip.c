@@ -28,6 +28,7 @@ typedef struct {
     kb_hipEvent_t *ev;              /* 2 per iteration of a chunk */
     Py_ssize_t chunk, chunk0;       /* iterations per gated chunk (halved when the watchdog fires) */
     kb_hip_gate gate;
+    double gate_timeout_s;
     long fired, fired_kept, chunks;
 } hip_ctx;
 
@@ -150,77 +151,15 @@ static void ctx_fini(hip_ctx *c)
 static PyObject *hip_report(const hip_ctx *c)
 {
     return Py_BuildValue(
-        "{s:{s:O,s:z,s:n,s:n,s:l,s:l},s:n,s:d,s:K,s:l,s:s}",
+        "{s:{s:O,s:z,s:n,s:n,s:l,s:l,s:d},s:n,s:d,s:K,s:l,s:s}",
         "gate", "gated", c->gate.enabled ? Py_True : Py_False, "why_not",
         c->gate.enabled ? NULL : c->gate.why_not, "batch", c->chunk0, "batch_final", c->chunk,
-        "watchdog_fired", c->fired, "fired_kept", c->fired_kept,
+        "watchdog_fired", c->fired, "fired_kept", c->fired_kept, "timeout_s", c->gate_timeout_s,
         "graphs", c->n_graphs, "unroll", c->unroll,
         "flush_bytes", (unsigned long long)(c->cold == KB_COLD_FLUSH ? c->flush_bytes : 0),
         "chunks", c->chunks,
         "attribution", "none: HIP has no CUPTI-style per-kernel activity records; each sample "
                        "is the HIP-event time of one graph replay divided by the calls in it");
-}
-
-static int pop_opt(PyObject *opts, const char *key, PyObject **out)
-{
-    *out = PyDict_GetItemString(opts, key);
-    return *out ? PyDict_DelItemString(opts, key) : 0;
-}
-
-/* A value the conversion refused: the same exception, its message prefixed with the option's
- * name (the conversion's own names only the type). */
-static int option_error(const char *key)
-{
-    PyObject *type, *value, *tb;
-    PyErr_Fetch(&type, &value, &tb);
-    PyErr_NormalizeException(&type, &value, &tb);
-    PyErr_Format(type, "measure_hip: %s: %S", key, value);
-    Py_XDECREF(type);
-    Py_XDECREF(value);
-    Py_XDECREF(tb);
-    return -1;
-}
-
-typedef struct {
-    unsigned long long stream;
-    Py_ssize_t device, flush_bytes, gate_batch;
-    double gate_timeout, unroll;
-    int gate;
-} hip_opts;
-
-static int parse_opts(PyObject *opts, hip_opts *o)
-{
-    PyObject *v;
-    o->device = 0, o->flush_bytes = 0, o->gate_batch = 32, o->gate_timeout = 1.0;
-    o->unroll = 1.0, o->gate = 1, o->stream = 0;
-    if (pop_opt(opts, "stream", &v) < 0)
-        return -1;
-    if (v == NULL || (o->stream = PyLong_AsUnsignedLongLong(v), PyErr_Occurred())) {
-        if (!PyErr_Occurred())
-            PyErr_SetString(PyExc_TypeError, "measure_hip needs stream= (a hipStream_t handle)");
-        return -1;
-    }
-    /* opts is a copy of the caller's keywords, which keep v alive after it is popped */
-#define KB_POP_(key, expr)                                                                     \
-    if (pop_opt(opts, key, &v) < 0)                                                            \
-        return -1;                                                                             \
-    if (v != NULL && ((expr), PyErr_Occurred()))                                               \
-        return option_error(key);
-    KB_POP_("device", o->device = PyLong_AsSsize_t(v))
-    KB_POP_("flush_bytes", o->flush_bytes = PyLong_AsSsize_t(v))
-    KB_POP_("gate_batch", o->gate_batch = PyLong_AsSsize_t(v))
-    KB_POP_("gate_timeout_s", o->gate_timeout = PyFloat_AsDouble(v))
-    KB_POP_("unroll", o->unroll = PyFloat_AsDouble(v))
-    KB_POP_("gate", o->gate = PyObject_IsTrue(v))
-#undef KB_POP_
-    if (o->flush_bytes < 0 || o->gate_batch < 1 || o->gate_batch > 4096 ||
-        !(o->gate_timeout > 0) || !(o->unroll >= 1) || o->gate < 0 || o->device < 0) {
-        if (!PyErr_Occurred())
-            PyErr_SetString(PyExc_ValueError, "measure_hip: flush_bytes must be >= 0, gate_batch "
-                            "1..4096, gate_timeout_s > 0, unroll >= 1, device >= 0");
-        return -1;
-    }
-    return 0;
 }
 
 /* measure_hip(graphs, *, stream, device=0, cold=None, flush_bytes=0, gate=True, gate_batch=32,
@@ -229,7 +168,7 @@ static PyObject *measure_hip(PyObject *m, PyObject *args, PyObject *kw)
 {
     PyObject *graphs, *opts = NULL, *out = NULL;
     hip_ctx c;
-    hip_opts o;
+    kb_hip_options o;
     kb_loop_config cfg;
     kb_loop_result res;
     int locked = 0, prev = -1;
@@ -241,7 +180,7 @@ static PyObject *measure_hip(PyObject *m, PyObject *args, PyObject *kw)
         return PyErr_Format(PyExc_ValueError, "measure_hip needs at least one HipGraph");
     if ((opts = kw ? PyDict_Copy(kw) : PyDict_New()) == NULL)
         return NULL;
-    if (parse_opts(opts, &o) < 0 || kb_pop_cold_mode(opts, &c.cold) < 0 ||
+    if (kb_hip_options_parse(opts, &o) < 0 || kb_pop_cold_mode(opts, &c.cold) < 0 ||
         kb_finish_options(opts, "measure_hip", &cfg) < 0)
         goto done;
     c.m = m;
@@ -249,14 +188,15 @@ static PyObject *measure_hip(PyObject *m, PyObject *args, PyObject *kw)
     c.unroll = o.unroll;
     c.flush_bytes = (size_t)o.flush_bytes;
     c.chunk = c.chunk0 = o.gate_batch;
-    if ((c.hip = kb_hip(m)) == NULL || kb_hip_use_device(m, c.hip, (int)o.device, &prev) < 0)
+    c.gate_timeout_s = o.gate_timeout_s;
+    if ((c.hip = kb_hip(m)) == NULL || kb_hip_use_device(m, c.hip, o.device, &prev) < 0)
         goto done;
     /* the lock first: the set-up queues a gate probe and allocations on the device that
      * another thread's measurement must not see */
     if (kb_measure_lock_acquire(m) < 0)
         goto done;
     locked = 1;
-    if (ctx_init(&c, graphs, (int)o.device, o.gate_timeout, o.gate) < 0)
+    if (ctx_init(&c, graphs, o.device, o.gate_timeout_s, o.gate) < 0)
         goto done;
     kb_backend b = {.name = "hip", .ctx = &c, .run_batch = hip_run_batch, .warmup_timed = 1};
     if (kb_loop_run(&b, &cfg, &res) < 0)
@@ -281,7 +221,8 @@ static PyMethodDef measure_hip_methods[] = {
      "measure_hip(graphs, *, stream, device=0, cold=None, flush_bytes=0, gate=True, "
      "gate_batch=32, gate_timeout_s=1.0, unroll=1, <loop options>) -> dict\n\n"
      "Time replays of the HipGraphs (cycled in order) with HIP events, in the shared loop. "
-     "cold='flush' memsets flush_bytes before each replay, outside the timed interval."},
+     "cold='flush' memsets flush_bytes before each replay, outside the timed interval. "
+     "device: a HIP ordinal 0..63; gate_timeout_s: > 0, at most 1e6 s."},
     {NULL, NULL, 0, NULL},
 };
 
