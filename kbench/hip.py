@@ -58,9 +58,11 @@ LLC_TABLE: Tuple[Tuple[str, int, str], ...] = (
 )
 
 # what kbench.bench passes through to this backend (kbench.local checks a call's options
-# against it before anything calls fn)
+# against it before anything calls fn). keep_busy and regime are CUDA's clock-regime options,
+# taken so that kbench.distributed (which sets keep_busy=False, regime='burst' on a GPU) runs
+# here too: HIP has no keep-busy bridges and no regimes, and the result says so when asked.
 OPTIONS = ("stream", "gate", "gate_batch", "gate_timeout_s", "unroll", "rotate_margin",
-           "capture_mode")
+           "capture_mode", "keep_busy", "regime")
 
 
 def is_rocm_torch() -> bool:
@@ -150,16 +152,25 @@ def _torch_for(sets: List[Tuple[Any, ...]], kwargs: Dict[str, Any]) -> Any:
     return None
 
 
-def _eager_estimate(fn: Callable[..., Any], sets, kwargs, torch: Any, side: Any) -> float:
-    """Seconds per call, roughly (host clock around synchronized calls): sizes the unroll."""
+def _eager_estimate(fn: Callable[..., Any], sets, kwargs, torch: Any, side: Any,
+                    loop: Dict[str, Any]) -> float:
+    """Seconds per call, roughly (host clock around synchronized calls): sizes the unroll.
+    Under kbench.distributed (loop's ranks and pre_sample) every call follows its barrier, and
+    the figure is the slowest rank's: every rank must capture the same calls per graph."""
     n = 5
+    pre_sample, ranks = loop.get("pre_sample"), loop.get("ranks")
     side.synchronize()
     t0 = time.perf_counter()
     with torch.cuda.stream(side):
         for i in range(n):
+            if pre_sample is not None:
+                pre_sample()
             fn(*sets[i % len(sets)], **kwargs)
     side.synchronize()
-    return (time.perf_counter() - t0) / n
+    t = (time.perf_counter() - t0) / n
+    if ranks is not None:
+        t = float(ranks.reduce("hip unroll estimate", 0, np.array([t]), np.zeros(0))[0][0])
+    return t
 
 
 def _capture(fn, sets, kwargs, unroll: int, n_graphs: int, stream: int, ordinal: int,
@@ -206,9 +217,9 @@ def _given(opts: Dict[str, Any], **names: str) -> Dict[str, Any]:
             if opts.get(option) is not None}
 
 
-def _options(backend_options: Dict[str, Any]) -> Dict[str, Any]:
-    """The backend's options, checked where Python uses them (unroll); the rest are checked
-    where they are taken (C)."""
+def _options(backend_options: Dict[str, Any], warn: List[str]) -> Dict[str, Any]:
+    """The backend's options, checked where Python uses them (unroll, keep_busy, regime);
+    the rest are checked where they are taken (C)."""
     unknown = sorted(set(backend_options) - set(OPTIONS))
     if unknown:
         raise TypeError(f"kbench.bench: unexpected options for the HIP backend: {unknown} "
@@ -222,6 +233,15 @@ def _options(backend_options: Dict[str, Any]) -> Dict[str, Any]:
         if unroll < 1:
             raise ValueError(f"kbench.bench: unroll must be >= 1, got {unroll}")
         opts["unroll"] = int(unroll)
+    regime = opts.get("regime")
+    if regime not in (None, "sustained", "burst"):
+        raise ValueError(f"regime must be 'sustained' or 'burst', got {regime!r}")
+    if regime is not None:
+        warn.append(f"regime={regime!r} is not applied: the HIP backend has no clock regimes "
+                    f"(no keep-busy bridges, no settling, no recovery waits between batches)")
+    if opts.get("keep_busy"):
+        warn.append("keep_busy=True is not applied: the HIP backend has no keep-busy bridges "
+                    "(the GPU idles while the host reads each batch)")
     return opts
 
 
@@ -232,8 +252,8 @@ def run(fn: Callable[..., Any], sets: List[Tuple[Any, ...]], kwargs: Dict[str, A
     """kbench.bench's GPU case on HIP: (raw, cold, extra, device name, peaks)."""
     # mode is None or 'graph', checked by _core.check_choices (kbench.local): there is no
     # CUPTI, and eager event timing would time launch gaps, so HIP times graph replays
-    opts = _options(backend_options)
     warn: List[str] = [f"note: {NO_ATTRIBUTION}"]     # said in the result, as the issue asks
+    opts = _options(backend_options, warn)
     ordinal = device_ordinal(device)    # a ROCm torch answers through torch.cuda too
     info = device_info(ordinal)
     llc, llc_what = last_level_cache(info)
@@ -273,7 +293,7 @@ def run(fn: Callable[..., Any], sets: List[Tuple[Any, ...]], kwargs: Dict[str, A
     if torch is not None and side is not None:
         side.wait_stream(torch.cuda.current_stream(ordinal))
     # warm-up on the capture stream, so the allocator holds the blocks the capture will use
-    eager_t = _eager_estimate(fn, sets, kwargs, torch, side) if side is not None else 0.0
+    eager_t = _eager_estimate(fn, sets, kwargs, torch, side, loop) if side is not None else 0.0
     unroll = opts.get("unroll")
     if cold_cache == "flush":
         if unroll not in (None, 1):

@@ -386,7 +386,7 @@ def test_hip_refuses_cupti_mode_before_anything_runs_and_unknown_options(monkeyp
     monkeypatch.undo()
     with pytest.raises(TypeError, match="unexpected options for the HIP backend"):
         hip.run(lambda: None, [()], {}, cold_cache=None, flush_bytes=None, mode=None,
-                device="cuda", loop={}, keep_busy=True)
+                device="cuda", loop={}, sample_clocks=True)
 
 
 def test_cold_cache_needs_a_known_llc(monkeypatch):

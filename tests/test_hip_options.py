@@ -49,6 +49,7 @@ def test_gate_timeout_inf_does_not_hang(fake_dir):
     ({"gate_timeout_s": "1"}, TypeError, "measure_hip: gate_timeout_s must be a number"),
     ({"unroll": 0.5}, ValueError, "measure_hip: unroll must be >= 1"),
     ({"unroll": float("inf")}, ValueError, "measure_hip: unroll must be >= 1 and finite"),
+    ({"pre_sample": 3}, TypeError, "measure_hip: pre_sample must be a callable or None"),
 ])
 def test_measure_hip_options_checked_as_cuda_checks_them(kw, exc, match):
     with pytest.raises(exc, match=match):
@@ -99,6 +100,8 @@ def test_bench_options_as_on_cuda(fake_dir):
         out["unroll_zero"] = err(lambda: kbench.bench(add, a, a, cold_cache=None, unroll=0, **B))
         out["unroll_np"] = kbench.bench(add, a, a, cold_cache=None, unroll=np.int64(2),
                                         **B).extra["unroll"]
+        out["regime"] = err(lambda: kbench.bench(add, a, a, cold_cache=None, regime="fast", **B))
+        out["keep_busy"] = kbench.bench(add, a, a, cold_cache=None, keep_busy=True, **B).warnings
     """)
     assert res["gate_none"] is True, "gate=None turned the gate off"
     assert res["timeout_none"] == 1.0 and res["batch_none"] == 32
@@ -111,3 +114,5 @@ def test_bench_options_as_on_cuda(fake_dir):
     assert "unroll must be an int" in res["unroll_float"]["msg"]
     assert res["unroll_zero"]["type"] == "ValueError" and "unroll" in res["unroll_zero"]["msg"]
     assert res["unroll_np"] == 2
+    assert res["regime"]["type"] == "ValueError" and "regime" in res["regime"]["msg"]
+    assert any("keep_busy=True is not applied" in w for w in res["keep_busy"])

@@ -39,9 +39,11 @@ typedef struct {
     Py_ssize_t flush_bytes, gate_batch;
     double gate_timeout_s, unroll;
     int gate;
+    PyObject *pre_sample;       /* a new reference, or NULL: called before every replay */
 } kb_hip_options;
 /* Pop measure_hip's options from opts (a copy of its keywords); -1 with an exception naming
- * the option. */
+ * the option. kb_hip_options_fini releases pre_sample. */
 int kb_hip_options_parse(PyObject *opts, kb_hip_options *o);
+void kb_hip_options_fini(kb_hip_options *o);
 
 #endif /* KBENCH_HIP_BACKEND_H */

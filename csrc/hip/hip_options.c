@@ -154,17 +154,42 @@ static int opt_device(PyObject *opts, kb_hip_options *o)
     return rc;
 }
 
+/* pre_sample: None or a callable, called before every replay (kbench.distributed's barrier). */
+static int opt_pre_sample(PyObject *opts, kb_hip_options *o)
+{
+    PyObject *v;
+    int present = take(opts, "pre_sample", &v);
+    if (present < 0)
+        return -1;
+    if (!present || v == Py_None) {
+        Py_XDECREF(v);
+        return 0;
+    }
+    if (!PyCallable_Check(v)) {
+        PyErr_Format(PyExc_TypeError, "measure_hip: pre_sample must be a callable or None, "
+                                      "got %.100s", Py_TYPE(v)->tp_name);
+        Py_DECREF(v);
+        return -1;
+    }
+    o->pre_sample = v;      /* the reference taken is the option's */
+    return 0;
+}
+
 int kb_hip_options_parse(PyObject *opts, kb_hip_options *o)
 {
     *o = (kb_hip_options){.stream = 0, .device = 0, .flush_bytes = 0, .gate_batch = 32,
-                          .gate_timeout_s = 1.0, .unroll = 1.0, .gate = 1};
+                          .gate_timeout_s = 1.0, .unroll = 1.0, .gate = 1, .pre_sample = NULL};
     if (opt_stream(opts, o) < 0 || opt_device(opts, o) < 0 ||
         opt_count(opts, "flush_bytes", &o->flush_bytes, 0, PY_SSIZE_T_MAX) < 0 ||
         opt_count(opts, "gate_batch", &o->gate_batch, 1, KB_HIP_GATE_BATCH_MAX) < 0 ||
         opt_float(opts, "gate_timeout_s", &o->gate_timeout_s, 0.0, 1,
                   KB_HIP_GATE_TIMEOUT_MAX_S) < 0 ||
         opt_float(opts, "unroll", &o->unroll, 1.0, 0, INFINITY) < 0 ||
-        opt_bool(opts, "gate", &o->gate) < 0)
+        opt_bool(opts, "gate", &o->gate) < 0 || opt_pre_sample(opts, o) < 0) {
+        kb_hip_options_fini(o);
         return -1;
+    }
     return 0;
 }
+
+void kb_hip_options_fini(kb_hip_options *o) { Py_CLEAR(o->pre_sample); }
