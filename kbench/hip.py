@@ -277,7 +277,10 @@ def run(fn: Callable[..., Any], sets: List[Tuple[Any, ...]], kwargs: Dict[str, A
     if (why := rccl_capture_warning()) and sys.modules.get("torch.distributed") is not None:
         warn.append(why)
 
-    if cold_cache in ("rotate", "flush") and llc <= 0:
+    # with the cache size unknown, kbench cannot size a flush or a rotation itself; the caller's
+    # flush_bytes= or arg_sets= are used as given (and not judged against the cache)
+    sized = flush_bytes if cold_cache == "flush" else len(sets) > 1
+    if cold_cache in ("rotate", "flush") and llc <= 0 and not sized:
         raise ValueError(f"cold_cache={cold_cache!r} needs the last-level cache size, and it is "
                          f"unknown for {info.get('name')!r} (no L2 attribute, not in "
                          f"kbench.hip.LLC_TABLE): pass flush_bytes= with cold_cache='flush', or "
@@ -288,6 +291,12 @@ def run(fn: Callable[..., Any], sets: List[Tuple[Any, ...]], kwargs: Dict[str, A
                                   max_bytes=int(info.get("free_memory_bytes", 0) * 0.5) or 0)
     if cold_cache == "rotate":
         flag_rotation_sets(cold, sets, llc, warn)
+    if cold_cache in ("rotate", "flush") and llc <= 0:
+        cold["evicts"] = None
+        given = f"flush_bytes={flush_bytes}" if cold_cache == "flush" else \
+            f"the {len(sets)} arg_sets"
+        warn.append(f"the last-level cache size is unknown: {given} used as given, not "
+                    f"checked against it (cold_cache={cold_cache!r} may not be cold)")
 
     # the capture stream must see what the caller's stream queued (the rotation's clones)
     if torch is not None and side is not None:

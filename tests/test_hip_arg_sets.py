@@ -1,6 +1,7 @@
-"""Argument sets on the HIP backend, as on CUDA (kbench/cuda.py): every set is captured and
-replayed, and the output re-checked after the replays is the last set's (or the check is
-skipped where that cannot be known).
+"""Argument sets and cold caches on the HIP backend, as on CUDA (kbench/cuda.py): every set is
+captured and replayed, the output re-checked after the replays is the last set's (or the
+check is skipped where that cannot be known), and a cache of unknown size takes the
+caller's flush_bytes= or arg_sets=.
 """
 from __future__ import annotations
 
@@ -60,3 +61,25 @@ def test_every_arg_set_is_replayed_and_checked(fake_dir):
     assert "skipped" in res["fixed_post"] and "first set's" in res["fixed_post"]["skipped"]
     assert "skipped" in res["shared_post"], res["shared_post"]
     assert res["copies_post"]["ok"] is True        # kbench's own rotation copies
+
+
+def test_unknown_llc_takes_what_the_message_asks_for(fake_dir):
+    res = run_fake(fake_dir, """
+        a = np.ones(1024, np.float32)
+        f = lambda x: x * 2
+        out["flush_bare"] = err(lambda: kbench.bench(f, a, cold_cache="flush", **B))
+        out["rotate_bare"] = err(lambda: kbench.bench(f, a, cold_cache="rotate", **B))
+        r = kbench.bench(f, a, cold_cache="flush", flush_bytes=1 << 20, **B)
+        out["flush"] = {"cold": r.cold_cache, "hip": r.extra["hip"]["flush_bytes"],
+                        "warnings": r.warnings}
+        sets = [(np.ones(1024, np.float32),) for _ in range(3)]
+        r = kbench.bench(f, arg_sets=sets, cold_cache="rotate", **B)
+        out["rotate"] = {"cold": r.cold_cache, "graphs": r.extra["hip"]["graphs"]}
+    """, KB_FAKE_NO_L2="1")
+    for k in ("flush_bare", "rotate_bare"):
+        assert res[k]["type"] == "ValueError" and "pass flush_bytes=" in res[k]["msg"]
+    assert res["flush"]["hip"] == 1 << 20 and res["flush"]["cold"]["flush_bytes"] == 1 << 20
+    assert res["flush"]["cold"]["evicts"] is None
+    assert any("last-level cache size is unknown" in w for w in res["flush"]["warnings"])
+    assert res["rotate"]["graphs"] == 3 and res["rotate"]["cold"]["arg_sets"] == 3
+    assert res["rotate"]["cold"]["evicts"] is None
