@@ -190,23 +190,83 @@ def _capture(fn, sets, kwargs, unroll: int, n_graphs: int, stream: int, ordinal:
     return graphs
 
 
-def _clocks(ordinal: int) -> Dict[str, Any]:
+def _clocks(index: int) -> Dict[str, Any]:
+    """ROCm SMI's readings of its device `index` (see :func:`smi_device`)."""
     try:
-        return {"available": True, **dict(_core.rocm_smi_snapshot(ordinal))}
+        return {"available": True, **dict(_core.rocm_smi_snapshot(index))}
     except (_core.KbenchError, ValueError) as e:
         return {"available": False, "why": str(e).splitlines()[0].removesuffix(" Tried:")}
+
+
+def _pci(bus_id: Any) -> Optional[Tuple[int, int, int, int]]:
+    """'domain:bus:device.function' (hex, any case or width) as numbers; None if not one."""
+    try:
+        domain, bus, rest = str(bus_id).split(":")
+        dev, fn = rest.split(".")
+        return int(domain, 16), int(bus, 16), int(dev, 16), int(fn, 16)
+    except ValueError:
+        return None
+
+
+_smi_devices: Dict[Tuple[int, str], Dict[str, Any]] = {}
+
+
+def smi_device(info: Dict[str, Any], ordinal: int) -> Dict[str, Any]:
+    """Which ROCm SMI device HIP device `ordinal` is: {"index", "matched_by"}, or, where that
+    cannot be found, {"index": ordinal, "assumed": why}. ROCm SMI indexes every GPU of the
+    machine, HIP only those HIP_VISIBLE_DEVICES / ROCR_VISIBLE_DEVICES leave it, so the two
+    indices differ under those settings: the device is found by its PCI bus id (HIP's
+    hipDeviceGetPCIBusId, ROCm SMI's rsmi_dev_pci_id_get). Found once per process."""
+    key = (ordinal, str(info.get("pci_bus_id")))
+    if key not in _smi_devices:
+        want = _pci(info.get("pci_bus_id"))
+        try:
+            found = _smi_search(want, ordinal) if want is not None else \
+                "the HIP runtime gave no PCI bus id"
+        except (_core.KbenchError, ValueError) as e:    # no ROCm SMI: _clocks says why too
+            return _assumed(ordinal, str(e).splitlines()[0].removesuffix(" Tried:"))
+        _smi_devices[key] = found if isinstance(found, dict) else _assumed(ordinal, found)
+    return dict(_smi_devices[key])
+
+
+def _assumed(ordinal: int, why: str) -> Dict[str, Any]:
+    return {"index": ordinal,
+            "assumed": f"ROCm SMI device {ordinal} is taken to be HIP device {ordinal} ({why}); "
+                       f"under HIP_VISIBLE_DEVICES / ROCR_VISIBLE_DEVICES they can differ"}
+
+
+def _smi_search(want: Tuple[int, int, int, int], ordinal: int):
+    """The ROCm SMI device with PCI bus id `want` ({"index", "matched_by"}), or why not (str)."""
+    first = dict(_core.rocm_smi_snapshot(0))
+    bus = "%04x:%02x:%02x.%x" % want
+    matches = []
+    for i in range(int(first.get("devices") or 1)):
+        got = _pci((first if i == 0 else _core.rocm_smi_snapshot(i)).get("pci_bus_id"))
+        if got is None:
+            return "ROCm SMI gave no PCI id (rsmi_dev_pci_id_get)"
+        if got == want:
+            matches.append(i)
+    if not matches:
+        return f"no ROCm SMI device has PCI bus id {bus}"
+    index = ordinal if ordinal in matches else matches[0]
+    shared = (f", shared by ROCm SMI devices {matches} (partitions of one GPU: its readings)"
+              if len(matches) > 1 else "")
+    return {"index": index, "matched_by": f"PCI bus id {bus}{shared}"}
 
 
 def _clock_summary(clocks: Dict[str, Any]) -> str:
     b, a = clocks["before"], clocks["after"]
     if not b.get("available"):
         return f"no clock readings: {b.get('why')}"
+    smi = clocks.get("rocm_smi_device") or {}
+    where = f" ({smi['assumed']})" if smi.get("assumed") else ""
 
     def fmt(d: Dict[str, Any]) -> str:
         parts = [f"{d[k]:.0f} {unit}" for k, unit in (("sclk_mhz", "MHz"), ("power_w", "W"),
                                                       ("temp_c", "C")) if d.get(k) is not None]
         return ", ".join(parts) or "no readings"
-    return f"ROCm SMI before: {fmt(b)}; after: {fmt(a) if a.get('available') else a.get('why')}"
+    return (f"ROCm SMI before: {fmt(b)}; after: {fmt(a) if a.get('available') else a.get('why')}"
+            f"{where}")
 
 
 def _given(opts: Dict[str, Any], **names: str) -> Dict[str, Any]:
@@ -329,7 +389,8 @@ def run(fn: Callable[..., Any], sets: List[Tuple[Any, ...]], kwargs: Dict[str, A
         poison_gpu(poisoned)
 
     fbytes = int(flush_bytes or 2 * llc) if cold_cache == "flush" else 0
-    clocks_before = _clocks(ordinal)
+    smi = smi_device(info, ordinal)
+    clocks_before = _clocks(smi["index"])
     raw = _core.measure_hip(tuple(graphs), stream=stream, device=ordinal,
                             cold="flush" if cold_cache == "flush" else None, flush_bytes=fbytes,
                             unroll=float(unroll), **loop,
@@ -352,8 +413,9 @@ def run(fn: Callable[..., Any], sets: List[Tuple[Any, ...]], kwargs: Dict[str, A
     if check is not None:
         _check_after(outs, out_kw, sets, (n_graphs - 1) * unroll + unroll - 1, check, rtol,
                      atol, side, extra)
-    extra["clocks"] = {"before": clocks_before, "after": _clocks(ordinal),
-                       "source": "ROCm SMI (librocm_smi64), one reading before and after"}
+    extra["clocks"] = {"before": clocks_before, "after": _clocks(smi["index"]),
+                       "source": "ROCm SMI (librocm_smi64), one reading before and after",
+                       "rocm_smi_device": smi}
     extra["clocks"]["summary"] = _clock_summary(extra["clocks"])
     extra["device"] = dict(info, llc_bytes=llc, llc=llc_what, backend="hip")
     extra["warnings"] = warn

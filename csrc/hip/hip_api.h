@@ -65,8 +65,9 @@ int kb_rsmi_check(PyObject *m, kb_rsmi_status_t r, const char *expr, const char 
 /* The status of both libraries for gpu_library_status-like reports: {"hip": {...},
  * "rocm_smi": {...}} with state, path, error. Opens nothing. */
 PyObject *kb_hip_library_status(PyObject *m);
-/* Open ROCm SMI and read device `index`: {"sclk_mhz", "mclk_mhz", "power_w", "temp_c"}, each None
- * when its read failed. NULL with an exception when the library cannot be used. */
+/* Open ROCm SMI and read device `index`: {"sclk_mhz", "mclk_mhz", "power_w", "temp_c",
+ * "pci_bus_id"}, each None when its read failed, with "index" and "devices" (the count). NULL
+ * with an exception when the library cannot be used. */
 PyObject *kb_rsmi_snapshot(PyObject *m, uint32_t index);
 
 /* ------------------------------------------------------------------ module parts */

@@ -131,7 +131,8 @@ static PyObject *or_none(double v, int ok)
  * never a number: -1 C was once reported for an unreadable temperature). */
 typedef struct {
     double sclk, mclk, power, temp;
-    int sclk_ok, mclk_ok, power_ok, temp_ok;
+    int sclk_ok, mclk_ok, power_ok, temp_ok, pci_ok;
+    uint64_t bdfid;
 } rsmi_reading;
 
 static void read_device(const kb_rsmi_api *r, uint32_t index, rsmi_reading *x)
@@ -159,6 +160,20 @@ static void read_device(const kb_rsmi_api *r, uint32_t index, rsmi_reading *x)
         x->temp = (double)mc * 1e-3;
         x->temp_ok = 1;
     }
+    x->pci_ok = r->rsmi_dev_pci_id_get != NULL && r->rsmi_dev_pci_id_get(index, &x->bdfid) == 0;
+}
+
+/* rsmi_dev_pci_id_get's BDFID as "domain:bus:device.function" (bits 63..32, 15..8, 7..3, 2..0;
+ * ROCm 6 puts a partition id in 31..28, left out: HIP's bus id has none), or None. */
+static PyObject *pci_bus_id(const rsmi_reading *x)
+{
+    if (!x->pci_ok)
+        return Py_NewRef(Py_None);
+    uint64_t b = x->bdfid;
+    char id[32];
+    snprintf(id, sizeof id, "%04x:%02x:%02x.%x", (unsigned)(b >> 32), (unsigned)((b >> 8) & 0xff),
+             (unsigned)((b >> 3) & 0x1f), (unsigned)(b & 0x7));
+    return PyUnicode_FromString(id);
 }
 
 PyObject *kb_rsmi_snapshot(PyObject *m, uint32_t index)
@@ -181,6 +196,9 @@ PyObject *kb_rsmi_snapshot(PyObject *m, uint32_t index)
         kb_dict_set_steal(d, "mclk_mhz", or_none(x.mclk, x.mclk_ok)) < 0 ||
         kb_dict_set_steal(d, "power_w", or_none(x.power, x.power_ok)) < 0 ||
         kb_dict_set_steal(d, "temp_c", or_none(x.temp, x.temp_ok)) < 0 ||
+        kb_dict_set_steal(d, "pci_bus_id", pci_bus_id(&x)) < 0 ||
+        kb_dict_set_steal(d, "index", PyLong_FromUnsignedLong(index)) < 0 ||
+        kb_dict_set_steal(d, "devices", PyLong_FromUnsignedLong(n)) < 0 ||
         kb_dict_set_steal(d, "t_s", PyFloat_FromDouble(kb_now_s())) < 0) {
         Py_DECREF(d);
         return NULL;
