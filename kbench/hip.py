@@ -21,14 +21,17 @@ set before torch is imported (:func:`rccl_capture_warning`).
 from __future__ import annotations
 
 import math
+import numbers
 import os
 import sys
 import time
 from typing import Any, Callable, Dict, List, Optional, Tuple
 
+import numpy as np
+
 from . import _core
 from ._format import library_status     # kbench info's wording: no dangling "Tried:"
-from .coldcache import flag_rotation_sets, make_rotation_sets
+from .coldcache import flag_rotation_sets, make_rotation_sets, shares_memory
 from .prepare import device_ordinal, poison_gpu
 
 BACKENDS = ("auto", "cuda", "hip")
@@ -55,9 +58,11 @@ LLC_TABLE: Tuple[Tuple[str, int, str], ...] = (
 )
 
 # what kbench.bench passes through to this backend (kbench.local checks a call's options
-# against it before anything calls fn)
+# against it before anything calls fn). keep_busy and regime are CUDA's clock-regime options,
+# taken so that kbench.distributed (which sets keep_busy=False, regime='burst' on a GPU) runs
+# here too: HIP has no keep-busy bridges and no regimes, and the result says so when asked.
 OPTIONS = ("stream", "gate", "gate_batch", "gate_timeout_s", "unroll", "rotate_margin",
-           "capture_mode")
+           "capture_mode", "keep_busy", "regime")
 
 
 def is_rocm_torch() -> bool:
@@ -147,16 +152,25 @@ def _torch_for(sets: List[Tuple[Any, ...]], kwargs: Dict[str, Any]) -> Any:
     return None
 
 
-def _eager_estimate(fn: Callable[..., Any], sets, kwargs, torch: Any, side: Any) -> float:
-    """Seconds per call, roughly (host clock around synchronized calls): sizes the unroll."""
+def _eager_estimate(fn: Callable[..., Any], sets, kwargs, torch: Any, side: Any,
+                    loop: Dict[str, Any]) -> float:
+    """Seconds per call, roughly (host clock around synchronized calls): sizes the unroll.
+    Under kbench.distributed (loop's ranks and pre_sample) every call follows its barrier, and
+    the figure is the slowest rank's: every rank must capture the same calls per graph."""
     n = 5
+    pre_sample, ranks = loop.get("pre_sample"), loop.get("ranks")
     side.synchronize()
     t0 = time.perf_counter()
     with torch.cuda.stream(side):
         for i in range(n):
+            if pre_sample is not None:
+                pre_sample()
             fn(*sets[i % len(sets)], **kwargs)
     side.synchronize()
-    return (time.perf_counter() - t0) / n
+    t = (time.perf_counter() - t0) / n
+    if ranks is not None:
+        t = float(ranks.reduce("hip unroll estimate", 0, np.array([t]), np.zeros(0))[0][0])
+    return t
 
 
 def _capture(fn, sets, kwargs, unroll: int, n_graphs: int, stream: int, ordinal: int,
@@ -176,38 +190,119 @@ def _capture(fn, sets, kwargs, unroll: int, n_graphs: int, stream: int, ordinal:
     return graphs
 
 
-def _clocks(ordinal: int) -> Dict[str, Any]:
+def _clocks(index: int) -> Dict[str, Any]:
+    """ROCm SMI's readings of its device `index` (see :func:`smi_device`)."""
     try:
-        return {"available": True, **dict(_core.rocm_smi_snapshot(ordinal))}
+        return {"available": True, **dict(_core.rocm_smi_snapshot(index))}
     except (_core.KbenchError, ValueError) as e:
         return {"available": False, "why": str(e).splitlines()[0].removesuffix(" Tried:")}
+
+
+def _pci(bus_id: Any) -> Optional[Tuple[int, int, int, int]]:
+    """'domain:bus:device.function' (hex, any case or width) as numbers; None if not one."""
+    try:
+        domain, bus, rest = str(bus_id).split(":")
+        dev, fn = rest.split(".")
+        return int(domain, 16), int(bus, 16), int(dev, 16), int(fn, 16)
+    except ValueError:
+        return None
+
+
+_smi_devices: Dict[Tuple[int, str], Dict[str, Any]] = {}
+
+
+def smi_device(info: Dict[str, Any], ordinal: int) -> Dict[str, Any]:
+    """Which ROCm SMI device HIP device `ordinal` is: {"index", "matched_by"}, or, where that
+    cannot be found, {"index": ordinal, "assumed": why}. ROCm SMI indexes every GPU of the
+    machine, HIP only those HIP_VISIBLE_DEVICES / ROCR_VISIBLE_DEVICES leave it, so the two
+    indices differ under those settings: the device is found by its PCI bus id (HIP's
+    hipDeviceGetPCIBusId, ROCm SMI's rsmi_dev_pci_id_get). Found once per process."""
+    key = (ordinal, str(info.get("pci_bus_id")))
+    if key not in _smi_devices:
+        want = _pci(info.get("pci_bus_id"))
+        try:
+            found = _smi_search(want, ordinal) if want is not None else \
+                "the HIP runtime gave no PCI bus id"
+        except (_core.KbenchError, ValueError) as e:    # no ROCm SMI: _clocks says why too
+            return _assumed(ordinal, str(e).splitlines()[0].removesuffix(" Tried:"))
+        _smi_devices[key] = found if isinstance(found, dict) else _assumed(ordinal, found)
+    return dict(_smi_devices[key])
+
+
+def _assumed(ordinal: int, why: str) -> Dict[str, Any]:
+    return {"index": ordinal,
+            "assumed": f"ROCm SMI device {ordinal} is taken to be HIP device {ordinal} ({why}); "
+                       f"under HIP_VISIBLE_DEVICES / ROCR_VISIBLE_DEVICES they can differ"}
+
+
+def _smi_search(want: Tuple[int, int, int, int], ordinal: int):
+    """The ROCm SMI device with PCI bus id `want` ({"index", "matched_by"}), or why not (str)."""
+    first = dict(_core.rocm_smi_snapshot(0))
+    bus = "%04x:%02x:%02x.%x" % want
+    matches = []
+    for i in range(int(first.get("devices") or 1)):
+        got = _pci((first if i == 0 else _core.rocm_smi_snapshot(i)).get("pci_bus_id"))
+        if got is None:
+            return "ROCm SMI gave no PCI id (rsmi_dev_pci_id_get)"
+        if got == want:
+            matches.append(i)
+    if not matches:
+        return f"no ROCm SMI device has PCI bus id {bus}"
+    index = ordinal if ordinal in matches else matches[0]
+    shared = (f", shared by ROCm SMI devices {matches} (partitions of one GPU: its readings)"
+              if len(matches) > 1 else "")
+    return {"index": index, "matched_by": f"PCI bus id {bus}{shared}"}
 
 
 def _clock_summary(clocks: Dict[str, Any]) -> str:
     b, a = clocks["before"], clocks["after"]
     if not b.get("available"):
         return f"no clock readings: {b.get('why')}"
+    smi = clocks.get("rocm_smi_device") or {}
+    where = f" ({smi['assumed']})" if smi.get("assumed") else ""
 
     def fmt(d: Dict[str, Any]) -> str:
         parts = [f"{d[k]:.0f} {unit}" for k, unit in (("sclk_mhz", "MHz"), ("power_w", "W"),
                                                       ("temp_c", "C")) if d.get(k) is not None]
         return ", ".join(parts) or "no readings"
-    return f"ROCm SMI before: {fmt(b)}; after: {fmt(a) if a.get('available') else a.get('why')}"
+    return (f"ROCm SMI before: {fmt(b)}; after: {fmt(a) if a.get('available') else a.get('why')}"
+            f"{where}")
 
 
 def _given(opts: Dict[str, Any], **names: str) -> Dict[str, Any]:
     """{parameter: opts[option]} for the options the caller gave: a default is written once,
     where the option is taken (measure_hip, hip_graph_capture, make_rotation_sets), which also
-    checks the value."""
-    return {param: opts[option] for param, option in names.items() if option in opts}
+    checks the value. None is "not given" (the default applies), as on CUDA."""
+    return {param: opts[option] for param, option in names.items()
+            if opts.get(option) is not None}
 
 
-def _options(backend_options: Dict[str, Any]) -> Dict[str, Any]:
+def _options(backend_options: Dict[str, Any], warn: List[str]) -> Dict[str, Any]:
+    """The backend's options, checked where Python uses them (unroll, keep_busy, regime);
+    the rest are checked where they are taken (C)."""
     unknown = sorted(set(backend_options) - set(OPTIONS))
     if unknown:
         raise TypeError(f"kbench.bench: unexpected options for the HIP backend: {unknown} "
                         f"(it takes {list(OPTIONS)})")
-    return backend_options
+    opts = dict(backend_options)
+    unroll = opts.get("unroll")
+    if unroll is not None:
+        if isinstance(unroll, (bool, np.bool_)) or not isinstance(unroll, numbers.Integral):
+            raise TypeError(f"kbench.bench: unroll must be an int (the calls captured per HIP "
+                            f"graph replay), got {type(unroll).__name__} ({unroll!r:.60})")
+        if unroll < 1:
+            raise ValueError(f"kbench.bench: unroll must be >= 1, got {unroll}")
+        opts["unroll"] = int(unroll)
+    regime = opts.get("regime")
+    if regime not in (None, "sustained", "burst"):
+        raise ValueError(f"regime must be 'sustained' or 'burst', got {regime!r}")
+    if regime is not None:
+        warn.append(f"regime={regime!r} is not applied: the HIP backend has no clock regimes "
+                    f"(no keep-busy bridges, no settling, no recovery waits between batches)")
+    if opts.get("keep_busy"):
+        warn.append("keep_busy=True is not applied: the HIP backend has no keep-busy bridges "
+                    "(the GPU idles while the host reads each batch)")
+    return opts
 
 
 def run(fn: Callable[..., Any], sets: List[Tuple[Any, ...]], kwargs: Dict[str, Any], *,
@@ -217,8 +312,8 @@ def run(fn: Callable[..., Any], sets: List[Tuple[Any, ...]], kwargs: Dict[str, A
     """kbench.bench's GPU case on HIP: (raw, cold, extra, device name, peaks)."""
     # mode is None or 'graph', checked by _core.check_choices (kbench.local): there is no
     # CUPTI, and eager event timing would time launch gaps, so HIP times graph replays
-    opts = _options(backend_options)
     warn: List[str] = [f"note: {NO_ATTRIBUTION}"]     # said in the result, as the issue asks
+    opts = _options(backend_options, warn)
     ordinal = device_ordinal(device)    # a ROCm torch answers through torch.cuda too
     info = device_info(ordinal)
     llc, llc_what = last_level_cache(info)
@@ -242,7 +337,10 @@ def run(fn: Callable[..., Any], sets: List[Tuple[Any, ...]], kwargs: Dict[str, A
     if (why := rccl_capture_warning()) and sys.modules.get("torch.distributed") is not None:
         warn.append(why)
 
-    if cold_cache in ("rotate", "flush") and llc <= 0:
+    # with the cache size unknown, kbench cannot size a flush or a rotation itself; the caller's
+    # flush_bytes= or arg_sets= are used as given (and not judged against the cache)
+    sized = flush_bytes if cold_cache == "flush" else len(sets) > 1
+    if cold_cache in ("rotate", "flush") and llc <= 0 and not sized:
         raise ValueError(f"cold_cache={cold_cache!r} needs the last-level cache size, and it is "
                          f"unknown for {info.get('name')!r} (no L2 attribute, not in "
                          f"kbench.hip.LLC_TABLE): pass flush_bytes= with cold_cache='flush', or "
@@ -253,12 +351,18 @@ def run(fn: Callable[..., Any], sets: List[Tuple[Any, ...]], kwargs: Dict[str, A
                                   max_bytes=int(info.get("free_memory_bytes", 0) * 0.5) or 0)
     if cold_cache == "rotate":
         flag_rotation_sets(cold, sets, llc, warn)
+    if cold_cache in ("rotate", "flush") and llc <= 0:
+        cold["evicts"] = None
+        given = f"flush_bytes={flush_bytes}" if cold_cache == "flush" else \
+            f"the {len(sets)} arg_sets"
+        warn.append(f"the last-level cache size is unknown: {given} used as given, not "
+                    f"checked against it (cold_cache={cold_cache!r} may not be cold)")
 
     # the capture stream must see what the caller's stream queued (the rotation's clones)
     if torch is not None and side is not None:
         side.wait_stream(torch.cuda.current_stream(ordinal))
     # warm-up on the capture stream, so the allocator holds the blocks the capture will use
-    eager_t = _eager_estimate(fn, sets, kwargs, torch, side) if side is not None else 0.0
+    eager_t = _eager_estimate(fn, sets, kwargs, torch, side, loop) if side is not None else 0.0
     unroll = opts.get("unroll")
     if cold_cache == "flush":
         if unroll not in (None, 1):
@@ -267,10 +371,13 @@ def run(fn: Callable[..., Any], sets: List[Tuple[Any, ...]], kwargs: Dict[str, A
         unroll = 1
     if unroll is None:
         unroll = int(min(100, max(1, math.ceil(20e-6 / max(eager_t, 1e-9))))) if eager_t else 1
-    n_graphs = max(1, math.ceil(len(sets) / unroll)) if cold_cache == "rotate" else 1
+    # Every argument set is replayed, under any cold_cache, as kbench/cuda.py does: a graph per
+    # unroll sets, cycled (one graph once replayed only the first sets of an arg_sets run)
+    n_graphs = max(1, math.ceil(len(sets) / unroll))
     graphs = _capture(fn, sets, kwargs, unroll, n_graphs, stream, ordinal, torch, side,
                       _given(opts, capture_mode="capture_mode"))
-    last_out = graphs[-1].outputs[-1]
+    outs = [o for g in graphs for o in g.outputs]
+    last_out = outs[-1]
     out_kw = output if output is not None else kwargs.get("out")
     poisoned = last_out if last_out is not None else out_kw
     if check is None:
@@ -282,7 +389,8 @@ def run(fn: Callable[..., Any], sets: List[Tuple[Any, ...]], kwargs: Dict[str, A
         poison_gpu(poisoned)
 
     fbytes = int(flush_bytes or 2 * llc) if cold_cache == "flush" else 0
-    clocks_before = _clocks(ordinal)
+    smi = smi_device(info, ordinal)
+    clocks_before = _clocks(smi["index"])
     raw = _core.measure_hip(tuple(graphs), stream=stream, device=ordinal,
                             cold="flush" if cold_cache == "flush" else None, flush_bytes=fbytes,
                             unroll=float(unroll), **loop,
@@ -303,25 +411,45 @@ def run(fn: Callable[..., Any], sets: List[Tuple[Any, ...]], kwargs: Dict[str, A
                              "graph": {"captured_with": "kbench (hipStreamBeginCapture)",
                                        "graphs": n_graphs}}
     if check is not None:
-        last_set = sets[((n_graphs - 1) * unroll + unroll - 1) % len(sets)]
-        post = last_out if last_out is not None else out_kw
-        if post is not None:
-            if side is not None:
-                side.synchronize()
-            from .compare import compare
-            ref = check(*(last_set if last_out is not None else sets[0])) if callable(check) \
-                else check
-            cmp = compare(post, ref, rtol=rtol, atol=atol)
-            extra["post_check"] = {"ok": cmp.ok, "max_abs_err": cmp.max_abs_err}
-            if not cmp.ok:
-                raise AssertionError("kbench: the output after the HIP graph replays does not "
-                                     f"match the reference:\n{cmp.report()}")
-    extra["clocks"] = {"before": clocks_before, "after": _clocks(ordinal),
-                       "source": "ROCm SMI (librocm_smi64), one reading before and after"}
+        _check_after(outs, out_kw, sets, (n_graphs - 1) * unroll + unroll - 1, check, rtol,
+                     atol, side, extra)
+    extra["clocks"] = {"before": clocks_before, "after": _clocks(smi["index"]),
+                       "source": "ROCm SMI (librocm_smi64), one reading before and after",
+                       "rocm_smi_device": smi}
     extra["clocks"]["summary"] = _clock_summary(extra["clocks"])
     extra["device"] = dict(info, llc_bytes=llc, llc=llc_what, backend="hip")
     extra["warnings"] = warn
     return raw, cold, extra, str(info.get("name") or f"HIP device {ordinal}"), None
+
+
+def _check_after(outs: List[Any], out_kw: Any, sets: List[Tuple[Any, ...]], last_call: int,
+                 check: Any, rtol: Any, atol: Any, side: Any, extra: Dict[str, Any]) -> None:
+    """Compare the output the replays left with check's reference for the argument set that
+    wrote it (the last captured call's: sets[last_call % len(sets)]). Skipped, as kbench/cuda.py
+    skips it, where that cannot be known or the reference is not that set's: one output every
+    set writes (an out= or a returned buffer shared by the calls) with several sets, or a
+    fixed reference (check= an array, sets[0]'s) while the last call used another set."""
+    last_out = outs[-1]
+    post = last_out if last_out is not None else out_kw
+    if post is None:
+        return
+    post_set = last_call % len(sets) if last_out is not None else 0
+    shared = last_out is None or any(o is not None and shares_memory(o, last_out)
+                                     for o in outs[:-1])
+    if shared and len(sets) > 1 or not callable(check) and post_set != 0:
+        extra["post_check"] = {"skipped": f"{len(sets)} argument sets write one output, or the "
+                                          f"reference is the first set's: the check before "
+                                          f"timing stands"}
+        return
+    if side is not None:
+        side.synchronize()
+    from .compare import compare
+    ref = check(*sets[post_set]) if callable(check) else check
+    cmp = compare(post, ref, rtol=rtol, atol=atol)
+    extra["post_check"] = {"ok": cmp.ok, "max_abs_err": cmp.max_abs_err}
+    if not cmp.ok:
+        raise AssertionError("kbench: the output after the HIP graph replays does not match "
+                             f"the reference:\n{cmp.report()}")
 
 
 def describe_status(st: Dict[str, Any]) -> List[str]:

@@ -240,7 +240,8 @@ def test_whole_hip_path_on_a_fake_runtime(tmp_path, gated):
     assert res["flush"]["cold"]["flush_bytes"] == 8 << 20
     assert res["None"]["hip"]["flush_bytes"] == 0 and res["None"]["graphs"] == 1
     assert "unroll=4" in res["flush_unroll"]
-    assert res["bad_gate_batch"].startswith("measure_hip: gate_batch:"), res["bad_gate_batch"]
+    assert res["bad_gate_batch"].startswith("measure_hip: gate_batch must be an int"), \
+        res["bad_gate_batch"]
     assert res["gate_batch_8"]["batch"] == 8, res["gate_batch_8"]
     assert res["None"]["hip"]["gate"]["batch"] != 8     # the default is C's, not the last given
     assert res["graph_calls"] == 2
@@ -385,7 +386,7 @@ def test_hip_refuses_cupti_mode_before_anything_runs_and_unknown_options(monkeyp
     monkeypatch.undo()
     with pytest.raises(TypeError, match="unexpected options for the HIP backend"):
         hip.run(lambda: None, [()], {}, cold_cache=None, flush_bytes=None, mode=None,
-                device="cuda", loop={}, keep_busy=True)
+                device="cuda", loop={}, sample_clocks=True)
 
 
 def test_cold_cache_needs_a_known_llc(monkeypatch):

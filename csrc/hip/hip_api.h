@@ -65,8 +65,9 @@ int kb_rsmi_check(PyObject *m, kb_rsmi_status_t r, const char *expr, const char 
 /* The status of both libraries for gpu_library_status-like reports: {"hip": {...},
  * "rocm_smi": {...}} with state, path, error. Opens nothing. */
 PyObject *kb_hip_library_status(PyObject *m);
-/* Open ROCm SMI and read device `index`: {"sclk_mhz", "mclk_mhz", "power_w", "temp_c"}, each None
- * when its read failed. NULL with an exception when the library cannot be used. */
+/* Open ROCm SMI and read device `index`: {"sclk_mhz", "mclk_mhz", "power_w", "temp_c",
+ * "pci_bus_id"}, each None when its read failed, with "index" and "devices" (the count). NULL
+ * with an exception when the library cannot be used. */
 PyObject *kb_rsmi_snapshot(PyObject *m, uint32_t index);
 
 /* ------------------------------------------------------------------ module parts */
@@ -83,5 +84,10 @@ int kb_hip_graph_unpack(PyObject *m, PyObject *obj, kb_hipGraphExec_t *exec, int
 int kb_hip_use_device(PyObject *m, const kb_hip_api *hip, int ordinal, int *prev);
 /* Make `prev` current again (prev < 0: nothing to do); a failure is ignored (no exception). */
 void kb_hip_restore_device(const kb_hip_api *hip, int prev);
+/* hip_options.c: a device argument of `func` (measure_hip, hip_graph_capture,
+ * hip_device_info): an int, not a bool, in 0..KB_HIP_MAX_DEVICE (CUDA's range), else TypeError
+ * or ValueError naming func and device: a value past int is refused, never truncated. */
+#define KB_HIP_MAX_DEVICE 63
+int kb_hip_device_arg(PyObject *v, const char *func, int *out);
 
 #endif /* KBENCH_HIP_API_H */

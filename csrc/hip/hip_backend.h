@@ -21,10 +21,29 @@ typedef struct {
  * runtime refuses). -1 only with an exception (a failed call other than the gate's own probe). */
 int kb_hip_gate_init(PyObject *m, const kb_hip_api *hip, kb_hip_gate *g, kb_hipStream_t s,
                      int dev, double timeout_s);
-/* Queue the wait (GIL released: no Python). The failed HIP code, or 0. */
-kb_hipError_t kb_hip_gate_close(const kb_hip_api *hip, kb_hip_gate *g, kb_hipStream_t s);
+/* Queue the wait (GIL released: no Python); a failure is recorded in *d under the HIP call's
+ * own name (hipStreamWaitValue32), and leaves the watchdog unarmed. */
+void kb_hip_gate_close(const kb_hip_api *hip, kb_hip_gate *g, kb_hipStream_t s, kb_deferred *d);
 /* Release the batch; 1 when the watchdog had released it already (launch gaps were timed). */
 int kb_hip_gate_open(kb_hip_gate *g);
 void kb_hip_gate_fini(const kb_hip_api *hip, kb_hip_gate *g);
+
+/* measure_hip's options (hip_options.c), checked as measure_cuda's are. */
+#define KB_HIP_GATE_BATCH_MAX 4096
+/* The gate's watchdog timeout: a bound, so that a huge value cannot stall the watchdog's timed
+ * wait (its deadline would overflow the clock) and hold a blocked launch queue for ever. */
+#define KB_HIP_GATE_TIMEOUT_MAX_S 1e6
+typedef struct {
+    unsigned long long stream;  /* a hipStream_t handle */
+    int device;
+    Py_ssize_t flush_bytes, gate_batch;
+    double gate_timeout_s, unroll;
+    int gate;
+    PyObject *pre_sample;       /* a new reference, or NULL: called before every replay */
+} kb_hip_options;
+/* Pop measure_hip's options from opts (a copy of its keywords); -1 with an exception naming
+ * the option. kb_hip_options_fini releases pre_sample. */
+int kb_hip_options_parse(PyObject *opts, kb_hip_options *o);
+void kb_hip_options_fini(kb_hip_options *o);
 
 #endif /* KBENCH_HIP_BACKEND_H */

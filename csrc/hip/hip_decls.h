@@ -91,8 +91,10 @@ enum { KB_hipStreamCaptureStatusNone = 0, KB_hipStreamCaptureStatusActive = 1,
     X(hipFree, kb_hipError_t, (void *p))                                                       \
     X(hipMemsetAsync, kb_hipError_t, (void *p, int v, size_t n, kb_hipStream_t s))
 
-/* Optional: the device gate (a runtime without them times ungated, and says so). */
+/* Optional: the device gate (a runtime without them times ungated, and says so), and the PCI
+ * bus id that finds the device's ROCm SMI index (without it the index is assumed). */
 #define KB_HIP_OPTIONAL(X)                                                                     \
+    X(hipDeviceGetPCIBusId, kb_hipError_t, (char *bus_id, int len, int dev))                   \
     X(hipHostMalloc, kb_hipError_t, (void **p, size_t n, unsigned int flags))                  \
     X(hipHostFree, kb_hipError_t, (void *p))                                                   \
     X(hipHostGetDevicePointer, kb_hipError_t, (void **dev, void *host, unsigned int flags))    \
@@ -128,7 +130,8 @@ typedef unsigned int kb_rsmi_status_t;      /* RSMI_STATUS_SUCCESS = 0 */
                                                    unsigned int metric, int64_t *t))
 #define KB_RSMI_OPTIONAL(X)                                                                    \
     X(rsmi_dev_power_ave_get, kb_rsmi_status_t, (uint32_t dv, uint32_t sensor, uint64_t *uw))  \
-    X(rsmi_dev_current_socket_power_get, kb_rsmi_status_t, (uint32_t dv, uint64_t *uw))
+    X(rsmi_dev_current_socket_power_get, kb_rsmi_status_t, (uint32_t dv, uint64_t *uw))      \
+    X(rsmi_dev_pci_id_get, kb_rsmi_status_t, (uint32_t dv, uint64_t *bdfid))
 
 #define KB_RSMI_FN_TYPE_(name, ret, params) typedef ret(*kb_##name##_fn) params;
 KB_RSMI_REQUIRED(KB_RSMI_FN_TYPE_)

@@ -40,6 +40,22 @@ static PyObject *hip_device_count(PyObject *m, PyObject *Py_UNUSED(ignored))
     return PyLong_FromLong(n);
 }
 
+/* d[key] = None, and d["attribute_errors"][key] = the HIP error name of the read that failed
+ * (r = hipSuccess: the runtime lacks the function). */
+static int attr_error(const kb_hip_api *hip, PyObject *d, const char *key, kb_hipError_t r)
+{
+    PyObject *errs = PyDict_GetItemString(d, "attribute_errors");   /* borrowed */
+    if (errs == NULL) {
+        if (kb_dict_set_steal(d, "attribute_errors", PyDict_New()) < 0)
+            return -1;
+        errs = PyDict_GetItemString(d, "attribute_errors");
+    }
+    const char *name = r == KB_hipSuccess ? "not in this HIP runtime" : hip->hipGetErrorName(r);
+    if (kb_dict_set_steal(errs, key, PyUnicode_FromString(name ? name : "?")) < 0)
+        return -1;
+    return PyDict_SetItemString(d, key, Py_None);
+}
+
 /* An int attribute into d[key]; None when the runtime does not give it (an older runtime, or
  * the forwarder's unmapped ones), with the HIP error name in d["attribute_errors"][key]: a
  * missing attribute costs that figure, not the device's description. */
@@ -50,24 +66,28 @@ static int put_attr(PyObject *m, const kb_hip_api *hip, PyObject *d, const char 
     kb_hipError_t r = hip->hipDeviceGetAttribute(&v, a, dev);
     if (r == KB_hipSuccess)
         return kb_dict_set_steal(d, key, PyLong_FromLongLong((long long)v * scale));
-    PyObject *errs = PyDict_GetItemString(d, "attribute_errors");   /* borrowed */
-    if (errs == NULL) {
-        if (kb_dict_set_steal(d, "attribute_errors", PyDict_New()) < 0)
-            return -1;
-        errs = PyDict_GetItemString(d, "attribute_errors");
-    }
-    const char *name = hip->hipGetErrorName(r);
-    if (kb_dict_set_steal(errs, key, PyUnicode_FromString(name ? name : "?")) < 0)
-        return -1;
-    return PyDict_SetItemString(d, key, Py_None);
+    return attr_error(hip, d, key, r);
+}
+
+/* d["pci_bus_id"]: "domain:bus:device.function" (hipDeviceGetPCIBusId), which finds the
+ * device's ROCm SMI index (kbench/hip.py); None where the runtime cannot say. */
+static int put_pci_bus_id(const kb_hip_api *hip, PyObject *d, int dev)
+{
+    char id[64] = {0};
+    if (hip->hipDeviceGetPCIBusId == NULL)
+        return attr_error(hip, d, "pci_bus_id", KB_hipSuccess);
+    kb_hipError_t r = hip->hipDeviceGetPCIBusId(id, (int)sizeof id - 1, dev);
+    if (r != KB_hipSuccess)
+        return attr_error(hip, d, "pci_bus_id", r);
+    return kb_dict_set_steal(d, "pci_bus_id", PyUnicode_DecodeUTF8(id, strlen(id), "replace"));
 }
 
 static PyObject *device_dict(PyObject *m, const kb_hip_api *hip, int dev);
 
 static PyObject *hip_device_info(PyObject *m, PyObject *arg)
 {
-    int dev = PyLong_AsLong(arg);
-    if (dev == -1 && PyErr_Occurred())
+    int dev = 0;
+    if (kb_hip_device_arg(arg, "hip_device_info", &dev) < 0)
         return NULL;
     const kb_hip_api *hip = kb_hip(m);
     int prev = -1;
@@ -107,6 +127,7 @@ static PyObject *device_dict(PyObject *m, const kb_hip_api *hip, int dev)
                  1) < 0 ||
         put_attr(m, hip, d, "can_wait_value", KB_hipDeviceAttributeCanUseStreamWaitValue, dev,
                  1) < 0 ||
+        put_pci_bus_id(hip, d, dev) < 0 ||
         kb_dict_set_steal(d, "has_wait_value32",
                           PyBool_FromLong(hip->hipStreamWaitValue32 != NULL &&
                                           hip->hipHostMalloc != NULL)) < 0) {
@@ -135,14 +156,17 @@ static PyMethodDef hip_device_methods[] = {
     {"hip_device_count", hip_device_count, METH_NOARGS,
      "hip_device_count() -> int: the HIP devices visible (opens libamdhip64)."},
     {"hip_device_info", hip_device_info, METH_O,
-     "hip_device_info(ordinal) -> dict: name, memory, L2 size and the attributes the HIP backend "
-     "uses (opens libamdhip64; None for an attribute the runtime does not know)."},
+     "hip_device_info(ordinal) -> dict: name, memory, L2 size, pci_bus_id and the attributes "
+     "the HIP backend uses (opens libamdhip64; None for an attribute the runtime does not "
+     "know). ordinal: 0..63."},
     {"hip_library_status", hip_library_status, METH_NOARGS,
      "hip_library_status() -> {'hip': {...}, 'rocm_smi': {...}}: state ('not tried', 'loaded', "
      "'failed'), path, error. Opens nothing."},
     {"rocm_smi_snapshot", rocm_smi_snapshot, METH_O,
      "rocm_smi_snapshot(index) -> dict: sclk_mhz, mclk_mhz, power_w, temp_c now (None where a "
-     "read failed); opens librocm_smi64."},
+     "read failed), pci_bus_id (None when ROCm SMI cannot say), index, devices (ROCm SMI's "
+     "count); opens librocm_smi64. ROCm SMI indexes every GPU: match pci_bus_id with "
+     "hip_device_info's, not the index with a HIP ordinal."},
     {NULL, NULL, 0, NULL},
 };
 

@@ -80,14 +80,12 @@ error:
     return -1;
 }
 
-kb_hipError_t kb_hip_gate_close(const kb_hip_api *hip, kb_hip_gate *g, kb_hipStream_t s)
+void kb_hip_gate_close(const kb_hip_api *hip, kb_hip_gate *g, kb_hipStream_t s, kb_deferred *d)
 {
     uint32_t next = g->wd.generation + 1;
-    kb_hipError_t r = hip->hipStreamWaitValue32(s, g->dev_flag, next, KB_hipStreamWaitValueGte,
-                                                0xFFFFFFFFu);
-    if (r == KB_hipSuccess)
+    if (KB_DEFER(d, hip->hipStreamWaitValue32(s, g->dev_flag, next, KB_hipStreamWaitValueGte,
+                                              0xFFFFFFFFu)) == 0)
         kb_watchdog_arm(&g->wd, next);
-    return r;
 }
 
 int kb_hip_gate_open(kb_hip_gate *g)

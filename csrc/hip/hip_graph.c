@@ -104,28 +104,57 @@ int kb_hip_graph_unpack(PyObject *m, PyObject *obj, kb_hipGraphExec_t *exec, int
     return 0;
 }
 
-/* End a capture that failed inside the callable, dropping what was recorded. */
-static void abandon_capture(const kb_hip_api *hip, kb_hipStream_t s)
+/* End, on an error path, the capture begun on s: a failed hipStreamEndCapture may leave the
+ * stream capturing (every later capture on it would fail at hipStreamBeginCapture), so the
+ * stream is asked (hipStreamIsCapturing) and the capture ended again while it still is. The
+ * codes here are not raised: the failure that brought us here is the one reported. 1 when the
+ * stream is still capturing after all that, else 0. */
+static int abandon_capture(const kb_hip_api *hip, kb_hipStream_t s)
 {
-    kb_hipGraph_t g = NULL;
-    if (hip->hipStreamEndCapture(s, &g) == KB_hipSuccess && g != NULL)
-        hip->hipGraphDestroy(g);
+    for (int attempt = 0; attempt < 3; attempt++) {
+        kb_hipStreamCaptureStatus st = KB_hipStreamCaptureStatusActive;
+        if (hip->hipStreamIsCapturing(s, &st) == KB_hipSuccess &&
+            st == KB_hipStreamCaptureStatusNone)
+            return 0;
+        kb_hipGraph_t g = NULL;
+        (void)hip->hipStreamEndCapture(s, &g);
+        if (g != NULL)
+            hip->hipGraphDestroy(g);
+    }
+    kb_hipStreamCaptureStatus st = KB_hipStreamCaptureStatusActive;
+    return !(hip->hipStreamIsCapturing(s, &st) == KB_hipSuccess &&
+             st == KB_hipStreamCaptureStatusNone);
 }
 
-static int capture_mode(const char *name, kb_hipStreamCaptureMode *mode)
+static void note_still_capturing(int still)
 {
-    if (strcmp(name, "relaxed") == 0)
-        *mode = KB_hipStreamCaptureModeRelaxed;
-    else if (strcmp(name, "global") == 0)
-        *mode = KB_hipStreamCaptureModeGlobal;
-    else if (strcmp(name, "thread_local") == 0)
-        *mode = KB_hipStreamCaptureModeThreadLocal;
-    else {
-        PyErr_Format(PyExc_ValueError, "capture_mode must be 'relaxed', 'global' or "
-                     "'thread_local', got '%s'", name);
-        return -1;
-    }
-    return 0;
+    if (still)
+        kb_add_exception_note("the stream could not be taken out of capture mode "
+                              "(hipStreamEndCapture failed again): captures and launches on "
+                              "it will fail; use another stream");
+}
+
+/* capture_mode: 'relaxed' (also for None: the default), 'global' or 'thread_local'. */
+static int capture_mode(PyObject *v, kb_hipStreamCaptureMode *mode)
+{
+    static const struct {
+        const char *name;
+        kb_hipStreamCaptureMode mode;
+    } modes[] = {{"relaxed", KB_hipStreamCaptureModeRelaxed},
+                 {"global", KB_hipStreamCaptureModeGlobal},
+                 {"thread_local", KB_hipStreamCaptureModeThreadLocal}};
+    *mode = KB_hipStreamCaptureModeRelaxed;
+    if (v == NULL || v == Py_None)
+        return 0;
+    for (size_t i = 0; PyUnicode_Check(v) && i < sizeof modes / sizeof modes[0]; i++)
+        if (PyUnicode_CompareWithASCIIString(v, modes[i].name) == 0) {
+            *mode = modes[i].mode;
+            return 0;
+        }
+    PyErr_Format(PyUnicode_Check(v) ? PyExc_ValueError : PyExc_TypeError,
+                 "hip_graph_capture: capture_mode must be 'relaxed', 'global' or 'thread_local', "
+                 "got %R", v);
+    return -1;
 }
 
 /* Call fn once per set inside the capture; the tuple of results, or NULL (capture ended). */
@@ -139,9 +168,10 @@ static PyObject *record_calls(PyObject *m, const kb_hip_api *hip, kb_hipStream_t
     for (Py_ssize_t i = 0; i < n; i++) {
         PyObject *r = PyObject_Call(fn, PyTuple_GET_ITEM(sets, i), kwargs);
         if (r == NULL) {
-            abandon_capture(hip, s);
+            int still = abandon_capture(hip, s);
             kb_add_exception_note("raised by the callable during HIP graph capture (call %zd of "
                                   "%zd); the capture was ended", i + 1, n);
+            note_still_capturing(still);
             Py_DECREF(outs);
             return NULL;
         }
@@ -158,15 +188,15 @@ static PyObject *hip_graph_capture(PyObject *m, PyObject *args, PyObject *kw)
 {
     static char *kwlist[] = {"fn", "arg_sets", "kwargs", "stream", "device", "capture_mode",
                              NULL};
-    PyObject *fn, *sets, *kwargs = Py_None;
+    PyObject *fn, *sets, *kwargs = Py_None, *dev_obj = NULL, *mode_obj = NULL;
     unsigned long long stream = 0;
     int device = 0;
-    const char *mode_name = "relaxed";
     kb_hipStreamCaptureMode mode;
-    if (!PyArg_ParseTupleAndKeywords(args, kw, "OO|O$Kis", kwlist, &fn, &sets, &kwargs, &stream,
-                                     &device, &mode_name))
+    if (!PyArg_ParseTupleAndKeywords(args, kw, "OO|O$KOO:hip_graph_capture", kwlist, &fn, &sets,
+                                     &kwargs, &stream, &dev_obj, &mode_obj))
         return NULL;
-    if (kb_check_arg_sets(sets, kwargs) < 0 || capture_mode(mode_name, &mode) < 0)
+    if (kb_check_arg_sets(sets, kwargs) < 0 || capture_mode(mode_obj, &mode) < 0 ||
+        (dev_obj != NULL && kb_hip_device_arg(dev_obj, "hip_graph_capture", &device) < 0))
         return NULL;
     if (!PyCallable_Check(fn))
         return PyErr_Format(PyExc_TypeError, "fn must be callable, got %s", Py_TYPE(fn)->tp_name);
@@ -200,10 +230,12 @@ static PyObject *capture(PyObject *m, const kb_hip_api *hip, PyObject *fn, PyObj
         if (graph != NULL)      /* an invalidated capture can still hand back its graph */
             hip->hipGraphDestroy(graph);
         Py_DECREF(outs);
+        int still = abandon_capture(hip, s);
         kb_hip_check(m, r, "hip->hipStreamEndCapture(s, &graph)", __FILE__, __LINE__);
         kb_add_exception_note("the callable could not be captured into a HIP graph: callables "
                               "that synchronize, or launch on another stream without joining "
                               "it, cannot be captured");
+        note_still_capturing(still);
         return NULL;
     }
     if (KB_HIP(m, hip->hipGraphInstantiate(&exec, graph, NULL, NULL, 0)) < 0) {

@@ -5,9 +5,11 @@
  * rotation of k pointer-distinct argument sets captured into k graphs touches a different set
  * every replay) between two events; cold="flush" memsets a buffer larger than the last-level
  * cache before the start event, outside the timed interval. A batch is queued behind the device
- * gate (hip_gate.c) and released at once, so the host's launch gaps are not timed. HIP has no
- * CUPTI: there is no per-kernel attribution, only the replay's event time (divided by `unroll`,
- * the calls captured per graph).
+ * gate (hip_gate.c) and released at once, so the host's launch gaps are not timed. An optional
+ * pre_sample callable (kbench.distributed's barrier) runs before each replay, warm-up included,
+ * while the batch is queued behind the gate, before the flush and outside the timed interval,
+ * as measure_cuda's does. HIP has no CUPTI: there is no per-kernel attribution, only the
+ * replay's event time (divided by `unroll`, the calls captured per graph).
  */
 #include "hip_backend.h"
 
@@ -28,17 +30,16 @@ typedef struct {
     kb_hipEvent_t *ev;              /* 2 per iteration of a chunk */
     Py_ssize_t chunk, chunk0;       /* iterations per gated chunk (halved when the watchdog fires) */
     kb_hip_gate gate;
-    long fired, fired_kept, chunks;
+    PyObject *pre_sample;           /* borrowed from the options, or NULL */
+    double gate_timeout_s;
+    long fired, fired_kept, chunks, replays;
 } hip_ctx;
 
-/* Queue and time k iterations (GIL released by the caller). *fired: the watchdog opened it. */
-static void run_chunk(hip_ctx *c, Py_ssize_t k, double *out, int *fired, kb_deferred *d)
+/* Queue replays from..to-1 of a chunk: [flush] start replay end (GIL released). */
+static void queue_replays(hip_ctx *c, Py_ssize_t from, Py_ssize_t to, kb_deferred *d)
 {
     const kb_hip_api *hip = c->hip;
-    Py_ssize_t first = c->next;
-    if (c->gate.enabled)
-        KB_DEFER(d, kb_hip_gate_close(hip, &c->gate, c->s));
-    for (Py_ssize_t j = 0; j < k; j++) {
+    for (Py_ssize_t j = from; j < to; j++) {
         if (c->cold == KB_COLD_FLUSH)
             KB_DEFER(d, hip->hipMemsetAsync(c->flush_buf, c->flush_seed++, c->flush_bytes, c->s));
         KB_DEFER(d, hip->hipEventRecord(c->ev[2 * j], c->s));
@@ -47,6 +48,13 @@ static void run_chunk(hip_ctx *c, Py_ssize_t k, double *out, int *fired, kb_defe
         if (++c->next == c->n_graphs)
             c->next = 0;
     }
+}
+
+/* Open the gate, wait for the chunk's last event and read its k samples (GIL released).
+ * *fired: the watchdog had opened the gate. */
+static void finish_chunk(hip_ctx *c, Py_ssize_t k, double *out, int *fired, kb_deferred *d)
+{
+    const kb_hip_api *hip = c->hip;
     *fired = c->gate.enabled ? kb_hip_gate_open(&c->gate) : 0;   /* always: never leave it shut */
     KB_DEFER(d, hip->hipEventSynchronize(c->ev[2 * k - 1]));
     for (Py_ssize_t j = 0; j < k; j++) {
@@ -54,9 +62,56 @@ static void run_chunk(hip_ctx *c, Py_ssize_t k, double *out, int *fired, kb_defe
         KB_DEFER(d, hip->hipEventElapsedTime(&ms, c->ev[2 * j], c->ev[2 * j + 1]));
         out[j] = (double)ms * 1e-3 / c->unroll;
     }
+}
+
+/* The caller's pre_sample before a replay; on an exception the gate is opened and the stream
+ * drained (nothing queued may wait on a gate nobody opens), and a note says so. */
+static int call_pre_sample(hip_ctx *c, int warmup)
+{
+    PyObject *r = PyObject_CallNoArgs(c->pre_sample);
+    if (r != NULL) {
+        Py_DECREF(r);
+        return 0;
+    }
+    if (c->gate.enabled)
+        kb_hip_gate_open(&c->gate);
+    Py_BEGIN_ALLOW_THREADS
+    (void)c->hip->hipStreamSynchronize(c->s);   /* the exception is the error reported */
+    Py_END_ALLOW_THREADS
+    kb_add_exception_note("raised by pre_sample before %s replay %ld (kbench HIP backend); the "
+                          "gate was opened and the stream drained",
+                          warmup ? "a warm-up" : "a timed", c->replays + 1);
+    return -1;
+}
+
+/* Queue and time k iterations behind the gate. The GIL is released around the HIP calls and
+ * held only for pre_sample (called before each replay: then the queueing goes one replay at a
+ * time). -1 with an exception from pre_sample; HIP failures go to *d. */
+static int run_chunk(hip_ctx *c, Py_ssize_t k, double *out, int *fired, int warmup,
+                     kb_deferred *d)
+{
+    Py_ssize_t first = c->next, step = c->pre_sample != NULL ? 1 : k;
+    *fired = 0;
+    if (c->gate.enabled) {
+        Py_BEGIN_ALLOW_THREADS
+        kb_hip_gate_close(c->hip, &c->gate, c->s, d);
+        Py_END_ALLOW_THREADS
+    }
+    for (Py_ssize_t j = 0; j < k && d->code == 0; j += step) {
+        if (c->pre_sample != NULL && call_pre_sample(c, warmup) < 0)
+            return -1;
+        Py_BEGIN_ALLOW_THREADS
+        queue_replays(c, j, j + step, d);
+        Py_END_ALLOW_THREADS
+        c->replays += step;
+    }
+    Py_BEGIN_ALLOW_THREADS
+    finish_chunk(c, k, out, fired, d);
+    Py_END_ALLOW_THREADS
     if (*fired && k > 1)
         c->next = first;            /* re-measured: the same graphs again */
     c->chunks++;
+    return 0;
 }
 
 static int hip_run_batch(kb_backend *b, Py_ssize_t n, double *out, int warmup)
@@ -67,9 +122,8 @@ static int hip_run_batch(kb_backend *b, Py_ssize_t n, double *out, int warmup)
         Py_ssize_t k = n - i < c->chunk ? n - i : c->chunk;
         kb_deferred d = KB_DEFERRED_INIT;
         int fired = 0;
-        Py_BEGIN_ALLOW_THREADS
-        run_chunk(c, k, out + i, &fired, &d);
-        Py_END_ALLOW_THREADS
+        if (run_chunk(c, k, out + i, &fired, warmup, &d) < 0)
+            return -1;
         if (KB_HIP_RAISE(c->m, &d) < 0)
             return -1;
         if (PyErr_CheckSignals() < 0)
@@ -150,86 +204,24 @@ static void ctx_fini(hip_ctx *c)
 static PyObject *hip_report(const hip_ctx *c)
 {
     return Py_BuildValue(
-        "{s:{s:O,s:z,s:n,s:n,s:l,s:l},s:n,s:d,s:K,s:l,s:s}",
+        "{s:{s:O,s:z,s:n,s:n,s:l,s:l,s:d},s:n,s:d,s:K,s:l,s:O,s:s}",
         "gate", "gated", c->gate.enabled ? Py_True : Py_False, "why_not",
         c->gate.enabled ? NULL : c->gate.why_not, "batch", c->chunk0, "batch_final", c->chunk,
-        "watchdog_fired", c->fired, "fired_kept", c->fired_kept,
+        "watchdog_fired", c->fired, "fired_kept", c->fired_kept, "timeout_s", c->gate_timeout_s,
         "graphs", c->n_graphs, "unroll", c->unroll,
         "flush_bytes", (unsigned long long)(c->cold == KB_COLD_FLUSH ? c->flush_bytes : 0),
-        "chunks", c->chunks,
+        "chunks", c->chunks, "pre_sample", c->pre_sample != NULL ? Py_True : Py_False,
         "attribution", "none: HIP has no CUPTI-style per-kernel activity records; each sample "
                        "is the HIP-event time of one graph replay divided by the calls in it");
 }
 
-static int pop_opt(PyObject *opts, const char *key, PyObject **out)
-{
-    *out = PyDict_GetItemString(opts, key);
-    return *out ? PyDict_DelItemString(opts, key) : 0;
-}
-
-/* A value the conversion refused: the same exception, its message prefixed with the option's
- * name (the conversion's own names only the type). */
-static int option_error(const char *key)
-{
-    PyObject *type, *value, *tb;
-    PyErr_Fetch(&type, &value, &tb);
-    PyErr_NormalizeException(&type, &value, &tb);
-    PyErr_Format(type, "measure_hip: %s: %S", key, value);
-    Py_XDECREF(type);
-    Py_XDECREF(value);
-    Py_XDECREF(tb);
-    return -1;
-}
-
-typedef struct {
-    unsigned long long stream;
-    Py_ssize_t device, flush_bytes, gate_batch;
-    double gate_timeout, unroll;
-    int gate;
-} hip_opts;
-
-static int parse_opts(PyObject *opts, hip_opts *o)
-{
-    PyObject *v;
-    o->device = 0, o->flush_bytes = 0, o->gate_batch = 32, o->gate_timeout = 1.0;
-    o->unroll = 1.0, o->gate = 1, o->stream = 0;
-    if (pop_opt(opts, "stream", &v) < 0)
-        return -1;
-    if (v == NULL || (o->stream = PyLong_AsUnsignedLongLong(v), PyErr_Occurred())) {
-        if (!PyErr_Occurred())
-            PyErr_SetString(PyExc_TypeError, "measure_hip needs stream= (a hipStream_t handle)");
-        return -1;
-    }
-    /* opts is a copy of the caller's keywords, which keep v alive after it is popped */
-#define KB_POP_(key, expr)                                                                     \
-    if (pop_opt(opts, key, &v) < 0)                                                            \
-        return -1;                                                                             \
-    if (v != NULL && ((expr), PyErr_Occurred()))                                               \
-        return option_error(key);
-    KB_POP_("device", o->device = PyLong_AsSsize_t(v))
-    KB_POP_("flush_bytes", o->flush_bytes = PyLong_AsSsize_t(v))
-    KB_POP_("gate_batch", o->gate_batch = PyLong_AsSsize_t(v))
-    KB_POP_("gate_timeout_s", o->gate_timeout = PyFloat_AsDouble(v))
-    KB_POP_("unroll", o->unroll = PyFloat_AsDouble(v))
-    KB_POP_("gate", o->gate = PyObject_IsTrue(v))
-#undef KB_POP_
-    if (o->flush_bytes < 0 || o->gate_batch < 1 || o->gate_batch > 4096 ||
-        !(o->gate_timeout > 0) || !(o->unroll >= 1) || o->gate < 0 || o->device < 0) {
-        if (!PyErr_Occurred())
-            PyErr_SetString(PyExc_ValueError, "measure_hip: flush_bytes must be >= 0, gate_batch "
-                            "1..4096, gate_timeout_s > 0, unroll >= 1, device >= 0");
-        return -1;
-    }
-    return 0;
-}
-
 /* measure_hip(graphs, *, stream, device=0, cold=None, flush_bytes=0, gate=True, gate_batch=32,
- *             gate_timeout_s=1.0, unroll=1, <loop config>) -> dict */
+ *             gate_timeout_s=1.0, unroll=1, pre_sample=None, <loop config>) -> dict */
 static PyObject *measure_hip(PyObject *m, PyObject *args, PyObject *kw)
 {
     PyObject *graphs, *opts = NULL, *out = NULL;
     hip_ctx c;
-    hip_opts o;
+    kb_hip_options o = {0};
     kb_loop_config cfg;
     kb_loop_result res;
     int locked = 0, prev = -1;
@@ -241,7 +233,7 @@ static PyObject *measure_hip(PyObject *m, PyObject *args, PyObject *kw)
         return PyErr_Format(PyExc_ValueError, "measure_hip needs at least one HipGraph");
     if ((opts = kw ? PyDict_Copy(kw) : PyDict_New()) == NULL)
         return NULL;
-    if (parse_opts(opts, &o) < 0 || kb_pop_cold_mode(opts, &c.cold) < 0 ||
+    if (kb_hip_options_parse(opts, &o) < 0 || kb_pop_cold_mode(opts, &c.cold) < 0 ||
         kb_finish_options(opts, "measure_hip", &cfg) < 0)
         goto done;
     c.m = m;
@@ -249,14 +241,16 @@ static PyObject *measure_hip(PyObject *m, PyObject *args, PyObject *kw)
     c.unroll = o.unroll;
     c.flush_bytes = (size_t)o.flush_bytes;
     c.chunk = c.chunk0 = o.gate_batch;
-    if ((c.hip = kb_hip(m)) == NULL || kb_hip_use_device(m, c.hip, (int)o.device, &prev) < 0)
+    c.gate_timeout_s = o.gate_timeout_s;
+    c.pre_sample = o.pre_sample;
+    if ((c.hip = kb_hip(m)) == NULL || kb_hip_use_device(m, c.hip, o.device, &prev) < 0)
         goto done;
     /* the lock first: the set-up queues a gate probe and allocations on the device that
      * another thread's measurement must not see */
     if (kb_measure_lock_acquire(m) < 0)
         goto done;
     locked = 1;
-    if (ctx_init(&c, graphs, (int)o.device, o.gate_timeout, o.gate) < 0)
+    if (ctx_init(&c, graphs, o.device, o.gate_timeout_s, o.gate) < 0)
         goto done;
     kb_backend b = {.name = "hip", .ctx = &c, .run_batch = hip_run_batch, .warmup_timed = 1};
     if (kb_loop_run(&b, &cfg, &res) < 0)
@@ -272,6 +266,7 @@ done:
     if (c.hip != NULL)
         kb_hip_restore_device(c.hip, prev);
     kb_loop_result_free(&res);
+    kb_hip_options_fini(&o);
     Py_XDECREF(opts);
     return out;
 }
@@ -279,9 +274,12 @@ done:
 static PyMethodDef measure_hip_methods[] = {
     {"measure_hip", (PyCFunction)(void (*)(void))measure_hip, METH_VARARGS | METH_KEYWORDS,
      "measure_hip(graphs, *, stream, device=0, cold=None, flush_bytes=0, gate=True, "
-     "gate_batch=32, gate_timeout_s=1.0, unroll=1, <loop options>) -> dict\n\n"
+     "gate_batch=32, gate_timeout_s=1.0, unroll=1, pre_sample=None, <loop options>) -> dict\n\n"
      "Time replays of the HipGraphs (cycled in order) with HIP events, in the shared loop. "
-     "cold='flush' memsets flush_bytes before each replay, outside the timed interval."},
+     "cold='flush' memsets flush_bytes before each replay, outside the timed interval. "
+     "device: a HIP ordinal 0..63; gate_timeout_s: > 0, at most 1e6 s; pre_sample: a callable "
+     "run before every replay (warm-up included), outside the timed interval, while the batch "
+     "waits behind the gate (kbench.distributed's barrier)."},
     {NULL, NULL, 0, NULL},
 };
 

@@ -127,6 +127,55 @@ static PyObject *or_none(double v, int ok)
     return ok ? PyFloat_FromDouble(v) : Py_NewRef(Py_None);
 }
 
+/* One device's readings; each *_ok says whether its read succeeded (a failed read is unknown,
+ * never a number: -1 C was once reported for an unreadable temperature). */
+typedef struct {
+    double sclk, mclk, power, temp;
+    int sclk_ok, mclk_ok, power_ok, temp_ok, pci_ok;
+    uint64_t bdfid;
+} rsmi_reading;
+
+static void read_device(const kb_rsmi_api *r, uint32_t index, rsmi_reading *x)
+{
+    unsigned char buf[KB_RSMI_FREQ_BUF_BYTES];
+    memset(x, 0, sizeof *x);
+    memset(buf, 0, sizeof buf);
+    if (r->rsmi_dev_gpu_clk_freq_get(index, KB_RSMI_CLK_TYPE_SYS, buf) == 0)
+        x->sclk_ok = (x->sclk = current_mhz(buf)) > 0;
+    memset(buf, 0, sizeof buf);
+    if (r->rsmi_dev_gpu_clk_freq_get(index, KB_RSMI_CLK_TYPE_MEM, buf) == 0)
+        x->mclk_ok = (x->mclk = current_mhz(buf)) > 0;
+    uint64_t uw = 0;
+    if ((r->rsmi_dev_current_socket_power_get != NULL &&
+         r->rsmi_dev_current_socket_power_get(index, &uw) == 0) ||
+        (r->rsmi_dev_power_ave_get != NULL && r->rsmi_dev_power_ave_get(index, 0, &uw) == 0)) {
+        x->power = (double)uw * 1e-6;
+        x->power_ok = 1;
+    }
+    int64_t mc = 0;
+    if (r->rsmi_dev_temp_metric_get(index, KB_RSMI_TEMP_TYPE_JUNCTION, KB_RSMI_TEMP_CURRENT,
+                                    &mc) == 0 ||
+        r->rsmi_dev_temp_metric_get(index, KB_RSMI_TEMP_TYPE_EDGE, KB_RSMI_TEMP_CURRENT,
+                                    &mc) == 0) {
+        x->temp = (double)mc * 1e-3;
+        x->temp_ok = 1;
+    }
+    x->pci_ok = r->rsmi_dev_pci_id_get != NULL && r->rsmi_dev_pci_id_get(index, &x->bdfid) == 0;
+}
+
+/* rsmi_dev_pci_id_get's BDFID as "domain:bus:device.function" (bits 63..32, 15..8, 7..3, 2..0;
+ * ROCm 6 puts a partition id in 31..28, left out: HIP's bus id has none), or None. */
+static PyObject *pci_bus_id(const rsmi_reading *x)
+{
+    if (!x->pci_ok)
+        return Py_NewRef(Py_None);
+    uint64_t b = x->bdfid;
+    char id[32];
+    snprintf(id, sizeof id, "%04x:%02x:%02x.%x", (unsigned)(b >> 32), (unsigned)((b >> 8) & 0xff),
+             (unsigned)((b >> 3) & 0x1f), (unsigned)(b & 0x7));
+    return PyUnicode_FromString(id);
+}
+
 PyObject *kb_rsmi_snapshot(PyObject *m, uint32_t index)
 {
     const kb_rsmi_api *r = kb_rsmi(m);
@@ -138,33 +187,18 @@ PyObject *kb_rsmi_snapshot(PyObject *m, uint32_t index)
     if (index >= n)
         return PyErr_Format(PyExc_ValueError, "ROCm SMI sees %u device(s); there is no device %u",
                             n, index);
-    unsigned char buf[KB_RSMI_FREQ_BUF_BYTES];
-    double sclk = -1, mclk = -1, power = -1, temp = -1;
-    memset(buf, 0, sizeof buf);
-    if (r->rsmi_dev_gpu_clk_freq_get(index, KB_RSMI_CLK_TYPE_SYS, buf) == 0)
-        sclk = current_mhz(buf);
-    memset(buf, 0, sizeof buf);
-    if (r->rsmi_dev_gpu_clk_freq_get(index, KB_RSMI_CLK_TYPE_MEM, buf) == 0)
-        mclk = current_mhz(buf);
-    uint64_t uw = 0;
-    if (r->rsmi_dev_current_socket_power_get != NULL &&
-        r->rsmi_dev_current_socket_power_get(index, &uw) == 0)
-        power = (double)uw * 1e-6;
-    else if (r->rsmi_dev_power_ave_get != NULL && r->rsmi_dev_power_ave_get(index, 0, &uw) == 0)
-        power = (double)uw * 1e-6;
-    int64_t mc = 0;
-    if (r->rsmi_dev_temp_metric_get(index, KB_RSMI_TEMP_TYPE_JUNCTION, KB_RSMI_TEMP_CURRENT,
-                                    &mc) == 0 ||
-        r->rsmi_dev_temp_metric_get(index, KB_RSMI_TEMP_TYPE_EDGE, KB_RSMI_TEMP_CURRENT,
-                                    &mc) == 0)
-        temp = (double)mc * 1e-3;
+    rsmi_reading x;
+    read_device(r, index, &x);
     PyObject *d = PyDict_New();
     if (d == NULL)
         return NULL;
-    if (kb_dict_set_steal(d, "sclk_mhz", or_none(sclk, sclk > 0)) < 0 ||
-        kb_dict_set_steal(d, "mclk_mhz", or_none(mclk, mclk > 0)) < 0 ||
-        kb_dict_set_steal(d, "power_w", or_none(power, power >= 0)) < 0 ||
-        kb_dict_set_steal(d, "temp_c", or_none(temp, temp > -273)) < 0 ||
+    if (kb_dict_set_steal(d, "sclk_mhz", or_none(x.sclk, x.sclk_ok)) < 0 ||
+        kb_dict_set_steal(d, "mclk_mhz", or_none(x.mclk, x.mclk_ok)) < 0 ||
+        kb_dict_set_steal(d, "power_w", or_none(x.power, x.power_ok)) < 0 ||
+        kb_dict_set_steal(d, "temp_c", or_none(x.temp, x.temp_ok)) < 0 ||
+        kb_dict_set_steal(d, "pci_bus_id", pci_bus_id(&x)) < 0 ||
+        kb_dict_set_steal(d, "index", PyLong_FromUnsignedLong(index)) < 0 ||
+        kb_dict_set_steal(d, "devices", PyLong_FromUnsignedLong(n)) < 0 ||
         kb_dict_set_steal(d, "t_s", PyFloat_FromDouble(kb_now_s())) < 0) {
         Py_DECREF(d);
         return NULL;

@@ -75,6 +75,7 @@ static hipError_t map_error(CUresult r)
     X(cuDeviceGet, (CUdevice *, int))                                                          \
     X(cuDeviceGetCount, (int *))                                                               \
     X(cuDeviceGetName, (char *, int, CUdevice))                                                \
+    X(cuDeviceGetPCIBusId, (char *, int, CUdevice))                                            \
     X(cuDeviceGetAttribute, (int *, int, CUdevice))                                            \
     X(cuDeviceTotalMem, (size_t *, CUdevice))                                                  \
     X(cuDevicePrimaryCtxRetain, (CUcontext *, CUdevice))                                       \
@@ -291,6 +292,14 @@ EXPORT hipError_t hipDeviceGetName(char *name, int len, int dev)
     CUdevice d;
     if (r == 0 && (r = cu.cuDeviceGet(&d, dev)) == 0)
         r = cu.cuDeviceGetName(name, len, d);
+    return map_error(r);
+}
+EXPORT hipError_t hipDeviceGetPCIBusId(char *id, int len, int dev)
+{
+    CUresult r = ready();
+    CUdevice d;
+    if (r == 0 && (r = cu.cuDeviceGet(&d, dev)) == 0)
+        r = cu.cuDeviceGetPCIBusId(id, len, d);
     return map_error(r);
 }
 EXPORT hipError_t hipDeviceTotalMem(size_t *bytes, int dev)

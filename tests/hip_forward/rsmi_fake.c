@@ -1,7 +1,12 @@
-/* rsmi_fake.c -- a stand-in librocm_smi64 for the CPU tests: one device whose shader clock
- * reads 2100 MHz (third of 500/1200/2100), memory clock 1300 MHz, socket power 350 W and
- * junction temperature 65 C. KB_FAKE_RSMI_LAYOUT=6 writes rsmi_frequencies_t as ROCm 6 does
- * (a bool has_deep_sleep first), anything else as ROCm 5 did; kbench must read both.
+/* rsmi_fake.c -- a stand-in librocm_smi64 for the CPU tests: devices whose shader clock reads
+ * 2100 MHz (third of 500/1200/2100), memory clock 1300 MHz, socket power 350 W and junction
+ * temperature 65 C (+ the device index: which device was read shows). KB_FAKE_RSMI_LAYOUT=6
+ * writes rsmi_frequencies_t as ROCm 6 does (a bool has_deep_sleep first), anything else as
+ * ROCm 5 did; kbench must read both.
+ *
+ * Knobs: KB_FAKE_RSMI_BUSES=c1,c2,c3  one device per entry, with that PCI bus
+ * (rsmi_dev_pci_id_get's BDFID: bus << 8); default one device on bus c1, as hip_fake.c's.
+ * KB_FAKE_RSMI_NO_PCI=1, KB_FAKE_RSMI_NO_TEMP=1, KB_FAKE_RSMI_NO_POWER=1: that read fails.
  *
  * Build: gcc -shared -fPIC -o librocm_smi64.so rsmi_fake.c
  */
@@ -10,6 +15,27 @@
 #include <string.h>
 
 #define EXPORT __attribute__((visibility("default")))
+#define RSMI_NOT_SUPPORTED 2
+#define RSMI_INVALID_ARGS 1
+#define MAX_DEVICES 16
+
+static uint32_t buses(uint64_t *bus)
+{
+    const char *b = getenv("KB_FAKE_RSMI_BUSES");
+    uint32_t n = 0;
+    if (b == NULL || *b == '\0') {
+        bus[0] = 0xc1;
+        return 1;
+    }
+    while (n < MAX_DEVICES) {
+        char *end;
+        bus[n++] = strtoull(b, &end, 16);
+        if (*end != ',')
+            break;
+        b = end + 1;
+    }
+    return n;
+}
 
 EXPORT unsigned int rsmi_init(uint64_t flags) { return 0; }
 EXPORT unsigned int rsmi_shut_down(void) { return 0; }
@@ -18,7 +44,22 @@ EXPORT unsigned int rsmi_status_string(unsigned int s, const char **str)
     *str = s ? "RSMI_STATUS_NOT_SUPPORTED" : "RSMI_STATUS_SUCCESS";
     return 0;
 }
-EXPORT unsigned int rsmi_num_monitor_devices(uint32_t *n) { *n = 1; return 0; }
+EXPORT unsigned int rsmi_num_monitor_devices(uint32_t *n)
+{
+    uint64_t bus[MAX_DEVICES];
+    *n = buses(bus);
+    return 0;
+}
+EXPORT unsigned int rsmi_dev_pci_id_get(uint32_t dv, uint64_t *bdfid)
+{
+    uint64_t bus[MAX_DEVICES];
+    if (getenv("KB_FAKE_RSMI_NO_PCI"))
+        return RSMI_NOT_SUPPORTED;
+    if (dv >= buses(bus))
+        return RSMI_INVALID_ARGS;
+    *bdfid = bus[dv] << 8;              /* domain 0, device 0, function 0 */
+    return 0;
+}
 EXPORT unsigned int rsmi_dev_gpu_clk_freq_get(uint32_t dv, unsigned int clk, void *f)
 {
     const char *layout = getenv("KB_FAKE_RSMI_LAYOUT");
@@ -38,11 +79,15 @@ EXPORT unsigned int rsmi_dev_gpu_clk_freq_get(uint32_t dv, unsigned int clk, voi
 EXPORT unsigned int rsmi_dev_temp_metric_get(uint32_t dv, uint32_t sensor, unsigned int metric,
                                              int64_t *t)
 {
-    *t = 65000;
+    if (getenv("KB_FAKE_RSMI_NO_TEMP"))
+        return RSMI_NOT_SUPPORTED;
+    *t = 65000 + 1000 * (int64_t)dv;
     return 0;
 }
 EXPORT unsigned int rsmi_dev_current_socket_power_get(uint32_t dv, uint64_t *uw)
 {
+    if (getenv("KB_FAKE_RSMI_NO_POWER"))
+        return RSMI_NOT_SUPPORTED;
     *uw = 350000000ull;
     return 0;
 }
