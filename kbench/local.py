@@ -7,6 +7,7 @@ the rank reducer (_ranks) and the barrier (_pre_sample). It imports the backends
 """
 from __future__ import annotations
 
+import contextlib
 import inspect
 import math
 import numbers
@@ -19,8 +20,8 @@ import numpy as np
 from . import _core
 from ._format import fmt_bytes
 from .coldcache import flag_rotation_sets, make_rotation_sets, normalize_arg_sets
-from .prepare import (BENCH_DEFAULTS, check_before_timing, choose_device, name_of,
-                      named_output, one_at_a_time)
+from .prepare import (BENCH_DEFAULTS, check_before_timing, choose_device, device_ordinal,
+                      name_of, named_output, one_at_a_time)
 from .result import Result, dependence_text, saturation_text
 
 _LOOP_KEYS = ("warmup_s", "min_samples", "max_samples", "max_time_s", "target", "ci_level",
@@ -80,8 +81,9 @@ def bench_local(fn: Callable[..., Any], *args: Any,
         _refuse_capture()
     correctness = None
     if check is not None:
-        correctness = check_before_timing(fn, sets[0], kwargs, check, rtol, atol, name,
-                                          out_arg)
+        with _callers_stream(kind, backend_options, dev, sets, kwargs):
+            correctness = check_before_timing(fn, sets[0], kwargs, check, rtol, atol, name,
+                                              out_arg)
     from . import profile as _profile
     why = _profile.wanted(profile, dev)
     if why:
@@ -97,7 +99,8 @@ def bench_local(fn: Callable[..., Any], *args: Any,
     mem = None
     if memory:
         from .memory import measure as _measure_memory
-        mem = _measure_memory(fn, sets[0], kwargs, dev, called_before=check is not None)
+        with _callers_stream(kind, backend_options, dev, sets, kwargs):
+            mem = _measure_memory(fn, sets[0], kwargs, dev, called_before=check is not None)
 
     if dev == "cpu":
         if device == BENCH_DEFAULTS["device"] and _gpu_initialized():
@@ -327,6 +330,18 @@ def _refuse_capture() -> None:
             torch.cuda.is_current_stream_capturing():
         raise _core.CaptureError("the current stream is being captured into a CUDA graph: "
                                  "kbench cannot measure inside a capture")
+
+
+def _callers_stream(kind: str, backend_options: Dict[str, Any], dev: str,
+                    sets: List[Tuple[Any, ...]], kwargs: Dict[str, Any]) -> Any:
+    """The untimed calls (the check, the memory probe) on the stream the timed ones use: a
+    CUDA bench given stream= made it current for its timed calls only, and fn's first calls
+    ran on another stream."""
+    stream = backend_options.get("stream")
+    if kind != "cuda" or stream is None:
+        return contextlib.nullcontext()
+    from . import cuda
+    return cuda.on_stream(stream, device_ordinal(dev), sets, kwargs)
 
 
 def _run_host(fn, sets, kwargs, cold_cache, flush_bytes, loop):

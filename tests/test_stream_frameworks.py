@@ -191,3 +191,28 @@ def test_cupys_per_thread_default_stream_is_not_a_stream_the_caller_set(both):
         assert cuda.stream_handle(None, 0, torch_first=True) == 0
         with cuda.on_stream(None, 0, [(torch.Tensor(),)], {}):
             assert tst.handles == [0]
+
+
+def test_the_untimed_calls_run_on_the_stream_given_too(both, monkeypatch):
+    """The correctness check and the memory probe call fn before it is timed: on stream= as
+    the timed calls (a GPU run saw a torch callable's first calls on the default stream)."""
+    from kbench import local
+    torch, tst, cupy, cst = both
+    seen = []
+    monkeypatch.setattr(local, "check_before_timing",
+                        lambda *a, **k: seen.append(("check", tst.handles[-1])) or {"ok": True})
+
+    class Stop(Exception):
+        pass
+
+    def fake_memory(*a, **k):
+        seen.append(("memory", tst.handles[-1]))
+        raise Stop
+
+    import kbench.memory
+    monkeypatch.setattr(kbench.memory, "measure", fake_memory)
+    monkeypatch.setattr(local, "_refuse_capture", lambda: None)
+    with pytest.raises(Stop):
+        local.bench_local(lambda t: None, torch.Tensor(), device="cuda:0", check=1.0,
+                          stream=torch.cuda.Stream(0x77))
+    assert seen == [("check", 0x77), ("memory", 0x77)] and tst.handles == [0]
