@@ -377,15 +377,9 @@ def _run_host(fn, sets, kwargs, cold_cache, flush_bytes, loop):
 
 
 def _available_bytes() -> int:
-    """MemAvailable from /proc/meminfo (0: unknown, no cap)."""
-    try:
-        with open("/proc/meminfo") as f:
-            for line in f:
-                if line.startswith("MemAvailable:"):
-                    return int(line.split()[1]) * 1024
-    except (OSError, ValueError, IndexError):
-        pass
-    return 0
+    """MemAvailable (0: unknown, no cap)."""
+    from .peaks import mem_available_bytes
+    return mem_available_bytes() or 0
 
 
 def compute_dtype(args: Tuple[Any, ...], kwargs: Dict[str, Any]) -> str:

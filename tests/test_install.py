@@ -94,7 +94,7 @@ def test_info_shows_the_build():
     assert line == describe_build()
     if _core.HAVE_CUDA:
         v = build_info()["cuda_version"]
-        assert f"backends host, cuda; CUDA headers {v // 1000}.{v % 1000 // 10}" in line
+        assert f"backends host, cuda, hip; CUDA headers {v // 1000}.{v % 1000 // 10}" in line
         assert f"CUDA_VERSION {v}" in line and "CUPTI API" in line
     else:
         assert "pip install" in line

@@ -30,9 +30,6 @@ void kb_hip_gate_fini(const kb_hip_api *hip, kb_hip_gate *g);
 
 /* measure_hip's options (hip_options.c), checked as measure_cuda's are. */
 #define KB_HIP_GATE_BATCH_MAX 4096
-/* The gate's watchdog timeout: a bound, so that a huge value cannot stall the watchdog's timed
- * wait (its deadline would overflow the clock) and hold a blocked launch queue for ever. */
-#define KB_HIP_GATE_TIMEOUT_MAX_S 1e6
 typedef struct {
     unsigned long long stream;  /* a hipStream_t handle */
     int device;
