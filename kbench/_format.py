@@ -110,6 +110,21 @@ def dump_json(doc, path=None, indent: int = 1) -> str:
     return text
 
 
+def load_json_as(path: str, what: str, from_dict: Any) -> Any:
+    """from_dict of the JSON document in path (a file its to_json wrote); ValueError naming the
+    file, and what it is not, for a file that is not JSON or not that document."""
+    import json
+    with open(path) as f:
+        try:
+            doc = json.load(f)
+        except (json.JSONDecodeError, UnicodeDecodeError) as e:
+            raise ValueError(f"{path}: not {what}: not JSON ({e})") from None
+    try:
+        return from_dict(doc)
+    except (TypeError, ValueError) as e:
+        raise ValueError(f"{path}: {e}") from None
+
+
 def library_status(st: Dict[str, Any]) -> str:
     """Where a GPU library was found, or why not: the loader's first line with the paths it
     tried after it (never a dangling "Tried:"), then its advice on an indented line."""

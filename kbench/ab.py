@@ -23,7 +23,7 @@ from typing import Any, Callable, Dict, List, Optional, Sequence, Tuple, Union
 
 import numpy as np
 
-from ._format import dump_json, fmt_time, html_table, text_table
+from ._format import dump_json, fmt_time, html_table, load_json_as, text_table
 from .result import Result
 
 AB_SCHEMA = "kbench.ab/1"
@@ -216,16 +216,7 @@ class ABResult:
     @classmethod
     def load(cls, path: str) -> "ABResult":
         """Read an A/B run written by to_json(path)."""
-        import json
-        with open(path) as f:
-            try:
-                doc = json.load(f)
-            except (json.JSONDecodeError, UnicodeDecodeError) as e:
-                raise ValueError(f"{path}: not a kbench A/B result: not JSON ({e})") from None
-        try:
-            return cls.from_dict(doc)
-        except (TypeError, ValueError) as e:
-            raise ValueError(f"{path}: {e}") from None
+        return load_json_as(path, "a kbench A/B result", cls.from_dict)
 
 
 def _verdict(arm: str, deltas: np.ndarray, med: float, lo: float, hi: float) -> Tuple[bool, str]:

@@ -33,7 +33,8 @@ from typing import Any, Callable, Dict, List, Optional, Sequence, Tuple
 
 import numpy as np
 
-from ._format import dump_json, fmt_bytes, fmt_pct, fmt_rate, fmt_time, html_table, text_table
+from ._format import (dump_json, fmt_bytes, fmt_pct, fmt_rate, fmt_time, html_table,
+                      load_json_as, text_table)
 from .result import Result
 
 _ROW_KEYS = ("name", "median_s", "ci_low_s", "ci_high_s", "rel_ci", "samples", "bytes_per_s",
@@ -269,16 +270,7 @@ class SweepResult:
     @classmethod
     def load(cls, path: str) -> "SweepResult":
         """Read a sweep written by to_json(path)."""
-        import json
-        with open(path) as f:
-            try:
-                doc = json.load(f)
-            except (json.JSONDecodeError, UnicodeDecodeError) as e:
-                raise ValueError(f"{path}: not a kbench sweep: not JSON ({e})") from None
-        try:
-            return cls.from_dict(doc)
-        except ValueError as e:
-            raise ValueError(f"{path}: {e}") from None
+        return load_json_as(path, "a kbench sweep", cls.from_dict)
 
     def to_pandas(self):
         """The rows as a pandas DataFrame (needs pandas)."""
