@@ -350,7 +350,7 @@ def run(fn: Callable[..., Any], sets: List[Tuple[Any, ...]], kwargs: Dict[str, A
         sets = make_rotation_sets(sets[0], llc, **_given(opts, margin="rotate_margin"),
                                   max_bytes=int(info.get("free_memory_bytes", 0) * 0.5) or 0)
     if cold_cache == "rotate":
-        flag_rotation_sets(cold, sets, llc, warn)
+        flag_rotation_sets(cold, sets, llc, warn, kwargs)
     if cold_cache in ("rotate", "flush") and llc <= 0:
         cold["evicts"] = None
         given = f"flush_bytes={flush_bytes}" if cold_cache == "flush" else \

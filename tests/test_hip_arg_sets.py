@@ -49,6 +49,7 @@ def test_every_arg_set_is_replayed_and_checked(fake_dir):
         r = kbench.bench(add_out, arg_sets=sets, kwargs={"out": shared}, cold_cache="rotate",
                          check=lambda x, y: x + y, **B)
         out["shared_post"] = r.extra.get("post_check")
+        out["shared_cold"] = {k: r.cold_cache.get(k) for k in ("shared_kwargs_bytes", "evicts")}
         r = kbench.bench(add, *sets[1], cold_cache="rotate", check=lambda x, y: x + y, **B)
         out["copies_post"] = r.extra.get("post_check")
     """)
@@ -60,6 +61,8 @@ def test_every_arg_set_is_replayed_and_checked(fake_dir):
     assert res["fixed"] is None, res["fixed"]
     assert "skipped" in res["fixed_post"] and "first set's" in res["fixed_post"]["skipped"]
     assert "skipped" in res["shared_post"], res["shared_post"]
+    # the out= every set shares stays cached: counted, and the figure not called cold
+    assert res["shared_cold"] == {"shared_kwargs_bytes": 4096, "evicts": False}, res["shared_cold"]
     assert res["copies_post"]["ok"] is True        # kbench's own rotation copies
 
 
