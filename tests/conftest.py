@@ -61,3 +61,37 @@ def pytest_collection_modifyitems(config, items):
     skip = pytest.mark.skip(reason=f"needs a CUDA GPU: {reason}")
     for item in gpu_items:
         item.add_marker(skip)
+
+
+def _interrupt_child(proc, wait_ready, timeout_s=30.0):
+    """SIGINT to a child process alone, once wait_ready() returned; then its output and the
+    seconds from the signal to the KeyboardInterrupt it reported on a line "KI <monotonic>"
+    (CLOCK_MONOTONIC, shared by both processes). The child is killed whatever happens."""
+    import os
+    import signal
+    import subprocess
+    import time
+    try:
+        wait_ready()
+        sent = time.monotonic()
+        os.kill(proc.pid, signal.SIGINT)
+        try:
+            out, err = proc.communicate(timeout=timeout_s)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            out, err = proc.communicate()
+            pytest.fail(f"SIGINT was ignored for {timeout_s:g} s (output {out!r} {err!r})")
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
+    assert proc.returncode == 0, f"child failed:\n{out}\n{err}"
+    ki = [ln for ln in out.splitlines() if ln.startswith("KI ")]
+    assert ki, f"the child ended without KeyboardInterrupt:\n{out}\n{err}"
+    return out, err, float(ki[0].split()[1]) - sent
+
+
+@pytest.fixture
+def interrupt_child():
+    """_interrupt_child, for the tests that Ctrl-C a child process."""
+    return _interrupt_child

@@ -6,7 +6,6 @@ both processes), then makes the same kind of call again and prints a marker. A C
 with out=) never runs the interpreter's own signal check, so only kbench's checks can stop it.
 """
 import os
-import signal
 import subprocess
 import sys
 import textwrap
@@ -82,32 +81,20 @@ CASES = {
 
 
 @pytest.mark.parametrize("case", sorted(CASES))
-def test_sigint_stops_the_loop_within_half_a_second_and_the_next_call_works(case):
+def test_sigint_stops_the_loop_within_half_a_second_and_the_next_call_works(case,
+                                                                          interrupt_child):
     code = PRELUDE + textwrap.dedent(CASES[case])
     env = dict(os.environ, PYTHONUNBUFFERED="1")
     proc = subprocess.Popen([sys.executable, "-c", code], stdout=subprocess.PIPE,
                             stderr=subprocess.PIPE, text=True, env=env)
-    try:
+
+    def ready():
         line = proc.stdout.readline()
         assert line.strip() == "GO", f"child did not start: {line!r} {proc.stderr.read()}"
         time.sleep(SIGNAL_AFTER_S)
-        sent = time.monotonic()
-        os.kill(proc.pid, signal.SIGINT)
-        try:
-            out, err = proc.communicate(timeout=30)
-        except subprocess.TimeoutExpired:
-            proc.kill()
-            out, err = proc.communicate()
-            pytest.fail(f"{case}: SIGINT was ignored for 30 s (output {out!r})")
-    finally:
-        if proc.poll() is None:
-            proc.kill()
-            proc.wait()
-    assert proc.returncode == 0, f"{case}: child failed:\n{out}\n{err}"
+
+    out, err, latency = interrupt_child(proc, ready)
     lines = out.splitlines()
-    ki = [ln for ln in lines if ln.startswith("KI ")]
-    assert ki, f"{case}: the loop ended without KeyboardInterrupt:\n{out}\n{err}"
-    latency = float(ki[0].split()[1]) - sent
     assert 0 <= latency < LATENCY_S, f"{case}: KeyboardInterrupt came {latency:.3f} s after SIGINT"
     next_ok = [ln for ln in lines if ln.startswith("NEXT OK ")]
     assert next_ok and int(next_ok[0].split()[2]) > 0, f"{case}: next call failed:\n{out}\n{err}"
