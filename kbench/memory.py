@@ -32,7 +32,7 @@ from __future__ import annotations
 
 import sys
 import threading
-from typing import Any, Callable, Dict, Optional, Tuple
+from typing import Any, Callable, Dict, List, Optional, Tuple
 
 from . import _core
 from .prepare import device_ordinal
@@ -172,12 +172,16 @@ def measure_driver(call: Callable[[], Any], ordinal: int, mem_info: Callable[[in
     synchronize(ordinal)
     before = int(mem_info(ordinal)[0])
     low = [before]
+    failed: List[BaseException] = []
     stop = threading.Event()
 
     def poll() -> None:
-        while not stop.is_set():
-            low[0] = min(low[0], int(mem_info(ordinal)[0]))
-            stop.wait(poll_s)
+        try:
+            while not stop.is_set():
+                low[0] = min(low[0], int(mem_info(ordinal)[0]))
+                stop.wait(poll_s)
+        except Exception as e:      # the peak is then unknown, not the before/after difference
+            failed.append(e)
 
     t = threading.Thread(target=poll, name="kbench-memory-poll", daemon=True)
     t.start()
@@ -190,6 +194,10 @@ def measure_driver(call: Callable[[], Any], ordinal: int, mem_info: Callable[[in
     after = int(mem_info(ordinal)[0])
     low[0] = min(low[0], after)
     del out
+    if failed:
+        return unavailable(f"polling the driver's free memory failed during the call: "
+                           f"{type(failed[0]).__name__}: {failed[0]}", f"cuda:{ordinal}",
+                           "driver")
     return {"peak_bytes": max(0, before - low[0]), "method": "driver",
             "baseline_bytes": None, "free_before_bytes": before,
             "retained_bytes": before - after, "lower_bound": True,
@@ -205,10 +213,13 @@ def measure(fn: Callable[..., Any], args: Tuple[Any, ...], kwargs: Dict[str, Any
     has not been called yet (no correctness check ran), one plain call goes first, so one-time
     allocations are not counted. Never raises for a measurement it cannot make (the result
     says why); the callable's own exception propagates."""
+    raised_by_fn: List[BaseException] = []
+
     def call() -> Any:
         try:
             return fn(*args, **kwargs)
         except Exception as e:
+            raised_by_fn.append(e)
             if hasattr(e, "add_note"):          # Python >= 3.11
                 e.add_note("raised by the benchmarked callable in kbench's untimed memory "
                            "call, before timing; nothing was timed (memory=False skips it)")
@@ -229,4 +240,6 @@ def measure(fn: Callable[..., Any], args: Tuple[Any, ...], kwargs: Dict[str, Any
             return unavailable("this kbench._core has no cuda_mem_info", device, "driver")
         return measure_driver(call, ordinal, mem_info, _core.cuda_synchronize)
     except _core.KbenchError as e:
+        if any(e is r for r in raised_by_fn):   # a CudaError of fn's own launch is fn's
+            raise
         return unavailable(f"{type(e).__name__}: {e}", device)

@@ -25,8 +25,10 @@ def test_cuda_defaults_are_published_once_by_the_core():
 
 @needs_cuda_build
 @pytest.mark.parametrize("option, value, error, message", [
-    ("gate_batch", 0, ValueError, "gate_batch must be >= 1, got 0"),
+    ("gate_batch", 0, ValueError, "gate_batch must be 1..4096, got 0"),
     ("gate_batch", 2.5, TypeError, "gate_batch must be an int, got float"),
+    # past a launch queue's depth every gated batch waits on the watchdog
+    ("gate_batch", 5000, ValueError, "gate_batch must be 1..4096, got 5000"),
     ("flush_bytes", -1, ValueError, "flush_bytes must be >= 0"),
     ("device", True, TypeError, "device must be an int, got bool"),
     ("device", 99, ValueError, "device must be a CUDA ordinal"),
@@ -37,6 +39,8 @@ def test_cuda_defaults_are_published_once_by_the_core():
     ("clock_period_s", "fast", TypeError, "clock_period_s must be a number, got str"),
     ("settle_max_s", -1.0, ValueError, "settle_max_s must be >= 0"),
     ("busy_warmup_s", float("nan"), ValueError, "busy_warmup_s must be >= 0"),
+    # 1e15 s of 50 ms launches never ended (seconds - 0.05 stops moving past 2^49)
+    ("busy_warmup_s", 1e15, ValueError, "busy_warmup_s must be >= 0 and finite, at most 3600"),
     ("mode", "graph", ValueError, "mode must be 'events' or 'cupti', got 'graph'"),
     ("regime", "hot", ValueError, "regime must be 'sustained' or 'burst', got 'hot'"),
     ("cold", "evict", ValueError, "cold must be None, 'flush' or 'rotate'"),

@@ -493,3 +493,73 @@ def test_a_warm_up_the_watchdog_restarts_continues_no_capped_load(fake_driver_nv
     assert out["fired"] >= 1
     assert out["ago"] >= 0.45 and out["continued_s"] == 0.0
     assert out["by_carry"] is False and out["at_s"] >= 2.0
+
+
+FAILURES = textwrap.dedent('''
+    import ctypes, json, sys
+    from kbench import _core, memory, profile
+    L = ctypes.CDLL("libcuda.so.1")
+    what = sys.argv[1]
+    out = {}
+    try:
+        if what == "capture_interrupt":
+            def interrupted():
+                raise KeyboardInterrupt
+            _core.graph_capture(interrupted, ((),), None, stream=7)
+        elif what == "profile_stop":
+            profile.run_once(lambda: None, [()], {}, name="x", device="cuda:0", why="t",
+                             cold_cache=None, flush_bytes=None, warmup_s=0.0, correctness=None,
+                             stream=0)
+        elif what == "memory_poll":
+            import time
+            out["memory"] = memory.measure(lambda: time.sleep(0.05), (), {}, "cuda:0")
+        elif what == "memory_fn_error":
+            def fn():
+                raise _core.CudaError("cuLaunchKernel(...) failed: CUDA_ERROR_INVALID_VALUE")
+            out["memory"] = memory.measure(fn, (), {}, "cuda:0")
+        out["raised"] = None
+    except BaseException as e:
+        out["raised"] = type(e).__name__
+        out["message"] = str(e)
+    out["capturing"] = L.fake_capturing()
+    out["profiler_stops"] = L.fake_profiler_stops()
+    out["ctx_depth"] = L.fake_ctx_depth()
+    print(json.dumps(out))
+''')
+
+
+def run_failure(lib_dir, what, **env):
+    env = dict(os.environ, **env,
+               LD_LIBRARY_PATH=f"{lib_dir}:{os.environ.get('LD_LIBRARY_PATH', '')}")
+    p = subprocess.run([sys.executable, "-c", FAILURES, what], env=env, capture_output=True,
+                       text=True, timeout=120)
+    assert p.returncode == 0, p.stderr
+    return json.loads(p.stdout.strip().splitlines()[-1]), p.stderr
+
+
+def test_ctrl_c_during_a_graph_capture_stays_a_keyboard_interrupt(fake_driver):
+    # a CaptureError would be caught as a failed capture (the floor probe cached it)
+    out, _ = run_failure(fake_driver, "capture_interrupt")
+    assert out["raised"] == "KeyboardInterrupt" and out["capturing"] == 0
+    assert out["ctx_depth"] == 0
+
+
+def test_the_profiler_range_is_closed_when_the_synchronize_before_it_fails(fake_driver):
+    # the profiled call's work fails at the synchronize (a sticky error): the range must still
+    # close, or nsys/ncu go on capturing whatever the process does next
+    out, _ = run_failure(fake_driver, "profile_stop", FAKE_FAIL="cuCtxSynchronize:-4")
+    assert out["raised"] == "CudaError" and "cuCtxSynchronize" in out["message"]
+    assert out["profiler_stops"] == 1
+
+
+def test_a_failed_poll_of_driver_memory_is_reported_not_a_zero_peak(fake_driver):
+    out, stderr = run_failure(fake_driver, "memory_poll", FAKE_FAIL="cuMemGetInfo:3")
+    assert out["raised"] is None
+    assert out["memory"]["peak_bytes"] is None
+    assert "polling the driver's free memory failed" in out["memory"]["why"]
+    assert "cuMemGetInfo" in out["memory"]["why"] and "Traceback" not in stderr
+
+
+def test_the_callables_own_cuda_error_propagates_from_the_memory_probe(fake_driver):
+    out, _ = run_failure(fake_driver, "memory_fn_error")
+    assert out["raised"] == "CudaError" and "INVALID_VALUE" in out["message"]

@@ -694,3 +694,18 @@ def test_a_bad_compute_peak_is_refused_before_the_measurement():
     with pytest.raises(ValueError, match="compute_peak must be 'fp32' or 'bf16'"):
         kbench.bench(torch.sin, x, compute_peak="fp16", max_time_s=5.0)
     assert time.perf_counter() - t0 < 2.0
+
+
+def test_a_kernel_argument_or_launch_size_that_does_not_fit_is_refused():
+    # they were wrapped: 2**32 + 5 reached the kernel as 5, grid 2**32 + 1 launched 1 block
+    from kbench.peaks_gpu import _kernel_source
+    fma = _core.CudaKernel(_kernel_source("fma.cu"), "kb_fma", device=0)
+    sink = _core.DeviceBuffer(4 * 8 * 256, 0)
+    with pytest.raises(OverflowError, match="does not fit an int32"):
+        fma.launch(1, 256, "Piff", (sink, 2**32 + 5, 0.999, 0.001))
+    with pytest.raises(ValueError, match="grid must be 1..4294967295"):
+        fma.launch(2**32 + 1, 256, "Piff", (sink, 1, 0.999, 0.001))
+    with pytest.raises(ValueError, match="shared must be an int of 0..4294967295"):
+        fma.launch(1, 256, "Piff", (sink, 1, 0.999, 0.001), shared=2**32)
+    fma.launch(1, 256, "Piff", (sink, 1, 0.999, 0.001))     # and a good launch still runs
+    _core.cuda_synchronize(0)

@@ -184,10 +184,10 @@ typedef struct {
     int gate;                   /* queue each batch behind a device gate (1) */
     int keep_busy;              /* keep-busy bridges between batches (1; 0 in burst or with
                                  * pre_sample: a bridge is extra calls of fn) */
-    Py_ssize_t gate_batch;      /* samples per gated batch at most (32) */
+    Py_ssize_t gate_batch;      /* samples per gated batch at most (32; KB_GATE_BATCH_MAX) */
     double gate_timeout_s;      /* the gate's watchdog (1.0) */
     double busy_warmup_s;       /* clock ramp-up before the callable's warm-up; < 0 (None): the
-                                 * loop's warmup_s */
+                                 * loop's warmup_s; at most KB_BUSY_WARMUP_MAX_S */
     int cupti_allow_foreign;    /* take CUPTI beside another subscriber (0) */
     int sample_clocks;          /* NVML clock sampling (1) */
     double clock_period_s;      /* its period (0.005) */
@@ -200,6 +200,8 @@ typedef struct {
 /* The callable's own warm-up on CUDA: the busy kernel has brought the clocks up, so it needs
  * only its caches, allocator and JIT warm: at most this long (the loop's warmup_s is clamped,
  * and the result says so), at least this many calls. */
+/* The busy kernel's longest warm-up (an hour: past it a typo, not a warm-up). */
+#define KB_BUSY_WARMUP_MAX_S 3600.0
 #define KB_CUDA_CALLABLE_WARMUP_MAX_S 0.1
 #define KB_CUDA_CALLABLE_WARMUP_MIN 3
 

@@ -12,8 +12,12 @@
 
 #include <structmember.h>
 
+#include <math.h>
 #include <stdlib.h>
 #include <string.h>
+
+#define BUSY_CHUNK_S 0.05       /* one busy launch */
+#define BUSY_QUEUED_CHUNKS 4    /* launches queued before the host waits (0.2 s) */
 
 static const char BUILTIN_PTX[] =
     ".version 7.0\n"
@@ -95,16 +99,25 @@ int kb_builtin_busy(PyObject *m, const kb_cuda_api *cu, kb_builtin_kernels *k, C
     if (KB_CU(m, cu->cuDeviceGetAttribute(&sms, CU_DEVICE_ATTRIBUTE_MULTIPROCESSOR_COUNT, dev)) < 0)
         return -1;
     /* Chunks of at most 50 ms keep every launch far from any watchdog and let the stream
-     * interleave. */
-    double left = seconds;
-    while (left > 0) {
-        double chunk = left > 0.05 ? 0.05 : left;
+     * interleave; counted as an integer (seconds - 0.05 stops moving past 2^49 s). At most
+     * BUSY_QUEUED_CHUNKS are queued ahead: a full launch queue would block cuLaunchKernel
+     * with the GIL held, and the wait between groups releases it and sees Ctrl-C. */
+    long long chunks = (long long)ceil(seconds / BUSY_CHUNK_S);
+    for (long long i = 0; i < chunks; i++) {
+        double chunk = i + 1 < chunks ? BUSY_CHUNK_S : seconds - (double)i * BUSY_CHUNK_S;
         unsigned long long ns = (unsigned long long)(chunk * 1e9);
         void *params[] = {&ns, &k->sink};
         if (KB_CU(m, cu->cuLaunchKernel(k->busy, (unsigned)sms * 4, 1, 1, 256, 1, 1, 0, s,
                                         params, NULL)) < 0)
             return -1;
-        left -= chunk;
+        if ((i + 1) % BUSY_QUEUED_CHUNKS == 0 && i + 1 < chunks) {
+            kb_deferred d = KB_DEFERRED_INIT;
+            Py_BEGIN_ALLOW_THREADS
+            KB_DEFER(&d, cu->cuStreamSynchronize(s));
+            Py_END_ALLOW_THREADS
+            if (KB_CU_RAISE(m, &d) < 0 || PyErr_CheckSignals() < 0)
+                return -1;
+        }
     }
     return 0;
 }
@@ -562,12 +575,20 @@ static int pack_param(char code, PyObject *v, param_slot *slot, Py_ssize_t i)
     case 'q':
         slot->i64 = PyLong_AsLongLong(v);
         break;
-    case 'i':
-        slot->i32 = (int)PyLong_AsLong(v);
+    case 'i': {
+        long x = PyLong_AsLong(v);
+        if (!PyErr_Occurred() && (x < INT32_MIN || x > INT32_MAX))
+            PyErr_Format(PyExc_OverflowError, "%ld does not fit an int32", x);
+        slot->i32 = (int32_t)x;
         break;
-    case 'I':
-        slot->u32 = (unsigned)PyLong_AsUnsignedLong(v);
+    }
+    case 'I': {
+        unsigned long x = PyLong_AsUnsignedLong(v);
+        if (!PyErr_Occurred() && x > UINT32_MAX)
+            PyErr_Format(PyExc_OverflowError, "%lu does not fit a uint32", x);
+        slot->u32 = (uint32_t)x;
         break;
+    }
     case 'f':
         slot->f32 = (float)PyFloat_AsDouble(v);
         break;
@@ -592,9 +613,10 @@ static int parse_dim3(PyObject *o, unsigned int d[3], const char *what)
     d[0] = d[1] = d[2] = 1;
     if (PyLong_Check(o)) {
         long v = PyLong_AsLong(o);
-        if (v <= 0) {
+        if (v <= 0 || v > (long)UINT32_MAX) {
             if (!PyErr_Occurred())
-                PyErr_Format(PyExc_ValueError, "%s must be positive", what);
+                PyErr_Format(PyExc_ValueError, "%s must be 1..%lu, got %ld", what,
+                             (unsigned long)UINT32_MAX, v);
             return -1;
         }
         d[0] = (unsigned)v;
@@ -611,10 +633,11 @@ static int parse_dim3(PyObject *o, unsigned int d[3], const char *what)
     }
     for (Py_ssize_t i = 0; i < n; i++) {
         long v = PyLong_AsLong(PySequence_Fast_GET_ITEM(seq, i));
-        if (v <= 0) {
+        if (v <= 0 || v > (long)UINT32_MAX) {
             Py_DECREF(seq);
             if (!PyErr_Occurred())
-                PyErr_Format(PyExc_ValueError, "%s must be positive", what);
+                PyErr_Format(PyExc_ValueError, "%s must be 1..%lu in each dimension, got %ld",
+                             what, (unsigned long)UINT32_MAX, v);
             return -1;
         }
         d[i] = (unsigned)v;
@@ -630,11 +653,22 @@ static PyObject *kernel_launch(CudaKernel *self, PyObject *args, PyObject *kw)
     PyObject *grid_o, *block_o, *argv;
     const char *sig;
     unsigned long long stream = 0;
+    PyObject *shared_o = NULL;
     unsigned int shared = 0, grid[3], block[3];
     int pushed = 0;
-    if (!PyArg_ParseTupleAndKeywords(args, kw, "OOsO|KI:launch", kwlist, &grid_o, &block_o, &sig,
-                                     &argv, &stream, &shared))
+    if (!PyArg_ParseTupleAndKeywords(args, kw, "OOsO|KO:launch", kwlist, &grid_o, &block_o, &sig,
+                                     &argv, &stream, &shared_o))
         return NULL;
+    if (shared_o != NULL) {
+        /* read here: "I" wraps 2**32 to 0 without a word, "k" any int */
+        unsigned long v = PyLong_Check(shared_o) ? PyLong_AsUnsignedLong(shared_o) : 0;
+        if (!PyLong_Check(shared_o) || PyErr_Occurred() || v > UINT32_MAX) {
+            PyErr_Clear();
+            return PyErr_Format(PyExc_ValueError, "shared must be an int of 0..%lu bytes, "
+                                "got %R", (unsigned long)UINT32_MAX, shared_o);
+        }
+        shared = (unsigned int)v;
+    }
     if (parse_dim3(grid_o, grid, "grid") < 0 || parse_dim3(block_o, block, "block") < 0)
         return NULL;
     PyObject *seq = PySequence_Fast(argv, "args must be a sequence");

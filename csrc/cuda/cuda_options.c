@@ -96,11 +96,12 @@ int kb_cuda_options_parse(PyObject *opts, int fn_is_graph, Py_ssize_t n_sets,
     if (opt_stream(opts, o) < 0 ||
         kb_opt_count(opts, W, "device", &device, 0, PY_SSIZE_T_MAX) < 0 ||
         kb_opt_count(opts, W, "flush_bytes", &o->flush_bytes, 0, PY_SSIZE_T_MAX) < 0 ||
-        kb_opt_count(opts, W, "gate_batch", &o->gate_batch, 1, PY_SSIZE_T_MAX) < 0 ||
+        kb_opt_count(opts, W, "gate_batch", &o->gate_batch, 1, KB_GATE_BATCH_MAX) < 0 ||
         /* past 1e6 s the watchdog's deadline overflowed time_t and the thread spun */
         kb_opt_float(opts, W, "gate_timeout_s", &o->gate_timeout_s, 0.0, 1,
                      KB_GATE_TIMEOUT_MAX_S) < 0 ||
-        kb_opt_float(opts, W, "busy_warmup_s", &o->busy_warmup_s, 0.0, 0, INFINITY) < 0 ||
+        kb_opt_float(opts, W, "busy_warmup_s", &o->busy_warmup_s, 0.0, 0,
+                     KB_BUSY_WARMUP_MAX_S) < 0 ||
         kb_opt_float(opts, W, "unroll", &o->unroll, 1.0, 0, INFINITY) < 0 ||
         kb_opt_float(opts, W, "clock_period_s", &o->clock_period_s, 0.0, 1, INFINITY) < 0 ||
         kb_opt_float(opts, W, "settle_max_s", &o->settle_max_s, 0.0, 0, INFINITY) < 0 ||

@@ -136,6 +136,50 @@ static const CUpti_ActivityKind KINDS[] = {
 static pthread_mutex_t g_active_mu = PTHREAD_MUTEX_INITIALIZER;
 static kb_cupti_trace *g_active;    /* see the file comment */
 
+/* The activity buffers kbench handed to CUPTI and not yet got back. Beside a foreign
+ * subscriber (kbench registers the process's one pair of buffer callbacks over its), CUPTI may
+ * return a buffer that tool allocated: its records are read, but it is not kbench's to free
+ * (another allocator; the tool may release it again), so it is left alone. */
+static pthread_mutex_t g_buffers_mu = PTHREAD_MUTEX_INITIALIZER;
+static uint8_t **g_buffers;
+static size_t g_n_buffers, g_cap_buffers;
+
+/* Note p as kbench's. 0, or -1 without memory (the caller frees p and hands CUPTI none). */
+static int buffer_own(uint8_t *p)
+{
+    int rc = 0;
+    pthread_mutex_lock(&g_buffers_mu);
+    if (g_n_buffers == g_cap_buffers) {
+        size_t cap = kb_grown_capacity(g_cap_buffers, g_n_buffers + 1, 16, sizeof *g_buffers);
+        uint8_t **grown = kb_resize(g_buffers, cap, sizeof *g_buffers);
+        if (grown == NULL)
+            rc = -1;
+        else {
+            g_buffers = grown;
+            g_cap_buffers = cap;
+        }
+    }
+    if (rc == 0)
+        g_buffers[g_n_buffers++] = p;
+    pthread_mutex_unlock(&g_buffers_mu);
+    return rc;
+}
+
+/* Whether p is kbench's, forgetting it if so. */
+static int buffer_release(uint8_t *p)
+{
+    int ours = 0;
+    pthread_mutex_lock(&g_buffers_mu);
+    for (size_t i = g_n_buffers; i-- > 0;)
+        if (g_buffers[i] == p) {
+            g_buffers[i] = g_buffers[--g_n_buffers];
+            ours = 1;
+            break;
+        }
+    pthread_mutex_unlock(&g_buffers_mu);
+    return ours;
+}
+
 /* Room for one more element in t->field (capacity t->cap_field). */
 #define TRACE_RESERVE(t, field, count)                                                          \
     trace_reserve((void *)&(t)->field, &(t)->cap_##field, (t)->count + 1, sizeof *(t)->field)
@@ -236,10 +280,14 @@ static void CUPTIAPI buffer_requested(uint8_t **buffer, size_t *size, size_t *ma
     *buffer = NULL;
     *size = 0;
     *max_records = 0;
-    if (posix_memalign(&p, 8, KB_CUPTI_BUFFER) == 0) {
-        *buffer = p;
-        *size = KB_CUPTI_BUFFER;
+    if (posix_memalign(&p, 8, KB_CUPTI_BUFFER) != 0)
+        return;
+    if (buffer_own(p) < 0) {
+        free(p);
+        return;
     }
+    *buffer = p;
+    *size = KB_CUPTI_BUFFER;
 }
 
 static void CUPTIAPI buffer_completed(CUcontext ctx, uint32_t stream_id, uint8_t *buffer,
@@ -258,7 +306,8 @@ static void CUPTIAPI buffer_completed(CUcontext ctx, uint32_t stream_id, uint8_t
         pthread_mutex_unlock(&t->mu);
     }
     pthread_mutex_unlock(&g_active_mu);
-    free(buffer);
+    if (buffer_release(buffer))
+        free(buffer);
 }
 
 /* The subscriber's callback. No callback is enabled during a trace; at its end kb_cupti_end

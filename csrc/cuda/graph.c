@@ -117,6 +117,10 @@ static PyObject *graph_capture(PyObject *m, PyObject *args, PyObject *kw)
         g->graph = NULL;
     }
     PyErr_Restore(type_e, value_e, tb_e);
+    /* Ctrl-C (KeyboardInterrupt), SystemExit and GeneratorExit go on as they are: they are no
+     * failure of the capture, and a CaptureError would be caught as one. */
+    if (py_failed && !PyErr_ExceptionMatches(PyExc_Exception))
+        goto error;
     if (py_failed) {
         /* The callable's own error, re-raised as a CaptureError caused by it. */
         PyObject *cause_t, *cause, *cause_tb;

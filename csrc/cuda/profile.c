@@ -44,7 +44,7 @@ static int in_device_context(PyObject *m, int device, kb_ctx_op op, size_t *free
         break;
     case KB_PROFILER_STOP:
         KB_DEFER(&d, cu->cuCtxSynchronize());
-        KB_DEFER(&d, cu->cuProfilerStop());
+        KB_DEFER_ALWAYS(&d, cu->cuProfilerStop());     /* the range closes whatever the sync said */
         break;
     case KB_SYNCHRONIZE:
         KB_DEFER(&d, cu->cuCtxSynchronize());

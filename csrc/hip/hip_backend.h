@@ -29,7 +29,6 @@ int kb_hip_gate_open(kb_hip_gate *g);
 void kb_hip_gate_fini(const kb_hip_api *hip, kb_hip_gate *g);
 
 /* measure_hip's options (hip_options.c), checked as measure_cuda's are. */
-#define KB_HIP_GATE_BATCH_MAX 4096
 typedef struct {
     unsigned long long stream;  /* a hipStream_t handle */
     int device;

@@ -68,7 +68,7 @@ int kb_hip_options_parse(PyObject *opts, kb_hip_options *o)
                           .gate_timeout_s = 1.0, .unroll = 1.0, .gate = 1, .pre_sample = NULL};
     if (opt_stream(opts, o) < 0 || opt_device(opts, o) < 0 ||
         kb_opt_count(opts, W, "flush_bytes", &o->flush_bytes, 0, PY_SSIZE_T_MAX) < 0 ||
-        kb_opt_count(opts, W, "gate_batch", &o->gate_batch, 1, KB_HIP_GATE_BATCH_MAX) < 0 ||
+        kb_opt_count(opts, W, "gate_batch", &o->gate_batch, 1, KB_GATE_BATCH_MAX) < 0 ||
         /* the watchdog's bound (kb_watchdog.h), as measure_cuda's */
         kb_opt_float(opts, W, "gate_timeout_s", &o->gate_timeout_s, 0.0, 1,
                      KB_GATE_TIMEOUT_MAX_S) < 0 ||
