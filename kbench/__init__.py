@@ -20,6 +20,20 @@ from .sweep import SweepResult, sweep
 from ._version import __version__
 
 
+
+def _after_fork_in_child() -> None:
+    # A child forked while another thread measured inherits its locks held, by a thread that
+    # does not exist there: every bench of the child waited forever.
+    import threading
+    from . import prepare
+    _core._after_fork_in_child()
+    prepare._bench_lock = threading.RLock()
+
+
+import os as _os
+_os.register_at_fork(after_in_child=_after_fork_in_child)
+
+
 def release_cupti() -> bool:
     """Detach CUPTI now if kbench left it attached between back-to-back measurements.
 

@@ -26,6 +26,7 @@ class RocmSmiError(KbenchError): ...  # HAVE_HIP: a ROCm SMI call failed
 # clock.c / coldcache.c
 def now_ns() -> int: ...
 def _clock_step_from_reads(reads: Sequence[int]) -> float: ...   # tests: the step rule
+def _after_fork_in_child() -> None: ...   # os.register_at_fork: a child starts with the lock free
 def host_timer_info(fn: Optional[Callable[[], Any]] = ..., calls: int = ...) -> Dict[str, Any]: ...
 # {"resolution_ns": the step the loop's samples sit on, "min_move_ns", "read_cost_ns", "clock",
 #  with fn: "call_overhead_min_ns", "call_overhead_mean_ns"}

@@ -112,7 +112,7 @@ BENCH_CASES = [
     ("flush_bytes without a flush", bench(np.sum, A, cold_cache=None, flush_bytes=1 << 20),
      ValueError, "flush_bytes applies to cold_cache='flush', not cold_cache=None"),
     ("rotate_sets with a list", bench(np.sum, arg_sets=[(A,), (A,)], rotate_sets=50), ValueError,
-     "rotate_sets .* applies to arg_sets=f\(i\) -> tuple"),
+     r"rotate_sets .* applies to arg_sets=f\(i\) -> tuple"),
     ("flush_bytes str", bench(np.sum, A, cold_cache="flush", flush_bytes="1M"), TypeError,
      "flush_bytes must be an int number of bytes, got str"),
     ("arg_sets empty", bench(np.sum, arg_sets=[]), ValueError, "arg_sets is empty"),
@@ -156,6 +156,13 @@ BENCH_CASES = [
      r"shape \(64,\) and ref shape \(5,\)"),
     ("check: negative rtol", bench(np.cumsum, A, check=np.cumsum(A), rtol=-1), ValueError,
      "rtol must be finite and >= 0"),
+    # target=True ran at 1.0 (a 100% CI), warmup_s=True for 1 s
+    ("target bool", bench(np.sum, A, target=True), TypeError, "target must be a number, got bool"),
+    ("warmup_s bool", bench(np.sum, A, warmup_s=True), TypeError,
+     "warmup_s must be a number, got bool"),
+    # the C string ended at the NUL: "ci\0garbage" ran as 'ci'
+    ("criterion with a NUL", bench(np.sum, A, criterion="ci\x00garbage"), ValueError,
+     "unknown criterion"),
 ]
 
 
@@ -561,3 +568,42 @@ def test_rotation_that_cannot_evict_the_cache_is_refused_or_flagged():
         assert "cache" in str(e)
     else:
         assert any("cache" in w for w in r.warnings), r.warnings
+
+
+class _InterruptedFloat:
+    def __float__(self):
+        raise KeyboardInterrupt
+
+
+def test_ctrl_c_inside_an_options_float_conversion_is_not_turned_into_a_type_error():
+    with pytest.raises(KeyboardInterrupt):
+        kbench.bench(np.sum, A, target=_InterruptedFloat(), **FAST)
+
+
+def test_a_child_forked_while_another_thread_measures_can_bench():
+    # the child inherited both bench locks held by a thread that does not exist there, and its
+    # first bench waited forever
+    code = """
+import os, sys, threading, time
+import kbench
+inside = threading.Event()
+def slow():
+    inside.set()
+    time.sleep(0.001)
+t = threading.Thread(target=lambda: kbench.bench(slow, warmup_s=0.0, max_time_s=2.0,
+                                                 cold_cache=None), daemon=True)
+t.start()
+inside.wait(10)
+pid = os.fork()
+if pid == 0:
+    import signal
+    signal.alarm(20)
+    r = kbench.bench(lambda: None, warmup_s=0.0, max_time_s=0.05, cold_cache=None)
+    os._exit(0 if r.stats["n"] > 0 else 3)
+_, status = os.waitpid(pid, 0)
+print("child", os.waitstatus_to_exitcode(status))
+t.join()
+"""
+    p = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60)
+    assert p.returncode == 0, p.stderr
+    assert "child 0" in p.stdout, p.stdout + p.stderr

@@ -975,3 +975,16 @@ def test_shares_memory_answers_from_the_same_address_ranges_as_the_rotation():
     assert shares_memory(a, a[::-1]) and shares_memory((a[10:20],), [a[15:30]])
     assert not shares_memory(a[:50], a[50:]) and not shares_memory(a, a.copy())
     assert shares_memory(7, 7) and not shares_memory(a, None)
+
+
+def test_the_clock_step_rule_survives_reads_that_change_under_it():
+    # an item's __index__ emptied the list while the C loop walked it: a segfault
+    reads = []
+
+    class Shrinks:
+        def __index__(self):
+            reads.clear()
+            return 5
+
+    reads.extend([Shrinks()] + list(range(0, 640, 10)))
+    assert _core._clock_step_from_reads(reads) > 0

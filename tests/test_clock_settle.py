@@ -619,3 +619,12 @@ def test_the_recorded_capped_gemm_keeps_nothing_from_before_its_settle(h200_ramp
     # what keeping the readings' matching clock would have let in: faster GEMMs
     early = g[(g[:, 0] >= 0.3) & (g[:, 0] < 0.5), 1]
     assert np.median(early) < 0.995 * np.median(g[g[:, 0] >= loaded, 1])
+
+
+def test_the_carried_rule_with_no_clock_readings_settles_nothing_and_does_not_crash():
+    # sm_mhz None was read without a check: a segfault
+    t, sm, r, pa, pi = steady(1.0)
+    i, _, _, _ = carried_at(t, None, r, pa, pi, carried_mhz=1980.0, carried_ago_s=0.05)
+    assert i == -1
+    i, _, _, _ = carried_at(t, None, r, pa, pi, max_sm_mhz=1980.0)
+    assert i == -1

@@ -68,6 +68,24 @@ CASES = {
         r = kbench.bench(np.add, a, b, kwargs={"out": c}, warmup_s=0.0, max_time_s=0.05)
         print("NEXT OK", r.n, flush=True)
     """,
+    # every prefix of 40,000 samples through the ci rule: O(n^2), 9 s of C before
+    "criterion check": """
+        from kbench import _core
+        x = np.random.default_rng(0).random(40_000)
+        go()
+        interrupted(lambda: _core.criterion_check("ci", x, 0.0001, step=1))
+        done, _ = _core.criterion_check("ci", x[:1000], 0.5)
+        print("NEXT OK", int(done) + 1, flush=True)
+    """,
+    # a C callable never runs the eval breaker: 10^8 calls were 9 s of C with the GIL held
+    "host timer info": """
+        import time
+        from kbench import _core
+        go()
+        interrupted(lambda: _core.host_timer_info(time.monotonic_ns, calls=100_000_000))
+        r = _core.host_timer_info(time.monotonic_ns, calls=10)
+        print("NEXT OK", int(r["call_overhead_min_ns"] >= 0) , flush=True)
+    """,
     # 10^5 resamples of 10^5 samples: 10^10 draws, minutes of C with the GIL released
     "bootstrap": """
         from kbench import _core

@@ -88,10 +88,13 @@ double kb_clock_step_s(PyObject *m)
  * tests (a real probe reads whatever clock the machine has). */
 static PyObject *clock_step_from_reads(PyObject *self, PyObject *arg)
 {
-    PyObject *seq = PySequence_Fast(arg, "_clock_step_from_reads needs a sequence of ints");
+    /* a tuple: an item's __index__ cannot shrink it under the loop, as it could a list */
+    PyObject *seq = PySequence_Check(arg) ? PySequence_Tuple(arg) : NULL;
+    if (seq == NULL && !PyErr_Occurred())
+        PyErr_SetString(PyExc_TypeError, "_clock_step_from_reads needs a sequence of ints");
     if (seq == NULL)
         return NULL;
-    Py_ssize_t n = PySequence_Fast_GET_SIZE(seq);
+    Py_ssize_t n = PyTuple_GET_SIZE(seq);
     uint64_t *t = PyMem_Calloc((size_t)n + 1, sizeof *t);
     uint64_t *d = PyMem_Calloc((size_t)n + 1, sizeof *d);
     PyObject *out = NULL;
@@ -100,7 +103,7 @@ static PyObject *clock_step_from_reads(PyObject *self, PyObject *arg)
         goto done;
     }
     for (Py_ssize_t i = 0; i < n; i++) {
-        PyObject *v = PyNumber_Index(PySequence_Fast_GET_ITEM(seq, i));   /* numpy ints too */
+        PyObject *v = PyNumber_Index(PyTuple_GET_ITEM(seq, i));   /* numpy ints too */
         if (v == NULL)
             goto done;
         t[i] = PyLong_AsUnsignedLongLong(v);
@@ -171,8 +174,19 @@ static PyObject *host_timer_info(PyObject *self, PyObject *args, PyObject *kw)
     }
     /* The loop of measure_host.c in miniature: two reads around a vectorcall. The minimum
      * over the calls is the floor a host-timed sample cannot go under. */
-    uint64_t best = UINT64_MAX, total = 0;
+    uint64_t best = UINT64_MAX, total = 0, checked = kb_now_ns();
     for (Py_ssize_t i = 0; i < calls; i++) {
+        /* a C callable never runs the eval breaker: every 10 ms Ctrl-C is checked and other
+         * threads get the GIL (a signal sent from one needs it) */
+        if (kb_now_ns() - checked > 10000000u) {
+            Py_BEGIN_ALLOW_THREADS
+            Py_END_ALLOW_THREADS
+            if (PyErr_CheckSignals() < 0) {
+                Py_DECREF(out);
+                return NULL;
+            }
+            checked = kb_now_ns();
+        }
         uint64_t t0 = kb_now_ns();
         PyObject *r = PyObject_CallNoArgs(fn);
         uint64_t t1 = kb_now_ns();

@@ -445,14 +445,28 @@ static PyObject *py_stop_rules(PyObject *self, PyObject *unused)
 }
 
 /* Feed samples to c as the timing loop would: prefixes of step, 2 step, ... and finally all n
- * (step 0: all at once). The last call's answer. */
+ * (step 0: all at once). The last call's answer, or -1 (no memory) or -2 (an exception:
+ * Ctrl-C, checked every 10 ms, since a small step over many samples is O(n^2 / step)). Each
+ * check runs without the GIL where n is large. */
 static int feed(kb_criterion *c, const double *x, Py_ssize_t n, Py_ssize_t step)
 {
     int done = 0;
-    if (step > 0)
-        for (Py_ssize_t k = step; k < n && done >= 0; k += step)
+    uint64_t checked = kb_now_ns();
+    for (Py_ssize_t k = step > 0 && step < n ? step : n;; k = k + step < n ? k + step : n) {
+        if (n >= KB_NOGIL_MIN) {
+            Py_BEGIN_ALLOW_THREADS
             done = c->is_finished(c, x, k);
-    return done < 0 ? done : c->is_finished(c, x, n);
+            Py_END_ALLOW_THREADS
+        } else
+            done = c->is_finished(c, x, k);
+        if (done < 0 || k == n)
+            return done;
+        if (kb_now_ns() - checked > 10000000u) {
+            if (PyErr_CheckSignals() < 0)
+                return -2;
+            checked = kb_now_ns();
+        }
+    }
 }
 
 PyDoc_STRVAR(criterion_check_doc,
@@ -504,16 +518,12 @@ static PyObject *py_criterion_check(PyObject *self, PyObject *args, PyObject *kw
         return NULL;
     }
     c.resolution = resolution;
-    if (n >= KB_NOGIL_MIN) {
-        Py_BEGIN_ALLOW_THREADS
-        done = feed(&c, x, n, step);
-        Py_END_ALLOW_THREADS
-    } else {
-        done = feed(&c, x, n, step);
-    }
+    done = feed(&c, x, n, step);
     double achieved = c.achieved;
     kb_criterion_fini(&c);
     Py_DECREF(arr);
+    if (done == -2)
+        return NULL;
     if (done < 0)
         return PyErr_NoMemory();
     return Py_BuildValue("(Nd)", PyBool_FromLong(done), achieved);

@@ -30,14 +30,21 @@ static int pop_double(PyObject *kw, const char *key, double *out, double lo, int
     PyObject *v = PyDict_GetItemString(kw, key); /* borrowed */
     if (v == NULL)
         return 0;
+    if (PyBool_Check(v)) {      /* target=True ran at 1.0, warmup_s=True for 1 s */
+        PyErr_Format(PyExc_TypeError, "%s must be a number, got bool", key);
+        return -1;
+    }
     double d = PyFloat_AsDouble(v);
     if (d == -1.0 && PyErr_Occurred() && PyErr_ExceptionMatches(PyExc_OverflowError)) {
         PyErr_Format(PyExc_ValueError, "%s must be finite, got an int beyond a float's range",
                      key);
         return -1;
     }
+    /* only a refusal to convert is rewritten: Ctrl-C or MemoryError inside __float__ go on */
     if (d == -1.0 && PyErr_Occurred()) {
-        PyErr_Format(PyExc_TypeError, "%s must be a number, got %.100s", key, Py_TYPE(v)->tp_name);
+        if (PyErr_ExceptionMatches(PyExc_TypeError) || PyErr_ExceptionMatches(PyExc_ValueError))
+            PyErr_Format(PyExc_TypeError, "%s must be a number, got %.100s", key,
+                         Py_TYPE(v)->tp_name);
         return -1;
     }
     if (!isfinite(d) || (lo_open ? d <= lo : d < lo) || d > hi) {
@@ -92,6 +99,8 @@ static void loop_config_defaults(kb_loop_config *cfg)
     cfg->batch_max = 1 << 20;
 }
 
+static PyMethodDef loop_methods[];
+
 int kb_loop_module_init(PyObject *m)
 {
     kb_loop_config cfg;
@@ -106,7 +115,7 @@ int kb_loop_module_init(PyObject *m)
         return -1;
     int rc = PyModule_AddObjectRef(m, "LOOP_DEFAULTS", d);
     Py_DECREF(d);
-    return rc;
+    return rc < 0 ? rc : PyModule_AddFunctions(m, loop_methods);
 }
 
 int kb_loop_config_parse(PyObject *kw, kb_loop_config *cfg)
@@ -139,14 +148,16 @@ int kb_loop_config_parse(PyObject *kw, kb_loop_config *cfg)
     if (kw != NULL) {
         PyObject *v = PyDict_GetItemString(kw, "criterion");
         if (v != NULL) {
-            const char *s = PyUnicode_Check(v) ? PyUnicode_AsUTF8(v) : NULL;
+            Py_ssize_t len = 0;
+            const char *s = PyUnicode_Check(v) ? PyUnicode_AsUTF8AndSize(v, &len) : NULL;
             if (s == NULL) {
                 if (!PyErr_Occurred())
                     PyErr_Format(PyExc_TypeError, "criterion must be a str, got %.100s",
                                  Py_TYPE(v)->tp_name);
                 return -1;
             }
-            if (strlen(s) >= sizeof cfg->criterion) {
+            /* "ci\0garbage" ran as 'ci' */
+            if ((size_t)len != strlen(s) || strlen(s) >= sizeof cfg->criterion) {
                 PyErr_Format(PyExc_ValueError, "unknown criterion %R", v);
                 return -1;
             }
@@ -266,6 +277,25 @@ void kb_measure_lock_release(PyObject *m)
     st->measure_owner = 0;
     PyThread_release_lock(st->measure_lock);
 }
+
+/* _after_fork_in_child(): a forked child starts with the lock free. A thread of the parent
+ * that was measuring at the fork does not exist in the child, and the lock it held would never
+ * be released: every bench of the child waited forever. kbench/__init__.py registers this with
+ * os.register_at_fork. The old lock is left allocated (freeing a held lock is not defined). */
+static PyObject *after_fork_in_child(PyObject *m, PyObject *Py_UNUSED(ignored))
+{
+    kb_state *st = kb_get_state(m);
+    if (st->measure_owner != 0 && kb_measure_lock_init(st) < 0)
+        return NULL;
+    st->measure_owner = 0;
+    Py_RETURN_NONE;
+}
+
+static PyMethodDef loop_methods[] = {
+    {"_after_fork_in_child", after_fork_in_child, METH_NOARGS,
+     "Reset kbench's measurement lock in a forked child (os.register_at_fork)."},
+    {NULL, NULL, 0, NULL},
+};
 
 static int reserve(kb_loop_result *res, Py_ssize_t need)
 {

@@ -64,9 +64,12 @@ int kb_opt_float(PyObject *opts, const char *who, const char *key, double *out, 
     int rc = -1;
     double d = PyFloat_AsDouble(v);
     if (d == -1.0 && PyErr_Occurred()) {
-        PyErr_Clear();
-        PyErr_Format(PyExc_TypeError, "%s: %s must be a number, got %.100s", who, key,
-                     Py_TYPE(v)->tp_name);
+        /* only a refusal to convert is rewritten: Ctrl-C or MemoryError inside __float__ go on */
+        if (PyErr_ExceptionMatches(PyExc_TypeError) || PyErr_ExceptionMatches(PyExc_ValueError)) {
+            PyErr_Clear();
+            PyErr_Format(PyExc_TypeError, "%s: %s must be a number, got %.100s", who, key,
+                         Py_TYPE(v)->tp_name);
+        }
     }
     else if (!isfinite(d) || (open ? d <= lo : d < lo) || d > hi) {
         char bound[96];   /* PyErr_Format has no %g */

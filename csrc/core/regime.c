@@ -432,12 +432,16 @@ static int read_optional_double(PyObject *o, const char *what, double *out)
     *out = NAN;
     if (o == NULL || o == Py_None)
         return 0;
+    Py_INCREF(o);       /* borrowed from a dict that __float__ may change */
     double d = PyFloat_AsDouble(o);
     if (d == -1.0 && PyErr_Occurred()) {
-        PyErr_Format(PyExc_TypeError, "%s must be a real number or None, got %.100s", what,
-                     Py_TYPE(o)->tp_name);
+        if (PyErr_ExceptionMatches(PyExc_TypeError) || PyErr_ExceptionMatches(PyExc_ValueError))
+            PyErr_Format(PyExc_TypeError, "%s must be a real number or None, got %.100s", what,
+                         Py_TYPE(o)->tp_name);
+        Py_DECREF(o);
         return -1;
     }
+    Py_DECREF(o);
     *out = d;
     return 0;
 }
@@ -451,7 +455,9 @@ static int clocks_array(PyObject *clocks, const char *key, int type, PyObject **
     *n = 0;
     if (o == NULL || o == Py_None)
         return 0;
+    Py_INCREF(o);       /* the conversion may run code that changes the dict */
     *held = PyArray_FROMANY(o, type, 1, 1, NPY_ARRAY_CARRAY_RO | NPY_ARRAY_FORCECAST);
+    Py_DECREF(o);
     if (*held == NULL)
         return -1;
     *data = PyArray_DATA((PyArrayObject *)*held);
@@ -466,7 +472,9 @@ static int clocks_count(PyObject *clocks, size_t *n)
     *n = 0;
     if (o == NULL || o == Py_None)
         return 0;
+    Py_INCREF(o);
     Py_ssize_t v = PyNumber_AsSsize_t(o, PyExc_OverflowError);
+    Py_DECREF(o);
     if (v == -1 && PyErr_Occurred())
         return -1;
     *n = v > 0 ? (size_t)v : 0;

@@ -176,7 +176,7 @@ static int window_verdict(const kb_clock_trace *tr, double load_start_s, double 
     const double *t = tr->t;
     size_t n = tr->n;
     double now = t[n - 1];
-    if (tr->power_inst_w == NULL)
+    if (tr->power_inst_w == NULL || tr->sm_mhz == NULL)    /* no readings to judge */
         return KB_UNSETTLED;
     if (isnan(lo)) {
         if (now - load_start_s < rule->carry_response_s + window_s)
@@ -448,6 +448,9 @@ static PyObject *settled_scan(PyObject *t_obj, PyObject *mhz_obj, PyObject *r_ob
     int how = KB_UNSETTLED, by_carry = 0;
     kb_clock_trace upto = tr;
     for (size_t i = 0; i < tr.n && at < 0; i++) {
+        /* every prefix is judged again (n^2 over a long recorded trace): Ctrl-C is seen */
+        if ((i & 1023) == 1023 && PyErr_CheckSignals() < 0)
+            goto done;
         upto.n = i + 1;
         how = carry ? kb_clock_settled_carried(&upto, load_start, limit, rule, carry, scratch,
                                                &med, &by_carry)
