@@ -513,6 +513,22 @@ FAILURES = textwrap.dedent('''
         elif what == "memory_poll":
             import time
             out["memory"] = memory.measure(lambda: time.sleep(0.05), (), {}, "cuda:0")
+        elif what == "watchdog_with_pre_sample":
+            import time
+            calls = [0]
+            def stall():
+                calls[0] += 1
+                if calls[0] == 20:          # inside a gated batch: the watchdog opens it
+                    time.sleep(0.5)
+            hooks = [0]
+            def hook():
+                hooks[0] += 1
+            try:
+                _core.measure_cuda(stall, ((),), None, stream=0, gate_timeout_s=0.2,
+                                   pre_sample=hook, sample_clocks=False, busy_warmup_s=0.0,
+                                   min_samples=64, max_samples=200)
+            finally:
+                out["calls_match_hooks"] = calls[0] == hooks[0]
         elif what == "memory_fn_error":
             def fn():
                 raise _core.CudaError("cuLaunchKernel(...) failed: CUDA_ERROR_INVALID_VALUE")
@@ -563,3 +579,12 @@ def test_a_failed_poll_of_driver_memory_is_reported_not_a_zero_peak(fake_driver)
 def test_the_callables_own_cuda_error_propagates_from_the_memory_probe(fake_driver):
     out, _ = run_failure(fake_driver, "memory_fn_error")
     assert out["raised"] == "CudaError" and "INVALID_VALUE" in out["message"]
+
+
+def test_with_pre_sample_a_watchdog_release_is_an_error_not_a_run_again_on_one_rank(fake_driver):
+    # running the sub-batch again called fn and pre_sample (a rank barrier) more often on this
+    # rank than on the others: their collectives unmatched, a hang inside the device
+    out, _ = run_failure(fake_driver, "watchdog_with_pre_sample")
+    assert out["raised"] == "KbenchError"
+    assert "gate_timeout_s=0.20" in out["message"] and "same number of times" in out["message"]
+    assert out["calls_match_hooks"]

@@ -136,3 +136,23 @@ def test_a_broken_resettle_hook_raises_and_the_loop_stops():
                            _keep_warming=lambda e: (False, 0.0), _resettle=lambda: 1 / 0)
     with pytest.raises(TypeError, match="_resettle must be callable"):
         _core.measure_host(sleeper, ((),), None, warmup_s=0.01, _resettle=3)
+
+
+def test_with_ranks_the_sampling_floor_is_the_longest_any_rank_holds():
+    """A backend may raise its own floor while sampling (CUDA: a figure under 2 us in CUPTI's
+    steps is sampled 0.05 s), on one rank only; the loop stopped on its own floor, and a rank
+    that had met it went to the report while another ran one more batch (unmatched
+    collectives). The peer here holds a 0.3 s floor; this rank's is none."""
+    import time
+
+    class FloorPeer:
+        def reduce(self, stage, index, samples, values):
+            if stage == "sample batch":
+                values[2] = max(values[2], 0.3)      # (elapsed, timer step, floor)
+            return samples, values
+
+    t0 = time.monotonic()
+    raw = _core.measure_host(time.sleep, ((1e-4,),), None, ranks=FloorPeer(), warmup_s=0.0,
+                             min_samples=10, max_time_s=5.0, target=0.5)
+    assert raw["stop"] == "precision"
+    assert time.monotonic() - t0 >= 0.3

@@ -606,12 +606,15 @@ int kb_loop_run(kb_backend *b, const kb_loop_config *cfg, kb_loop_result *res)
             goto error;
         if (b->run_batch(b, k, res->samples + res->n, 0) < 0 || PyErr_CheckSignals() < 0)
             goto error;
-        /* With ranks: the batch's per-sample maxima, the slowest rank's elapsed time and the
-         * coarsest timer step, so every rank decides on the same numbers. */
-        double agreed[2] = {kb_now_s() - t0, b->resolution_s};
+        /* With ranks: the batch's per-sample maxima, the slowest rank's elapsed time, the
+         * coarsest timer step and the longest sampling floor (a backend may raise its own
+         * while sampling: the stepped floor of a rank whose figure is under 2 us), so every
+         * rank decides on the same numbers and none runs a batch the others do not. */
+        double agreed[3] = {kb_now_s() - t0, b->resolution_s, b->min_sampling_s};
         if (kb_ranks_agree(cfg, "sample batch", batches++, res->samples + res->n, k, agreed,
-                           2) < 0)
+                           3) < 0)
             goto error;
+        b->min_sampling_s = agreed[2];
         res->n += k;
         int again = settle_again(b, cfg, &crit, res, k, &t0, &next_check);
         if (again < 0)

@@ -409,6 +409,20 @@ static int on_watchdog(cuda_ctx *c, int warmup, int settling)
         c->warmup_fired++;
     else
         c->gate_fired++;
+    if (c->opt.pre_sample != NULL) {
+        /* Running the sub-batch again (or keeping it) is this rank's decision alone, and every
+         * rank must call pre_sample and fn the same number of times: one more round here
+         * leaves the others' collectives unmatched, a hang inside the device. */
+        char timeout[32];   /* PyErr_Format has no %f */
+        snprintf(timeout, sizeof timeout, "%.2f", c->gate.timeout_s);
+        PyErr_Format(kb_get_state(c->m)->KbenchError,
+                     "the gate's watchdog (gate_timeout_s=%s) opened a sub-batch of %zd calls "
+                     "before the host had queued it; with pre_sample (multi-rank timing) "
+                     "kbench cannot run it again on this rank alone, since every rank must call "
+                     "pre_sample and fn the same number of times. Give a larger gate_timeout_s "
+                     "or a smaller gate_batch (the same on every rank)", timeout, c->gate_cap);
+        return -1;
+    }
     if (c->gate_cap > 1) {
         /* The host could not queue k iterations before the watchdog: the samples may contain
          * launch gaps. Drop them and queue less at a time. */
