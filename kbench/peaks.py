@@ -303,6 +303,20 @@ def _gap_problems(stream: dict, fmas: dict) -> list[str]:
     return out
 
 
+def _dtype_problem(fmas: dict) -> str | None:
+    """float32 under float64: impossible on an undisturbed vector unit (a register holds twice
+    the float32 lanes; a scalar unit runs both at one rate), so one of them ran beside other
+    work. A busy VM's first demo cached float32 at 5.7 GFLOP/s against float64's 36, and every
+    later float32 result read 3338% of its compute ceiling."""
+    f64 = (fmas.get("float64") or {}).get("best_GFLOPs")
+    f32 = (fmas.get("float32") or {}).get("best_GFLOPs")
+    if f64 and f32 and f32 < f64 * (1 - KEEP_HIGHER_MARGIN):
+        return (f"FMA float32 {f32:.3g} GFLOP/s under float64 {f64:.3g} GFLOP/s: float32 runs "
+                f"at least as fast on any vector unit, so the machine was disturbed; not saved "
+                f"(every % of peak against it would read high): re-run `kbench peaks`")
+    return None
+
+
 def _keep_higher_cached(result: dict, cached: dict) -> list[str]:
     """Keep each cached ceiling much higher than the new one in `result` (noted under
     "kept_from_cache"); returns what was kept, in words."""
@@ -376,9 +390,12 @@ def measure_cpu_peaks(seconds: float = 5.0, threads: int | None = None, *,
         "load": load,
     }
     problems += _gap_problems(stream, fmas)
+    inconsistent = _dtype_problem(fmas)
+    if inconsistent:
+        problems.append(inconsistent)
     result["warnings"] = problems       # saved with the record: a busy run stays marked
     result["saved_to"] = None
-    if save:
+    if save and not inconsistent:
         path = peaks_cache_path()
         cached = load_cached_peaks(path)
         if cached is not None and not replace:

@@ -123,6 +123,20 @@ def test_a_large_gap_between_best_and_median_is_flagged(fake_peaks):
     assert "STREAM copy: best repeat 80 GB/s but median 50 GB/s (60% apart)" in d["warnings"][0]
 
 
+def test_float32_measured_under_float64_is_flagged_and_not_saved(fake_peaks):
+    # a busy VM's first demo cached float32 at 5.7 GFLOP/s against float64's 36: every later
+    # float32 result then read 3338% of its compute ceiling
+    def fma(threads, budget_s, min_repeats, max_repeats, dtype="float64"):
+        best = 5.7 if dtype == "float32" else 36.0
+        return {"isa": "fake", "dtype": dtype, "n_iter": 1, "flops_per_call": 1.0,
+                "best_GFLOPs": best, "median_GFLOPs": best, "repeats": 5, "times_s": [1e-6] * 5}
+    fake_peaks.setattr(peaks, "_fma", fma)
+    r = measure()
+    assert r["saved_to"] is None and peaks.load_cached_peaks(peaks.peaks_cache_path()) is None
+    assert any("float32 5.7 GFLOP/s under float64 36" in w for w in r["warnings"])
+    assert r["fma_fp32_GFLOPs"] == 5.7          # the numbers are still returned
+
+
 def test_an_unwritable_cache_keeps_the_numbers_and_warns(fake_peaks, tmp_path):
     blocker = tmp_path / "a_file"
     blocker.write_text("")
