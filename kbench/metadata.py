@@ -137,14 +137,20 @@ def package_version(name: str) -> str:
     return str(getattr(module, "__version__", UNKNOWN)) if module is not None else UNKNOWN
 
 
-def git_info(cwd: str | None = None, timeout: float = 2.0) -> dict | None:
+def git_info(cwd: str | None = None, timeout: float = 2.0, project: bool = True) -> dict | None:
     """{"commit": sha, "dirty": bool} of the git work tree around ``cwd`` (default: the current
-    directory); None when it is not in one, git is missing, or git is too slow. Never raises.
+    directory); None when it is not in one, git is missing, or `git rev-parse` is too slow; a
+    `git status` too slow for ``timeout`` (a large monorepo) keeps the commit, with
+    {"dirty": None, "dirty_why"}. Never raises.
 
-    KBENCH_GIT_COMMIT, when set, is taken as the commit instead ({"commit", "dirty": None,
-    "source": "KBENCH_GIT_COMMIT"}): for a copy of a checkout whose .git lags or is absent
-    (a tree shipped to a GPU machine, a CI artifact)."""
-    given = os.environ.get("KBENCH_GIT_COMMIT", "").strip()
+    project=True (the project's checkout): an untracked file -- a kernel module not added yet --
+    makes it dirty, and the first untracked paths are listed under "untracked", since the
+    commit does not hold what was measured. KBENCH_GIT_COMMIT, when set, is taken as the commit
+    instead ({"commit", "dirty": None, "source": "KBENCH_GIT_COMMIT"}): for a copy of a
+    checkout whose .git lags or is absent (a tree shipped to a GPU machine, a CI artifact).
+    project=False (kbench's own checkout): the variable names the project's commit, not
+    kbench's, and untracked files are its build outputs, so neither applies."""
+    given = os.environ.get("KBENCH_GIT_COMMIT", "").strip() if project else ""
     if given:
         return {"commit": given, "dirty": None, "source": "KBENCH_GIT_COMMIT"}
     try:
@@ -157,9 +163,23 @@ def git_info(cwd: str | None = None, timeout: float = 2.0) -> dict | None:
         head = git("rev-parse", "HEAD")
         if head.returncode != 0:
             return None
-        status = git("status", "--porcelain", "--untracked-files=no")
-        dirty = bool(status.stdout.strip()) if status.returncode == 0 else None
-        return {"commit": head.stdout.strip(), "dirty": dirty}
+        commit = head.stdout.strip()
+        try:
+            status = git("status", "--porcelain",
+                         "--untracked-files=" + ("normal" if project else "no"))
+        except subprocess.TimeoutExpired:
+            return {"commit": commit, "dirty": None,
+                    "dirty_why": f"git status took longer than {timeout:g} s"}
+        if status.returncode != 0:
+            return {"commit": commit, "dirty": None,
+                    "dirty_why": f"git status failed: {status.stderr.strip()[:200]}"}
+        lines = status.stdout.splitlines()
+        info = {"commit": commit, "dirty": bool(lines)}
+        untracked = [line[3:] for line in lines if line.startswith("?? ")]
+        if untracked:
+            info["untracked"] = untracked[:10] + ([f"... {len(untracked) - 10} more"]
+                                                  if len(untracked) > 10 else [])
+        return info
     except Exception:          # FileNotFoundError (no git), TimeoutExpired, OSError, ...
         return None
 

@@ -25,7 +25,7 @@ from typing import Any, Dict, List, Optional, Tuple
 
 _PKG_DIR = os.path.dirname(os.path.abspath(__file__))
 _md5_cache: Dict[Tuple[str, int, int], str] = {}
-_git_cache: Dict[str, Tuple[float, Any]] = {}
+_git_cache: Dict[Tuple[str, bool], Tuple[float, Any]] = {}
 GIT_CACHE_S = 5.0       # a sweep's cases share one `git status`; an edit shows within seconds
 
 
@@ -49,14 +49,14 @@ def md5_file(path: str) -> Optional[str]:
         return None
 
 
-def git_cached(directory: str) -> Any:
-    """metadata.git_info(directory), re-read at most every GIT_CACHE_S."""
+def git_cached(directory: str, project: bool = True) -> Any:
+    """metadata.git_info(directory, project=project), re-read at most every GIT_CACHE_S."""
     now = time.monotonic()
-    hit = _git_cache.get(directory)
+    hit = _git_cache.get((directory, project))
     if hit is None or now - hit[0] > GIT_CACHE_S:
         from .metadata import git_info
-        hit = (now, git_info(directory))
-        _git_cache[directory] = hit
+        hit = (now, git_info(directory, project=project))
+        _git_cache[(directory, project)] = hit
     return hit[1]
 
 
@@ -177,7 +177,7 @@ def kbench_info() -> Dict[str, Any]:
     from ._version import __version__
     from ._build import build_info
     return {"version": __version__, "build": build_info(), "path": _PKG_DIR,
-            "git": git_cached(_PKG_DIR)}
+            "git": git_cached(_PKG_DIR, project=False)}     # not KBENCH_GIT_COMMIT's
 
 
 def collect(fn: Any, args: Tuple[Any, ...], kwargs: Dict[str, Any]) -> Dict[str, Any]:

@@ -8,6 +8,7 @@ import inspect
 import json
 import linecache
 import os
+import sys
 
 import numpy as np
 import pytest
@@ -156,3 +157,64 @@ def test_the_results_git_state_follows_an_edit_made_mid_session(tmp_path, monkey
     assert kbench.bench(abs, -1, **opts).metadata["git"]["dirty"] is False
     (repo / "k.py").write_text("x = 2\n")
     assert kbench.bench(abs, -1, **opts).metadata["git"]["dirty"] is True
+
+
+def _git_repo(repo):
+    import subprocess
+    repo.mkdir()
+    (repo / "b.py").write_text("x = 1\n")
+    try:
+        for args in (["init", "-q"], ["add", "b.py"],
+                     ["-c", "user.email=a@b", "-c", "user.name=a", "commit", "-qm", "b"]):
+            subprocess.run(["git", *args], cwd=repo, check=True, capture_output=True)
+    except (OSError, subprocess.CalledProcessError):
+        pytest.skip("git unavailable")
+    return subprocess.run(["git", "rev-parse", "HEAD"], cwd=repo, capture_output=True,
+                          text=True).stdout.strip()
+
+
+def test_an_untracked_kernel_module_makes_the_projects_checkout_dirty(tmp_path, monkeypatch):
+    # --untracked-files=no: a kernel in a file not yet added recorded a clean commit that
+    # does not hold it
+    from kbench import metadata
+    monkeypatch.delenv("KBENCH_GIT_COMMIT", raising=False)
+    repo = tmp_path / "repo"
+    head = _git_repo(repo)
+    assert metadata.git_info(str(repo)) == {"commit": head, "dirty": False}
+    (repo / "kern.py").write_text("def k(a): return a * 2\n")
+    assert metadata.git_info(str(repo)) == {"commit": head, "dirty": True,
+                                            "untracked": ["kern.py"]}
+    # kbench's own checkout: untracked files there are its build outputs
+    assert metadata.git_info(str(repo), project=False) == {"commit": head, "dirty": False}
+
+
+def test_kbench_git_commit_names_the_projects_commit_not_kbenchs(tmp_path, monkeypatch):
+    # harness.kbench.git read the variable too: both commits said "deadbeef"
+    from kbench import metadata
+    repo = tmp_path / "repo"
+    head = _git_repo(repo)
+    monkeypatch.setenv("KBENCH_GIT_COMMIT", "deadbeef")
+    monkeypatch.setattr(provenance, "GIT_CACHE_S", 0.0)
+    assert metadata.git_info(str(repo))["commit"] == "deadbeef"
+    assert metadata.git_info(str(repo), project=False)["commit"] == head
+    r = kbench.bench(scale, np.ones(4), **QUICK)
+    assert r.metadata["harness"]["git"]["commit"] == "deadbeef"
+    own = r.metadata["harness"]["kbench"]["git"]
+    assert own is None or own["commit"] != "deadbeef"
+
+
+def test_a_slow_git_status_keeps_the_commit(tmp_path, monkeypatch):
+    # the status timeout fell into the blanket except: the commit rev-parse found was lost
+    import shutil
+    from kbench import metadata
+    monkeypatch.delenv("KBENCH_GIT_COMMIT", raising=False)
+    repo = tmp_path / "repo"
+    head = _git_repo(repo)
+    wrapper = tmp_path / "bin" / "git"
+    wrapper.parent.mkdir()
+    wrapper.write_text(f'#!/bin/sh\n[ "$1" = status ] && sleep 5\nexec {shutil.which("git")} "$@"\n')
+    wrapper.chmod(0o755)
+    monkeypatch.setenv("PATH", f"{wrapper.parent}{os.pathsep}{os.environ['PATH']}")
+    info = metadata.git_info(str(repo), timeout=0.5)
+    assert info["commit"] == head and info["dirty"] is None
+    assert "git status took longer than 0.5 s" in info["dirty_why"]
