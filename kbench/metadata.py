@@ -14,7 +14,7 @@ UNKNOWN = "unknown"
 
 #: Environment variables recorded verbatim: those that change what a kernel or benchmark does.
 ENV_PREFIXES = ("KBENCH_", "CUDA_", "OMP_", "MKL_", "OPENBLAS_", "PYTORCH_", "TORCH_",
-                "TRITON_", "NVIDIA_")
+                "TRITON_", "NVIDIA_", "VLLM_", "FLASHINFER_")
 ENV_NAMES = ("CUBLAS_WORKSPACE_CONFIG", "LD_PRELOAD")
 # names of credentials: their values are never recorded
 _SECRET_NAME = re.compile(r"KEY|TOKEN|SECRET|PASSW|CREDENTIAL|AUTH", re.IGNORECASE)
@@ -209,6 +209,35 @@ def relevant_env(environ=None) -> dict:
             if k.startswith(ENV_PREFIXES) or k in ENV_NAMES}
 
 
+_FRAMEWORKS = ("torch", "triton", "cupy", "jax", "jaxlib", "ml_dtypes")
+
+
+def framework_info() -> dict:
+    """Versions of the frameworks this process has already imported (torch, triton, CuPy, JAX):
+    an upgrade changes their kernels. For torch also its CUDA/HIP and cuDNN versions and its
+    CPU thread counts (a CPU torch kernel's speed follows them). Imports nothing, never
+    initialises a GPU, never raises."""
+    out: dict = {}
+    for name in _FRAMEWORKS:
+        if sys.modules.get(name) is not None:
+            out[name] = package_version(name)
+    torch = sys.modules.get("torch")
+    if torch is not None:
+        for key, get in (("torch_cuda", lambda: torch.version.cuda),
+                         ("torch_hip", lambda: getattr(torch.version, "hip", None)),
+                         ("torch_cudnn", lambda: torch.backends.cudnn.version()
+                          if torch.backends.cudnn.is_available() else None),
+                         ("torch_num_threads", torch.get_num_threads),
+                         ("torch_num_interop_threads", torch.get_num_interop_threads)):
+            try:
+                value = get()
+            except Exception:       # a partial or mocked torch: record what can be read
+                continue
+            if value is not None:
+                out[key] = value if isinstance(value, (int, float)) else str(value)
+    return out
+
+
 def _platform_info() -> dict:
     try:
         import platform
@@ -239,8 +268,8 @@ def collect_host_metadata() -> dict:
 
     Keys: timestamp_utc, hostname, cpu_model, cpu_hypervisor, cpu_count, cpu_affinity, caches
     (list from sysfs), cache_sizes ({"L1d": bytes, ...}), system, release (kernel), machine,
-    platform, python_implementation, python_version, numpy_version, kbench_version, git (None or
-    {"commit", "dirty"}), argv, cwd, env.
+    platform, python_implementation, python_version, numpy_version, kbench_version, frameworks
+    (framework_info()), git (None or {"commit", "dirty"}), argv, cwd, env.
     """
     caches = cpu_caches()
     cores = logical_cores()
@@ -258,6 +287,7 @@ def collect_host_metadata() -> dict:
     meta["python_version"] = sys.version.split()[0]
     meta["numpy_version"] = package_version("numpy")
     meta["kbench_version"] = package_version("kbench")
+    meta["frameworks"] = framework_info()
     meta["git"] = git_info()
     meta["argv"] = command_line()
     try:

@@ -218,3 +218,34 @@ def test_a_slow_git_status_keeps_the_commit(tmp_path, monkeypatch):
     info = metadata.git_info(str(repo), timeout=0.5)
     assert info["commit"] == head and info["dirty"] is None
     assert "git status took longer than 0.5 s" in info["dirty_why"]
+
+
+def test_the_environment_is_recorded_per_result_not_per_process(monkeypatch):
+    # host metadata was cached per process: OMP_NUM_THREADS 1 then 4 recorded 1 twice
+    for v in ("1", "4"):
+        monkeypatch.setenv("OMP_NUM_THREADS", v)
+        monkeypatch.setenv("VLLM_ATTENTION_BACKEND", "X" + v)
+        env = kbench.bench(scale, np.ones(4), **QUICK).metadata["env"]
+        assert env["OMP_NUM_THREADS"] == v
+        assert env["VLLM_ATTENTION_BACKEND"] == "X" + v
+
+
+def test_frameworks_already_imported_are_recorded_with_each_result(monkeypatch):
+    # only numpy's and kbench's versions were recorded: a torch or triton upgrade went unseen
+    import types
+    from kbench import metadata
+    assert metadata.relevant_env({"FLASHINFER_LOGLEVEL": "1", "VLLM_API_KEY": "k"}) == \
+        {"FLASHINFER_LOGLEVEL": "1", "VLLM_API_KEY": metadata.SECRET_MASK}
+    monkeypatch.setitem(sys.modules, "kbench_fake_framework", types.ModuleType("x"))
+    monkeypatch.setattr(metadata, "_FRAMEWORKS", metadata._FRAMEWORKS + ("kbench_fake_framework",))
+    sys.modules["kbench_fake_framework"].__version__ = "9.9.9"
+    fw = kbench.bench(scale, np.ones(4), **QUICK).metadata["frameworks"]
+    assert fw["kbench_fake_framework"] == "9.9.9"
+
+
+def test_torch_version_and_threads_are_recorded():
+    torch = pytest.importorskip("torch")
+    r = kbench.bench(torch.mul, torch.ones(8), 2.0, **QUICK)
+    fw = r.metadata["frameworks"]
+    assert fw["torch"].split("+")[0] == torch.__version__.split("+")[0]
+    assert fw["torch_num_threads"] == torch.get_num_threads()
