@@ -249,3 +249,27 @@ def test_torch_version_and_threads_are_recorded():
     fw = r.metadata["frameworks"]
     assert fw["torch"].split("+")[0] == torch.__version__.split("+")[0]
     assert fw["torch_num_threads"] == torch.get_num_threads()
+
+
+def test_an_isolated_sweep_records_the_sweep_script_not_the_process_pool(tmp_path):
+    # the spawned worker's first frame outside kbench is concurrent/futures/process.py: it was
+    # recorded as the calling script, with the git of the interpreter's checkout
+    import subprocess
+    script = tmp_path / "iso.py"
+    script.write_text(
+        "import json, numpy as np, kbench\n"
+        "def case(n):\n"
+        "    return np.add, (np.ones(n), np.ones(n))\n"
+        "if __name__ == '__main__':\n"
+        "    s = kbench.sweep(case, axes={'n': [8]}, isolate=True, warmup_s=0.01,\n"
+        "                     max_time_s=0.05, cold_cache=None, memory=False)\n"
+        "    print(json.dumps(s.results[0].metadata['harness']['script']))\n")
+    env = dict(os.environ, PYTHONPATH=os.pathsep.join(
+        [os.path.dirname(os.path.dirname(os.path.abspath(kbench.__file__))),
+         os.environ.get("PYTHONPATH", "")]))
+    out = subprocess.run([sys.executable, str(script)], cwd=tmp_path, capture_output=True,
+                         text=True, env=env, timeout=120)
+    assert out.returncode == 0, out.stderr
+    got = json.loads(out.stdout.strip().splitlines()[-1])
+    assert got["path"] == str(script)
+    assert got["md5"] == md5_of(script)
