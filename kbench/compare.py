@@ -353,8 +353,31 @@ def compare(out: Any, ref: Any, rtol: Optional[float] = None, atol: Optional[flo
     rtol, atol = _tolerance("rtol", rtol), _tolerance("atol", atol)
     r = _core.compare(a, b, rtol, atol, equal_nan=bool(equal_nan),
                       out_kind=a_kind, ref_kind=b_kind)
+    if rtol == 0.0 and atol == 0.0 and a.dtype.kind in "iu" and b.dtype.kind in "iu" \
+            and max(a.dtype.itemsize, b.dtype.itemsize) == 8:
+        r = _exact_integers(a, b, r)
     return Comparison(rtol=float(rtol), atol=float(atol), equal_nan=bool(equal_nan),
                       out_dtype=a_name, ref_dtype=b_name, tolerance_source=source_text, **r)
+
+
+def _exact_integers(a: np.ndarray, b: np.ndarray, r: Dict[str, Any]) -> Dict[str, Any]:
+    """The C core reads values as doubles, which cannot tell 64-bit integers above 2**53
+    apart (2**63-1 vs 2**63-2, hashes, indices): at zero tolerances, count the elements that
+    differ as integers, and name the first of them as the worst when the doubles saw none."""
+    ne = np.not_equal(a, b)
+    n_bad = int(np.count_nonzero(ne))
+    if n_bad == r["n_bad"]:
+        return r
+    seen = not r["ok"]                  # the doubles found bad elements: their worst is one
+    r = dict(r, ok=False, n_bad=n_bad, frac_bad=n_bad / r["n"] if r["n"] else 0.0)
+    if seen:
+        return r
+    flat = int(np.flatnonzero(ne)[0])
+    index = tuple(int(i) for i in np.unravel_index(flat, ne.shape))
+    x, y = np.broadcast_arrays(a, b)
+    diff = np.abs(x[ne].astype(object) - y[ne].astype(object)).max()   # Python ints: exact
+    return dict(r, worst_flat_index=flat, worst_index=index, worst_out=int(x[index]),
+                worst_ref=int(y[index]), worst_tol=0.0, max_abs_err=float(diff))
 
 
 def _tolerance(what: str, v: Any) -> float:
