@@ -165,6 +165,11 @@ def _from_torch(t: Any) -> Tuple[np.ndarray, Optional[str], str]:
         return t.view(int_view).numpy().view(view), kind, kb_name
     if t.dtype.is_floating_point and name not in ("float64", "float32", "float16"):
         return t.to(torch.float64).numpy(), None, name     # float8 fnuz etc.
+    if t.dtype == getattr(torch, "complex32", None):
+        # numpy has no complex32: complex64 holds its fp16 parts exactly; compared at fp16's
+        # tolerances, as ml_dtypes' complex32 is
+        arr = t.to(torch.complex64).numpy()
+        return arr, None, "complex32"
     arr = t.numpy()
     return arr, None, _NUMPY_NAMES.get(arr.dtype.name, arr.dtype.name)
 
@@ -177,7 +182,13 @@ def _to_array(x: Any, what: str) -> Tuple[np.ndarray, Optional[str], str]:
                         f"returns nothing: pass the array it wrote")
     mod = type(x).__module__ or ""
     if mod.startswith("torch") and hasattr(x, "detach"):
-        return _from_torch(x)
+        try:
+            return _from_torch(x)
+        except TypeError as e:      # quantized: say which side and dtype (a GPU error stays)
+            raise TypeError(f"compare: {what} is a torch tensor of dtype {x.dtype} (layout "
+                            f"{getattr(x, 'layout', '?')}) that kbench cannot read as numbers "
+                            f"({e}); dequantize or convert it (.dequantize(), .to_dense(), "
+                            f".float()) first") from e
     if mod.startswith("cupy") and hasattr(x, "get"):
         return _from_numpy(x.get())
     if hasattr(x, "__dlpack__") and not isinstance(x, (np.generic, memoryview, bytes)):
@@ -387,7 +398,11 @@ def _tolerance(what: str, v: Any) -> float:
     if isinstance(v, (bool, np.bool_)) or not isinstance(v, numbers.Real):
         raise TypeError(f"compare: {what} must be a real number, got {type(v).__name__} "
                         f"({v!r:.60})")
-    return float(v)
+    try:
+        return float(v)
+    except OverflowError:       # an int past float's range: name the tolerance, as others do
+        raise ValueError(f"compare: {what} must be finite and >= 0, got an int too large for "
+                         f"a float ({str(v)[:20]}..., {len(str(v))} digits)") from None
 
 
 def assert_close(out: Any, ref: Any, rtol: Optional[float] = None,

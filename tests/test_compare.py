@@ -746,3 +746,28 @@ def test_torch_uint64_tensors_are_compared_exactly():
     c = compare(torch.tensor([2**63], dtype=torch.uint64),
                 torch.tensor([2**63 + 1], dtype=torch.uint64))
     assert not c.ok and c.n_bad == 1
+
+
+@pytest.mark.parametrize("what", ["rtol", "atol"])
+def test_a_huge_int_tolerance_is_refused_naming_it(what):
+    # float(10**400) raised "OverflowError: int too large to convert to float"
+    with pytest.raises(ValueError, match=f"compare: {what} must be finite and >= 0, got an "
+                                         f"int too large for a float"):
+        compare(np.ones(2), np.ones(2), **{"rtol": 0.0, "atol": 0.0, what: 10**400})
+
+
+def test_torch_complex32_is_compared_and_a_quantized_tensor_is_named():
+    # complex32 gave "Got unsupported ScalarType ComplexHalf" from t.numpy(), naming neither
+    # compare nor the side
+    torch = pytest.importorskip("torch")
+    a = torch.tensor([1 + 2j, 3 - 1j], dtype=torch.complex64).to(torch.complex32)
+    c = compare(a, a.clone())
+    assert c.ok and c.out_dtype == "complex32" and (c.rtol, c.atol) == DEFAULT_TOLERANCES["fp16"]
+    b = a.clone()
+    b[0] = 1 + 2.5j
+    c = compare(b, a)
+    assert not c.ok and c.worst_index == (0, 1) and c.max_abs_err == 0.5
+    q = torch.quantize_per_tensor(torch.ones(3), 0.1, 0, torch.quint8)
+    with pytest.raises(TypeError, match=r"compare: ref is a torch tensor of dtype torch.quint8 "
+                                        r".*dequantize"):
+        compare(torch.ones(3), q)
