@@ -200,6 +200,16 @@ def command_line(argv=None) -> list:
     return out
 
 
+def interpreter_command() -> dict:
+    """{"orig_argv", "executable"}: the interpreter's whole command line, masked as argv is --
+    sys.argv alone is ['-c'] for `python -O -c "..."`, keeping neither the code nor -O."""
+    out = {"executable": sys.executable or UNKNOWN}
+    orig = getattr(sys, "orig_argv", None)          # Python >= 3.10
+    if orig is not None:
+        out["orig_argv"] = command_line(orig)
+    return out
+
+
 def relevant_env(environ=None) -> dict:
     """The environment variables that change what kernels do (see ENV_PREFIXES, ENV_NAMES);
     the value of one whose name says it is a credential (NVIDIA_API_KEY, KBENCH_UPLOAD_TOKEN)
@@ -269,7 +279,8 @@ def collect_host_metadata() -> dict:
     Keys: timestamp_utc, hostname, cpu_model, cpu_hypervisor, cpu_count, cpu_affinity, caches
     (list from sysfs), cache_sizes ({"L1d": bytes, ...}), system, release (kernel), machine,
     platform, python_implementation, python_version, numpy_version, kbench_version, frameworks
-    (framework_info()), git (None or {"commit", "dirty"}), argv, cwd, env.
+    (framework_info()), git (None or {"commit", "dirty"}), argv, orig_argv (Python >= 3.10),
+    executable, cwd, env.
     """
     caches = cpu_caches()
     cores = logical_cores()
@@ -290,6 +301,7 @@ def collect_host_metadata() -> dict:
     meta["frameworks"] = framework_info()
     meta["git"] = git_info()
     meta["argv"] = command_line()
+    meta.update(interpreter_command())
     try:
         meta["cwd"] = os.getcwd()
     except OSError:

@@ -212,7 +212,8 @@ def test_a_slow_git_status_keeps_the_commit(tmp_path, monkeypatch):
     head = _git_repo(repo)
     wrapper = tmp_path / "bin" / "git"
     wrapper.parent.mkdir()
-    wrapper.write_text(f'#!/bin/sh\n[ "$1" = status ] && sleep 5\nexec {shutil.which("git")} "$@"\n')
+    wrapper.write_text(f'#!/bin/sh\n[ "$1" = status ] && sleep 5\n'
+                       f'exec {shutil.which("git")} "$@"\n')
     wrapper.chmod(0o755)
     monkeypatch.setenv("PATH", f"{wrapper.parent}{os.pathsep}{os.environ['PATH']}")
     info = metadata.git_info(str(repo), timeout=0.5)
@@ -273,3 +274,23 @@ def test_an_isolated_sweep_records_the_sweep_script_not_the_process_pool(tmp_pat
     got = json.loads(out.stdout.strip().splitlines()[-1])
     assert got["path"] == str(script)
     assert got["md5"] == md5_of(script)
+
+
+def test_the_interpreters_command_line_is_recorded(tmp_path):
+    # only sys.argv was recorded: ['-c'] for `python -O -c "..."`, neither the code nor -O
+    import subprocess
+    if sys.version_info < (3, 10):
+        pytest.skip("sys.orig_argv is Python >= 3.10")
+    code = ("import json, kbench; r = kbench.bench(abs, -1, warmup_s=0.01, max_time_s=0.02, "
+            "cold_cache=None, memory=False); m = r.metadata; "
+            "print(json.dumps([m['argv'], m['orig_argv'], m['executable']]))")
+    env = dict(os.environ, PYTHONPATH=os.pathsep.join(
+        [os.path.dirname(os.path.dirname(os.path.abspath(kbench.__file__))),
+         os.environ.get("PYTHONPATH", "")]))
+    out = subprocess.run([sys.executable, "-O", "-c", code, "--token=s3cr3t"], cwd=tmp_path,
+                         capture_output=True, text=True, env=env, timeout=120)
+    assert out.returncode == 0, out.stderr
+    argv, orig, exe = json.loads(out.stdout.strip().splitlines()[-1])
+    assert argv[0] == "-c"
+    assert orig[1:4] == ["-O", "-c", code] and orig[4].startswith("--token=<masked")
+    assert exe == sys.executable
