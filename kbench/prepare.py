@@ -424,6 +424,11 @@ def _is_scalar(x: Any) -> bool:
     return isinstance(x, (numbers.Number, np.generic))
 
 
+def _rows_of(x: Any, n: int) -> bool:
+    shape = getattr(x, "shape", None)
+    return not _is_seq(x) and shape is not None and len(shape) >= 1 and shape[0] == n
+
+
 def _pairs(out: Any, ref: Any, path: str, found: list) -> None:
     """Pair the outputs with the references, nested tuples and lists item by item; a tuple of
     numbers on either side is one array. ValueError when the two do not line up."""
@@ -433,6 +438,11 @@ def _pairs(out: Any, ref: Any, path: str, found: list) -> None:
         found.append((path, out, ref))
         return
     where = f" (at output {path})" if path else ""
+    # a stacked array against a sequence of its rows: what np.asarray of the sequence compared
+    if seq_out and _rows_of(ref, len(out)):
+        ref = [ref[i] for i in range(len(out))]
+    elif seq_ref and _rows_of(out, len(ref)):
+        out = [out[i] for i in range(len(ref))]
     if not (_is_seq(out) and _is_seq(ref)):
         what_out = f"{len(out)} outputs" if _is_seq(out) else f"one {type(out).__name__}"
         what_ref = f"{len(ref)}" if _is_seq(ref) else f"one {type(ref).__name__}"

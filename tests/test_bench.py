@@ -479,6 +479,10 @@ def test_tuple_outputs_that_do_not_pair_with_the_reference_say_so():
     assert kbench.bench(lambda: (a, 3), check=(a, 3), **FAST).correctness["ok"] is True
     r = kbench.bench(lambda: ((a, b), b), check=((a, b), b), **FAST)
     assert r.correctness["ok"] is True
+    # a list of arrays against their stack is compared row by row, as np.asarray did
+    assert kbench.bench(lambda: [a, a], check=np.stack([a, a]), **FAST).correctness["ok"]
+    with pytest.raises(AssertionError, match=r"output \(output 1 of 2\) does not"):
+        kbench.bench(lambda: np.stack([a, a]), check=[a, a + 1], **FAST)
     with pytest.raises(AssertionError, match=r"output \(output 0\[1\] of 2\) does not"):
         kbench.bench(lambda: ((a, b), b), check=((a, b + 1), b), **FAST)
 
