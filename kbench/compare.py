@@ -165,6 +165,11 @@ def _from_torch(t: Any) -> Tuple[np.ndarray, Optional[str], str]:
         return t.view(int_view).numpy().view(view), kind, kb_name
     if t.dtype.is_floating_point and name not in ("float64", "float32", "float16"):
         return t.to(torch.float64).numpy(), None, name     # float8 fnuz etc.
+    if t.dtype == getattr(torch, "complex32", None):
+        # numpy has no complex32: complex64 holds its fp16 parts exactly; compared at fp16's
+        # tolerances, as ml_dtypes' complex32 is
+        arr = t.to(torch.complex64).numpy()
+        return arr, None, "complex32"
     arr = t.numpy()
     return arr, None, _NUMPY_NAMES.get(arr.dtype.name, arr.dtype.name)
 
@@ -177,7 +182,13 @@ def _to_array(x: Any, what: str) -> Tuple[np.ndarray, Optional[str], str]:
                         f"returns nothing: pass the array it wrote")
     mod = type(x).__module__ or ""
     if mod.startswith("torch") and hasattr(x, "detach"):
-        return _from_torch(x)
+        try:
+            return _from_torch(x)
+        except TypeError as e:      # quantized: say which side and dtype (a GPU error stays)
+            raise TypeError(f"compare: {what} is a torch tensor of dtype {x.dtype} (layout "
+                            f"{getattr(x, 'layout', '?')}) that kbench cannot read as numbers "
+                            f"({e}); dequantize or convert it (.dequantize(), .to_dense(), "
+                            f".float()) first") from e
     if mod.startswith("cupy") and hasattr(x, "get"):
         return _from_numpy(x.get())
     if hasattr(x, "__dlpack__") and not isinstance(x, (np.generic, memoryview, bytes)):
@@ -353,8 +364,31 @@ def compare(out: Any, ref: Any, rtol: Optional[float] = None, atol: Optional[flo
     rtol, atol = _tolerance("rtol", rtol), _tolerance("atol", atol)
     r = _core.compare(a, b, rtol, atol, equal_nan=bool(equal_nan),
                       out_kind=a_kind, ref_kind=b_kind)
+    if rtol == 0.0 and atol == 0.0 and a.dtype.kind in "iu" and b.dtype.kind in "iu" \
+            and max(a.dtype.itemsize, b.dtype.itemsize) == 8:
+        r = _exact_integers(a, b, r)
     return Comparison(rtol=float(rtol), atol=float(atol), equal_nan=bool(equal_nan),
                       out_dtype=a_name, ref_dtype=b_name, tolerance_source=source_text, **r)
+
+
+def _exact_integers(a: np.ndarray, b: np.ndarray, r: Dict[str, Any]) -> Dict[str, Any]:
+    """The C core reads values as doubles, which cannot tell 64-bit integers above 2**53
+    apart (2**63-1 vs 2**63-2, hashes, indices): at zero tolerances, count the elements that
+    differ as integers, and name the first of them as the worst when the doubles saw none."""
+    ne = np.not_equal(a, b)
+    n_bad = int(np.count_nonzero(ne))
+    if n_bad == r["n_bad"]:
+        return r
+    seen = not r["ok"]                  # the doubles found bad elements: their worst is one
+    r = dict(r, ok=False, n_bad=n_bad, frac_bad=n_bad / r["n"] if r["n"] else 0.0)
+    if seen:
+        return r
+    flat = int(np.flatnonzero(ne)[0])
+    index = tuple(int(i) for i in np.unravel_index(flat, ne.shape))
+    x, y = np.broadcast_arrays(a, b)
+    diff = np.abs(x[ne].astype(object) - y[ne].astype(object)).max()   # Python ints: exact
+    return dict(r, worst_flat_index=flat, worst_index=index, worst_out=int(x[index]),
+                worst_ref=int(y[index]), worst_tol=0.0, max_abs_err=float(diff))
 
 
 def _tolerance(what: str, v: Any) -> float:
@@ -364,7 +398,11 @@ def _tolerance(what: str, v: Any) -> float:
     if isinstance(v, (bool, np.bool_)) or not isinstance(v, numbers.Real):
         raise TypeError(f"compare: {what} must be a real number, got {type(v).__name__} "
                         f"({v!r:.60})")
-    return float(v)
+    try:
+        return float(v)
+    except OverflowError:       # an int past float's range: name the tolerance, as others do
+        raise ValueError(f"compare: {what} must be finite and >= 0, got an int too large for "
+                         f"a float ({str(v)[:20]}..., {len(str(v))} digits)") from None
 
 
 def assert_close(out: Any, ref: Any, rtol: Optional[float] = None,

@@ -605,7 +605,9 @@ _host_md_cache: Dict[str, Dict[str, Any]] = {}
 
 def _metadata(device_name: str, r: Result, extra: Dict[str, Any]) -> Dict[str, Any]:
     """Host metadata, collected once per process and working directory (it runs git), with a
-    fresh timestamp and command line for every result."""
+    fresh timestamp, command line, environment, CPU affinity and framework versions for every
+    result: a sweep over OMP_/TRITON_ settings, or torch imported after the first bench, in one
+    process must record each result's own."""
     global _host_timer_cache
     import os
     import time
@@ -621,8 +623,16 @@ def _metadata(device_name: str, r: Result, extra: Dict[str, Any]) -> Dict[str, A
         from .provenance import git_cached
         md["git"] = git_cached(cwd)
     md["timestamp_utc"] = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())
-    from .metadata import command_line
-    md["argv"] = command_line()
+    try:
+        from .metadata import (command_line, framework_info, interpreter_command,
+                               logical_cores, relevant_env)
+        md["argv"] = command_line()
+        md.update(interpreter_command())
+        md["env"] = relevant_env()
+        md["frameworks"] = framework_info()
+        md["cpu_affinity"] = logical_cores()["affinity"]
+    except Exception as e:          # metadata must never lose a measurement
+        md["error"] = f"{type(e).__name__}: {e}"
     if _host_timer_cache is None:
         _host_timer_cache = _core.host_timer_info()
     md["host_timer"] = _host_timer_cache

@@ -14,7 +14,7 @@ UNKNOWN = "unknown"
 
 #: Environment variables recorded verbatim: those that change what a kernel or benchmark does.
 ENV_PREFIXES = ("KBENCH_", "CUDA_", "OMP_", "MKL_", "OPENBLAS_", "PYTORCH_", "TORCH_",
-                "TRITON_", "NVIDIA_")
+                "TRITON_", "NVIDIA_", "VLLM_", "FLASHINFER_")
 ENV_NAMES = ("CUBLAS_WORKSPACE_CONFIG", "LD_PRELOAD")
 # names of credentials: their values are never recorded
 _SECRET_NAME = re.compile(r"KEY|TOKEN|SECRET|PASSW|CREDENTIAL|AUTH", re.IGNORECASE)
@@ -137,14 +137,20 @@ def package_version(name: str) -> str:
     return str(getattr(module, "__version__", UNKNOWN)) if module is not None else UNKNOWN
 
 
-def git_info(cwd: str | None = None, timeout: float = 2.0) -> dict | None:
+def git_info(cwd: str | None = None, timeout: float = 2.0, project: bool = True) -> dict | None:
     """{"commit": sha, "dirty": bool} of the git work tree around ``cwd`` (default: the current
-    directory); None when it is not in one, git is missing, or git is too slow. Never raises.
+    directory); None when it is not in one, git is missing, or `git rev-parse` is too slow; a
+    `git status` too slow for ``timeout`` (a large monorepo) keeps the commit, with
+    {"dirty": None, "dirty_why"}. Never raises.
 
-    KBENCH_GIT_COMMIT, when set, is taken as the commit instead ({"commit", "dirty": None,
-    "source": "KBENCH_GIT_COMMIT"}): for a copy of a checkout whose .git lags or is absent
-    (a tree shipped to a GPU machine, a CI artifact)."""
-    given = os.environ.get("KBENCH_GIT_COMMIT", "").strip()
+    project=True (the project's checkout): an untracked file -- a kernel module not added yet --
+    makes it dirty, and the first untracked paths are listed under "untracked", since the
+    commit does not hold what was measured. KBENCH_GIT_COMMIT, when set, is taken as the commit
+    instead ({"commit", "dirty": None, "source": "KBENCH_GIT_COMMIT"}): for a copy of a
+    checkout whose .git lags or is absent (a tree shipped to a GPU machine, a CI artifact).
+    project=False (kbench's own checkout): the variable names the project's commit, not
+    kbench's, and untracked files are its build outputs, so neither applies."""
+    given = os.environ.get("KBENCH_GIT_COMMIT", "").strip() if project else ""
     if given:
         return {"commit": given, "dirty": None, "source": "KBENCH_GIT_COMMIT"}
     try:
@@ -157,9 +163,23 @@ def git_info(cwd: str | None = None, timeout: float = 2.0) -> dict | None:
         head = git("rev-parse", "HEAD")
         if head.returncode != 0:
             return None
-        status = git("status", "--porcelain", "--untracked-files=no")
-        dirty = bool(status.stdout.strip()) if status.returncode == 0 else None
-        return {"commit": head.stdout.strip(), "dirty": dirty}
+        commit = head.stdout.strip()
+        try:
+            status = git("status", "--porcelain",
+                         "--untracked-files=" + ("normal" if project else "no"))
+        except subprocess.TimeoutExpired:
+            return {"commit": commit, "dirty": None,
+                    "dirty_why": f"git status took longer than {timeout:g} s"}
+        if status.returncode != 0:
+            return {"commit": commit, "dirty": None,
+                    "dirty_why": f"git status failed: {status.stderr.strip()[:200]}"}
+        lines = status.stdout.splitlines()
+        info = {"commit": commit, "dirty": bool(lines)}
+        untracked = [line[3:] for line in lines if line.startswith("?? ")]
+        if untracked:
+            info["untracked"] = untracked[:10] + ([f"... {len(untracked) - 10} more"]
+                                                  if len(untracked) > 10 else [])
+        return info
     except Exception:          # FileNotFoundError (no git), TimeoutExpired, OSError, ...
         return None
 
@@ -180,6 +200,16 @@ def command_line(argv=None) -> list:
     return out
 
 
+def interpreter_command() -> dict:
+    """{"orig_argv", "executable"}: the interpreter's whole command line, masked as argv is --
+    sys.argv alone is ['-c'] for `python -O -c "..."`, keeping neither the code nor -O."""
+    out = {"executable": sys.executable or UNKNOWN}
+    orig = getattr(sys, "orig_argv", None)          # Python >= 3.10
+    if orig is not None:
+        out["orig_argv"] = command_line(orig)
+    return out
+
+
 def relevant_env(environ=None) -> dict:
     """The environment variables that change what kernels do (see ENV_PREFIXES, ENV_NAMES);
     the value of one whose name says it is a credential (NVIDIA_API_KEY, KBENCH_UPLOAD_TOKEN)
@@ -187,6 +217,35 @@ def relevant_env(environ=None) -> dict:
     environ = os.environ if environ is None else environ
     return {k: SECRET_MASK if _SECRET_NAME.search(k) else environ[k] for k in sorted(environ)
             if k.startswith(ENV_PREFIXES) or k in ENV_NAMES}
+
+
+_FRAMEWORKS = ("torch", "triton", "cupy", "jax", "jaxlib", "ml_dtypes")
+
+
+def framework_info() -> dict:
+    """Versions of the frameworks this process has already imported (torch, triton, CuPy, JAX):
+    an upgrade changes their kernels. For torch also its CUDA/HIP and cuDNN versions and its
+    CPU thread counts (a CPU torch kernel's speed follows them). Imports nothing, never
+    initialises a GPU, never raises."""
+    out: dict = {}
+    for name in _FRAMEWORKS:
+        if sys.modules.get(name) is not None:
+            out[name] = package_version(name)
+    torch = sys.modules.get("torch")
+    if torch is not None:
+        for key, get in (("torch_cuda", lambda: torch.version.cuda),
+                         ("torch_hip", lambda: getattr(torch.version, "hip", None)),
+                         ("torch_cudnn", lambda: torch.backends.cudnn.version()
+                          if torch.backends.cudnn.is_available() else None),
+                         ("torch_num_threads", torch.get_num_threads),
+                         ("torch_num_interop_threads", torch.get_num_interop_threads)):
+            try:
+                value = get()
+            except Exception:       # a partial or mocked torch: record what can be read
+                continue
+            if value is not None:
+                out[key] = value if isinstance(value, (int, float)) else str(value)
+    return out
 
 
 def _platform_info() -> dict:
@@ -219,8 +278,9 @@ def collect_host_metadata() -> dict:
 
     Keys: timestamp_utc, hostname, cpu_model, cpu_hypervisor, cpu_count, cpu_affinity, caches
     (list from sysfs), cache_sizes ({"L1d": bytes, ...}), system, release (kernel), machine,
-    platform, python_implementation, python_version, numpy_version, kbench_version, git (None or
-    {"commit", "dirty"}), argv, cwd, env.
+    platform, python_implementation, python_version, numpy_version, kbench_version, frameworks
+    (framework_info()), git (None or {"commit", "dirty"}), argv, orig_argv (Python >= 3.10),
+    executable, cwd, env.
     """
     caches = cpu_caches()
     cores = logical_cores()
@@ -238,8 +298,10 @@ def collect_host_metadata() -> dict:
     meta["python_version"] = sys.version.split()[0]
     meta["numpy_version"] = package_version("numpy")
     meta["kbench_version"] = package_version("kbench")
+    meta["frameworks"] = framework_info()
     meta["git"] = git_info()
     meta["argv"] = command_line()
+    meta.update(interpreter_command())
     try:
         meta["cwd"] = os.getcwd()
     except OSError:

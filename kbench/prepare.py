@@ -259,40 +259,79 @@ def named_output(args: Tuple[Any, ...], kwargs: Dict[str, Any],
 
 def poison(out: Any) -> bool:
     """Fill an output with NaN (integers with a -7 pattern) so an output the callable never
-    wrote cannot pass the check: writeable NumPy float and integer arrays (bool has no value
-    to spare), torch tensors and CuPy arrays. True when it was filled."""
+    wrote cannot pass the check: writeable NumPy float, complex and integer arrays, ml_dtypes
+    ones (bfloat16, float8 ...), torch tensors on any device, CuPy arrays, each of a tuple or
+    list of them (bool has no value to spare). True when anything was filled."""
+    if isinstance(out, (tuple, list)):
+        return any([poison(o) for o in out])
     if isinstance(out, np.ndarray):
-        if not out.flags.writeable or out.dtype.kind not in "fiu":
-            return False
-        if out.dtype.kind == "u":
-            out.fill(np.iinfo(out.dtype).max - 6)      # -7 in two's complement, as on the GPU
-        else:
-            out.fill(np.nan if out.dtype.kind == "f" else -7)
-        return True
+        return out.flags.writeable and _poison_numpy(out)
+    torch = sys.modules.get("torch")
+    if torch is not None and isinstance(out, torch.Tensor):
+        return poison_gpu(out)          # CPU tensors too: poison_gpu fills any tensor
     return out is not None and is_gpu_object(out) and poison_gpu(out)
 
 
+def _poison_numpy(out: np.ndarray) -> bool:
+    dt = out.dtype
+    if dt.kind in "fc":
+        out.fill(complex(np.nan, np.nan) if dt.kind == "c" else np.nan)
+        return True
+    if dt.kind == "u":
+        out.fill(np.iinfo(dt).max - 6)      # -7 in two's complement, as on the GPU
+        return True
+    if dt.kind == "i":
+        out.fill(-7)
+        return True
+    if dt.kind != "V" or dt.fields is not None or \
+            getattr(dt.type, "__module__", "") != "ml_dtypes":
+        return False                        # bool, str, records: nothing to spare
+    ml = sys.modules.get("ml_dtypes")
+    try:
+        info = ml.finfo(dt)                 # bfloat16, float8, float6, float4 ...
+    except Exception:                       # noqa: BLE001 -- not a float: int4, uint4, int2
+        info = None
+    if info is not None:
+        probe = np.full(1, np.nan, dtype=dt)
+        # a format without NaN (float4_e2m1fn) stores NaN as -0, a value outputs often hold
+        out.fill(np.nan if np.isnan(probe.astype(np.float32))[0] else float(info.max))
+        return True
+    try:
+        lo, hi = int(ml.iinfo(dt).min), int(ml.iinfo(dt).max)
+    except Exception:                       # noqa: BLE001 -- an ml_dtypes type not known here
+        return False
+    out.fill(-7 if lo <= -7 else (hi - 6 if lo == 0 and hi >= 6 else lo))
+    return True
+
+
 def poison_gpu(obj: Any) -> bool:
-    """Fill a torch tensor (a ROCm torch's too) or a CuPy array with NaN, integers with a
-    pattern, each of a tuple or list of them; False where nothing was (the GPU backends'
-    outputs are never host arrays)."""
+    """Fill a torch tensor (a ROCm torch's too, or a CPU one) or a CuPy array with NaN,
+    integers with a pattern, each of a tuple or list of them; False where nothing was (the
+    GPU backends' outputs are never host arrays)."""
     if isinstance(obj, (tuple, list)):
         return any([poison_gpu(o) for o in obj])
     torch = sys.modules.get("torch")
     if torch is not None and isinstance(obj, torch.Tensor):
-        if obj.is_floating_point():
-            obj.fill_(float("nan"))
-        else:
-            obj.fill_(-7)
+        with torch.no_grad():               # a leaf that requires grad refuses fill_ otherwise
+            if obj.is_floating_point():
+                obj.fill_(float("nan"))
+            elif obj.is_complex():
+                obj.fill_(complex(float("nan"), float("nan")))
+            else:
+                obj.fill_(-7)
         return True
     if type(obj).__module__.startswith("cupy") and hasattr(obj, "fill"):
-        obj.fill(np.nan if obj.dtype.kind == "f" else -7)
+        obj.fill(np.nan if obj.dtype.kind in "fc" else -7)
         return True
     return False
 
 
 def _copy_of(x: Any) -> Any:
-    """x's values in new memory (NumPy, torch, CuPy arrays), or None for anything else."""
+    """x's values in new memory (NumPy, torch, CuPy arrays, a tuple or list of them), or None
+    for anything else (a tuple or list with anything else in it too)."""
+    if isinstance(x, (tuple, list)):
+        items = [_copy_of(o) for o in x]
+        return None if any(o is None for o in items) else _same_sequence(x, items)
     if isinstance(x, np.ndarray):
         return x.copy()
     torch = sys.modules.get("torch")
@@ -303,13 +342,48 @@ def _copy_of(x: Any) -> Any:
     return None
 
 
+def _same_sequence(like: Any, items: list) -> Any:
+    """items as a sequence of like's type: a list, a tuple, a namedtuple or torch's topk
+    result; a plain tuple where the type cannot be rebuilt."""
+    if isinstance(like, list):
+        return items
+    try:
+        return type(like)(*items) if hasattr(like, "_fields") else type(like)(items)
+    except Exception:                       # noqa: BLE001 -- a tuple subclass of its own
+        return tuple(items)
+
+
 def _restore(x: Any, saved: Any) -> None:
-    if isinstance(x, np.ndarray):
+    if isinstance(x, (tuple, list)):
+        for o, s in zip(x, saved):
+            _restore(o, s)
+    elif isinstance(x, np.ndarray):
         np.copyto(x, saved)
     elif hasattr(x, "copy_"):           # torch
-        x.copy_(saved)
+        torch = sys.modules.get("torch")
+        with torch.no_grad():
+            x.copy_(saved)
     else:                               # CuPy
         x[...] = saved
+
+
+def _detached(ref: Any, inputs: list, name: str) -> Any:
+    """ref with each part that shares memory with an argument copied (fn may overwrite the
+    argument); a tuple or list part by part. A part that cannot be copied is kept, with a
+    warning: the check then reads whatever fn leaves there."""
+    if isinstance(ref, (tuple, list)):
+        return _same_sequence(ref, [_detached(r, inputs, name) for r in ref])
+    if not any(shares_memory(ref, a) for a in inputs):
+        return ref
+    copy = _copy_of(ref)
+    if copy is None:
+        import warnings
+        warnings.warn(f"kbench.bench({name}): the check= reference ({type(ref).__name__}) "
+                      f"shares memory with an argument and kbench cannot copy it, so it is "
+                      f"compared as fn leaves it; return a copy from the check= callable",
+                      RuntimeWarning, stacklevel=4)
+        return ref
+    return copy
 
 
 def _returned_none(name: str, args: Tuple[Any, ...], kwargs: Dict[str, Any]) -> TypeError:
@@ -339,28 +413,69 @@ def _reference(check: Any, args: Tuple[Any, ...], kwargs: Dict[str, Any], name: 
         raise TypeError(f"kbench.bench({name}): the check= callable returned None; it must "
                         f"return the reference output, computed from fn's positional "
                         f"arguments; nothing was timed")
-    if any(shares_memory(ref, a) for a in list(args) + list(kwargs.values())):
-        ref = _copy_of(ref)
-    return ref
+    return _detached(ref, list(args) + list(kwargs.values()), name)
+
+
+def _is_seq(x: Any) -> bool:
+    return isinstance(x, (tuple, list))
+
+
+def _is_scalar(x: Any) -> bool:
+    return isinstance(x, (numbers.Number, np.generic))
+
+
+def _rows_of(x: Any, n: int) -> bool:
+    shape = getattr(x, "shape", None)
+    return not _is_seq(x) and shape is not None and len(shape) >= 1 and shape[0] == n
+
+
+def _pairs(out: Any, ref: Any, path: str, found: list) -> None:
+    """Pair the outputs with the references, nested tuples and lists item by item; a tuple of
+    numbers on either side is one array. ValueError when the two do not line up."""
+    seq_out = _is_seq(out) and not all(_is_scalar(o) for o in out)
+    seq_ref = _is_seq(ref) and not all(_is_scalar(r) for r in ref)
+    if not (seq_out or seq_ref):
+        found.append((path, out, ref))
+        return
+    where = f" (at output {path})" if path else ""
+    # a stacked array against a sequence of its rows: what np.asarray of the sequence compared
+    if seq_out and _rows_of(ref, len(out)):
+        ref = [ref[i] for i in range(len(out))]
+    elif seq_ref and _rows_of(out, len(ref)):
+        out = [out[i] for i in range(len(ref))]
+    if not (_is_seq(out) and _is_seq(ref)):
+        what_out = f"{len(out)} outputs" if _is_seq(out) else f"one {type(out).__name__}"
+        what_ref = f"{len(ref)}" if _is_seq(ref) else f"one {type(ref).__name__}"
+        raise ValueError(f"kbench check: fn returned {what_out}{where}, the reference (check=) "
+                         f"has {what_ref}: return the same structure from both")
+    if len(out) != len(ref):
+        raise ValueError(f"kbench check: fn returned {len(out)} outputs{where}, the reference "
+                         f"(check=) has {len(ref)}: return the same number from both")
+    for i, (o, r) in enumerate(zip(out, ref)):
+        _pairs(o, r, f"{path}[{i}]" if path else str(i), found)
 
 
 def compare_outputs(out: Any, ref: Any, rtol: Any, atol: Any) -> Tuple[Any, str]:
     """(Comparison, which output) of out against ref; a tuple or list of arrays or tensors
-    (topk's values and indices, a fused op's out and residual) is compared output by output --
-    numpy cannot stack GPU tensors, nor arrays of different shapes -- and the failing one (or
-    the one closest to its limit) is named."""
-    if not (isinstance(out, (tuple, list)) and isinstance(ref, (tuple, list))
-            and len(out) == len(ref) > 1 and all(hasattr(o, "shape") for o in out)):
+    (topk's values and indices, a fused op's out and residual), nested ones too, is compared
+    output by output -- numpy cannot stack GPU tensors, nor arrays of different shapes -- and
+    the failing one (or the one closest to its limit) is named. ValueError when the outputs
+    and references do not pair up (2 outputs, 3 references)."""
+    pairs: list = []
+    _pairs(out, ref, "", pairs)
+    if len(pairs) == 1 and not pairs[0][0]:
         return compare(out, ref, rtol=rtol, atol=atol), ""
+    n = len(out)
     worst, which, margin = None, "", -1.0
-    for i, (o, r) in enumerate(zip(out, ref)):
+    for path, o, r in pairs:
         c = compare(o, r, rtol=rtol, atol=atol)
+        label = f"output {path} of {n}"
         if not c.ok:
-            return c, f"output {i} of {len(out)}"
+            return c, label
         m = (abs(c.worst_out - c.worst_ref) / c.worst_tol
              if c.worst_index is not None and c.worst_tol else 0.0)
         if worst is None or m > margin:
-            worst, which, margin = c, f"output {i} of {len(out)}", m
+            worst, which, margin = c, label, m
     return worst, which
 
 
@@ -400,7 +515,24 @@ def check_before_timing(fn, args, kwargs, check, rtol, atol, name,
         saved = _copy_of(target)
     except Exception:       # noqa: BLE001 -- no memory for a second copy of a huge output:
         saved = None        # checked as before, poisoned, without the in-place retry
-    poisoned = poison(target)
+    try:
+        poisoned = poison(target)
+        return _check_poisoned(fn, args, kwargs, ref, rtol, atol, name, named, out_arg,
+                               target, saved, poisoned)
+    except BaseException as e:
+        # poison, fn, the compare or a failed check raised: the caller's output (an in-place
+        # input) gets back what it held, not the poison nor half of fn's writes
+        if saved is not None:
+            try:
+                _restore(target, saved)
+            except Exception as r:      # noqa: BLE001 -- the first error is the one to see
+                _note(e, f"kbench could not restore the output's contents after it: "
+                         f"{type(r).__name__}: {r}")
+        raise
+
+
+def _check_poisoned(fn, args, kwargs, ref, rtol, atol, name, named, out_arg, target, saved,
+                    poisoned):
     out = _call_for_check(fn, args, kwargs, name, named, out_arg)
     cmp, which = compare_outputs(out, ref, rtol, atol)
     if cmp.ok:
@@ -409,7 +541,7 @@ def check_before_timing(fn, args, kwargs, check, rtol, atol, name,
         raise _failed(name, cmp, which)
     _restore(target, saved)
     out = _call_for_check(fn, args, kwargs, name, named, out_arg)
-    unchanged = compare(target, saved, rtol=0.0, atol=0.0, equal_nan=True).ok
+    unchanged = _unchanged(target, saved)
     if unchanged:
         raise _failed(name, cmp, which, " The output was filled with NaN (integers: -7) before "
                       "the call, so that one the callable never writes cannot pass; called "
@@ -420,6 +552,12 @@ def check_before_timing(fn, args, kwargs, check, rtol, atol, name,
                       "first call on a poisoned output did not match either.)")
     # in place: the output is an input too, so poisoning it fed the poison in
     return dict(cmp2.to_dict(), output=which2 or None, in_place=True)
+
+
+def _unchanged(target: Any, saved: Any) -> bool:
+    if isinstance(target, (tuple, list)):
+        return all(_unchanged(t, s) for t, s in zip(target, saved))
+    return compare(target, saved, rtol=0.0, atol=0.0, equal_nan=True).ok
 
 
 def _note(e: BaseException, text: str) -> None:

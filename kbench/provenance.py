@@ -25,7 +25,7 @@ from typing import Any, Dict, List, Optional, Tuple
 
 _PKG_DIR = os.path.dirname(os.path.abspath(__file__))
 _md5_cache: Dict[Tuple[str, int, int], str] = {}
-_git_cache: Dict[str, Tuple[float, Any]] = {}
+_git_cache: Dict[Tuple[str, bool], Tuple[float, Any]] = {}
 GIT_CACHE_S = 5.0       # a sweep's cases share one `git status`; an edit shows within seconds
 
 
@@ -49,23 +49,35 @@ def md5_file(path: str) -> Optional[str]:
         return None
 
 
-def git_cached(directory: str) -> Any:
-    """metadata.git_info(directory), re-read at most every GIT_CACHE_S."""
+def git_cached(directory: str, project: bool = True) -> Any:
+    """metadata.git_info(directory, project=project), re-read at most every GIT_CACHE_S."""
     now = time.monotonic()
-    hit = _git_cache.get(directory)
+    hit = _git_cache.get((directory, project))
     if hit is None or now - hit[0] > GIT_CACHE_S:
         from .metadata import git_info
-        hit = (now, git_info(directory))
-        _git_cache[directory] = hit
+        hit = (now, git_info(directory, project=project))
+        _git_cache[(directory, project)] = hit
     return hit[1]
 
 
-def caller_frame(skip_dirs: Tuple[str, ...] = (_PKG_DIR,)) -> Any:
-    """The innermost frame whose code is not in kbench (nor in skip_dirs); None if none."""
+# The standard library's process-pool machinery: in sweep(isolate=True)'s spawned worker it is
+# the first frame outside kbench, and was recorded as the calling script (with the git of
+# whatever checkout holds the interpreter).
+_STDLIB = os.path.dirname(os.path.abspath(os.__file__))
+_POOL_DIRS = tuple(os.path.join(_STDLIB, d) for d in ("concurrent", "multiprocessing"))
+
+
+def caller_frame(skip_dirs: Tuple[str, ...] = (_PKG_DIR,),
+                 stop_dirs: Tuple[str, ...] = _POOL_DIRS) -> Any:
+    """The innermost frame whose code is not in kbench (nor in skip_dirs); None if none, or if
+    a frame of stop_dirs (a process pool's worker loop) comes first: the caller is then in
+    another process, and the frames below are the spawn bootstrap's."""
     f = sys._getframe(1)
     while f is not None:
         fname = os.path.abspath(f.f_code.co_filename) if not f.f_code.co_filename.startswith("<") \
             else f.f_code.co_filename
+        if any(fname.startswith(d + os.sep) for d in stop_dirs):
+            return None
         if not any(fname.startswith(d + os.sep) for d in skip_dirs):
             return f
         f = f.f_back
@@ -110,6 +122,22 @@ def script_of(frame: Any) -> Dict[str, Any]:
                 "why": "code without a file (exec, -c or an interactive prompt)"}
     path = os.path.abspath(filename)
     return {"path": path, "md5": md5_file(path), "line": frame.f_lineno}
+
+
+def _worker_main_script() -> Optional[Dict[str, Any]]:
+    """In a multiprocessing child (sweep(isolate=True)'s worker) with no caller of its own: the
+    parent's main script, which spawn re-imports as __mp_main__ (fork inherits __main__).
+    Its md5 still tells an edited sweep script apart; the line that called is the parent's."""
+    mp = sys.modules.get("multiprocessing")
+    if mp is None or mp.parent_process() is None:
+        return None
+    main = sys.modules.get("__mp_main__") or sys.modules.get("__main__")
+    path = getattr(main, "__file__", None)
+    if not isinstance(path, str):
+        return None
+    path = os.path.abspath(path)
+    return {"path": path, "md5": md5_file(path), "line": None,
+            "via": "a worker process: the parent's main script"}
 
 
 def callable_info(fn: Any) -> Dict[str, Any]:
@@ -177,7 +205,7 @@ def kbench_info() -> Dict[str, Any]:
     from ._version import __version__
     from ._build import build_info
     return {"version": __version__, "build": build_info(), "path": _PKG_DIR,
-            "git": git_cached(_PKG_DIR)}
+            "git": git_cached(_PKG_DIR, project=False)}     # not KBENCH_GIT_COMMIT's
 
 
 def collect(fn: Any, args: Tuple[Any, ...], kwargs: Dict[str, Any]) -> Dict[str, Any]:
@@ -185,7 +213,7 @@ def collect(fn: Any, args: Tuple[Any, ...], kwargs: Dict[str, Any]) -> Dict[str,
     out: Dict[str, Any] = {}
     try:
         frame = caller_frame()
-        out["script"] = script_of(frame)
+        out["script"] = (frame is None and _worker_main_script()) or script_of(frame)
         path = out["script"].get("path")
         out["git"] = git_cached(os.path.dirname(path) if path and os.path.isabs(path)
                                 else os.getcwd())

@@ -407,6 +407,86 @@ def test_outputs_of_different_shapes_are_compared_one_by_one():
         kbench.bench(lambda: (a, b), check=(a.copy(), b + 1.0), **FAST)
 
 
+@pytest.mark.parametrize("dtype", ["complex64", "complex128", "bfloat16", "float8_e4m3fn",
+                                   "float8_e5m2", "float4_e2m1fn", "int4", "uint4"])
+def test_complex_and_ml_dtypes_outputs_are_poisoned_too(dtype):
+    # complex (kind 'c') and ml_dtypes (kind 'V') outputs were never poisoned: one holding
+    # the right answer from an earlier run passed check= though fn never wrote it
+    if dtype.startswith("complex"):
+        dt = np.dtype(dtype)
+    else:
+        dt = np.dtype(getattr(pytest.importorskip("ml_dtypes"), dtype))
+    ref = np.arange(4).astype(dt)
+    out = ref.copy()
+    tol = dict(rtol=0, atol=0) if dtype in ("float4_e2m1fn", "int4", "uint4") else {}
+    with pytest.raises(AssertionError, match="filled with NaN"):
+        kbench.bench(lambda x, o: None, ref, out, out_arg=1, check=ref, **tol, **FAST)
+    np.testing.assert_array_equal(out.astype(np.complex128), ref.astype(np.complex128))
+
+
+@pytest.mark.parametrize("dtype", ["float32", "bfloat16", "int64", "complex64"])
+def test_cpu_torch_outputs_are_poisoned_too(dtype):
+    # only GPU tensors were poisoned: a CPU tensor's stale right answer passed the check
+    torch = pytest.importorskip("torch")
+    ref = torch.arange(8).to(getattr(torch, dtype))
+    out = ref.clone()
+    with pytest.raises(AssertionError, match="filled with NaN"):
+        kbench.bench(lambda x, out: None, ref, kwargs={"out": out}, check=ref, **FAST)
+    assert torch.equal(out, ref)                     # the caller's contents, put back
+
+
+def test_a_tuple_reference_holding_a_view_of_an_argument_is_copied_item_by_item():
+    # the reference shared memory with x, so it was copied -- and a tuple's copy was None:
+    # "compare: ref is None" refused a correct kernel
+    x = np.arange(8.0)
+    r = kbench.bench(lambda x: (x * 2, x), x, check=lambda x: (x * 2, x), **FAST)
+    assert r.correctness["ok"] is True
+    # the view is copied before fn overwrites it: an in-place reversal checks against v[::-1]
+    v = np.arange(1.0, 5.0)
+    r = kbench.bench(lambda v: (np.copyto(v, v[::-1].copy()), v)[1:], v,
+                     check=lambda v: (v[::-1],), **FAST)
+    assert r.correctness["ok"] is True
+
+
+def test_the_callers_output_is_restored_when_the_check_raises():
+    # the output was poisoned, then fn (or the compare) raised: it was left full of NaN
+    x, residual = np.ones(4), np.arange(4.0)
+
+    def fused_add(x, out):
+        if x.dtype != np.float32:
+            raise TypeError("kernel wants float32")
+        out += x
+
+    with pytest.raises(TypeError, match="kernel wants float32"):
+        kbench.bench(fused_add, x, kwargs={"out": residual}, check=np.arange(4.0) + 1, **FAST)
+    np.testing.assert_array_equal(residual, np.arange(4.0))
+    with pytest.raises(ValueError):                  # a reference of the wrong shape
+        kbench.bench(lambda x, out: None, x, kwargs={"out": residual}, check=np.zeros(5),
+                     **FAST)
+    np.testing.assert_array_equal(residual, np.arange(4.0))
+
+
+def test_tuple_outputs_that_do_not_pair_with_the_reference_say_so():
+    # numpy's "inhomogeneous shape" error came out, naming neither kbench nor the check
+    a, b = np.ones(4), np.arange(3.0)
+    with pytest.raises(ValueError, match=r"fn returned 2 outputs, the reference \(check=\) "
+                                         r"has 3"):
+        kbench.bench(lambda: (a, b), check=(a, b, b), **FAST)
+    with pytest.raises(ValueError, match=r"fn returned one ndarray, the reference .* has 2"):
+        kbench.bench(lambda: a, check=(a, b), **FAST)
+    with pytest.raises(ValueError, match=r"returned 2 outputs \(at output 0\), .* has 1"):
+        kbench.bench(lambda: ((a, b), b), check=((a,), b), **FAST)
+    assert kbench.bench(lambda: (a, 3), check=(a, 3), **FAST).correctness["ok"] is True
+    r = kbench.bench(lambda: ((a, b), b), check=((a, b), b), **FAST)
+    assert r.correctness["ok"] is True
+    # a list of arrays against their stack is compared row by row, as np.asarray did
+    assert kbench.bench(lambda: [a, a], check=np.stack([a, a]), **FAST).correctness["ok"]
+    with pytest.raises(AssertionError, match=r"output \(output 1 of 2\) does not"):
+        kbench.bench(lambda: np.stack([a, a]), check=[a, a + 1], **FAST)
+    with pytest.raises(AssertionError, match=r"output \(output 0\[1\] of 2\) does not"):
+        kbench.bench(lambda: ((a, b), b), check=((a, b + 1), b), **FAST)
+
+
 def test_out_arg_wins_over_a_returned_value():
     x = np.ones(8)
     out = np.empty(8)

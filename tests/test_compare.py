@@ -721,3 +721,53 @@ def test_a_tolerance_that_is_not_a_real_number_is_named(given):
         compare(np.ones(2), np.ones(2), rtol=given, atol=0.0)
     assert compare(np.ones(2), np.ones(2), rtol=np.float32(1e-3), atol=0).rtol == \
         pytest.approx(1e-3)
+
+
+def test_64_bit_integers_are_compared_exactly_at_zero_tolerance():
+    # read as doubles, 2**63-1 and 2**63-2 (and 2**53+1, 2**53) compared equal: ok=True
+    c = compare(np.array([2**63 - 1]), np.array([2**63 - 2]))
+    assert not c.ok and c.n_bad == 1 and c.max_abs_err == 1.0
+    assert (c.worst_out, c.worst_ref, c.worst_index) == (2**63 - 1, 2**63 - 2, (0,))
+    assert "out=9223372036854775807 ref=9223372036854775806 |out-ref|=1" in c.report()
+    c = compare(np.array([[2**53 + 1, 5], [3, 2**53 + 1]]), np.array([[2**53, 5], [3, 2**53 + 1]]))
+    assert not c.ok and c.n_bad == 1 and c.worst_index == (0, 0)
+    u = np.array([2**63, 2**63 + 1], np.uint64)
+    c = compare(u, np.array([2**63 + 1, 2**63 + 1], np.uint64))
+    assert c.n_bad == 1 and c.frac_bad == 0.5 and c.worst_index == (0,)
+    assert compare(u, u.copy()).ok
+    # an explicit tolerance keeps the documented double rule
+    assert compare(np.array([2**63 - 1]), np.array([2**63 - 2]), rtol=0, atol=1).ok
+
+
+def test_torch_uint64_tensors_are_compared_exactly():
+    torch = pytest.importorskip("torch")
+    if not hasattr(torch, "uint64"):
+        pytest.skip("torch without uint64")
+    c = compare(torch.tensor([2**63], dtype=torch.uint64),
+                torch.tensor([2**63 + 1], dtype=torch.uint64))
+    assert not c.ok and c.n_bad == 1
+
+
+@pytest.mark.parametrize("what", ["rtol", "atol"])
+def test_a_huge_int_tolerance_is_refused_naming_it(what):
+    # float(10**400) raised "OverflowError: int too large to convert to float"
+    with pytest.raises(ValueError, match=f"compare: {what} must be finite and >= 0, got an "
+                                         f"int too large for a float"):
+        compare(np.ones(2), np.ones(2), **{"rtol": 0.0, "atol": 0.0, what: 10**400})
+
+
+def test_torch_complex32_is_compared_and_a_quantized_tensor_is_named():
+    # complex32 gave "Got unsupported ScalarType ComplexHalf" from t.numpy(), naming neither
+    # compare nor the side
+    torch = pytest.importorskip("torch")
+    a = torch.tensor([1 + 2j, 3 - 1j], dtype=torch.complex64).to(torch.complex32)
+    c = compare(a, a.clone())
+    assert c.ok and c.out_dtype == "complex32" and (c.rtol, c.atol) == DEFAULT_TOLERANCES["fp16"]
+    b = a.clone()
+    b[0] = 1 + 2.5j
+    c = compare(b, a)
+    assert not c.ok and c.worst_index == (0, 1) and c.max_abs_err == 0.5
+    q = torch.quantize_per_tensor(torch.ones(3), 0.1, 0, torch.quint8)
+    with pytest.raises(TypeError, match=r"compare: ref is a torch tensor of dtype torch.quint8 "
+                                        r".*dequantize"):
+        compare(torch.ones(3), q)

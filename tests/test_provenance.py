@@ -8,6 +8,7 @@ import inspect
 import json
 import linecache
 import os
+import sys
 
 import numpy as np
 import pytest
@@ -156,3 +157,140 @@ def test_the_results_git_state_follows_an_edit_made_mid_session(tmp_path, monkey
     assert kbench.bench(abs, -1, **opts).metadata["git"]["dirty"] is False
     (repo / "k.py").write_text("x = 2\n")
     assert kbench.bench(abs, -1, **opts).metadata["git"]["dirty"] is True
+
+
+def _git_repo(repo):
+    import subprocess
+    repo.mkdir()
+    (repo / "b.py").write_text("x = 1\n")
+    try:
+        for args in (["init", "-q"], ["add", "b.py"],
+                     ["-c", "user.email=a@b", "-c", "user.name=a", "commit", "-qm", "b"]):
+            subprocess.run(["git", *args], cwd=repo, check=True, capture_output=True)
+    except (OSError, subprocess.CalledProcessError):
+        pytest.skip("git unavailable")
+    return subprocess.run(["git", "rev-parse", "HEAD"], cwd=repo, capture_output=True,
+                          text=True).stdout.strip()
+
+
+def test_an_untracked_kernel_module_makes_the_projects_checkout_dirty(tmp_path, monkeypatch):
+    # --untracked-files=no: a kernel in a file not yet added recorded a clean commit that
+    # does not hold it
+    from kbench import metadata
+    monkeypatch.delenv("KBENCH_GIT_COMMIT", raising=False)
+    repo = tmp_path / "repo"
+    head = _git_repo(repo)
+    assert metadata.git_info(str(repo)) == {"commit": head, "dirty": False}
+    (repo / "kern.py").write_text("def k(a): return a * 2\n")
+    assert metadata.git_info(str(repo)) == {"commit": head, "dirty": True,
+                                            "untracked": ["kern.py"]}
+    # kbench's own checkout: untracked files there are its build outputs
+    assert metadata.git_info(str(repo), project=False) == {"commit": head, "dirty": False}
+
+
+def test_kbench_git_commit_names_the_projects_commit_not_kbenchs(tmp_path, monkeypatch):
+    # harness.kbench.git read the variable too: both commits said "deadbeef"
+    from kbench import metadata
+    repo = tmp_path / "repo"
+    head = _git_repo(repo)
+    monkeypatch.setenv("KBENCH_GIT_COMMIT", "deadbeef")
+    monkeypatch.setattr(provenance, "GIT_CACHE_S", 0.0)
+    assert metadata.git_info(str(repo))["commit"] == "deadbeef"
+    assert metadata.git_info(str(repo), project=False)["commit"] == head
+    r = kbench.bench(scale, np.ones(4), **QUICK)
+    assert r.metadata["harness"]["git"]["commit"] == "deadbeef"
+    own = r.metadata["harness"]["kbench"]["git"]
+    assert own is None or own["commit"] != "deadbeef"
+
+
+def test_a_slow_git_status_keeps_the_commit(tmp_path, monkeypatch):
+    # the status timeout fell into the blanket except: the commit rev-parse found was lost
+    import shutil
+    from kbench import metadata
+    monkeypatch.delenv("KBENCH_GIT_COMMIT", raising=False)
+    repo = tmp_path / "repo"
+    head = _git_repo(repo)
+    wrapper = tmp_path / "bin" / "git"
+    wrapper.parent.mkdir()
+    wrapper.write_text(f'#!/bin/sh\n[ "$1" = status ] && sleep 5\n'
+                       f'exec {shutil.which("git")} "$@"\n')
+    wrapper.chmod(0o755)
+    monkeypatch.setenv("PATH", f"{wrapper.parent}{os.pathsep}{os.environ['PATH']}")
+    info = metadata.git_info(str(repo), timeout=0.5)
+    assert info["commit"] == head and info["dirty"] is None
+    assert "git status took longer than 0.5 s" in info["dirty_why"]
+
+
+def test_the_environment_is_recorded_per_result_not_per_process(monkeypatch):
+    # host metadata was cached per process: OMP_NUM_THREADS 1 then 4 recorded 1 twice
+    for v in ("1", "4"):
+        monkeypatch.setenv("OMP_NUM_THREADS", v)
+        monkeypatch.setenv("VLLM_ATTENTION_BACKEND", "X" + v)
+        env = kbench.bench(scale, np.ones(4), **QUICK).metadata["env"]
+        assert env["OMP_NUM_THREADS"] == v
+        assert env["VLLM_ATTENTION_BACKEND"] == "X" + v
+
+
+def test_frameworks_already_imported_are_recorded_with_each_result(monkeypatch):
+    # only numpy's and kbench's versions were recorded: a torch or triton upgrade went unseen
+    import types
+    from kbench import metadata
+    assert metadata.relevant_env({"FLASHINFER_LOGLEVEL": "1", "VLLM_API_KEY": "k"}) == \
+        {"FLASHINFER_LOGLEVEL": "1", "VLLM_API_KEY": metadata.SECRET_MASK}
+    monkeypatch.setitem(sys.modules, "kbench_fake_framework", types.ModuleType("x"))
+    monkeypatch.setattr(metadata, "_FRAMEWORKS", metadata._FRAMEWORKS + ("kbench_fake_framework",))
+    sys.modules["kbench_fake_framework"].__version__ = "9.9.9"
+    fw = kbench.bench(scale, np.ones(4), **QUICK).metadata["frameworks"]
+    assert fw["kbench_fake_framework"] == "9.9.9"
+
+
+def test_torch_version_and_threads_are_recorded():
+    torch = pytest.importorskip("torch")
+    r = kbench.bench(torch.mul, torch.ones(8), 2.0, **QUICK)
+    fw = r.metadata["frameworks"]
+    assert fw["torch"].split("+")[0] == torch.__version__.split("+")[0]
+    assert fw["torch_num_threads"] == torch.get_num_threads()
+
+
+def test_an_isolated_sweep_records_the_sweep_script_not_the_process_pool(tmp_path):
+    # the spawned worker's first frame outside kbench is concurrent/futures/process.py: it was
+    # recorded as the calling script, with the git of the interpreter's checkout
+    import subprocess
+    script = tmp_path / "iso.py"
+    script.write_text(
+        "import json, numpy as np, kbench\n"
+        "def case(n):\n"
+        "    return np.add, (np.ones(n), np.ones(n))\n"
+        "if __name__ == '__main__':\n"
+        "    s = kbench.sweep(case, axes={'n': [8]}, isolate=True, warmup_s=0.01,\n"
+        "                     max_time_s=0.05, cold_cache=None, memory=False)\n"
+        "    print(json.dumps(s.results[0].metadata['harness']['script']))\n")
+    env = dict(os.environ, PYTHONPATH=os.pathsep.join(
+        [os.path.dirname(os.path.dirname(os.path.abspath(kbench.__file__))),
+         os.environ.get("PYTHONPATH", "")]))
+    out = subprocess.run([sys.executable, str(script)], cwd=tmp_path, capture_output=True,
+                         text=True, env=env, timeout=120)
+    assert out.returncode == 0, out.stderr
+    got = json.loads(out.stdout.strip().splitlines()[-1])
+    assert got["path"] == str(script)
+    assert got["md5"] == md5_of(script)
+
+
+def test_the_interpreters_command_line_is_recorded(tmp_path):
+    # only sys.argv was recorded: ['-c'] for `python -O -c "..."`, neither the code nor -O
+    import subprocess
+    if sys.version_info < (3, 10):
+        pytest.skip("sys.orig_argv is Python >= 3.10")
+    code = ("import json, kbench; r = kbench.bench(abs, -1, warmup_s=0.01, max_time_s=0.02, "
+            "cold_cache=None, memory=False); m = r.metadata; "
+            "print(json.dumps([m['argv'], m['orig_argv'], m['executable']]))")
+    env = dict(os.environ, PYTHONPATH=os.pathsep.join(
+        [os.path.dirname(os.path.dirname(os.path.abspath(kbench.__file__))),
+         os.environ.get("PYTHONPATH", "")]))
+    out = subprocess.run([sys.executable, "-O", "-c", code, "--token=s3cr3t"], cwd=tmp_path,
+                         capture_output=True, text=True, env=env, timeout=120)
+    assert out.returncode == 0, out.stderr
+    argv, orig, exe = json.loads(out.stdout.strip().splitlines()[-1])
+    assert argv[0] == "-c"
+    assert orig[1:4] == ["-O", "-c", code] and orig[4].startswith("--token=<masked")
+    assert exe == sys.executable
