@@ -136,9 +136,9 @@ def _write_session(path: str, results: Dict[str, Any]) -> None:
                         "kbench_version": __version__, "python": sys.version.split()[0],
                         "platform": platform.platform(), "hostname": platform.node(),
                         "argv": command_line()}}
-    try:
-        with open(path, "w") as f:
-            json.dump(doc, f, indent=1)
+    from ._format import write_atomic
+    try:        # a failed write (disk full) leaves an older file whole
+        write_atomic(path, json.dumps(doc, indent=1))
     except OSError as e:        # the table above already holds the figures
         raise CliError(f"--json {path}: cannot write: {e.strerror or e}") from None
 
@@ -310,8 +310,6 @@ def cmd_compare(args: argparse.Namespace) -> int:
         old, new = load_results(args.old), load_results(args.new)
     except (OSError, ValueError) as e:      # the messages name the file and the problem
         raise CliError(str(e).removeprefix("kbench compare: ")) from None
-    if len(old) == 1 and len(new) == 1 and set(old) != set(new):
-        old = {next(iter(new)): next(iter(old.values()))}   # two single results, renamed
     cmp = compare_sets(old, new, args.fail or 0.0, old_label="old", new_label="new",
                        mem_threshold=args.fail_mem)
     print(cmp)
