@@ -34,7 +34,7 @@ from typing import Any, Callable, Dict, List, Optional, Sequence, Tuple
 import numpy as np
 
 from ._format import (dump_json, fmt_bytes, fmt_pct, fmt_rate, fmt_time, html_table,
-                      load_json_as, text_table)
+                      load_json_as, text_table, write_atomic)
 from .result import Result
 
 _ROW_KEYS = ("name", "median_s", "ci_low_s", "ci_high_s", "rel_ci", "samples", "bytes_per_s",
@@ -237,8 +237,7 @@ class SweepResult:
             w.writerow({k: ("" if r.get(k) is None else r.get(k)) for k in fields})
         text = buf.getvalue()
         if path is not None:
-            with open(path, "w", newline="") as f:
-                f.write(text)
+            write_atomic(path, text, newline="")     # a failed write keeps the old file
         return text
 
     def to_dict(self) -> Dict[str, Any]:
