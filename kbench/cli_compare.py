@@ -130,6 +130,9 @@ def _ab_results(doc: Dict[str, Any], where: str) -> ResultSet:
             and all(isinstance(t, dict) for t in trials)):
         raise ValueError(f"kbench compare: A/B file {where} has no 'arms' and 'trials'")
     comps = doc.get("comparisons") or [{}]
+    if not isinstance(comps, list):
+        raise ValueError(f"kbench compare: A/B file {where}: 'comparisons' is a "
+                         f"{type(comps).__name__}, not a list")
     level = comps[0].get("ci_level", 0.95) if isinstance(comps[0], dict) else 0.95
     if not (_is_number(level) and 0.5 <= level < 1):
         level = 0.95
@@ -187,6 +190,16 @@ def _check_result_doc(d: Any, where: str) -> None:
     if samples is not None and not (isinstance(samples, list)
                                     and all(_is_number(x) for x in samples)):
         raise ValueError(f"kbench compare: {where}: 'samples_s' is not a list of numbers")
+    mem = d.get("memory")
+    if mem is not None:
+        if not isinstance(mem, dict):
+            raise ValueError(f"kbench compare: {where}: 'memory' is a {type(mem).__name__}, "
+                             f"not an object")
+        for k in ("peak_bytes", "resolution_bytes"):    # counted as int bytes: finite, >= 0
+            v = mem.get(k)
+            if v is not None and not (_is_number(v) and math.isfinite(v) and v >= 0):
+                raise ValueError(f"kbench compare: {where}: memory.{k} is {v!r}, not a "
+                                 f"finite number of bytes")
     for path in _OBJECT_FIELDS:
         obj: Any = d
         for i, k in enumerate(path):

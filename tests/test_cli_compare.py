@@ -193,6 +193,16 @@ def test_a_nan_ci_is_unknown_not_a_resolved_difference():
     ({"schema": "kbench.result/1", "extra": [1]}, "'extra' is a list, not an object"),
     ({"schema": "kbench.result/1", "extra": {"regime": "burst"}}, "'extra.regime' is a str"),
     ({"schema": "kbench.result/1", "metadata": [1]}, "'metadata' is a list, not an object"),
+    ({"schema": "kbench.result/1", "memory": {"peak_bytes": float("nan")}},
+     "memory.peak_bytes is nan, not a finite number of bytes"),
+    ({"schema": "kbench.result/1", "memory": {"peak_bytes": float("inf")}},
+     "memory.peak_bytes is inf"),
+    ({"schema": "kbench.result/1", "memory": {"peak_bytes": 1, "resolution_bytes": 1e999}},
+     "memory.resolution_bytes is inf"),
+    ({"schema": "kbench.result/1", "memory": {"peak_bytes": "1 MB"}}, "memory.peak_bytes is '1"),
+    ({"schema": "kbench.result/1", "memory": 5}, "'memory' is a int, not an object"),
+    ({"schema": "kbench.ab/1", "arms": ["a"], "trials": [{"a": {}}], "comparisons": {"x": 1}},
+     "'comparisons' is a dict, not a list"),
 ])
 def test_load_results_names_the_file_and_the_bad_field(doc, match, tmp_path):
     p = tmp_path / "bad.json"

@@ -515,3 +515,18 @@ def test_disable_refuses_a_repeated_name_as_timing_does(pytester, run):
         res = run(*args)
         res.assert_outcomes(failed=1)
         res.stdout.fnmatch_lines(["*already recorded as 'kbp_twice_test.py::test_twice::x'*"])
+
+
+def test_a_baseline_with_a_nan_peak_memory_is_a_usage_error_not_an_internal_error(pytester,
+                                                                                   run):
+    pytester.makepyfile(kbp_bench_test=BENCH_TESTS)
+    assert run("--kbench-save=base.json", "--kbench-max-time=0.1").ret == 0
+    doc = json.loads(pytester.path.joinpath("base.json").read_text())
+    doc["results"]["kbp_bench_test.py::test_kernel"]["memory"] = {"peak_bytes": float("nan"),
+                                                                   "method": "rss"}
+    pytester.path.joinpath("base.json").write_text(json.dumps(doc))
+    res = run("--kbench-compare=base.json", "--kbench-max-time=0.1")
+    assert res.ret == pytest.ExitCode.USAGE_ERROR
+    res.stderr.fnmatch_lines(["*--kbench-compare: base.json, result "
+                              "'kbp_bench_test.py::test_kernel': memory.peak_bytes is nan*"])
+    assert "INTERNALERROR" not in res.stdout.str() + res.stderr.str()
