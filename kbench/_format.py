@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import html
+import os
 import math
 from typing import Any, Dict, Optional, Sequence
 
@@ -105,9 +106,31 @@ def dump_json(doc, path=None, indent: int = 1) -> str:
     import json
     text = json.dumps(doc, indent=indent, allow_nan=True)
     if path is not None:
-        with open(path, "w") as f:
-            f.write(text)
+        write_atomic(path, text)
     return text
+
+
+def write_atomic(path: str, text: str, newline: Optional[str] = None) -> None:
+    """Write text to path through a temporary file of its own in the same directory, then
+    os.replace: a failed write (disk full, Ctrl-C) leaves the old file whole, and two writers
+    never share a temporary file. The file gets the permissions open(path, "w") would give."""
+    import tempfile
+    directory = os.path.dirname(os.path.abspath(path))
+    fd, tmp = tempfile.mkstemp(dir=directory, prefix=os.path.basename(path) + ".",
+                               suffix=".tmp")
+    try:
+        with os.fdopen(fd, "w", newline=newline) as f:
+            f.write(text)
+        umask = os.umask(0)
+        os.umask(umask)
+        os.chmod(tmp, 0o666 & ~umask)      # mkstemp's 0600 would hide a shared baseline
+        os.replace(tmp, path)
+    except BaseException:
+        try:
+            os.remove(tmp)
+        except OSError:
+            pass
+        raise
 
 
 def load_json_as(path: str, what: str, from_dict: Any) -> Any:

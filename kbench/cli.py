@@ -136,9 +136,9 @@ def _write_session(path: str, results: Dict[str, Any]) -> None:
                         "kbench_version": __version__, "python": sys.version.split()[0],
                         "platform": platform.platform(), "hostname": platform.node(),
                         "argv": command_line()}}
-    try:
-        with open(path, "w") as f:
-            json.dump(doc, f, indent=1)
+    from ._format import write_atomic
+    try:        # a failed write (disk full) leaves an older file whole
+        write_atomic(path, json.dumps(doc, indent=1))
     except OSError as e:        # the table above already holds the figures
         raise CliError(f"--json {path}: cannot write: {e.strerror or e}") from None
 
@@ -310,8 +310,6 @@ def cmd_compare(args: argparse.Namespace) -> int:
         old, new = load_results(args.old), load_results(args.new)
     except (OSError, ValueError) as e:      # the messages name the file and the problem
         raise CliError(str(e).removeprefix("kbench compare: ")) from None
-    if len(old) == 1 and len(new) == 1 and set(old) != set(new):
-        old = {next(iter(new)): next(iter(old.values()))}   # two single results, renamed
     cmp = compare_sets(old, new, args.fail or 0.0, old_label="old", new_label="new",
                        mem_threshold=args.fail_mem)
     print(cmp)
@@ -357,6 +355,8 @@ class _Parser(argparse.ArgumentParser):
     """Usage errors as one line naming the problem, exit 2 (as CliError's), not the usage."""
 
     def error(self, message: str):
+        if message.endswith("required: COMMAND"):      # kbench alone: name the commands
+            message = "a command is required: one of demo, peaks, info, compare"
         self.exit(2, f"{self.prog}: error: {message} (see {self.prog} -h)\n")
 
 
@@ -364,26 +364,31 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     from ._version import __version__
     p = _Parser(prog="kbench", description="trustworthy kernel microbenchmarks")
     p.add_argument("--version", action="version", version=f"kbench {__version__}")
-    sub = p.add_subparsers(dest="cmd", required=True)
+    # metavar: a missing command reads "required: COMMAND" and the usage lists the commands
+    sub = p.add_subparsers(dest="cmd", required=True, metavar="COMMAND",
+                           title="commands (kbench COMMAND -h for its options)")
     d = sub.add_parser("demo", help="benchmark memory- and compute-bound ops hot and cold")
     d.add_argument("--seconds", type=_seconds, default=2.0, help="time cap per case (s)")
-    d.add_argument("--peak-seconds", type=_seconds, default=3.0)
+    d.add_argument("--peak-seconds", type=_seconds, default=3.0,
+                   help="time per ceiling when no measured ceilings are cached yet (s)")
     d.add_argument("--json", help="also write the results to this JSON file")
-    d.add_argument("--no-gpu", dest="gpu", action="store_false", default=None)
+    d.add_argument("--no-gpu", dest="gpu", action="store_false", default=None,
+                   help="CPU cases only, even where a CUDA GPU and PyTorch are present")
     d.set_defaults(func=cmd_demo)
     pk = sub.add_parser("peaks", help="measure this machine's memory and compute ceilings")
-    pk.add_argument("--seconds", type=_seconds, default=5.0)
-    pk.add_argument("--device", type=_device, default=0)
+    pk.add_argument("--seconds", type=_seconds, default=5.0,
+                    help="time per CPU ceiling (s)")
+    pk.add_argument("--device", type=_device, default=0, help="the CUDA device to measure")
     only = pk.add_mutually_exclusive_group()
-    only.add_argument("--cpu-only", action="store_true")
-    only.add_argument("--gpu-only", action="store_true")
+    only.add_argument("--cpu-only", action="store_true", help="measure the CPU's ceilings only")
+    only.add_argument("--gpu-only", action="store_true", help="measure the GPU's ceilings only")
     pk.add_argument("--replace", action="store_true",
                     help="store the new CPU ceilings even when the cached ones are much higher "
                          "(by default a much higher cached ceiling is kept: a busy machine "
                          "measures low)")
     pk.set_defaults(func=cmd_peaks)
     i = sub.add_parser("info", help="machine, caches, timer, GPU libraries found")
-    i.add_argument("--json", action="store_true")
+    i.add_argument("--json", action="store_true", help="print everything as one JSON object")
     i.set_defaults(func=cmd_info)
     c = sub.add_parser("compare", help="deltas between two saved result files, with verdicts")
     c.add_argument("old", help="a saved result, session (--kbench-save), sweep or A/B file")
@@ -396,7 +401,7 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
                    help="exit 1 when a benchmark's peak memory of one call (Result.memory) grew "
                         "by more than this (10%% or 0.1); without it, only report")
     c.set_defaults(func=cmd_compare)
-    args = p.parse_args(argv)
+    args = p.parse_args(_joined_thresholds(sys.argv[1:] if argv is None else list(argv)))
     if getattr(args, "cmd", None) == "demo" and args.gpu is None:
         from . import cuda
         args.gpu = cuda.available()
@@ -408,13 +413,47 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
         print(f"kbench {args.cmd}: error: {e}", file=sys.stderr)
         return 2
     except BrokenPipeError:
-        # the reader went away (kbench info --json | head): stop quietly, as SIGPIPE would;
-        # point stdout at devnull so the flush at exit does not raise again
-        try:
-            os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
-        except (OSError, ValueError, AttributeError):
-            pass
+        # the reader went away (kbench info --json | head): stop quietly, as SIGPIPE would
+        _stdout_to_devnull()
         return 128 + 13
+    except KeyboardInterrupt:
+        _stdout_to_devnull()
+        print(f"kbench {args.cmd}: interrupted", file=sys.stderr)
+        return 128 + 2          # as a shell reports SIGINT; not 1, the regression code
+    except OSError as e:
+        # the output could not be written (kbench compare a b > /dev/full): one line, exit 2,
+        # not a traceback and 1, which reads as a regression
+        _stdout_to_devnull()
+        print(f"kbench {args.cmd}: error: {e.strerror or e}", file=sys.stderr)
+        return 2
+
+
+def _stdout_to_devnull() -> None:
+    """Point stdout at devnull so the flush at exit does not raise again."""
+    try:
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+    except (OSError, ValueError, AttributeError):
+        pass
+
+
+def _joined_thresholds(argv: List[str]) -> List[str]:
+    """'--fail -1%' as '--fail=-1%': argparse reads a value starting with '-' as an option and
+    says "expected one argument"; joined, the threshold check names the bad value."""
+    out: List[str] = []
+    it = iter(argv)
+    for a in it:
+        if a in ("--fail", "--fail-mem"):
+            nxt = next(it, None)
+            if nxt is not None and nxt.startswith("-") and nxt[1:2].isdigit() or \
+                    nxt is not None and nxt.startswith("-."):
+                out.append(f"{a}={nxt}")
+                continue
+            out.append(a)
+            if nxt is not None:
+                out.append(nxt)
+            continue
+        out.append(a)
+    return out
 
 
 if __name__ == "__main__":

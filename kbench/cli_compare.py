@@ -11,7 +11,9 @@ Verdict rules, per benchmark present in both files, with delta = new median / ol
   "faster"          delta < -threshold and the intervals do not overlap
   "within noise"    the intervals overlap: no difference is resolved, whatever the delta
   "unchanged"       the intervals do not overlap but |delta| <= threshold
-  "no baseline"     only in the new file;  "not run": only in the old file
+  "no baseline"     only in the new file;  "not run": only in the old file. Benchmarks pair
+                    up by name only: two files of one benchmark each under different names
+                    (a session of test_x and one of test_y) are not compared, and said so
   "invalid"         either median is NaN, infinite, zero or negative: not a time; or the new
                     result has no median at all (the old one lacking it is "no baseline")
   "not comparable"  figures whose conditions differ by design, not by the code: GPU figures
@@ -20,7 +22,9 @@ Verdict rules, per benchmark present in both files, with delta = new median / ol
                     i.e. hot, vs "flush" vs "rotate": a hot figure served from cache is not a
                     cold one). Reported, with a note naming both, never gated. A regime that did
                     not hold on either side is noted; so is a different flush size under the
-                    same mode (compared). A result without a regime or a cold-cache mode (the
+                    same mode (compared). Such a pair counts as not compared: a gate where
+                    every pair is "not comparable" compared nothing and fails as such. A
+                    result without a regime or a cold-cache mode (the
                     CPU's regime, older files) is not judged on it.
 "slower" is a regression; "slower" and "invalid" are failures (the plugin fails the session on
 them, and so does `kbench compare --fail`). A "within noise" whose median is slower beyond the
@@ -126,6 +130,9 @@ def _ab_results(doc: Dict[str, Any], where: str) -> ResultSet:
             and all(isinstance(t, dict) for t in trials)):
         raise ValueError(f"kbench compare: A/B file {where} has no 'arms' and 'trials'")
     comps = doc.get("comparisons") or [{}]
+    if not isinstance(comps, list):
+        raise ValueError(f"kbench compare: A/B file {where}: 'comparisons' is a "
+                         f"{type(comps).__name__}, not a list")
     level = comps[0].get("ci_level", 0.95) if isinstance(comps[0], dict) else 0.95
     if not (_is_number(level) and 0.5 <= level < 1):
         level = 0.95
@@ -183,6 +190,16 @@ def _check_result_doc(d: Any, where: str) -> None:
     if samples is not None and not (isinstance(samples, list)
                                     and all(_is_number(x) for x in samples)):
         raise ValueError(f"kbench compare: {where}: 'samples_s' is not a list of numbers")
+    mem = d.get("memory")
+    if mem is not None:
+        if not isinstance(mem, dict):
+            raise ValueError(f"kbench compare: {where}: 'memory' is a {type(mem).__name__}, "
+                             f"not an object")
+        for k in ("peak_bytes", "resolution_bytes"):    # counted as int bytes: finite, >= 0
+            v = mem.get(k)
+            if v is not None and not (_is_number(v) and math.isfinite(v) and v >= 0):
+                raise ValueError(f"kbench compare: {where}: memory.{k} is {v!r}, not a "
+                                 f"finite number of bytes")
     for path in _OBJECT_FIELDS:
         obj: Any = d
         for i, k in enumerate(path):
@@ -263,6 +280,7 @@ class Comparison:
     new_label: str = "current"
     extra: Dict[str, Any] = field(default_factory=dict)
     mem_threshold: Optional[float] = None    # None: memory is reported, not gated
+    notes: List[str] = field(default_factory=list)     # lines printed after the summary
 
     @property
     def regressions(self) -> List[Delta]:
@@ -279,8 +297,14 @@ class Comparison:
 
     @property
     def compared(self) -> int:
-        """How many benchmarks had a median on both sides (a delta)."""
-        return len([d for d in self.deltas if d.delta is not None])
+        """How many benchmarks had a median on both sides (a delta) taken under the same
+        conditions: a "not comparable" pair has a delta but no verdict, so it checks nothing."""
+        return len([d for d in self.deltas if d.delta is not None
+                    and d.verdict != "not comparable"])
+
+    @property
+    def not_comparable(self) -> List[Delta]:
+        return [d for d in self.deltas if d.verdict == "not comparable"]
 
     @property
     def unresolved_slower(self) -> List[Delta]:
@@ -341,10 +365,13 @@ class Comparison:
             for d in self.deltas:
                 tally[d.verdict] = tally.get(d.verdict, 0) + 1
             what = ", ".join(f"{c} {v}" for v, c in tally.items()) or "no benchmarks"
-            text = (f"nothing compared: no benchmark has a median in both {self.old_label} and "
+            both = "comparable figures" if self.not_comparable else "a median"
+            text = (f"nothing compared: no benchmark has {both} in both {self.old_label} and "
                     f"{self.new_label} ({what})")
         else:
-            text = f"no benchmark slower than {self.old_label} beyond {thr} ({n} compared)"
+            nc = len(self.not_comparable)
+            text = (f"no benchmark slower than {self.old_label} beyond {thr} ({n} compared"
+                    + (f", {nc} not comparable" if nc else "") + ")")
         unresolved = self.unresolved_slower
         if unresolved:
             text += (f"; {len(unresolved)} slower beyond {thr} by the medians but not resolved "
@@ -376,7 +403,7 @@ class Comparison:
                 for d in self.different_harness]
 
     def __str__(self) -> str:
-        return "\n".join([self.table(), self.summary()] + self.harness_lines())
+        return "\n".join([self.table(), self.summary()] + self.notes + self.harness_lines())
 
     __repr__ = __str__
 
@@ -584,7 +611,15 @@ def compare_sets(old: ResultSet, new: ResultSet, threshold: float = 0.0,
         if key not in new:
             old_med, old_ci = _median_and_ci(od)
             deltas.append(Delta(key, old_med, None, None, "not run", old_ci=old_ci))
-    return Comparison(deltas, threshold, old_label, new_label, mem_threshold=mem_threshold)
+    notes = []
+    if len(old) == 1 and len(new) == 1 and set(old) != set(new):
+        # benchmarks pair up by name only: two files of one benchmark each may hold two
+        # unrelated ones (a session of test_x and one of test_y), so no verdict is guessed
+        notes.append(f"the names differ: {old_label} has {next(iter(old))!r}, {new_label} has "
+                     f"{next(iter(new))!r}; benchmarks pair up by name, so they were not "
+                     f"compared")
+    return Comparison(deltas, threshold, old_label, new_label, mem_threshold=mem_threshold,
+                      notes=notes)
 
 
 def compare_files(old_path: str, new_path: str, threshold: float = 0.0,
@@ -594,10 +629,6 @@ def compare_files(old_path: str, new_path: str, threshold: float = 0.0,
     threshold: a fraction (0.08) or text ('8%'): differences within it are "unchanged".
     """
     old, new = load_results(old_path), load_results(new_path)
-    if len(old) == 1 and len(new) == 1 and set(old) != set(new):
-        # two single results: compare them even when the benchmark was renamed
-        (old_key, od), = old.items()
-        old = {next(iter(new)): od}
     cmp = compare_sets(old, new, threshold, old_label="old", new_label="new",
                        mem_threshold=mem_threshold)
     return str(cmp)

@@ -20,6 +20,9 @@ fixture; both plugins load side by side):
 ``--kbench-save=PATH``
     write every result of the session to one JSON file:
     ``{"schema": "kbench.session/1", "results": {nodeid: Result.to_dict()}, "metadata": {...}}``.
+    The file is replaced whole (a temporary file, then a rename). A session that stopped early
+    (Ctrl-C, ``-x``/``--maxfail``) or ran no benchmark leaves it as it was and says so;
+    ``--kbench-save-partial`` saves what such a session ran.
 ``--kbench-compare=PATH`` and ``--kbench-fail=8%``
     compare each benchmark's median with the one saved under the same node id in PATH (a
     session file written by ``--kbench-save``) and print a table (benchmark, baseline, current,
@@ -28,7 +31,8 @@ fixture; both plugins load side by side):
     confidence intervals do not overlap (see :mod:`kbench.cli_compare` for the verdicts).
     New benchmarks are listed as "no baseline". ``--kbench-fail=off`` only reports. PATH is
     read before the tests run, so it may also be the ``--kbench-save`` path (compare with the
-    last baseline, then replace it).
+    last baseline, then replace it). A session where no benchmark ran (all deselected or
+    skipped) compared nothing and fails the gate.
 ``--kbench-fail-mem=10%``
     with ``--kbench-compare``: also fail the session when a benchmark's peak memory of one call
     (``Result.memory``, see :mod:`kbench.memory`) grew beyond the threshold (and beyond the
@@ -51,8 +55,8 @@ the reason when no CUDA device is present. Detection is lazy -- only when such a
 and never imports torch: it asks torch only if the process already imported it, else kbench's
 core, else the CUDA driver (libcuda) directly.
 
-Results are collected per process: under pytest-xdist each worker keeps its own, so use
-``--kbench-save``/``--kbench-compare`` without ``-n``.
+Results are collected per process: under pytest-xdist each worker keeps its own, so
+``--kbench-save``/``--kbench-compare`` are refused with ``-n`` (a usage error).
 """
 from __future__ import annotations
 
@@ -106,11 +110,14 @@ class _State:
     mem_threshold: Optional[float] = None    # --kbench-fail-mem; None: report only
     disabled: bool = False
     max_time_s: Optional[float] = None
+    save_partial: bool = False      # --kbench-save-partial: save a session that stopped early
     results: Dict[str, Any] = field(default_factory=dict)   # key -> Result
+    keys: set = field(default_factory=set)      # every key given out (timed, profiled, disabled)
     baseline: Any = None            # --kbench-compare's results, read at configure time
     comparison: Any = None
     save_error: Optional[str] = None
     saved: Optional[str] = None
+    save_note: Optional[str] = None     # why --kbench-save wrote nothing
     gpu_status: Optional[Tuple[bool, str]] = None
     profiled: List[str] = field(default_factory=list)       # keys run in profile mode
 
@@ -123,6 +130,10 @@ def pytest_addoption(parser: pytest.Parser) -> None:
     group.addoption("--kbench-save", metavar="PATH", default=None,
                     help="write every kbench result of the session (with metadata) to PATH as "
                          "JSON (schema kbench.session/1)")
+    group.addoption("--kbench-save-partial", action="store_true", default=False,
+                    help="with --kbench-save: save even when the session stopped early "
+                         "(Ctrl-C, -x/--maxfail); by default such a session leaves the saved "
+                         "file as it was, not replaced by the benchmarks that ran")
     group.addoption("--kbench-compare", metavar="PATH", default=None,
                     help="compare each benchmark's median with the one saved in PATH (by test "
                          "node id) and print a table of deltas")
@@ -160,10 +171,16 @@ def pytest_configure(config: pytest.Config) -> None:
     except ValueError as e:
         raise pytest.UsageError(f"--kbench-fail-mem: {e}") from None
     max_time = config.getoption("kbench_max_time")
-    if max_time is not None and not max_time > 0:
-        raise pytest.UsageError(f"--kbench-max-time must be a positive number of seconds, "
-                                f"got {max_time}")
+    if max_time is not None and not (0 < max_time <= 86400):   # kbench.bench's cap; also nan, inf
+        raise pytest.UsageError(f"--kbench-max-time must be a number of seconds > 0 and "
+                                f"<= 86400, got {max_time}")
     compare = config.getoption("kbench_compare")
+    save = config.getoption("kbench_save")
+    if (save or compare) and _under_xdist(config):
+        # each worker holds only its own tests' results, and they would all write one file
+        raise pytest.UsageError("--kbench-save and --kbench-compare do not work under "
+                                "pytest-xdist (-n): each worker sees only its own benchmarks; "
+                                "run the benchmarks without -n")
     baseline = None
     if compare is not None:
         if not os.path.isfile(compare):
@@ -175,14 +192,22 @@ def pytest_configure(config: pytest.Config) -> None:
             baseline = load_results(compare)
         except (OSError, ValueError) as e:
             raise pytest.UsageError(f"--kbench-compare: {_unprefixed(e)}") from None
-    save = config.getoption("kbench_save")
     if save is not None:
         _check_save_path(save)
     config.stash[_STATE_KEY] = _State(save=save, compare=compare, baseline=baseline,
                                       threshold=threshold,
                                       mem_threshold=mem_threshold,
                                       disabled=config.getoption("kbench_disable"),
-                                      max_time_s=max_time)
+                                      max_time_s=max_time,
+                                      save_partial=config.getoption("kbench_save_partial"))
+
+
+def _under_xdist(config: pytest.Config) -> bool:
+    """A pytest-xdist worker, or a controller that will start workers (-n N, N > 0)."""
+    if hasattr(config, "workerinput"):
+        return True
+    n = getattr(config.option, "numprocesses", None)
+    return bool(n) and getattr(config.option, "dist", "no") != "no"
 
 
 def _unprefixed(e: Exception) -> str:
@@ -244,7 +269,7 @@ class KbenchFixture:
         if not self.results:
             return self.nodeid
         key = f"{self.nodeid}::{name}" if name else f"{self.nodeid}#{len(self.results) + 1}"
-        if key in self._state.results:
+        if key in self._state.keys:
             raise ValueError(f"kbench fixture: a result is already recorded as {key!r}; give "
                              f"each benchmark in a test a distinct name=")
         return key
@@ -253,12 +278,17 @@ class KbenchFixture:
                  bytes: Optional[float] = None, check: Any = None, **options: Any):
         from .bench import bench
         if self._state.disabled:
-            return self._run_once(fn, args, flops, bytes, check, options)
+            # the same duplicate-name refusal as when timed: a test that fails timed fails here
+            key = self._key(options.get("name"))
+            run = self._run_once(fn, args, flops, bytes, check, options)
+            self._state.keys.add(key)
+            return run
         if self._state.max_time_s is not None:
             options["max_time_s"] = self._state.max_time_s
         key = self._key(options.get("name"))
         result = bench(fn, *args, flops=flops, bytes=bytes, check=check, **options)
         self.results.append(result)
+        self._state.keys.add(key)
         if getattr(result, "profile", False) is True:
             self._state.profiled.append(key)     # one call for a profiler: nothing to compare
             return result
@@ -343,16 +373,12 @@ def _write_session(path: str, config: pytest.Config, results: Dict[str, Any]) ->
     doc = {"schema": SESSION_SCHEMA,
            "results": {k: r.to_dict() for k, r in results.items()},
            "metadata": _session_metadata(config)}
+    from ._format import write_atomic
     directory = os.path.dirname(os.path.abspath(path))
     os.makedirs(directory, exist_ok=True)
-    tmp = path + ".tmp"
-    try:
-        with open(tmp, "w") as f:
-            json.dump(doc, f, indent=1, allow_nan=True)
-        os.replace(tmp, path)        # a crashed run never leaves half a baseline
-    finally:
-        if os.path.exists(tmp):     # the write or the rename failed: no stray temp file
-            os.remove(tmp)
+    # a temporary file of this session's own, then a rename: a crashed run never leaves half
+    # a baseline, and two sessions saving to one path never write into one temporary file
+    write_atomic(path, json.dumps(doc, indent=1, allow_nan=True))
 
 
 def session_failed(state: _State, cmp: Any) -> bool:
@@ -367,9 +393,16 @@ def session_failed(state: _State, cmp: Any) -> bool:
 @pytest.hookimpl(tryfirst=True)
 def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
     state = session.config.stash.get(_STATE_KEY, None)
-    if state is None or state.disabled or not state.results:
+    if state is None or state.disabled or not (state.save or state.compare):
         return
-    if state.save:
+    stopped = _stopped_early(session, exitstatus)
+    if state.save and not state.results:
+        state.save_note = f"no benchmark ran: nothing saved, {state.save} left as it was"
+    elif state.save and stopped and not state.save_partial:
+        # a partial session must not replace a full baseline (--kbench-save=X --kbench-compare=X)
+        state.save_note = (f"the session {stopped}: {len(state.results)} result(s) not saved, "
+                           f"{state.save} left as it was (--kbench-save-partial saves them)")
+    elif state.save:
         try:
             _write_session(state.save, session.config, state.results)
             state.saved = state.save
@@ -377,6 +410,7 @@ def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
             state.save_error = f"--kbench-save: cannot write {state.save}: {e.strerror or e}"
             session.exitstatus = pytest.ExitCode.USAGE_ERROR
     if state.compare:
+        # built even when no benchmark ran: a gate that compared nothing has not passed
         from .cli_compare import compare_sets
         current = {k: r.to_dict() for k, r in state.results.items()}
         cmp = compare_sets(state.baseline, current, state.threshold or 0.0,
@@ -386,6 +420,15 @@ def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
         state.comparison = cmp
         if session_failed(state, cmp) and session.exitstatus == pytest.ExitCode.OK:
             session.exitstatus = pytest.ExitCode.TESTS_FAILED
+
+
+def _stopped_early(session: pytest.Session, exitstatus: int) -> Optional[str]:
+    """How the session stopped before running every selected test (None: it did not)."""
+    if exitstatus == pytest.ExitCode.INTERRUPTED:
+        return "was interrupted"
+    if session.shouldfail or session.shouldstop:    # -x / --maxfail, or a plugin's stop
+        return f"stopped early ({session.shouldfail or session.shouldstop})"
+    return None
 
 
 def pytest_terminal_summary(terminalreporter, exitstatus: int, config: pytest.Config) -> None:
@@ -403,11 +446,13 @@ def pytest_terminal_summary(terminalreporter, exitstatus: int, config: pytest.Co
         tr.write_sep("-", "kbench")
         tr.write_line(f"kbench: {len(state.profiled)} benchmark(s) ran once for a profiler "
                       f"(profile mode), not timed: " + ", ".join(state.profiled))
-    if not state.results:
+    if not (state.results or state.comparison is not None or state.save_note):
         return
     from ._format import fmt_bytes, fmt_ci, fmt_rate, fmt_time, text_table
     tr.write_sep("-", f"kbench: {len(state.results)} benchmark(s)")
-    if state.comparison is None:
+    if not state.results:
+        tr.write_line("kbench: no benchmark ran in this session (deselected or skipped)")
+    if state.comparison is None and state.results:
         rows = []
         for key, r in state.results.items():
             s, tp = r.stats, r.throughput
@@ -429,7 +474,9 @@ def pytest_terminal_summary(terminalreporter, exitstatus: int, config: pytest.Co
         failing = session_failed(state, cmp)
         tr.write_line(("FAILED: " if failing else "") + cmp.summary(),
                       red=bool(failing), green=not failing)
-        for line in cmp.harness_lines():
+        for line in cmp.notes + cmp.harness_lines():
             tr.write_line(line, yellow=True)
     if state.saved:
         tr.write_line(f"kbench: saved {len(state.results)} result(s) to {state.saved}")
+    if state.save_note:
+        tr.write_line(f"kbench: --kbench-save: {state.save_note}", yellow=True)

@@ -34,7 +34,7 @@ from typing import Any, Callable, Dict, List, Optional, Sequence, Tuple
 import numpy as np
 
 from ._format import (dump_json, fmt_bytes, fmt_pct, fmt_rate, fmt_time, html_table,
-                      load_json_as, text_table)
+                      load_json_as, text_table, write_atomic)
 from .result import Result
 
 _ROW_KEYS = ("name", "median_s", "ci_low_s", "ci_high_s", "rel_ci", "samples", "bytes_per_s",
@@ -237,8 +237,7 @@ class SweepResult:
             w.writerow({k: ("" if r.get(k) is None else r.get(k)) for k in fields})
         text = buf.getvalue()
         if path is not None:
-            with open(path, "w", newline="") as f:
-                f.write(text)
+            write_atomic(path, text, newline="")     # a failed write keeps the old file
         return text
 
     def to_dict(self) -> Dict[str, Any]:
@@ -262,6 +261,14 @@ class SweepResult:
         if not (isinstance(axes, dict) and isinstance(rows, list) and isinstance(results, list)
                 and len(rows) == len(results)):
             raise ValueError("kbench sweep without matching axes, rows and results")
+        for k, vs in axes.items():
+            if not isinstance(vs, list):
+                raise ValueError(f"kbench sweep: axes[{k!r}] is a {type(vs).__name__}, not a "
+                                 f"list of values")
+        for i, row in enumerate(rows):
+            if not isinstance(row, dict):
+                raise ValueError(f"kbench sweep: rows[{i}] is a {type(row).__name__}, not an "
+                                 f"object")
         return cls(axes={k: list(v) for k, v in axes.items()},
                    cases=[{k: row.get(k) for k in axes} for row in rows],
                    results=[Result.from_dict(r) for r in results],
@@ -443,6 +450,17 @@ def sweep(factory: Callable[..., Any], axes: Dict[str, Sequence[Any]], *,
     bench_options go to kbench.bench for every case; the factory's dict can override them per
     case. isolate=True: one fresh spawned process per case (see the module docstring for what
     that asks of the factory).
+
+    A case that raises (its factory, its check, an out-of-memory) or a Ctrl-C stops the sweep
+    with that exception, which carries the cases finished before it as ``e.partial``: a
+    SweepResult of the same axes holding only those cases (none: empty rows), so a long sweep
+    is not lost to its last case::
+
+        try:
+            s = kbench.sweep(case, axes)
+        except BaseException as e:
+            s = getattr(e, "partial", None)     # save it, then fix the case and rerun
+            raise
     """
     if not callable(factory):
         raise TypeError(f"kbench.sweep: factory must be callable, got {type(factory).__name__}")
@@ -459,15 +477,23 @@ def sweep(factory: Callable[..., Any], axes: Dict[str, Sequence[Any]], *,
             raise ValueError(f"kbench.sweep: axis name {k!r} collides with a row field or a "
                              f"table column; rename it")
     cases = [dict(zip(axes, combo)) for combo in itertools.product(*axes.values())]
-    results = []
+    results: List[Result] = []
+    what = getattr(factory, "__qualname__", None) or type(factory).__name__
     for case in cases:
         try:
             r = (_run_case_isolated if isolate else _run_case)(factory, case, bench_options)
-        except Exception as e:
+        except BaseException as e:      # Ctrl-C too: the finished cases must survive it
+            try:
+                e.partial = SweepResult(axes=axes, cases=cases[:len(results)],
+                                        results=list(results), isolate=isolate,
+                                        options=dict(bench_options), factory_name=what)
+            except AttributeError:      # an exception type without a __dict__
+                pass
             if hasattr(e, "add_note"):
-                e.add_note(f"in kbench.sweep case {case}")
+                kept = (f"; the {len(results)} case(s) finished before it are in the "
+                        f"exception's .partial" if results and hasattr(e, "partial") else "")
+                e.add_note(f"in kbench.sweep case {case}{kept}")
             raise
         results.append(r)
-    what = getattr(factory, "__qualname__", None) or type(factory).__name__
     return SweepResult(axes=axes, cases=cases, results=results, isolate=isolate,
                        options=dict(bench_options), factory_name=what)

@@ -357,3 +357,88 @@ def test_info_into_a_closed_pipe_exits_quietly():
     finally:
         os.close(w)
     assert p.returncode == 141 and p.stderr == "", p.stderr
+
+
+WRITES_PAST_A_SIZE_LIMIT = r"""
+import json, resource, sys
+import numpy as np
+import kbench
+from kbench.cli import CliError, _write_session
+from kbench.sweep import SweepResult
+samples = 1e-4 * (1.0 + 0.01 * np.random.default_rng(0).standard_normal(20000))
+r = kbench.Result(name="big", device="cpu", backend="host", samples=samples,
+                  stats=kbench._core.summarize(samples, 0.95), stop={"stop": "precision"},
+                  cold_cache={"mode": "none"})
+small = kbench.Result.from_dict(dict(r.to_dict(), samples_s=list(samples[:50])))
+sw = SweepResult(axes={"n": list(range(500))}, cases=[{"n": i} for i in range(500)],
+                 results=[small] * 500)
+resource.setrlimit(resource.RLIMIT_FSIZE, (20480, 20480))    # a disk that fills mid-write
+for what, write in [("result", lambda p: r.to_json(p)), ("sweep", lambda p: sw.to_json(p)),
+                    ("csv", lambda p: sw.to_csv(p)), ("demo", lambda p: _write_session(p, {"k": r}))]:
+    try:
+        write(sys.argv[1])
+        print(what, "written")
+    except (OSError, CliError) as e:
+        print(what, "refused:", e)
+"""
+
+
+def test_a_failed_write_leaves_the_old_file_whole(tmp_path):
+    """to_json, to_csv and demo --json write a temporary file, then rename it: a write that
+    fails (file too large, disk full) keeps the old file, and leaves no temporary file."""
+    keep = tmp_path / "keep.json"
+    keep.write_text('{"old": true}')
+    res = subprocess.run([sys.executable, "-c", WRITES_PAST_A_SIZE_LIMIT, str(keep)],
+                         capture_output=True, text=True, timeout=120)
+    assert res.returncode == 0, res.stderr
+    lines = res.stdout.splitlines()
+    assert [ln.split()[:2] for ln in lines] == [[w, "refused:"] for w in
+                                                ("result", "sweep", "csv", "demo")], lines
+    assert "File too large" in lines[0]
+    assert json.loads(keep.read_text()) == {"old": True}
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["keep.json"]
+
+
+def test_ctrl_c_is_one_line_and_exit_130(monkeypatch, capsys):
+    from kbench import cli as cli_mod
+
+    def interrupted(args):
+        print("partial table")
+        raise KeyboardInterrupt
+    monkeypatch.setattr(cli_mod, "cmd_info", interrupted)
+    monkeypatch.setattr(cli_mod, "_stdout_to_devnull", lambda: None,   # pytest owns stdout
+                        raising=False)
+    assert cli("info") == 130
+    err = capsys.readouterr().err
+    assert err == "kbench info: interrupted\n"
+
+
+def test_compare_into_a_full_disk_is_one_line_and_exit_2(tmp_path):
+    a = synthetic(tmp_path, "a.json", 1e-3)
+    with open("/dev/full", "w") as full:
+        p = subprocess.run([sys.executable, "-m", "kbench", "compare", a, a, "--fail", "8%"],
+                           stdout=full, stderr=subprocess.PIPE, text=True, timeout=120)
+    assert p.returncode == 2, p.stderr
+    assert p.stderr == "kbench compare: error: No space left on device\n"
+
+
+def test_usage_errors_name_the_commands_and_the_bad_threshold(tmp_path):
+    p = run()
+    assert p.returncode == 2
+    assert p.stderr == ("kbench: error: a command is required: one of demo, peaks, info, "
+                        "compare (see kbench -h)\n")
+    a = synthetic(tmp_path, "a.json", 1e-3)
+    for opt in ("--fail", "--fail-mem"):
+        p = run("compare", a, a, opt, "-1%")
+        assert p.returncode == 2
+        assert f"argument {opt}: threshold must be a non-negative fraction, got '-1%'" \
+            in p.stderr
+    helptext = run("demo", "-h").stdout + run("peaks", "-h").stdout + run("info", "-h").stdout
+    text = " ".join(helptext.split())       # argparse wraps help onto the next line
+    for opt, words in [("--peak-seconds PEAK_SECONDS", "time per ceiling when no measured"),
+                       ("--no-gpu", "CPU cases only"), ("--seconds SECONDS", "time per CPU"),
+                       ("--device DEVICE", "the CUDA device to measure"),
+                       ("--cpu-only", "measure the CPU's ceilings only"),
+                       ("--gpu-only", "measure the GPU's ceilings only"),
+                       ("--json", "print everything as one JSON object")]:
+        assert f"{opt} {words}" in text, opt

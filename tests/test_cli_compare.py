@@ -82,12 +82,41 @@ def test_compare_files_on_session_and_single_result_files(tmp_path):
     assert "within noise" in next(l for l in lines if l.startswith("t::y"))
     assert "1 of 2 benchmarks slower than old beyond 8%: t::x" in text
 
-    # two single Result files pair up even when the names differ
+    # single Result files of the same benchmark pair up by name
     a, b = tmp_path / "a.json", tmp_path / "b.json"
-    make_result("old_name", 2e-3).to_json(str(a))
-    make_result("new_name", 1e-3, seed=5).to_json(str(b))
+    make_result("same", 2e-3).to_json(str(a))
+    make_result("same", 1e-3, seed=5).to_json(str(b))
     text = compare_files(str(a), str(b))
-    assert "new_name" in text and "faster" in text and "-50" in text
+    assert "faster" in text and "-50" in text and "names differ" not in text
+
+
+@pytest.mark.parametrize("kind", ["result", "session", "sweep"])
+def test_two_single_entry_files_of_different_names_are_not_paired(tmp_path, kind):
+    """Two files of one benchmark each, under different names, may hold unrelated benchmarks
+    (a session of test_x and one of test_y): no verdict, and the names are said."""
+    from kbench.cli import main as cli_main
+    from kbench.sweep import SweepResult
+    paths = []
+    for fname, name, median in (("a.json", "fast", 1e-3), ("b.json", "slow", 3e-3)):
+        r = make_result(name, median, seed=len(paths))
+        p = tmp_path / fname
+        if kind == "result":
+            r.to_json(str(p))
+        elif kind == "session":
+            p = session(tmp_path, fname, {f"t::{name}": r})
+        else:
+            SweepResult(axes={"n": [1]}, cases=[{"n": 1}], results=[r]).to_json(str(p))
+        paths.append(str(p))
+    old, new = load_results(paths[0]), load_results(paths[1])
+    cmp = compare_sets(old, new, threshold="8%")
+    assert sorted(d.verdict for d in cmp.deltas) == ["no baseline", "not run"]
+    assert cmp.compared == 0 and not cmp.regressions
+    assert len(cmp.notes) == 1 and "the names differ" in cmp.notes[0]
+    assert "fast" in cmp.notes[0] and "slow" in cmp.notes[0]
+    text = compare_files(paths[0], paths[1], threshold=0.08)
+    assert "SLOWER" not in text and "nothing compared" in text and "names differ" in text
+    for pair in (paths, paths[::-1]):       # either order: no verdict, and --fail fails
+        assert cli_main(["compare", *pair, "--fail", "8%"]) == 1
 
 
 def test_load_errors_name_the_problem(tmp_path):
@@ -164,6 +193,16 @@ def test_a_nan_ci_is_unknown_not_a_resolved_difference():
     ({"schema": "kbench.result/1", "extra": [1]}, "'extra' is a list, not an object"),
     ({"schema": "kbench.result/1", "extra": {"regime": "burst"}}, "'extra.regime' is a str"),
     ({"schema": "kbench.result/1", "metadata": [1]}, "'metadata' is a list, not an object"),
+    ({"schema": "kbench.result/1", "memory": {"peak_bytes": float("nan")}},
+     "memory.peak_bytes is nan, not a finite number of bytes"),
+    ({"schema": "kbench.result/1", "memory": {"peak_bytes": float("inf")}},
+     "memory.peak_bytes is inf"),
+    ({"schema": "kbench.result/1", "memory": {"peak_bytes": 1, "resolution_bytes": 1e999}},
+     "memory.resolution_bytes is inf"),
+    ({"schema": "kbench.result/1", "memory": {"peak_bytes": "1 MB"}}, "memory.peak_bytes is '1"),
+    ({"schema": "kbench.result/1", "memory": 5}, "'memory' is a int, not an object"),
+    ({"schema": "kbench.ab/1", "arms": ["a"], "trials": [{"a": {}}], "comparisons": {"x": 1}},
+     "'comparisons' is a dict, not a list"),
 ])
 def test_load_results_names_the_file_and_the_bad_field(doc, match, tmp_path):
     p = tmp_path / "bad.json"
@@ -219,6 +258,21 @@ def test_nothing_compared_is_said_not_passed_over():
                              "current (2 no baseline, 1 not run)")
     part = compare_sets({"a": r}, {"a": r, "b": r}, threshold="8%")
     assert part.compared == 1 and part.summary().endswith("(1 compared)")
+
+
+def test_pairs_that_are_all_not_comparable_compare_nothing():
+    """A harness that changed its cold-cache default must not pass every gate: a "not
+    comparable" pair has a delta but checks nothing."""
+    old = {k: _cold_result(1e-3, "none", seed=i) for i, k in enumerate("abcd")}
+    new = {k: _cold_result(5e-3, "rotate", seed=9 + i) for i, k in enumerate("abcd")}
+    cmp = compare_sets(old, new, threshold="8%")
+    assert [d.verdict for d in cmp.deltas] == ["not comparable"] * 4
+    assert cmp.compared == 0
+    assert cmp.summary() == ("nothing compared: no benchmark has comparable figures in both "
+                             "baseline and current (4 not comparable)")
+    new["a"] = _cold_result(1e-3, "none", seed=20)        # one comparable pair: counted alone
+    some = compare_sets(old, new, threshold="8%")
+    assert some.compared == 1 and some.summary().endswith("(1 compared, 3 not comparable)")
 
 
 def _ab_file(tmp_path, fname, medians, seed=0):
@@ -304,13 +358,15 @@ def test_a_hot_and_a_cold_figure_are_not_comparable_and_never_fail(tmp_path, cap
     rot = compare_sets({"s": _cold_result(719e-6, "flush")},
                        {"s": _cold_result(900e-6, "rotate", seed=1)}, threshold="5%")
     assert rot.deltas[0].verdict == "not comparable" and "flush -> rotate" in rot.deltas[0].note
-    # the CLI: reported, exit 0 under --fail
+    # the CLI: reported, never SLOWER; but a gate of this pair alone compared nothing
     old, new = tmp_path / "hot.json", tmp_path / "cold.json"
     old.write_text(json.dumps(hot))
     new.write_text(json.dumps(cold))
-    assert cli_main(["compare", str(old), str(new), "--fail", "5%"]) == 0
+    assert cli_main(["compare", str(old), str(new)]) == 0
     out = capsys.readouterr().out
     assert "not comparable (cold cache none (hot) -> flush)" in out and "SLOWER" not in out
+    assert cli_main(["compare", str(old), str(new), "--fail", "5%"]) == 1
+    assert "nothing compared" in capsys.readouterr().out
 
 
 def test_the_same_or_an_unknown_cold_cache_mode_compares_as_before():

@@ -191,7 +191,7 @@ def test_a_save_that_fails_at_the_end_is_one_line_and_leaves_no_temp_file(pytest
     assert res.ret == pytest.ExitCode.USAGE_ERROR
     res.stdout.fnmatch_lines(["kbench: --kbench-save: cannot write s.json: Is a directory"])
     assert "INTERNALERROR" not in res.stdout.str() + res.stderr.str()
-    assert not pytester.path.joinpath("s.json.tmp").exists()
+    assert not list(pytester.path.glob("s.json*.tmp"))
 
 
 def test_disable_runs_each_body_once_and_still_checks(pytester, run):
@@ -394,3 +394,139 @@ def test_a_baseline_with_a_nan_median_fails_the_session(pytester, run):
     assert res.ret == 1, res.stdout.str()
     res.stdout.fnmatch_lines(["*kbp_bench_test.py::test_kernel*INVALID (baseline median is nan)*",
                               "FAILED: *1 with an invalid median*"])
+
+
+# -- review fixes: empty sessions, interrupted saves, shared temp files, xdist, option checks
+
+def test_a_session_where_no_benchmark_ran_fails_the_compare_gate(pytester, run):
+    # every benchmark skipped or deselected: the gate compared nothing, so it has not passed
+    pytester.makepyfile(kbp_bench_test=BENCH_TESTS)
+    assert run("--kbench-save=base.json", "--kbench-max-time=0.1").ret == 0
+    before = pytester.path.joinpath("base.json").read_text()
+    pytester.makepyfile(kbp_bench_test=BENCH_TESTS.replace(
+        "def test_kernel(kbench):", "def test_kernel(kbench):\n    import pytest; pytest.skip('no GPU')"))
+    res = run("--kbench-compare=base.json", "--kbench-fail=8%", "--kbench-save=base.json")
+    res.assert_outcomes(skipped=1)
+    assert res.ret == 1, res.stdout.str()
+    res.stdout.fnmatch_lines(["*kbench: no benchmark ran in this session*",
+                              "FAILED: nothing compared*",
+                              "*--kbench-save: no benchmark ran: nothing saved, base.json left "
+                              "as it was*"])
+    assert pytester.path.joinpath("base.json").read_text() == before
+    assert run("--kbench-compare=base.json", "--kbench-fail=off").ret == 0
+
+
+INTERRUPTS = """
+import os, signal, time
+
+def kernel():
+    end = time.perf_counter() + 0.0002
+    while time.perf_counter() < end:
+        pass
+
+def test_1(kbench):
+    kbench(kernel, cold_cache=None, warmup_s=0.01, max_time_s=0.05)
+
+def test_2(kbench):
+    kbench(kernel, cold_cache=None, warmup_s=0.01, max_time_s=0.05)
+    if os.environ.get("KB_STOP") == "int":
+        os.kill(os.getpid(), signal.SIGINT)
+    assert os.environ.get("KB_STOP") != "fail"
+
+def test_3(kbench):
+    kbench(kernel, cold_cache=None, warmup_s=0.01, max_time_s=0.05)
+"""
+
+
+@pytest.mark.parametrize("stop,args", [("int", ()), ("fail", ("-x",))])
+def test_a_session_that_stopped_early_keeps_the_full_baseline(pytester, run, monkeypatch,
+                                                               stop, args):
+    pytester.makepyfile(kbp_int_test=INTERRUPTS)
+    assert run("--kbench-save=full.json").ret == 0
+    keys = sorted(json.loads(pytester.path.joinpath("full.json").read_text())["results"])
+    assert len(keys) == 3
+    monkeypatch.setenv("KB_STOP", stop)
+    res = run("--kbench-save=full.json", "--kbench-compare=full.json", *args, subprocess=True)
+    assert res.ret != 0
+    res.stdout.fnmatch_lines(["*--kbench-save: the session * 2 result(s) not saved, full.json "
+                              "left as it was (--kbench-save-partial saves them)*"])
+    assert sorted(json.loads(pytester.path.joinpath("full.json").read_text())["results"]) == keys
+    # asked for: the partial session is saved
+    res = run("--kbench-save=full.json", "--kbench-save-partial", *args, subprocess=True)
+    assert sorted(json.loads(pytester.path.joinpath("full.json").read_text())["results"]) \
+        == keys[:2]
+
+
+def test_sessions_saving_to_one_path_do_not_share_a_temp_file(tmp_path, monkeypatch):
+    """Each save writes a temporary file of its own: one that another writer truncated or
+    already renamed is never what gets renamed into place."""
+    import tempfile
+    from kbench import pytest_plugin as pp
+    monkeypatch.setattr(pp, "_session_metadata", lambda config: {})
+    names = []
+    orig = tempfile.mkstemp
+
+    def spy(*a, **k):
+        fd, name = orig(*a, **k)
+        names.append(name)
+        return fd, name
+    monkeypatch.setattr(tempfile, "mkstemp", spy)
+    path = str(tmp_path / "s.json")
+    r = Result.from_dict(json.loads(kbench.bench(sum, [1, 2], cold_cache=None, warmup_s=0,
+                                                 max_time_s=0.02).to_json()))
+    pp._write_session(path, None, {"k": r})
+    pp._write_session(path, None, {"k": r})
+    assert len(names) == 2 and names[0] != names[1] and path + ".tmp" not in names
+    assert all(os.path.dirname(n) == str(tmp_path) for n in names)
+    assert json.loads(open(path).read())["results"]["k"]["name"] == r.name
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["s.json"]
+    assert os.stat(path).st_mode & 0o644 == 0o644       # not mkstemp's 0600
+
+
+def test_save_and_compare_are_refused_under_xdist(pytester, run):
+    pytester.makeconftest("""
+        def pytest_configure(config):
+            config.workerinput = {"workerid": "gw0"}     # what an xdist worker carries
+    """)
+    pytester.makepyfile(kbp_mark_test=MARKS_ITS_RUN)
+    res = run("--kbench-save=s.json")
+    assert res.ret == pytest.ExitCode.USAGE_ERROR
+    res.stderr.fnmatch_lines(["*--kbench-save and --kbench-compare do not work under "
+                              "pytest-xdist (-n)*"])
+    assert not pytester.path.joinpath("ran").exists()
+
+
+@pytest.mark.parametrize("value", ["inf", "1e9", "nan"])
+def test_a_max_time_beyond_a_day_is_a_usage_error_before_any_test_runs(pytester, run, value):
+    pytester.makepyfile(kbp_mark_test=MARKS_ITS_RUN)
+    res = run(f"--kbench-max-time={value}")
+    assert res.ret == pytest.ExitCode.USAGE_ERROR
+    res.stderr.fnmatch_lines(["*--kbench-max-time must be a number of seconds > 0 and <= 86400*"])
+    assert not pytester.path.joinpath("ran").exists()
+
+
+def test_disable_refuses_a_repeated_name_as_timing_does(pytester, run):
+    pytester.makepyfile(kbp_twice_test="""
+        def test_twice(kbench):
+            for _ in range(3):
+                kbench(sum, [1, 2], cold_cache=None, warmup_s=0.01, max_time_s=0.02, name="x")
+    """)
+    for args in ((), ("--kbench-disable",)):
+        res = run(*args)
+        res.assert_outcomes(failed=1)
+        res.stdout.fnmatch_lines(["*already recorded as 'kbp_twice_test.py::test_twice::x'*"])
+
+
+def test_a_baseline_with_a_nan_peak_memory_is_a_usage_error_not_an_internal_error(pytester,
+                                                                                   run):
+    pytester.makepyfile(kbp_bench_test=BENCH_TESTS)
+    assert run("--kbench-save=base.json", "--kbench-max-time=0.1").ret == 0
+    doc = json.loads(pytester.path.joinpath("base.json").read_text())
+    doc["results"]["kbp_bench_test.py::test_kernel"]["memory"] = {"peak_bytes": float("nan"),
+                                                                   "method": "rss"}
+    pytester.path.joinpath("base.json").write_text(json.dumps(doc))
+    res = run("--kbench-compare=base.json", "--kbench-max-time=0.1")
+    assert res.ret == pytest.ExitCode.USAGE_ERROR
+    res.stderr.fnmatch_lines(["*--kbench-compare: base.json, result "
+                              "'kbp_bench_test.py::test_kernel': memory.peak_bytes is nan*"])
+    assert "INTERNALERROR" not in res.stdout.str() + res.stderr.str()

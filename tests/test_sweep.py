@@ -348,3 +348,45 @@ def test_isolated_sweep_honours_sigint_sent_to_the_parent_alone(tmp_path, interr
     assert 0 <= latency < 3.0, f"KeyboardInterrupt came {latency:.2f} s after SIGINT"
     assert "WORKER gone" in lines, f"the worker outlived the interrupt:\n{out}"
     assert "NEXT OK 1" in lines, f"the next isolated sweep failed:\n{out}\n{err}"
+
+
+@pytest.mark.parametrize("exc", [RuntimeError("boom"), KeyboardInterrupt()])
+def test_a_case_that_raises_keeps_the_finished_cases_in_the_exception(exc):
+    """A failing last case (or Ctrl-C) must not lose the cases already measured."""
+    def factory(n):
+        if n == 3:
+            raise exc
+        return (np.sum, (np.ones(256 * n),))
+
+    with pytest.raises(type(exc)) as ei:
+        sweep(factory, axes={"n": [1, 2, 3, 4]}, cold_cache=None, warmup_s=0,
+              max_time_s=0.02)
+    part = ei.value.partial
+    assert [c["n"] for c in part.cases] == [1, 2] and len(part.results) == 2
+    assert [r["n"] for r in part.rows] == [1, 2] and all(r["median_s"] > 0 for r in part.rows)
+    assert part.axes == {"n": [1, 2, 3, 4]}
+    assert any("the 2 case(s) finished before it are in the exception's .partial" in n
+               for n in ei.value.__notes__)
+
+
+def test_a_first_case_that_raises_leaves_an_empty_partial():
+    def factory(n):
+        raise ValueError("bad case")
+
+    with pytest.raises(ValueError) as ei:
+        sweep(factory, axes={"n": [1, 2]})
+    assert ei.value.partial.results == [] and ei.value.partial.rows == []
+
+
+@pytest.mark.parametrize("edit,match", [
+    (lambda d: d["rows"].__setitem__(0, "n=1"), r"rows\[0\] is a str, not an object"),
+    (lambda d: d.__setitem__("axes", {"n": 5}), r"axes\['n'\] is a int, not a list"),
+])
+def test_a_malformed_sweep_file_names_the_field(copies, tmp_path, edit, match):
+    from kbench.sweep import SweepResult
+    d = json.loads(copies.to_json())
+    edit(d)
+    path = tmp_path / "bad.json"
+    path.write_text(json.dumps(d))
+    with pytest.raises(ValueError, match=f"bad.json: kbench sweep: {match}"):
+        SweepResult.load(str(path))
