@@ -12,8 +12,9 @@ Verdict rules, per benchmark present in both files, with delta = new median / ol
   "within noise"    the intervals overlap: no difference is resolved, whatever the delta
   "unchanged"       the intervals do not overlap but |delta| <= threshold
   "no baseline"     only in the new file;  "not run": only in the old file. Benchmarks pair
-                    up by name only: two files of one benchmark each under different names
-                    (a session of test_x and one of test_y) are not compared, and said so
+                    up by name: two session or sweep files of one benchmark each under
+                    different names (test_x and test_y) are not compared, and said so; two
+                    single Result files are the pair the user chose: compared across names
   "invalid"         either median is NaN, infinite, zero or negative: not a time; or the new
                     result has no median at all (the old one lacking it is "no baseline")
   "not comparable"  figures whose conditions differ by design, not by the code: GPU figures
@@ -63,6 +64,11 @@ AB_SCHEMA = "kbench.ab/1"
 ResultSet = Dict[str, Dict[str, Any]]
 
 
+class _SingleResult(dict):
+    """A Result file's one entry: two of these are a pair the user chose, whatever their
+    names (kbench.bench names a result after its callable: my_kernel_v1 against _v2)."""
+
+
 def load_results(path_or_doc: Union[str, Dict[str, Any]]) -> ResultSet:
     """{key: result dict} from a session file, a single Result file, or an already-parsed doc.
     A single Result is keyed by its name."""
@@ -95,7 +101,7 @@ def load_results(path_or_doc: Union[str, Dict[str, Any]]) -> ResultSet:
         return {str(k): v for k, v in results.items()}
     if schema == RESULT_SCHEMA:
         _check_result_doc(doc, where)
-        return {str(doc.get("name", "result")): doc}
+        return _SingleResult({str(doc.get("name", "result")): doc})
     if schema == SWEEP_SCHEMA:
         return _sweep_results(doc, where)
     if schema == AB_SCHEMA:
@@ -612,6 +618,14 @@ def compare_sets(old: ResultSet, new: ResultSet, threshold: float = 0.0,
             old_med, old_ci = _median_and_ci(od)
             deltas.append(Delta(key, old_med, None, None, "not run", old_ci=old_ci))
     notes = []
+    if isinstance(old, _SingleResult) and isinstance(new, _SingleResult) and \
+            set(old) != set(new):
+        # two Result files: the user paired them by naming the files
+        (old_key, od), (new_key, _) = next(iter(old.items())), next(iter(new.items()))
+        cmp = compare_sets({new_key: od}, new, threshold, old_label, new_label, mem_threshold)
+        cmp.notes.append(f"two single results compared across names: {old_label} "
+                         f"{old_key!r}, {new_label} {new_key!r}")
+        return cmp
     if len(old) == 1 and len(new) == 1 and set(old) != set(new):
         # benchmarks pair up by name only: two files of one benchmark each may hold two
         # unrelated ones (a session of test_x and one of test_y), so no verdict is guessed

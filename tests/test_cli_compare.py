@@ -90,19 +90,29 @@ def test_compare_files_on_session_and_single_result_files(tmp_path):
     assert "faster" in text and "-50" in text and "names differ" not in text
 
 
-@pytest.mark.parametrize("kind", ["result", "session", "sweep"])
+def test_two_result_files_are_compared_across_names_and_say_so(tmp_path):
+    """kbench.bench names a result after its callable: my_kernel_v1.json against _v2.json is
+    the pair the user chose by naming the two files."""
+    a, b = tmp_path / "a.json", tmp_path / "b.json"
+    make_result("kernel_v1", 1e-3).to_json(str(a))
+    make_result("kernel_v2", 3e-3, seed=4).to_json(str(b))
+    cmp = compare_sets(load_results(str(a)), load_results(str(b)), threshold="8%")
+    assert [d.verdict for d in cmp.deltas] == ["slower"] and cmp.compared == 1
+    assert "compared across names" in cmp.notes[0] and "kernel_v1" in cmp.notes[0]
+
+
+@pytest.mark.parametrize("kind", ["session", "sweep"])
 def test_two_single_entry_files_of_different_names_are_not_paired(tmp_path, kind):
-    """Two files of one benchmark each, under different names, may hold unrelated benchmarks
-    (a session of test_x and one of test_y): no verdict, and the names are said."""
+    """Two session or sweep files of one benchmark each, under different names, may hold
+    unrelated benchmarks (a session of test_x and one of test_y): no verdict, and the names
+    are said. (Two Result files are a pair the user chose: compared across names.)"""
     from kbench.cli import main as cli_main
     from kbench.sweep import SweepResult
     paths = []
     for fname, name, median in (("a.json", "fast", 1e-3), ("b.json", "slow", 3e-3)):
         r = make_result(name, median, seed=len(paths))
         p = tmp_path / fname
-        if kind == "result":
-            r.to_json(str(p))
-        elif kind == "session":
+        if kind == "session":
             p = session(tmp_path, fname, {f"t::{name}": r})
         else:
             SweepResult(axes={"n": [1]}, cases=[{"n": 1}], results=[r]).to_json(str(p))
