@@ -151,8 +151,35 @@ def options(out: dict) -> None:
     kd.bench(spin, 20e-6, group=COMM, **dict(FAST, **extra))
 
 
+def abandoned(out: dict) -> None:
+    """Rank 1 takes one 4 s call; rank 0 (dist_timeout_s=2) catches the DistributedTimeout and
+    carries on with arrays of its own while MPI progresses: when rank 1 arrives, the collective
+    rank 0 gave up on completes into buffers kbench kept, not into rank 0's arrays. The next
+    bench on that communicator is refused by name."""
+    calls = [0]
+
+    def fn():
+        calls[0] += 1
+        if RANK == 1 and calls[0] == 60:
+            time.sleep(4.0)
+        spin(20e-6)
+    try:
+        kd.bench(fn, group=COMM, dist_timeout_s=2.0, warmup_s=0.02, max_time_s=1.0,
+                 min_samples=200, cold_cache=None, memory=False)
+    except kd.DistributedError as e:
+        out["first"] = type(e).__name__
+    mine = [np.full((2, 4), 7.0) for _ in range(2000)]
+    t = time.monotonic()
+    while time.monotonic() - t < 5.0:          # any MPI call drives progress
+        if os.environ.get("KBENCH_TEST_ENGINE") != "torch":
+            COMM.Iprobe()
+        time.sleep(0.01)
+    out["changed"] = sum(1 for a in mine if not (a == 7.0).all())
+    kd.bench(spin, 20e-6, group=COMM, dist_timeout_s=2.0, **FAST)
+
+
 SCENARIOS = {f.__name__: f for f in (basic, via_bench, order, noisy, skip, stall, check,
-                                     absent, profiled, options)}
+                                     absent, profiled, options, abandoned)}
 
 
 def main() -> None:

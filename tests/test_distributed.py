@@ -318,3 +318,58 @@ def test_dist_timeout_s_is_checked_on_every_call_not_only_the_first(tmp_path, mo
     kd.bench(np.sum, np.ones(100), group=solo, dist_timeout_s=5.0, **opts)
     with pytest.raises(ValueError, match="dist_timeout_s must be a positive number"):
         kd.bench(np.sum, np.ones(100), group=solo, dist_timeout_s=bad, **opts)
+
+
+def test_a_collective_given_up_on_is_kept_and_its_communicator_refused(ranks_of, tmp_path,
+                                                                      monkeypatch):
+    """A DistributedTimeout (or Ctrl-C) left the engine owning buffers kbench then freed: the
+    late rank's allgather wrote into reused memory. The pending collective is kept; the next
+    collective and the next bench on that communicator are refused by name."""
+    import kbench.distributed as kd
+    from kbench.distributed import _comm
+    comm = FakeComm(hang_at=1)
+    ranks = ranks_of(comm, timeout_s=0.2)
+    with pytest.raises(DistributedTimeout):
+        ranks.barrier("report")
+    kept = _comm._abandoned[-1]
+    assert isinstance(kept, _Never)
+    with pytest.raises(DistributedError, match="this communicator is unusable.*stage 'report'"):
+        ranks.barrier("again")
+    monkeypatch.setenv("KBENCH_DIST_DIR", str(tmp_path))
+    with pytest.raises(DistributedError, match="this communicator is unusable"):
+        kd.bench(np.sum, np.ones(10), group=comm, device="cpu", cold_cache=None)
+
+    class Interrupted(Pending):        # Ctrl-C while polling: kept the same way
+        polled = 0
+
+        def test(self):
+            self.polled += 1
+            if self.polled == 1:
+                raise KeyboardInterrupt
+            return False
+
+    class CtrlC(FakeComm):
+        def start_allgather(self, row):
+            return Interrupted()
+    ranks = ranks_of(CtrlC())
+    with pytest.raises(KeyboardInterrupt):
+        ranks.barrier("report")
+    assert any(isinstance(p, Interrupted) for p in _comm._abandoned)
+    with pytest.raises(DistributedError, match="unusable.*KeyboardInterrupt"):
+        ranks.barrier("again")
+
+
+def test_a_completed_abandoned_collective_is_let_go():
+    from kbench.distributed import _comm
+
+    class Later(Pending):
+        done = False
+
+        def test(self):
+            return self.done
+    first = Later()
+    _comm.abandon(object(), first, "test")
+    assert first in _comm._abandoned
+    first.done = True
+    _comm.abandon(object(), Later(), "test")
+    assert first not in _comm._abandoned

@@ -158,3 +158,16 @@ def test_ranks_passing_different_loop_options_are_refused_by_name(engine, tmp_pa
         assert "criterion: rank 0 (default), rank 1 'entropy'" in r["error"], r["error"]
         assert "min_samples: rank 0 20, rank 1 50" in r["error"]
     assert took < 30
+
+
+def test_a_collective_given_up_on_does_not_write_into_reused_memory(engine, tmp_path):
+    # rank 0 caught its DistributedTimeout and went on: the late rank's allgather wrote its
+    # header into an array of rank 0's (1 of 2000 changed, [66.0, 1407412998.0, 0, 0])
+    if engine == "torch":
+        pytest.skip("the MPI engine's buffers (gloo's are kept the same way)")
+    (r0, r1), _ = run_ranks(engine, "abandoned", tmp_path, timeout=60)
+    assert r0["first"] == "DistributedTimeout", r0
+    assert r0["changed"] == 0         # (rank 1 may be ended by mpirun once rank 0 exits)
+    # the next bench on that communicator is refused by name, not left to mismatch
+    assert not r0["ok"] and r0["error_type"] == "DistributedError", r0
+    assert "this communicator is unusable" in r0["error"], r0["error"]

@@ -26,7 +26,8 @@ from typing import Any, Dict, List, Optional, Tuple
 import numpy as np
 
 from .._core import KbenchError
-from ._comm import Communicator, DistributedError, DistributedTimeout
+from ._comm import (Communicator, DistributedError, DistributedTimeout, abandon,
+                    refuse_if_abandoned)
 
 DEFAULT_TIMEOUT_S = 60.0
 _MARKER_BYTES = 256
@@ -118,6 +119,7 @@ class Ranks:
     # -- the collective with a deadline
     def exchange(self, stage: str, payload: np.ndarray) -> np.ndarray:
         """Allgather equal-length float64 rows after the header check: (world, len)."""
+        refuse_if_abandoned(self.comm.owner)  # a collective given up on is still pending
         if self._planted("stall", stage):      # stuck in its own work, before the marker
             time.sleep(float(self._plant.get("s", 3 * self.timeout_s)))
         self._seq += 1
@@ -146,13 +148,20 @@ class Ranks:
         t0 = time.monotonic()
         deadline = t0 + self.timeout_s
         spins = 0
-        while not pending.test():
-            spins += 1
-            if spins > 2000:        # past ~a few ms: poll gently, stay interruptible
-                time.sleep(50e-6)
-                if time.monotonic() > deadline:
-                    raise DistributedTimeout(self._timeout_text(stage, seq,
-                                                                time.monotonic() - t0))
+        try:
+            while not pending.test():
+                spins += 1
+                if spins > 2000:        # past ~a few ms: poll gently, stay interruptible
+                    time.sleep(50e-6)
+                    if time.monotonic() > deadline:
+                        raise DistributedTimeout(self._timeout_text(stage, seq,
+                                                                    time.monotonic() - t0))
+        except BaseException as e:
+            # timeout or Ctrl-C: the engine still owns the buffers and fills them when the late
+            # rank arrives; kept alive, and this communicator is refused from now on
+            abandon(self.comm.owner, pending, f"stage '{stage}' (collective #{seq}) on rank "
+                                              f"{self.comm.rank}: {type(e).__name__}")
+            raise
         try:
             return pending.result()
         except Exception as e:      # the engine's own failure, e.g. a peer process exited
