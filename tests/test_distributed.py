@@ -373,3 +373,82 @@ def test_a_completed_abandoned_collective_is_let_go():
     first.done = True
     _comm.abandon(object(), Later(), "test")
     assert first not in _comm._abandoned
+
+
+class _FakeTensor:
+    def __init__(self, a):
+        self.a = a
+
+    def numpy(self):
+        return self.a
+
+
+def _fake_torch(monkeypatch, world, members, new_group):
+    """torch and torch.distributed as far as TorchCommunicator uses them: an NCCL subgroup of
+    `members`, this rank its first."""
+    import sys
+    import types
+    torch = types.ModuleType("torch")
+    dist = types.ModuleType("torch.distributed")
+    torch.distributed = dist
+    torch.__version__ = "fake"
+    torch.from_numpy = _FakeTensor
+    torch.empty_like = lambda t: _FakeTensor(np.empty_like(t.a))
+
+    class Work:
+        def is_completed(self):
+            return True
+
+        def wait(self):
+            return None
+
+    def all_gather(parts, t, group=None, async_op=False):
+        for p in parts:
+            p.a[...] = t.a
+        return Work()
+    dist.group = types.SimpleNamespace(WORLD=object())
+    dist.get_backend = lambda g: "nccl"
+    dist.get_rank = lambda g=None: 0
+    dist.get_world_size = lambda g=None: world if g is None else len(members)
+    dist.get_process_group_ranks = lambda g: list(members)
+    dist.new_group = new_group
+    dist.all_gather = all_gather
+    monkeypatch.setitem(sys.modules, "torch", torch)
+    monkeypatch.setitem(sys.modules, "torch.distributed", dist)
+    return dist
+
+
+def test_an_nccl_subgroups_gloo_side_group_is_made_by_its_members_alone(monkeypatch):
+    """Only the members call kbench: a plain new_group (every rank must enter it) named the
+    side group by the global counter, so TP groups [0,1] and [2,3] met in one rendezvous; and
+    it waited torch's timeout, not dist_timeout_s."""
+    from datetime import timedelta
+    from kbench.distributed._comm import TorchCommunicator
+    calls = []
+
+    def new_group(ranks=None, timeout=None, backend=None, pg_options=None,
+                  use_local_synchronization=False, group_desc=None, device_id=None):
+        calls.append(dict(ranks=ranks, backend=backend, timeout=timeout,
+                          use_local_synchronization=use_local_synchronization))
+        return object()
+    _fake_torch(monkeypatch, 4, [2, 3], new_group)
+    c = TorchCommunicator(object(), timeout_s=7.0)
+    assert calls == [dict(ranks=[2, 3], backend="gloo", timeout=timedelta(seconds=7.0),
+                          use_local_synchronization=True)]
+    assert c.world == 2 and c.local_world == 2
+    # the whole world: every rank calls kbench, the plain collective call is right
+    calls.clear()
+    _fake_torch(monkeypatch, 2, [0, 1], new_group)
+    TorchCommunicator(object(), timeout_s=7.0)
+    assert calls[0]["use_local_synchronization"] is False and calls[0]["ranks"] == [0, 1]
+    assert calls[0]["timeout"] == timedelta(seconds=7.0)
+
+
+def test_an_nccl_subgroup_on_a_torch_without_local_synchronization_is_refused(monkeypatch):
+    from kbench.distributed._comm import TorchCommunicator
+
+    def new_group(ranks=None, timeout=None, backend=None, pg_options=None):
+        raise AssertionError("would hang: the non-members never enter it")
+    _fake_torch(monkeypatch, 4, [2, 3], new_group)
+    with pytest.raises(DistributedError, match=r"NCCL subgroup \(ranks \[2, 3\]\) needs torch 2.1"):
+        TorchCommunicator(object(), timeout_s=7.0)

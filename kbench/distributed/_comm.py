@@ -227,6 +227,32 @@ class _TorchPending(Pending):
 _gloo_groups: Dict[int, Any] = {}
 
 
+def gloo_side_group(dist: Any, group: Any, timeout_s: float) -> Any:
+    """The gloo group for an NCCL group's host exchanges, made by the group's members alone.
+
+    A plain new_group must be entered by every rank of the default group, members or not: only
+    the members call kbench, so two subgroups benchmarked at once (TP groups [0,1] and [2,3])
+    got the same name from the global group counter and met in one rendezvous, and the members'
+    counter ran ahead of the others' (the caller's next new_group was named differently on
+    different ranks). use_local_synchronization (torch 2.1+) names the group by its ranks and
+    syncs only them; timeout bounds its set-up by dist_timeout_s, not torch's 30 min (it is
+    also the gloo exchanges' own limit: a later bench's longer dist_timeout_s is capped by the
+    first one's on this group)."""
+    import inspect
+    from datetime import timedelta
+    ranks = None if group is None else dist.get_process_group_ranks(group)
+    if ranks is None or len(ranks) == dist.get_world_size():
+        # every rank is a member and calls kbench: the plain collective call is right here
+        return dist.new_group(ranks=ranks, backend="gloo", timeout=timedelta(seconds=timeout_s))
+    if "use_local_synchronization" not in inspect.signature(dist.new_group).parameters:
+        raise DistributedError(
+            f"kbench.distributed: benchmarking on an NCCL subgroup (ranks {ranks}) needs torch "
+            f"2.1 or later (new_group's use_local_synchronization: only the group's members "
+            f"call kbench); this torch is {getattr(sys.modules.get('torch'), '__version__', '?')}."
+            f" Benchmark on the whole world, or on a gloo group")
+    return dist.new_group(ranks=ranks, backend="gloo", use_local_synchronization=True,
+                          timeout=timedelta(seconds=timeout_s))
+
 
 class TorchCommunicator(Communicator):
     """torch.distributed: host exchanges on gloo (a gloo side group when the group is NCCL),
@@ -244,9 +270,8 @@ class TorchCommunicator(Communicator):
             self._host = group
         else:
             key = id(group)
-            if key not in _gloo_groups:     # collective: every rank creates it, once per group
-                ranks = None if group is None else dist.get_process_group_ranks(group)
-                _gloo_groups[key] = dist.new_group(ranks=ranks, backend="gloo")
+            if key not in _gloo_groups:     # once per group, by its members
+                _gloo_groups[key] = gloo_side_group(dist, group, timeout_s)
             self._host = _gloo_groups[key]
         hosts = wait_for(self.start_allgather(np.array([_host_id()])), timeout_s, self.rank,
                          "hosts", self.owner)[:, 0].tolist()
