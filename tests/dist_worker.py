@@ -178,8 +178,18 @@ def abandoned(out: dict) -> None:
     kd.bench(spin, 20e-6, group=COMM, dist_timeout_s=2.0, **FAST)
 
 
+def peer_failed(out: dict) -> None:
+    """Rank 1 is 4 s late to the second bench: rank 0 times out (2 s) and stays up a while;
+    rank 1's own timeout then names rank 0's failure, not 'marker not visible'."""
+    out["wait_peers"] = True
+    kd.bench(spin, 20e-6, group=COMM, **FAST)
+    if RANK == 1:
+        time.sleep(4.0)
+    kd.bench(spin, 20e-6, group=COMM, dist_timeout_s=2.0, **FAST)
+
+
 SCENARIOS = {f.__name__: f for f in (basic, via_bench, order, noisy, skip, stall, check,
-                                     absent, profiled, options, abandoned)}
+                                     absent, profiled, options, abandoned, peer_failed)}
 
 
 def main() -> None:
@@ -196,6 +206,12 @@ def main() -> None:
     with open(os.path.join(outdir, f"rank{RANK}.json"), "w") as f:
         json.dump(out, f)
     sys.stdout.flush()
+    if out.get("wait_peers"):
+        # mpirun ends the job when a rank exits without finalize: stay until every rank wrote
+        t = time.monotonic()
+        while time.monotonic() - t < 30 and not all(
+                os.path.exists(os.path.join(outdir, f"rank{r}.json")) for r in range(2)):
+            time.sleep(0.05)
     if not out["ok"]:
         # A rank that raised may leave a collective pending: MPI_Finalize could wait on it.
         os._exit(0)

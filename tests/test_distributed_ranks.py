@@ -171,3 +171,12 @@ def test_a_collective_given_up_on_does_not_write_into_reused_memory(engine, tmp_
     # the next bench on that communicator is refused by name, not left to mismatch
     assert not r0["ok"] and r0["error_type"] == "DistributedError", r0
     assert "this communicator is unusable" in r0["error"], r0["error"]
+
+
+def test_a_peer_that_failed_is_named_with_its_failure(engine, tmp_path):
+    # rank 0's DistributedTimeout left no failure marker: rank 1 read it as still at its
+    # stage, or (after exit) as "marker not visible from this node"
+    (r0, r1), _ = run_ranks(engine, "peer_failed", tmp_path, timeout=60)
+    assert not r0["ok"] and r0["error_type"] == "DistributedTimeout", r0
+    assert r1 is not None and not r1["ok"] and r1["error_type"] == "DistributedTimeout", r1
+    assert "rank 0 (at 'failed: DistributedTimeout" in r1["error"], r1["error"]

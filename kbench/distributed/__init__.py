@@ -141,12 +141,12 @@ def bench(fn: Callable[..., Any], *args: Any, group: Any = "auto",
                              rtol=rtol, atol=atol, _ranks=ranks,
                              _pre_sample=ranks.pre_sample if barrier else None,
                              **bench_options)
-    except DistributedError:
-        raise
     except BaseException as e:
         # The other ranks wait at their next collective: their timeout names this rank and
-        # this text (the marker keeps its sequence number: it is behind them).
-        ranks.markers.write(ranks.markers.seq, f"failed: {type(e).__name__}: {e}"[:200])
+        # this text (the marker keeps its sequence number: it is behind them). A
+        # DistributedError too: without it the peers read "marker not visible from this node".
+        first_line = (str(e).splitlines() or [""])[0]
+        ranks.markers.write(ranks.markers.seq, f"failed: {type(e).__name__}: {first_line}"[:200])
         raise
     result.correctness = correctness
     mine = {"shapes": _shapes(first, kwargs), "device": result.device,

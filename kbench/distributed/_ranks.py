@@ -178,6 +178,9 @@ class Ranks:
             m = self.markers.read(r)
             if m is None:
                 unseen.append(r)
+            elif m[2].startswith("failed"):      # not 'arrived' nor 'skipped': it failed
+                behind.append(f"rank {r} (at '{m[2]}', collective #{m[0]}, "
+                              f"{time.time() - m[1]:.1f} s ago)")
             elif m[0] == seq and m[2] == stage:
                 arrived.append(r)
             elif m[0] <= seq:
