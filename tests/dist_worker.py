@@ -178,6 +178,23 @@ def abandoned(out: dict) -> None:
     kd.bench(spin, 20e-6, group=COMM, dist_timeout_s=2.0, **FAST)
 
 
+def one_bad_input(out: dict) -> None:
+    """Rank 1 alone passes fn=None: every rank refuses at once, naming rank 1 (its peers
+    waited dist_timeout_s for it)."""
+    out["wait_peers"] = True
+    kd.bench(spin if RANK == 0 else None, 20e-6, group=COMM, dist_timeout_s=30.0, **FAST)
+
+
+def one_profiled(out: dict) -> None:
+    """A profiler injected on rank 0 only (nsys on rank 0: CUDA_INJECTION64_PATH; played here by
+    kbench.profile.wanted, as a GPU would see it): refused by name on every rank."""
+    out["wait_peers"] = True
+    if RANK == 0:
+        import kbench.profile as kp
+        kp.wanted = lambda profile, device: "CUDA_INJECTION64_PATH=/x/libinject.so: a profiler"
+    kd.bench(spin, 20e-6, group=COMM, dist_timeout_s=10.0, **FAST)
+
+
 def peer_failed(out: dict) -> None:
     """Rank 1 is 4 s late to the second bench: rank 0 times out (2 s) and stays up a while;
     rank 1's own timeout then names rank 0's failure, not 'marker not visible'."""
@@ -189,7 +206,7 @@ def peer_failed(out: dict) -> None:
 
 
 SCENARIOS = {f.__name__: f for f in (basic, via_bench, order, noisy, skip, stall, check,
-                                     absent, profiled, options, abandoned, peer_failed)}
+                                     absent, profiled, options, abandoned, one_bad_input, one_profiled, peer_failed)}
 
 
 def main() -> None:

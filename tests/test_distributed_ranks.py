@@ -173,6 +173,23 @@ def test_a_collective_given_up_on_does_not_write_into_reused_memory(engine, tmp_
     assert "this communicator is unusable" in r0["error"], r0["error"]
 
 
+def test_one_ranks_bad_input_is_refused_on_every_rank(engine, tmp_path):
+    # the other rank waited dist_timeout_s and ended in a DistributedTimeout at a barrier
+    (r0, r1), _ = run_ranks(engine, "one_bad_input", tmp_path)
+    assert not r1["ok"] and r1["error_type"] == "TypeError" and "fn must be callable" in r1["error"]
+    assert not r0["ok"] and r0["error_type"] == "DistributedError", r0
+    assert "rank(s) [1] of 2 refused the call" in r0["error"], r0["error"]
+    assert "fn must be callable" in r0["error"]
+
+
+def test_a_profiler_on_one_rank_only_is_refused_by_name(engine, tmp_path):
+    (r0, r1), _ = run_ranks(engine, "one_profiled", tmp_path)
+    for r in (r0, r1):
+        assert not r["ok"] and r["error_type"] == "DistributedError", r
+        assert "profile_mode: rank 0 'CUDA_INJECTION64_PATH', rank 1 'timed'" in r["error"], \
+            r["error"]
+
+
 def test_a_peer_that_failed_is_named_with_its_failure(engine, tmp_path):
     # rank 0's DistributedTimeout left no failure marker: rank 1 read it as still at its
     # stage, or (after exit) as "marker not visible from this node"
