@@ -452,3 +452,19 @@ def test_an_nccl_subgroup_on_a_torch_without_local_synchronization_is_refused(mo
     _fake_torch(monkeypatch, 4, [2, 3], new_group)
     with pytest.raises(DistributedError, match=r"NCCL subgroup \(ranks \[2, 3\]\) needs torch 2.1"):
         TorchCommunicator(object(), timeout_s=7.0)
+
+
+def test_left_over_marker_directories_are_removed(tmp_path, ranks_of):
+    """A failed rank keeps its marker on purpose and a killed job never reaches atexit: rank 0
+    removes job directories untouched for over a day when it sets up."""
+    old, recent = tmp_path / "kbench-dist-0123456789abcdef", tmp_path / "kbench-dist-fedcba"
+    other = tmp_path / "not-kbench"
+    for d in (old, recent, other):
+        d.mkdir()
+        (d / "rank1").write_text("5 0.0 failed: RuntimeError: x\n")
+    two_days = time.time() - 2 * 86400
+    for p in (old / "rank1", old, other / "rank1", other):
+        os.utime(p, (two_days, two_days))
+    ranks = ranks_of(FakeComm())
+    assert not old.exists() and recent.exists() and other.exists()
+    assert os.path.isdir(ranks.markers.dir)

@@ -44,6 +44,35 @@ def check_timeout(timeout_s: Any) -> float:
     return float(timeout_s)
 
 
+_STALE_S = 86400.0      # a job directory untouched this long is left over (see below)
+
+
+def remove_stale_markers(base: str, older_than_s: float = _STALE_S) -> List[str]:
+    """Remove kbench-dist-* job directories whose markers were all last written over a day
+    ago. A failed rank keeps its marker on purpose (its peers read the failure), and a job
+    killed by a signal never reaches atexit: nothing else ever removed them. Returns what it
+    removed."""
+    gone = []
+    now = time.time()
+    try:
+        names = [n for n in os.listdir(base) if n.startswith("kbench-dist-")]
+    except OSError:
+        return gone
+    for n in names:
+        path = os.path.join(base, n)
+        try:
+            if not os.path.isdir(path) or os.path.islink(path):
+                continue
+            times = [os.stat(path).st_mtime] + [os.stat(os.path.join(path, f)).st_mtime
+                                                for f in os.listdir(path)]
+            if now - max(times) > older_than_s:
+                shutil.rmtree(path, ignore_errors=True)
+                gone.append(path)
+        except OSError:         # another job's rank 0 removed it first, or not ours to read
+            continue
+    return gone
+
+
 class StageMarkers:
     """One marker file per rank: '<seq> <unix time> <stage>' (see the module docstring)."""
 
@@ -51,6 +80,8 @@ class StageMarkers:
         base = os.environ.get("KBENCH_DIST_DIR") or tempfile.gettempdir()
         token = comm.bcast_str(uuid.uuid4().hex[:16] if comm.rank == 0 else "", timeout_s)
         self.dir = os.path.join(base, f"kbench-dist-{token}")
+        if comm.rank == 0:
+            remove_stale_markers(base)
         os.makedirs(self.dir, exist_ok=True)
         self.rank, self.world = comm.rank, comm.world
         self._fd: Optional[int] = os.open(self._path(self.rank),
