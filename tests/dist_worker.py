@@ -205,8 +205,17 @@ def peer_failed(out: dict) -> None:
     kd.bench(spin, 20e-6, group=COMM, dist_timeout_s=2.0, **FAST)
 
 
+def equal_values(out: dict) -> None:
+    """Equal values written differently (1 and 1.0, np.int64(20) and 20, None and left out)
+    are the same call."""
+    extra = (dict(max_time_s=1, min_samples=np.int64(20), mode=None) if RANK == 0 else
+             dict(max_time_s=1.0, min_samples=20))
+    r = kd.bench(spin, 20e-6, group=COMM, **dict(FAST, **extra))
+    out.update(n=r.n)
+
+
 SCENARIOS = {f.__name__: f for f in (basic, via_bench, order, noisy, skip, stall, check,
-                                     absent, profiled, options, abandoned, one_bad_input, one_profiled, peer_failed)}
+                                     absent, profiled, options, abandoned, one_bad_input, one_profiled, peer_failed, equal_values)}
 
 
 def main() -> None:

@@ -468,3 +468,10 @@ def test_left_over_marker_directories_are_removed(tmp_path, ranks_of):
     ranks = ranks_of(FakeComm())
     assert not old.exists() and recent.exists() and other.exists()
     assert os.path.isdir(ranks.markers.dir)
+
+
+def test_option_values_compare_by_value():
+    from kbench.distributed import _same_key
+    assert _same_key(1) == _same_key(1.0) == _same_key(np.int64(1)) == _same_key(np.float32(1))
+    assert _same_key(True) != _same_key(1) and _same_key("1") != _same_key(1)
+    assert _same_key(None) != _same_key("auto")

@@ -197,3 +197,10 @@ def test_a_peer_that_failed_is_named_with_its_failure(engine, tmp_path):
     assert not r0["ok"] and r0["error_type"] == "DistributedTimeout", r0
     assert r1 is not None and not r1["ok"] and r1["error_type"] == "DistributedTimeout", r1
     assert "rank 0 (at 'failed: DistributedTimeout" in r1["error"], r1["error"]
+
+
+def test_equal_values_written_differently_are_the_same_call(engine, tmp_path):
+    # refused before: "the ranks passed different options (max_time_s: rank 0 1, rank 1 1.0)"
+    (r0, r1), _ = run_ranks(engine, "equal_values", tmp_path)
+    assert r0["ok"] and r1["ok"], (r0.get("error"), r1.get("error"))
+    assert r0["n"] == r1["n"]

@@ -20,6 +20,7 @@ from __future__ import annotations
 import atexit
 import inspect
 import json
+import numbers
 import os
 import sys
 from typing import Any, Callable, Dict, List, Optional
@@ -201,6 +202,19 @@ def _check_locally(fn: Any, args: Any, kwargs: Dict[str, Any], name: str, out_ar
     return why.split("=", 1)[0] if why else "timed"
 
 
+def _same_key(v: Any) -> str:
+    """What two ranks' values are compared by: equal numbers are equal (1, 1.0, np.int64(1))."""
+    if isinstance(v, (numbers.Real, np.number)) and not isinstance(v, (bool, np.bool_)):
+        return repr(float(v))
+    return repr(v)
+
+
+def _defaults() -> Dict[str, str]:
+    """bench_local's defaults as compared: passing one is the same call as leaving it out."""
+    return {k: _same_key(p.default) for k, p in inspect.signature(bench_local).parameters.items()
+            if p.default is not inspect.Parameter.empty}
+
+
 def _agree_options(ranks: Ranks, options: Dict[str, Any],
                    local_error: Optional[BaseException] = None, **more: Any) -> None:
     """One exchange before anything runs: a rank passing other loop options (min_samples,
@@ -212,7 +226,10 @@ def _agree_options(ranks: Ranks, options: Dict[str, Any],
     shown.update(more)
     shown["arg_sets"] = (None if options.get("arg_sets") is None or
                          callable(options["arg_sets"]) else len(options["arg_sets"]))
-    mine = {k: [repr(v), repr(v)] for k, v in shown.items()}
+    defaults = _defaults()
+    # each value: [compared as, shown as]; a default passed explicitly is left out
+    mine = {k: [_same_key(v), repr(v)] for k, v in shown.items()
+            if (defaults[k] != _same_key(v) if k in defaults else v is not None)}
     why = "" if local_error is None else \
         (f"{type(local_error).__name__}: {local_error}".splitlines() or [""])[0][:300]
     text = json.dumps({"options": mine, "error": why}, sort_keys=True)
