@@ -1,6 +1,5 @@
-"""One rank of the multi-rank tests: tests/test_distributed_mpi.py runs it under mpirun (mpi4py),
-tests/test_distributed_torch.py under torchrun (torch.distributed with gloo, where torch is
-installed).
+"""One rank of the multi-rank tests: tests/test_distributed_ranks.py runs it under mpirun
+(mpi4py) and under torchrun (torch.distributed with gloo, where torch is installed).
 
     mpirun -n 2 python tests/dist_worker.py SCENARIO OUTDIR
     KBENCH_TEST_ENGINE=torch torchrun --nproc_per_node=2 tests/dist_worker.py SCENARIO OUTDIR
@@ -215,7 +214,8 @@ def equal_values(out: dict) -> None:
 
 
 SCENARIOS = {f.__name__: f for f in (basic, via_bench, order, noisy, skip, stall, check,
-                                     absent, profiled, options, abandoned, one_bad_input, one_profiled, peer_failed, equal_values)}
+                                     absent, profiled, options, abandoned, one_bad_input,
+                                     one_profiled, peer_failed, equal_values)}
 
 
 def main() -> None:
