@@ -1,6 +1,5 @@
-"""One rank of the multi-rank tests: tests/test_distributed_mpi.py runs it under mpirun (mpi4py),
-tests/test_distributed_torch.py under torchrun (torch.distributed with gloo, where torch is
-installed).
+"""One rank of the multi-rank tests: tests/test_distributed_ranks.py runs it under mpirun
+(mpi4py) and under torchrun (torch.distributed with gloo, where torch is installed).
 
     mpirun -n 2 python tests/dist_worker.py SCENARIO OUTDIR
     KBENCH_TEST_ENGINE=torch torchrun --nproc_per_node=2 tests/dist_worker.py SCENARIO OUTDIR
@@ -151,8 +150,72 @@ def options(out: dict) -> None:
     kd.bench(spin, 20e-6, group=COMM, **dict(FAST, **extra))
 
 
+def abandoned(out: dict) -> None:
+    """Rank 1 takes one 4 s call; rank 0 (dist_timeout_s=2) catches the DistributedTimeout and
+    carries on with arrays of its own while MPI progresses: when rank 1 arrives, the collective
+    rank 0 gave up on completes into buffers kbench kept, not into rank 0's arrays. The next
+    bench on that communicator is refused by name."""
+    calls = [0]
+
+    def fn():
+        calls[0] += 1
+        if RANK == 1 and calls[0] == 60:
+            time.sleep(4.0)
+        spin(20e-6)
+    try:
+        kd.bench(fn, group=COMM, dist_timeout_s=2.0, warmup_s=0.02, max_time_s=1.0,
+                 min_samples=200, cold_cache=None, memory=False)
+    except kd.DistributedError as e:
+        out["first"] = type(e).__name__
+    mine = [np.full((2, 4), 7.0) for _ in range(2000)]
+    t = time.monotonic()
+    while time.monotonic() - t < 5.0:          # any MPI call drives progress
+        if os.environ.get("KBENCH_TEST_ENGINE") != "torch":
+            COMM.Iprobe()
+        time.sleep(0.01)
+    out["changed"] = sum(1 for a in mine if not (a == 7.0).all())
+    kd.bench(spin, 20e-6, group=COMM, dist_timeout_s=2.0, **FAST)
+
+
+def one_bad_input(out: dict) -> None:
+    """Rank 1 alone passes fn=None: every rank refuses at once, naming rank 1 (its peers
+    waited dist_timeout_s for it)."""
+    out["wait_peers"] = True
+    kd.bench(spin if RANK == 0 else None, 20e-6, group=COMM, dist_timeout_s=30.0, **FAST)
+
+
+def one_profiled(out: dict) -> None:
+    """A profiler injected on rank 0 only (nsys on rank 0: CUDA_INJECTION64_PATH; played here by
+    kbench.profile.wanted, as a GPU would see it): refused by name on every rank."""
+    out["wait_peers"] = True
+    if RANK == 0:
+        import kbench.profile as kp
+        kp.wanted = lambda profile, device: "CUDA_INJECTION64_PATH=/x/libinject.so: a profiler"
+    kd.bench(spin, 20e-6, group=COMM, dist_timeout_s=10.0, **FAST)
+
+
+def peer_failed(out: dict) -> None:
+    """Rank 1 is 4 s late to the second bench: rank 0 times out (2 s) and stays up a while;
+    rank 1's own timeout then names rank 0's failure, not 'marker not visible'."""
+    out["wait_peers"] = True
+    kd.bench(spin, 20e-6, group=COMM, **FAST)
+    if RANK == 1:
+        time.sleep(4.0)
+    kd.bench(spin, 20e-6, group=COMM, dist_timeout_s=2.0, **FAST)
+
+
+def equal_values(out: dict) -> None:
+    """Equal values written differently (1 and 1.0, np.int64(20) and 20, None and left out)
+    are the same call."""
+    extra = (dict(max_time_s=1, min_samples=np.int64(20), mode=None) if RANK == 0 else
+             dict(max_time_s=1.0, min_samples=20))
+    r = kd.bench(spin, 20e-6, group=COMM, **dict(FAST, **extra))
+    out.update(n=r.n)
+
+
 SCENARIOS = {f.__name__: f for f in (basic, via_bench, order, noisy, skip, stall, check,
-                                     absent, profiled, options)}
+                                     absent, profiled, options, abandoned, one_bad_input,
+                                     one_profiled, peer_failed, equal_values)}
 
 
 def main() -> None:
@@ -169,6 +232,12 @@ def main() -> None:
     with open(os.path.join(outdir, f"rank{RANK}.json"), "w") as f:
         json.dump(out, f)
     sys.stdout.flush()
+    if out.get("wait_peers"):
+        # mpirun ends the job when a rank exits without finalize: stay until every rank wrote
+        t = time.monotonic()
+        while time.monotonic() - t < 30 and not all(
+                os.path.exists(os.path.join(outdir, f"rank{r}.json")) for r in range(2)):
+            time.sleep(0.05)
     if not out["ok"]:
         # A rank that raised may leave a collective pending: MPI_Finalize could wait on it.
         os._exit(0)

@@ -318,3 +318,160 @@ def test_dist_timeout_s_is_checked_on_every_call_not_only_the_first(tmp_path, mo
     kd.bench(np.sum, np.ones(100), group=solo, dist_timeout_s=5.0, **opts)
     with pytest.raises(ValueError, match="dist_timeout_s must be a positive number"):
         kd.bench(np.sum, np.ones(100), group=solo, dist_timeout_s=bad, **opts)
+
+
+def test_a_collective_given_up_on_is_kept_and_its_communicator_refused(ranks_of, tmp_path,
+                                                                      monkeypatch):
+    """A DistributedTimeout (or Ctrl-C) left the engine owning buffers kbench then freed: the
+    late rank's allgather wrote into reused memory. The pending collective is kept; the next
+    collective and the next bench on that communicator are refused by name."""
+    import kbench.distributed as kd
+    from kbench.distributed import _comm
+    comm = FakeComm(hang_at=1)
+    ranks = ranks_of(comm, timeout_s=0.2)
+    with pytest.raises(DistributedTimeout):
+        ranks.barrier("report")
+    kept = _comm._abandoned[-1]
+    assert isinstance(kept, _Never)
+    with pytest.raises(DistributedError, match="this communicator is unusable.*stage 'report'"):
+        ranks.barrier("again")
+    monkeypatch.setenv("KBENCH_DIST_DIR", str(tmp_path))
+    with pytest.raises(DistributedError, match="this communicator is unusable"):
+        kd.bench(np.sum, np.ones(10), group=comm, device="cpu", cold_cache=None)
+
+    class Interrupted(Pending):        # Ctrl-C while polling: kept the same way
+        polled = 0
+
+        def test(self):
+            self.polled += 1
+            if self.polled == 1:
+                raise KeyboardInterrupt
+            return False
+
+    class CtrlC(FakeComm):
+        def start_allgather(self, row):
+            return Interrupted()
+    ranks = ranks_of(CtrlC())
+    with pytest.raises(KeyboardInterrupt):
+        ranks.barrier("report")
+    assert any(isinstance(p, Interrupted) for p in _comm._abandoned)
+    with pytest.raises(DistributedError, match="unusable.*KeyboardInterrupt"):
+        ranks.barrier("again")
+
+
+def test_a_completed_abandoned_collective_is_let_go():
+    from kbench.distributed import _comm
+
+    class Later(Pending):
+        done = False
+
+        def test(self):
+            return self.done
+    first = Later()
+    _comm.abandon(object(), first, "test")
+    assert first in _comm._abandoned
+    first.done = True
+    _comm.abandon(object(), Later(), "test")
+    assert first not in _comm._abandoned
+
+
+class _FakeTensor:
+    def __init__(self, a):
+        self.a = a
+
+    def numpy(self):
+        return self.a
+
+
+def _fake_torch(monkeypatch, world, members, new_group):
+    """torch and torch.distributed as far as TorchCommunicator uses them: an NCCL subgroup of
+    `members`, this rank its first."""
+    import sys
+    import types
+    torch = types.ModuleType("torch")
+    dist = types.ModuleType("torch.distributed")
+    torch.distributed = dist
+    torch.__version__ = "fake"
+    torch.from_numpy = _FakeTensor
+    torch.empty_like = lambda t: _FakeTensor(np.empty_like(t.a))
+
+    class Work:
+        def is_completed(self):
+            return True
+
+        def wait(self):
+            return None
+
+    def all_gather(parts, t, group=None, async_op=False):
+        for p in parts:
+            p.a[...] = t.a
+        return Work()
+    dist.group = types.SimpleNamespace(WORLD=object())
+    dist.get_backend = lambda g: "nccl"
+    dist.get_rank = lambda g=None: 0
+    dist.get_world_size = lambda g=None: world if g is None else len(members)
+    dist.get_process_group_ranks = lambda g: list(members)
+    dist.new_group = new_group
+    dist.all_gather = all_gather
+    monkeypatch.setitem(sys.modules, "torch", torch)
+    monkeypatch.setitem(sys.modules, "torch.distributed", dist)
+    return dist
+
+
+def test_an_nccl_subgroups_gloo_side_group_is_made_by_its_members_alone(monkeypatch):
+    """Only the members call kbench: a plain new_group (every rank must enter it) named the
+    side group by the global counter, so TP groups [0,1] and [2,3] met in one rendezvous; and
+    it waited torch's timeout, not dist_timeout_s."""
+    from datetime import timedelta
+    from kbench.distributed._comm import TorchCommunicator
+    calls = []
+
+    def new_group(ranks=None, timeout=None, backend=None, pg_options=None,
+                  use_local_synchronization=False, group_desc=None, device_id=None):
+        calls.append(dict(ranks=ranks, backend=backend, timeout=timeout,
+                          use_local_synchronization=use_local_synchronization))
+        return object()
+    _fake_torch(monkeypatch, 4, [2, 3], new_group)
+    c = TorchCommunicator(object(), timeout_s=7.0)
+    assert calls == [dict(ranks=[2, 3], backend="gloo", timeout=timedelta(seconds=7.0),
+                          use_local_synchronization=True)]
+    assert c.world == 2 and c.local_world == 2
+    # the whole world: every rank calls kbench, the plain collective call is right
+    calls.clear()
+    _fake_torch(monkeypatch, 2, [0, 1], new_group)
+    TorchCommunicator(object(), timeout_s=7.0)
+    assert calls[0]["use_local_synchronization"] is False and calls[0]["ranks"] == [0, 1]
+    assert calls[0]["timeout"] == timedelta(seconds=7.0)
+
+
+def test_an_nccl_subgroup_on_a_torch_without_local_synchronization_is_refused(monkeypatch):
+    from kbench.distributed._comm import TorchCommunicator
+
+    def new_group(ranks=None, timeout=None, backend=None, pg_options=None):
+        raise AssertionError("would hang: the non-members never enter it")
+    _fake_torch(monkeypatch, 4, [2, 3], new_group)
+    with pytest.raises(DistributedError, match=r"NCCL subgroup \(ranks \[2, 3\]\) needs torch 2.1"):
+        TorchCommunicator(object(), timeout_s=7.0)
+
+
+def test_left_over_marker_directories_are_removed(tmp_path, ranks_of):
+    """A failed rank keeps its marker on purpose and a killed job never reaches atexit: rank 0
+    removes job directories untouched for over a day when it sets up."""
+    old, recent = tmp_path / "kbench-dist-0123456789abcdef", tmp_path / "kbench-dist-fedcba"
+    other = tmp_path / "not-kbench"
+    for d in (old, recent, other):
+        d.mkdir()
+        (d / "rank1").write_text("5 0.0 failed: RuntimeError: x\n")
+    two_days = time.time() - 2 * 86400
+    for p in (old / "rank1", old, other / "rank1", other):
+        os.utime(p, (two_days, two_days))
+    ranks = ranks_of(FakeComm())
+    assert not old.exists() and recent.exists() and other.exists()
+    assert os.path.isdir(ranks.markers.dir)
+
+
+def test_option_values_compare_by_value():
+    from kbench.distributed import _same_key
+    assert _same_key(1) == _same_key(1.0) == _same_key(np.int64(1)) == _same_key(np.float32(1))
+    assert _same_key(True) != _same_key(1) and _same_key("1") != _same_key(1)
+    assert _same_key(None) != _same_key("auto")

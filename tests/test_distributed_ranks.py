@@ -158,3 +158,49 @@ def test_ranks_passing_different_loop_options_are_refused_by_name(engine, tmp_pa
         assert "criterion: rank 0 (default), rank 1 'entropy'" in r["error"], r["error"]
         assert "min_samples: rank 0 20, rank 1 50" in r["error"]
     assert took < 30
+
+
+def test_a_collective_given_up_on_does_not_write_into_reused_memory(engine, tmp_path):
+    # rank 0 caught its DistributedTimeout and went on: the late rank's allgather wrote its
+    # header into an array of rank 0's (1 of 2000 changed, [66.0, 1407412998.0, 0, 0])
+    if engine == "torch":
+        pytest.skip("the MPI engine's buffers (gloo's are kept the same way)")
+    (r0, r1), _ = run_ranks(engine, "abandoned", tmp_path, timeout=60)
+    assert r0["first"] == "DistributedTimeout", r0
+    assert r0["changed"] == 0         # (rank 1 may be ended by mpirun once rank 0 exits)
+    # the next bench on that communicator is refused by name, not left to mismatch
+    assert not r0["ok"] and r0["error_type"] == "DistributedError", r0
+    assert "this communicator is unusable" in r0["error"], r0["error"]
+
+
+def test_one_ranks_bad_input_is_refused_on_every_rank(engine, tmp_path):
+    # the other rank waited dist_timeout_s and ended in a DistributedTimeout at a barrier
+    (r0, r1), _ = run_ranks(engine, "one_bad_input", tmp_path)
+    assert not r1["ok"] and r1["error_type"] == "TypeError" and "fn must be callable" in r1["error"]
+    assert not r0["ok"] and r0["error_type"] == "DistributedError", r0
+    assert "rank(s) [1] of 2 refused the call" in r0["error"], r0["error"]
+    assert "fn must be callable" in r0["error"]
+
+
+def test_a_profiler_on_one_rank_only_is_refused_by_name(engine, tmp_path):
+    (r0, r1), _ = run_ranks(engine, "one_profiled", tmp_path)
+    for r in (r0, r1):
+        assert not r["ok"] and r["error_type"] == "DistributedError", r
+        assert "profile_mode: rank 0 'CUDA_INJECTION64_PATH', rank 1 'timed'" in r["error"], \
+            r["error"]
+
+
+def test_a_peer_that_failed_is_named_with_its_failure(engine, tmp_path):
+    # rank 0's DistributedTimeout left no failure marker: rank 1 read it as still at its
+    # stage, or (after exit) as "marker not visible from this node"
+    (r0, r1), _ = run_ranks(engine, "peer_failed", tmp_path, timeout=60)
+    assert not r0["ok"] and r0["error_type"] == "DistributedTimeout", r0
+    assert r1 is not None and not r1["ok"] and r1["error_type"] == "DistributedTimeout", r1
+    assert "rank 0 (at 'failed: DistributedTimeout" in r1["error"], r1["error"]
+
+
+def test_equal_values_written_differently_are_the_same_call(engine, tmp_path):
+    # refused before: "the ranks passed different options (max_time_s: rank 0 1, rank 1 1.0)"
+    (r0, r1), _ = run_ranks(engine, "equal_values", tmp_path)
+    assert r0["ok"] and r1["ok"], (r0.get("error"), r1.get("error"))
+    assert r0["n"] == r1["n"]

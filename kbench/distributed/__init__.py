@@ -18,14 +18,17 @@ input, each regenerated from its rank's seed.
 from __future__ import annotations
 
 import atexit
+import inspect
 import json
+import numbers
 import os
 import sys
 from typing import Any, Callable, Dict, List, Optional
 
 import numpy as np
 
-from ..local import bench_local
+from .. import profile as _profile
+from ..local import bench_local, check_call
 from ..prepare import BENCH_DEFAULTS, check_before_timing, name_of, one_at_a_time, resolve_device
 from ._comm import (LENT_MACHINE_ENV, Communicator, MpiCommunicator, TorchCommunicator,
                     communicator, init_process_group, set_lent_machine_env)
@@ -113,24 +116,35 @@ def bench(fn: Callable[..., Any], *args: Any, group: Any = "auto",
     if barrier is None:
         barrier = ranks.comm.world > 1
     ranks._plant, ranks._fired = dict(_plant or {}), set()
-    name = name or name_of(fn)
-    kwargs = dict(kwargs or {})
-    first = args
-    if bench_options.get("arg_sets") is not None and not callable(bench_options["arg_sets"]):
-        first = tuple(bench_options["arg_sets"][0])
-    device = bench_options.get("device", BENCH_DEFAULTS["device"])
-    if resolve_device(device, first, kwargs, fn) != "cpu":
-        # keep-busy bridges call fn untimed a time-dependent number of times: ranks would
-        # disagree on the count, and a collective inside fn would hang
-        bench_options.setdefault("keep_busy", False)
-        # Without bridges the GPU idles between batches, so the sustained regime does not hold:
-        # a power-capped GEMM read 12% faster (world 1 on the H200: 182.6 vs 207.1 us). Burst
-        # is a regime that holds without bridges; the result names it, and kbench compare
-        # keeps it apart from sustained figures.
-        bench_options.setdefault("regime", "burst")
+    # Each rank's own refusal (fn, flops, out_arg, a misspelt option, ...) is found here and
+    # sent with the options: a rank refusing alone had its peers wait dist_timeout_s.
+    local_error: Optional[BaseException] = None
+    profile_mode = "timed"
     try:
-        _agree_options(ranks, bench_options, barrier=barrier, check=check is not None,
-                       profile_env=os.environ.get("KBENCH_PROFILE"))
+        name = name or name_of(fn)
+        kwargs = dict(kwargs or {})
+        first = args
+        if bench_options.get("arg_sets") is not None and not callable(bench_options["arg_sets"]):
+            first = tuple(bench_options["arg_sets"][0])
+        device = bench_options.get("device", BENCH_DEFAULTS["device"])
+        if resolve_device(device, first, kwargs, fn) != "cpu":
+            # keep-busy bridges call fn untimed a time-dependent number of times: ranks would
+            # disagree on the count, and a collective inside fn would hang
+            bench_options.setdefault("keep_busy", False)
+            # Without bridges the GPU idles between batches, so the sustained regime does not
+            # hold: a power-capped GEMM read 12% faster (world 1 on the H200: 182.6 vs 207.1
+            # us). Burst is a regime that holds without bridges; the result names it, and
+            # kbench compare keeps it apart from sustained figures.
+            bench_options.setdefault("regime", "burst")
+        profile_mode = _check_locally(fn, args, kwargs, name, out_arg, bench_options)
+    except Exception as e:
+        local_error = e
+    try:
+        # profile mode (KBENCH_PROFILE, or a profiler injected on one rank only) runs fn a
+        # fixed number of times with no reduce: every rank must be in it, or none
+        _agree_options(ranks, bench_options, local_error, barrier=barrier,
+                       check=check is not None, profile_env=os.environ.get("KBENCH_PROFILE"),
+                       profile_mode=profile_mode)
         correctness = None
         if check is not None:
             correctness = _agreed_check(ranks, fn, first, kwargs, check, rtol, atol, name,
@@ -141,12 +155,12 @@ def bench(fn: Callable[..., Any], *args: Any, group: Any = "auto",
                              rtol=rtol, atol=atol, _ranks=ranks,
                              _pre_sample=ranks.pre_sample if barrier else None,
                              **bench_options)
-    except DistributedError:
-        raise
     except BaseException as e:
         # The other ranks wait at their next collective: their timeout names this rank and
-        # this text (the marker keeps its sequence number: it is behind them).
-        ranks.markers.write(ranks.markers.seq, f"failed: {type(e).__name__}: {e}"[:200])
+        # this text (the marker keeps its sequence number: it is behind them). A
+        # DistributedError too: without it the peers read "marker not visible from this node".
+        first_line = (str(e).splitlines() or [""])[0]
+        ranks.markers.write(ranks.markers.seq, f"failed: {type(e).__name__}: {first_line}"[:200])
         raise
     result.correctness = correctness
     mine = {"shapes": _shapes(first, kwargs), "device": result.device,
@@ -170,21 +184,71 @@ _AGREED = ("warmup_s", "min_samples", "max_samples", "max_time_s", "target", "ci
            "memory", "rotate_sets", "gate", "gate_batch", "keep_busy", "settle_max_s")
 
 
-def _agree_options(ranks: Ranks, options: Dict[str, Any], **more: Any) -> None:
+def _check_locally(fn: Any, args: Any, kwargs: Dict[str, Any], name: str, out_arg: Any,
+                   options: Dict[str, Any]) -> str:
+    """What bench_local refuses before it calls fn (check_call: cheap, calls nothing), on this
+    rank alone; returns why profile mode would run ('' when timed)."""
+    bound = inspect.signature(bench_local).bind(fn, *args, kwargs=kwargs, name=name,
+                                                out_arg=out_arg, **options)
+    bound.apply_defaults()
+    a = bound.arguments
+    c = check_call(fn, a["args"], flops=a["flops"], bytes=a["bytes"], name=a["name"],
+                   kwargs=a["kwargs"], flush_bytes=a["flush_bytes"], arg_sets=a["arg_sets"],
+                   rotate_sets=a["rotate_sets"], out_arg=a["out_arg"], device=a["device"],
+                   cold_cache=a["cold_cache"], mode=a["mode"], memory=a["memory"],
+                   backend_options=a["backend_options"])
+    why = _profile.wanted(a["profile"], c.device)
+    # what turned it on, not its value (each rank's profiler path may differ)
+    return why.split("=", 1)[0] if why else "timed"
+
+
+def _same_key(v: Any) -> str:
+    """What two ranks' values are compared by: equal numbers are equal (1, 1.0, np.int64(1))."""
+    if isinstance(v, (numbers.Real, np.number)) and not isinstance(v, (bool, np.bool_)):
+        return repr(float(v))
+    return repr(v)
+
+
+def _defaults() -> Dict[str, str]:
+    """bench_local's defaults as compared: passing one is the same call as leaving it out."""
+    return {k: _same_key(p.default) for k, p in inspect.signature(bench_local).parameters.items()
+            if p.default is not inspect.Parameter.empty}
+
+
+def _agree_options(ranks: Ranks, options: Dict[str, Any],
+                   local_error: Optional[BaseException] = None, **more: Any) -> None:
     """One exchange before anything runs: a rank passing other loop options (min_samples,
     criterion, cold_cache, ...) was found only later, as 'ranks out of step' at a sampling
     batch, or never (each rank reported its own CI level). Names the options and each rank's
-    value."""
-    mine = {k: repr(options[k]) for k in _AGREED if k in options}
-    mine.update({k: repr(v) for k, v in more.items()})
-    mine["arg_sets"] = repr(None if options.get("arg_sets") is None or
-                            callable(options["arg_sets"]) else len(options["arg_sets"]))
-    every = [json.loads(t) for t in ranks.gather_text("options", json.dumps(mine, sort_keys=True))]
-    keys = sorted(set().union(*every))
-    differ = [k for k in keys if len({e.get(k, "(default)") for e in every}) > 1]
+    value. It also carries each rank's own refusal (local_error): every rank raises at once,
+    the refusing rank its own error, the others a DistributedError naming it."""
+    shown = {k: options[k] for k in _AGREED if k in options}
+    shown.update(more)
+    shown["arg_sets"] = (None if options.get("arg_sets") is None or
+                         callable(options["arg_sets"]) else len(options["arg_sets"]))
+    defaults = _defaults()
+    # each value: [compared as, shown as]; a default passed explicitly is left out
+    mine = {k: [_same_key(v), repr(v)] for k, v in shown.items()
+            if (defaults[k] != _same_key(v) if k in defaults else v is not None)}
+    why = "" if local_error is None else \
+        (f"{type(local_error).__name__}: {local_error}".splitlines() or [""])[0][:300]
+    text = json.dumps({"options": mine, "error": why}, sort_keys=True)
+    every = [json.loads(t) for t in ranks.gather_text("options", text)]
+    refused = [(r, e["error"]) for r, e in enumerate(every) if e["error"]]
+    if local_error is not None:
+        raise local_error
+    if refused:
+        lines = "; ".join(f"rank {r}: {w}" for r, w in refused)
+        raise DistributedError(f"kbench.distributed: rank(s) {[r for r, _ in refused]} of "
+                               f"{len(every)} refused the call before anything ran ({lines}); "
+                               f"every rank stops")
+    every_opts = [e["options"] for e in every]
+    keys = sorted(set().union(*every_opts))
+    differ = [k for k in keys if len({e.get(k, ["(default)"])[0] for e in every_opts}) > 1]
     if differ:
-        detail = "; ".join(f"{k}: " + ", ".join(f"rank {r} {e.get(k, '(default)')}"
-                                               for r, e in enumerate(every)) for k in differ)
+        detail = "; ".join(f"{k}: " + ", ".join(f"rank {r} {e.get(k, [None, '(default)'])[1]}"
+                                               for r, e in enumerate(every_opts))
+                           for k in differ)
         raise DistributedError(f"kbench.distributed: the ranks passed different options "
                                f"({detail}); every rank must make the same call")
 

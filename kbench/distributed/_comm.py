@@ -39,22 +39,60 @@ class DistributedError(KbenchError):
 class DistributedTimeout(DistributedError):
     """A collective did not complete within dist_timeout_s; the message names the stage and the
     ranks that did not arrive. The communicator is unusable afterwards (a collective is still
-    pending on it): end the job."""
+    pending on it; kbench keeps its buffers alive and refuses the next bench on it): end the
+    job."""
 
 
-def wait_for(pending: "Pending", timeout_s: float, rank: int, what: str) -> Any:
+# Collectives given up on (a DistributedTimeout, Ctrl-C): the engine still owns their buffers
+# and writes into them when the late rank arrives; freed, that write landed in whatever the
+# process had reused the memory for (a numpy array of the caller's). They stay here until they
+# complete; the communicator stays refused for good (the ranks are out of step on it).
+_abandoned: List["Pending"] = []
+_broken: Dict[int, Any] = {}        # id(engine object) -> (engine object, why)
+
+
+def abandon(owner: Any, pending: "Pending", why: str) -> None:
+    """Keep `pending` (and its buffers) alive and refuse `owner` from now on."""
+    _broken.setdefault(id(owner), (owner, why))
+    _abandoned.append(pending)
+    keep = []
+    for p in _abandoned[:-1]:       # drop the ones the engine has finished with
+        try:
+            if not p.test():
+                keep.append(p)
+        except Exception:           # a failed one is finished too
+            pass
+    _abandoned[:-1] = keep
+
+
+def refuse_if_abandoned(owner: Any) -> None:
+    """A DistributedError when a collective on `owner` was given up on earlier."""
+    hit = _broken.get(id(owner))
+    if hit is not None and hit[0] is owner:
+        raise DistributedError(
+            f"kbench.distributed: this communicator is unusable: an earlier collective on it "
+            f"was given up on ({hit[1]}) and is still pending or left the ranks out of step; "
+            f"end the job (or use another communicator) instead of benchmarking on it again")
+
+
+def wait_for(pending: "Pending", timeout_s: float, rank: int, what: str,
+             owner: Any = None) -> Any:
     """pending's result, polled until timeout_s: the set-up's exchanges (before the stage
     markers exist) are bounded like every later one. A rank that died in its own set-up, or
     never calls kbench.distributed.bench, is a DistributedTimeout here, not a hang."""
     t0 = time.monotonic()
-    while not pending.test():
-        if time.monotonic() - t0 > timeout_s:
-            raise DistributedTimeout(
-                f"kbench.distributed: rank {rank} waited {time.monotonic() - t0:.1f} s "
-                f"(dist_timeout_s={timeout_s:g}) at set-up ({what}), the first exchange of "
-                f"kbench.distributed.bench: not every rank arrived (a rank failed before its "
-                f"first kbench.distributed.bench, or makes no such call)")
-        time.sleep(50e-6)
+    try:
+        while not pending.test():
+            if time.monotonic() - t0 > timeout_s:
+                raise DistributedTimeout(
+                    f"kbench.distributed: rank {rank} waited {time.monotonic() - t0:.1f} s "
+                    f"(dist_timeout_s={timeout_s:g}) at set-up ({what}), the first exchange of "
+                    f"kbench.distributed.bench: not every rank arrived (a rank failed before its "
+                    f"first kbench.distributed.bench, or makes no such call)")
+            time.sleep(50e-6)
+    except BaseException as e:      # timeout or Ctrl-C: the engine still owns the buffers
+        abandon(owner, pending, f"set-up ({what}): {type(e).__name__}")
+        raise
     return pending.result()
 
 
@@ -83,6 +121,11 @@ class Communicator:
     local_rank: int = 0
     local_world: int = 1
     nodes: int = 1
+
+    @property
+    def owner(self) -> Any:
+        """The engine object whose collectives these are (an abandoned one refuses it)."""
+        return getattr(self, "_owner", self)
 
     def start_allgather(self, row: np.ndarray) -> Pending:
         raise NotImplementedError
@@ -139,11 +182,12 @@ class MpiCommunicator(Communicator):
 
     def __init__(self, comm: Any, timeout_s: float = 60.0):
         from mpi4py import MPI
-        self._comm, self._MPI = comm, MPI
+        refuse_if_abandoned(comm)
+        self._comm, self._MPI, self._owner = comm, MPI, comm
         self.engine, self.backend = "mpi4py", "mpi"
         self.rank, self.world = comm.Get_rank(), comm.Get_size()
         hosts = wait_for(self.start_allgather(np.array([_host_id()])), timeout_s, self.rank,
-                         "hosts")[:, 0].tolist()
+                         "hosts", self.owner)[:, 0].tolist()
         for k, v in _hosts_to_counts(hosts, self.rank).items():
             setattr(self, k, v)
 
@@ -156,7 +200,8 @@ class MpiCommunicator(Communicator):
     def bcast_str(self, text: str, timeout_s: float = 60.0) -> str:
         buf = _text_buffer(text)
         req = self._comm.Ibcast(buf, root=0)
-        wait_for(_MpiPending(req, buf, buf), timeout_s, self.rank, "the marker directory")
+        wait_for(_MpiPending(req, buf, buf), timeout_s, self.rank, "the marker directory",
+                 self.owner)
         return _buffer_text(buf)
 
     def versions(self) -> Dict[str, Any]:
@@ -182,6 +227,33 @@ class _TorchPending(Pending):
 _gloo_groups: Dict[int, Any] = {}
 
 
+def gloo_side_group(dist: Any, group: Any, timeout_s: float) -> Any:
+    """The gloo group for an NCCL group's host exchanges, made by the group's members alone.
+
+    A plain new_group must be entered by every rank of the default group, members or not: only
+    the members call kbench, so two subgroups benchmarked at once (TP groups [0,1] and [2,3])
+    got the same name from the global group counter and met in one rendezvous, and the members'
+    counter ran ahead of the others' (the caller's next new_group was named differently on
+    different ranks). use_local_synchronization (torch 2.1+) names the group by its ranks and
+    syncs only them; timeout bounds its set-up by dist_timeout_s, not torch's 30 min (it is
+    also the gloo exchanges' own limit: a later bench's longer dist_timeout_s is capped by the
+    first one's on this group)."""
+    import inspect
+    from datetime import timedelta
+    ranks = None if group is None else dist.get_process_group_ranks(group)
+    if ranks is None or len(ranks) == dist.get_world_size():
+        # every rank is a member and calls kbench: the plain collective call is right here
+        return dist.new_group(ranks=ranks, backend="gloo", timeout=timedelta(seconds=timeout_s))
+    if "use_local_synchronization" not in inspect.signature(dist.new_group).parameters:
+        raise DistributedError(
+            f"kbench.distributed: benchmarking on an NCCL subgroup (ranks {ranks}) needs torch "
+            f"2.1 or later (new_group's use_local_synchronization: only the group's members "
+            f"call kbench); this torch is {getattr(sys.modules.get('torch'), '__version__', '?')}."
+            f" Benchmark on the whole world, or on a gloo group")
+    return dist.new_group(ranks=ranks, backend="gloo", use_local_synchronization=True,
+                          timeout=timedelta(seconds=timeout_s))
+
+
 class TorchCommunicator(Communicator):
     """torch.distributed: host exchanges on gloo (a gloo side group when the group is NCCL),
     the device barrier a one-element all_reduce on the group's own backend."""
@@ -189,7 +261,8 @@ class TorchCommunicator(Communicator):
     def __init__(self, group: Any, timeout_s: float = 60.0):
         import torch
         import torch.distributed as dist
-        self._torch, self._dist, self._group = torch, dist, group
+        refuse_if_abandoned(group)
+        self._torch, self._dist, self._group, self._owner = torch, dist, group, group
         self.engine = "torch.distributed"
         self.backend = str(dist.get_backend(group)).lower()
         self.rank, self.world = dist.get_rank(group), dist.get_world_size(group)
@@ -197,12 +270,11 @@ class TorchCommunicator(Communicator):
             self._host = group
         else:
             key = id(group)
-            if key not in _gloo_groups:     # collective: every rank creates it, once per group
-                ranks = None if group is None else dist.get_process_group_ranks(group)
-                _gloo_groups[key] = dist.new_group(ranks=ranks, backend="gloo")
+            if key not in _gloo_groups:     # once per group, by its members
+                _gloo_groups[key] = gloo_side_group(dist, group, timeout_s)
             self._host = _gloo_groups[key]
         hosts = wait_for(self.start_allgather(np.array([_host_id()])), timeout_s, self.rank,
-                         "hosts")[:, 0].tolist()
+                         "hosts", self.owner)[:, 0].tolist()
         for k, v in _hosts_to_counts(hosts, self.rank).items():
             setattr(self, k, v)
         self._tiny: Any = None
@@ -217,7 +289,8 @@ class TorchCommunicator(Communicator):
         t = self._torch.from_numpy(_text_buffer(text))
         src = self._dist.get_global_rank(self._host, 0) if self._host is not None else 0
         work = self._dist.broadcast(t, src=src, group=self._host, async_op=True)
-        wait_for(_TorchPending(work, [t]), timeout_s, self.rank, "the marker directory")
+        wait_for(_TorchPending(work, [t]), timeout_s, self.rank, "the marker directory",
+                 self.owner)
         return _buffer_text(t.numpy())
 
     def device_barrier(self) -> Optional[Callable[[], None]]:

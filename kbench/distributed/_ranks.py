@@ -26,7 +26,8 @@ from typing import Any, Dict, List, Optional, Tuple
 import numpy as np
 
 from .._core import KbenchError
-from ._comm import Communicator, DistributedError, DistributedTimeout
+from ._comm import (Communicator, DistributedError, DistributedTimeout, abandon,
+                    refuse_if_abandoned)
 
 DEFAULT_TIMEOUT_S = 60.0
 _MARKER_BYTES = 256
@@ -43,6 +44,35 @@ def check_timeout(timeout_s: Any) -> float:
     return float(timeout_s)
 
 
+_STALE_S = 86400.0      # a job directory untouched this long is left over (see below)
+
+
+def remove_stale_markers(base: str, older_than_s: float = _STALE_S) -> List[str]:
+    """Remove kbench-dist-* job directories whose markers were all last written over a day
+    ago. A failed rank keeps its marker on purpose (its peers read the failure), and a job
+    killed by a signal never reaches atexit: nothing else ever removed them. Returns what it
+    removed."""
+    gone = []
+    now = time.time()
+    try:
+        names = [n for n in os.listdir(base) if n.startswith("kbench-dist-")]
+    except OSError:
+        return gone
+    for n in names:
+        path = os.path.join(base, n)
+        try:
+            if not os.path.isdir(path) or os.path.islink(path):
+                continue
+            times = [os.stat(path).st_mtime] + [os.stat(os.path.join(path, f)).st_mtime
+                                                for f in os.listdir(path)]
+            if now - max(times) > older_than_s:
+                shutil.rmtree(path, ignore_errors=True)
+                gone.append(path)
+        except OSError:         # another job's rank 0 removed it first, or not ours to read
+            continue
+    return gone
+
+
 class StageMarkers:
     """One marker file per rank: '<seq> <unix time> <stage>' (see the module docstring)."""
 
@@ -50,6 +80,8 @@ class StageMarkers:
         base = os.environ.get("KBENCH_DIST_DIR") or tempfile.gettempdir()
         token = comm.bcast_str(uuid.uuid4().hex[:16] if comm.rank == 0 else "", timeout_s)
         self.dir = os.path.join(base, f"kbench-dist-{token}")
+        if comm.rank == 0:
+            remove_stale_markers(base)
         os.makedirs(self.dir, exist_ok=True)
         self.rank, self.world = comm.rank, comm.world
         self._fd: Optional[int] = os.open(self._path(self.rank),
@@ -118,6 +150,7 @@ class Ranks:
     # -- the collective with a deadline
     def exchange(self, stage: str, payload: np.ndarray) -> np.ndarray:
         """Allgather equal-length float64 rows after the header check: (world, len)."""
+        refuse_if_abandoned(self.comm.owner)  # a collective given up on is still pending
         if self._planted("stall", stage):      # stuck in its own work, before the marker
             time.sleep(float(self._plant.get("s", 3 * self.timeout_s)))
         self._seq += 1
@@ -146,13 +179,20 @@ class Ranks:
         t0 = time.monotonic()
         deadline = t0 + self.timeout_s
         spins = 0
-        while not pending.test():
-            spins += 1
-            if spins > 2000:        # past ~a few ms: poll gently, stay interruptible
-                time.sleep(50e-6)
-                if time.monotonic() > deadline:
-                    raise DistributedTimeout(self._timeout_text(stage, seq,
-                                                                time.monotonic() - t0))
+        try:
+            while not pending.test():
+                spins += 1
+                if spins > 2000:        # past ~a few ms: poll gently, stay interruptible
+                    time.sleep(50e-6)
+                    if time.monotonic() > deadline:
+                        raise DistributedTimeout(self._timeout_text(stage, seq,
+                                                                    time.monotonic() - t0))
+        except BaseException as e:
+            # timeout or Ctrl-C: the engine still owns the buffers and fills them when the late
+            # rank arrives; kept alive, and this communicator is refused from now on
+            abandon(self.comm.owner, pending, f"stage '{stage}' (collective #{seq}) on rank "
+                                              f"{self.comm.rank}: {type(e).__name__}")
+            raise
         try:
             return pending.result()
         except Exception as e:      # the engine's own failure, e.g. a peer process exited
@@ -169,6 +209,9 @@ class Ranks:
             m = self.markers.read(r)
             if m is None:
                 unseen.append(r)
+            elif m[2].startswith("failed"):      # not 'arrived' nor 'skipped': it failed
+                behind.append(f"rank {r} (at '{m[2]}', collective #{m[0]}, "
+                              f"{time.time() - m[1]:.1f} s ago)")
             elif m[0] == seq and m[2] == stage:
                 arrived.append(r)
             elif m[0] <= seq:
