@@ -409,12 +409,12 @@ static int on_watchdog(cuda_ctx *c, int warmup, int settling)
         c->warmup_fired++;
     else
         c->gate_fired++;
+    char timeout[32];   /* PyErr_Format has no %f */
+    snprintf(timeout, sizeof timeout, "%.2f", c->gate.timeout_s);
     if (c->opt.pre_sample != NULL) {
         /* Running the sub-batch again (or keeping it) is this rank's decision alone, and every
          * rank must call pre_sample and fn the same number of times: one more round here
          * leaves the others' collectives unmatched, a hang inside the device. */
-        char timeout[32];   /* PyErr_Format has no %f */
-        snprintf(timeout, sizeof timeout, "%.2f", c->gate.timeout_s);
         PyErr_Format(kb_get_state(c->m)->KbenchError,
                      "the gate's watchdog (gate_timeout_s=%s) opened a sub-batch of %zd calls "
                      "before the host had queued it; with pre_sample (multi-rank timing) "
@@ -431,8 +431,6 @@ static int on_watchdog(cuda_ctx *c, int warmup, int settling)
     }
     c->gate_fired_kept++;
     if (c->gate_fired_kept >= 3) {
-        char timeout[32];   /* PyErr_Format has no %f */
-        snprintf(timeout, sizeof timeout, "%.2f", c->gate.timeout_s);
         PyErr_Format(kb_get_state(c->m)->KbenchError,
                      "the callable blocks on the host while the stream is gated: every "
                      "single-iteration batch waited for the %s s watchdog. It "
