@@ -112,16 +112,28 @@ def load_results(path_or_doc: Union[str, Dict[str, Any]]) -> ResultSet:
 
 
 def _sweep_results(doc: Dict[str, Any], where: str) -> ResultSet:
-    """A sweep's cases keyed by their names (fn[n=1024, dtype=float32]); a name repeated
-    (two factories returning the same callable name) is told apart by its case number."""
+    """A sweep's cases keyed by their names (fn[n=1024, dtype=float32]). A name several cases
+    share (a factory that passes name=) is keyed by each case's axis values as well, never by
+    its position: a sweep whose values were reordered or grown still pairs n=1024 with n=1024
+    (by position it had paired n=1024 with n=16384: +168% SLOWER); only cases alike in both
+    are told apart by their order."""
     results = doc.get("results")
     if not isinstance(results, list):
         raise ValueError(f"kbench compare: sweep file {where} has no 'results' list")
-    out: ResultSet = {}
+    rows, axes = doc.get("rows"), doc.get("axes")
+    names = []
     for i, d in enumerate(results):
         _check_result_doc(d, f"{where}, case {i}")
-        key = str(d.get("name", f"case {i}"))
-        out[key if key not in out else f"{key} #{i}"] = d
+        names.append(str(d.get("name", f"case {i}")))
+    out: ResultSet = {}
+    for i, (key, d) in enumerate(zip(names, results)):
+        if names.count(key) > 1 and isinstance(rows, list) and i < len(rows) \
+                and isinstance(rows[i], dict) and isinstance(axes, dict):
+            key += "[" + ", ".join(f"{k}={rows[i].get(k)}" for k in axes) + "]"
+        n, base = 1, key
+        while key in out:
+            key, n = f"{base} #{n}", n + 1
+        out[key] = d
     return out
 
 

@@ -333,6 +333,25 @@ def test_sweep_files_compare_case_by_case(tmp_path):
     assert "1 of 2 benchmarks slower than old beyond 8%: add[n=4096]" in text
 
 
+def test_sweep_cases_sharing_a_name_pair_by_their_axis_values_not_their_order(tmp_path):
+    # a factory that passes name= gives every case that name: keyed by position, a sweep
+    # whose values were reordered paired n=1024 with n=16384 (+168% SLOWER, --fail exit 1)
+    from kbench.sweep import SweepResult
+
+    def sweep_file(fname, order):
+        cases = [{"n": n} for n in order]
+        results = [make_result("sin", 1e-3 * n / 1024, seed=n) for n in order]
+        p = tmp_path / fname
+        SweepResult(axes={"n": list(order)}, cases=cases, results=results).to_json(str(p))
+        return str(p)
+
+    old, new = sweep_file("old.json", (1024, 16384)), sweep_file("new.json", (16384, 1024))
+    assert sorted(load_results(old)) == sorted(load_results(new)) == ["sin[n=1024]",
+                                                                       "sin[n=16384]"]
+    cmp = compare_sets(load_results(old), load_results(new), threshold="8%")
+    assert cmp.compared == 2 and not cmp.regressions
+
+
 def test_a_short_ab_file_is_refused_by_name(tmp_path):
     path, _ = _ab_file(tmp_path, "ab.json", {"base": 1e-3, "cand": 1e-3})
     doc = json.loads(open(path).read())
