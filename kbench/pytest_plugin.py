@@ -263,7 +263,13 @@ class KbenchFixture:
 
     @property
     def disabled(self) -> bool:
-        return self._state.disabled
+        """True when this session's benchmarks are not timed: --kbench-disable, or profile mode
+        (KBENCH_PROFILE=1, a profiler's injection), whose runs have NaN figures; the guard
+        ``assert kbench.disabled or r.median < t`` holds in both."""
+        if self._state.disabled:
+            return True
+        from .profile import wanted
+        return bool(wanted(None, "cuda"))
 
     def _key(self, name: Optional[str]) -> str:
         if not self.results:
@@ -396,6 +402,11 @@ def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
     if state is None or state.disabled or not (state.save or state.compare):
         return
     stopped = _stopped_early(session, exitstatus)
+    if state.profiled and not state.results:
+        # profile mode ran each benchmark once for a profiler: nothing to save, no gate
+        state.save_note = ("profile mode: every benchmark ran once for a profiler, not timed; "
+                           "nothing saved or compared")
+        return
     if state.save and not state.results:
         state.save_note = f"no benchmark ran: nothing saved, {state.save} left as it was"
     elif state.save and stopped and not state.save_partial:
@@ -446,11 +457,15 @@ def pytest_terminal_summary(terminalreporter, exitstatus: int, config: pytest.Co
         tr.write_sep("-", "kbench")
         tr.write_line(f"kbench: {len(state.profiled)} benchmark(s) ran once for a profiler "
                       f"(profile mode), not timed: " + ", ".join(state.profiled))
+        if not state.results:
+            if state.save or state.compare:
+                tr.write_line("kbench: nothing timed, so nothing was saved or compared")
+            return
     if not (state.results or state.comparison is not None or state.save_note):
         return
     from ._format import fmt_bytes, fmt_ci, fmt_rate, fmt_time, text_table
     tr.write_sep("-", f"kbench: {len(state.results)} benchmark(s)")
-    if not state.results:
+    if not state.results and not state.profiled:
         tr.write_line("kbench: no benchmark ran in this session (deselected or skipped)")
     if state.comparison is None and state.results:
         rows = []

@@ -530,3 +530,28 @@ def test_a_baseline_with_a_nan_peak_memory_is_a_usage_error_not_an_internal_erro
     res.stderr.fnmatch_lines(["*--kbench-compare: base.json, result "
                               "'kbp_bench_test.py::test_kernel': memory.peak_bytes is nan*"])
     assert "INTERNALERROR" not in res.stdout.str() + res.stderr.str()
+
+
+PROFILED_TESTS = """
+import time
+
+def test_kernel(kbench):
+    r = kbench(time.sleep, 0.0001, cold_cache=None, warmup_s=0.0, max_time_s=0.05)
+    assert kbench.disabled or r.median > 0      # the documented guard
+"""
+
+
+def test_profile_mode_keeps_the_documented_guard_and_fails_no_gate(pytester, run,
+                                                                     monkeypatch):
+    # under KBENCH_PROFILE=1 the guard failed on the NaN median, the summary said no
+    # benchmark ran, and --kbench-fail failed on "nothing compared"
+    pytester.makepyfile(kbp_bench_test=BENCH_TESTS)
+    assert run("--kbench-save=base.json").ret == 0
+    pytester.makepyfile(kbp_bench_test=PROFILED_TESTS)
+    monkeypatch.setenv("KBENCH_PROFILE", "1")
+    res = run("--kbench-compare=base.json", "--kbench-fail=8%")
+    res.assert_outcomes(passed=1)
+    assert res.ret == 0, res.stdout.str()
+    res.stdout.fnmatch_lines(["*1 benchmark(s) ran once for a profiler*",
+                              "*nothing timed, so nothing was saved or compared*"])
+    assert "no benchmark ran" not in res.stdout.str()
