@@ -517,6 +517,8 @@ int kb_cold_mode_parse(PyObject *v, const char *param, kb_cold_mode *out);
 int kb_choices_module_init(PyObject *m);   /* _core.check_choices */
 /* Parse the loop configuration from opts, then reject any key left: TypeError naming `func`. */
 int kb_finish_options(PyObject *opts, const char *func, kb_loop_config *cfg);
+/* Every one of n_sets argument sets is called once before the warm-up may end (warmup_min). */
+void kb_warm_every_set(kb_loop_config *cfg, Py_ssize_t n_sets);
 
 /* ------------------------------------------------------------------ coldcache.c */
 

@@ -208,6 +208,16 @@ int kb_pop_cold_mode(PyObject *opts, kb_cold_mode *cold)
     return PyDict_DelItemString(opts, "cold");
 }
 
+void kb_warm_every_set(kb_loop_config *cfg, Py_ssize_t n_sets)
+{
+    /* A callable that pays once per new input (an lru_cache, a dict filled key by key) is
+     * slow on each set's first call, and a run of such first calls reads as a settled warm-up:
+     * over 3000 sets an lru_cache read 5.8-6.0 us +-0.4% against 0.03-0.05 us once warm (4 of
+     * 5 runs, a review's). A full pass first: the samples then cycle through warm sets. */
+    if (n_sets > cfg->warmup_min)
+        cfg->warmup_min = n_sets;
+}
+
 int kb_finish_options(PyObject *opts, const char *func, kb_loop_config *cfg)
 {
     if (kb_loop_config_parse(opts, cfg) < 0)

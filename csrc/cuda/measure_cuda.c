@@ -41,6 +41,8 @@ static int step_parse(cuda_ctx *c, PyObject *args, PyObject *kw, kb_loop_config 
     Py_DECREF(opts);
     if (rc < 0)
         return -1;
+    if (!c->fn_is_graph)        /* a graph replays its sets inside every launch */
+        kb_warm_every_set(cfg, c->n_sets);
     c->step_target = strcmp(cfg->criterion, "ci") == 0 ? cfg->target : 0.0;
     c->busy_explicit = c->opt.busy_warmup_s >= 0;
     if (c->opt.busy_warmup_s < 0)

@@ -190,6 +190,7 @@ static PyObject *measure_host(PyObject *self, PyObject *args, PyObject *kw)
         goto error;
     if (kb_pop_cold_mode(opts, &ctx.cold) < 0 || kb_finish_options(opts, "measure_host", &cfg) < 0)
         goto error;
+    kb_warm_every_set(&cfg, PyTuple_GET_SIZE(arg_sets));
     if (ctx.cold == KB_COLD_ROTATE && PyTuple_GET_SIZE(arg_sets) < 2) {
         PyErr_SetString(PyExc_ValueError,
                         "cold='rotate' needs at least 2 argument sets to rotate through");
