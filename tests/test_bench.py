@@ -1068,3 +1068,31 @@ def test_the_clock_step_rule_survives_reads_that_change_under_it():
 
     reads.extend([Shrinks()] + list(range(0, 640, 10)))
     assert _core._clock_step_from_reads(reads) > 0
+
+
+def test_a_call_within_ten_clock_reads_says_the_clock_is_in_the_figure():
+    # abs(-1) read 30 ns against 10-15 ns for a C loop: one clock read is in every sample
+    r = kbench.bench(abs, -1, cold_cache=None, memory=False, max_time_s=0.2)
+    assert any("host clock's read cost" in w for w in r.warnings), r.warnings
+    a = np.ones(1 << 16)
+    r = kbench.bench(np.sum, a, cold_cache=None, memory=False, max_time_s=0.2)
+    assert not any("host clock's read cost" in w for w in r.warnings), r.warnings
+
+
+def _every_tenth_call_slow():
+    calls = [0]
+
+    def f():
+        calls[0] += 1
+        end = time.perf_counter_ns() + (100_000 if calls[0] % 10 == 0 else 10_000)
+        while time.perf_counter_ns() < end:
+            pass
+    return f
+
+
+def test_a_regular_share_of_slow_calls_is_said_with_the_mean():
+    # the median reads the fast calls: 10.3 us against 19.5 us a call on average, only
+    # "outliers" said
+    r = kbench.bench(_every_tenth_call_slow(), cold_cache=None, memory=False, max_time_s=0.5)
+    assert r.stats["mean"] > 1.25 * r.median
+    assert any("high outliers and the mean per call" in w for w in r.warnings), r.warnings
