@@ -10,7 +10,7 @@ on first use.
 from typing import Any as _Any
 
 from . import _core  # noqa: F401  (kbench._core, eagerly: submodules shadow lazy names)
-from ._core import (CaptureError, CudaError, CuptiBusy, CuptiError, KbenchError,
+from ._core import (CaptureError, CudaError, CuptiBusy, CuptiError, HipError, KbenchError,
                     LibraryNotFound, NvmlError, NvrtcError)
 from .bench import bench
 from .ab import ABResult, ab
@@ -46,11 +46,12 @@ def release_cupti() -> bool:
 __all__ = ["bench", "release_cupti", "compare", "assert_close", "Result", "Comparison", "ab", "sweep",
            "ABResult", "SweepResult",
            "KbenchError", "LibraryNotFound", "CudaError", "CaptureError", "CuptiError",
-           "CuptiBusy", "NvmlError", "NvrtcError", "__version__"]
+           "CuptiBusy", "NvmlError", "NvrtcError", "HipError", "ProfileRun", "__version__"]
 
 # Loaded on first attribute access, to keep `import kbench` light.
 _LAZY = {
     "testing": ("kbench.testing", None),
+    "ProfileRun": ("kbench.profile", "ProfileRun"),      # what bench returns in profile mode
 }
 
 

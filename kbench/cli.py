@@ -342,12 +342,14 @@ def _seconds(text: str) -> float:
 
 
 def _device(text: str) -> int:
+    """A CUDA device as a number (0) or as kbench.bench spells it (cuda:0)."""
+    digits = text[len("cuda:"):] if text.startswith("cuda:") else text
     try:
-        value = int(text)
+        value = int(digits)
     except ValueError:
         value = -1
     if value < 0:
-        raise argparse.ArgumentTypeError(f"expected a device number (0, 1, ...), got {text!r}")
+        raise argparse.ArgumentTypeError(f"expected a CUDA device, 0 or cuda:0, got {text!r}")
     return value
 
 
@@ -378,7 +380,7 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     pk = sub.add_parser("peaks", help="measure this machine's memory and compute ceilings")
     pk.add_argument("--seconds", type=_seconds, default=5.0,
                     help="time per CPU ceiling (s)")
-    pk.add_argument("--device", type=_device, default=0, help="the CUDA device to measure")
+    pk.add_argument("--device", type=_device, default=0, help="the CUDA device to measure: 0 or cuda:0")
     only = pk.add_mutually_exclusive_group()
     only.add_argument("--cpu-only", action="store_true", help="measure the CPU's ceilings only")
     only.add_argument("--gpu-only", action="store_true", help="measure the GPU's ceilings only")

@@ -321,7 +321,11 @@ def run(fn: Callable[..., Any], sets: List[Tuple[Any, ...]], kwargs: Dict[str, A
         stream: Any = None, device: str, **options: Any):
     """Time fn on a CUDA device, on `stream` made current for the callable (see _run)."""
     require_backend()
-    with on_stream(stream, device_ordinal(device), sets, kwargs):
+    ordinal = device_ordinal(device)
+    # the driver first: entering a CPU-only torch's stream raised torch's own "Torch not
+    # compiled with CUDA enabled" where kbench says which library is missing
+    device_info(ordinal)
+    with on_stream(stream, ordinal, sets, kwargs):
         return _run(fn, sets, kwargs, stream=stream, device=device, **options)
 
 

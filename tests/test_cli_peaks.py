@@ -237,3 +237,16 @@ def test_cli_peaks_refuses_bad_options_in_one_line_before_measuring(fake_peaks, 
     err = capsys.readouterr().err
     assert err.startswith(f"kbench peaks: error: argument {option}: ")
     assert len(err.splitlines()) == 1
+
+
+@pytest.mark.parametrize("text,ordinal", [("0", 0), ("cuda:0", 0), ("cuda:3", 3)])
+def test_the_peaks_device_is_taken_as_kbench_bench_spells_it(text, ordinal):
+    # 'cuda:0', as everywhere else, was refused as not a device number
+    assert cli._device(text) == ordinal
+
+
+def test_every_error_class_the_readme_names_is_exported():
+    import kbench
+    assert issubclass(kbench.HipError, kbench.KbenchError)      # every build, CPU-only too
+    from kbench.profile import ProfileRun
+    assert kbench.ProfileRun is ProfileRun

@@ -120,6 +120,14 @@ static int core_exec(PyObject *m)
     st->NvmlError = new_error(m, "NvmlError", st->KbenchError, "An NVML call failed.");
     if (st->NvmlError == NULL)
         goto error;
+    /* in every build, as CudaError is: kbench/__init__.py exports them all */
+    st->HipError = new_error(m, "HipError", st->KbenchError,
+                             "A HIP runtime call failed; the message names the call.");
+    if (st->HipError == NULL)
+        goto error;
+    st->RocmSmiError = new_error(m, "RocmSmiError", st->KbenchError, "A ROCm SMI call failed.");
+    if (st->RocmSmiError == NULL)
+        goto error;
     st->NvrtcError = new_error(m, "NvrtcError", st->KbenchError,
                                "NVRTC failed to compile a kernel; the message has its log.");
     if (st->NvrtcError == NULL)
