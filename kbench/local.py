@@ -578,16 +578,21 @@ def _power_capped_note(r: Result) -> str:
             f"regime='burst' for the peak-clock figure")
 
 
+def _host_timer() -> Dict[str, Any]:
+    """The host clock's step and read cost, probed once a process."""
+    global _host_timer_cache
+    if _host_timer_cache is None:
+        _host_timer_cache = _core.host_timer_info()
+    return _host_timer_cache
+
+
 def _clock_floor_warning(r: Result) -> Optional[str]:
     """A host sample is two clock reads around the call: one read's cost and the loop's call of
     fn are in every sample. abs(-1) read 30 ns against 10-15 ns for a C loop and timeit's
     loop-subtracted minimum, with only the timer step said."""
-    global _host_timer_cache
     if r.backend != "host" or not (r.median and r.median > 0):
         return None
-    if _host_timer_cache is None:
-        _host_timer_cache = _core.host_timer_info()
-    cost = _host_timer_cache.get("read_cost_ns")
+    cost = _host_timer().get("read_cost_ns")
     if not cost or r.median * 1e9 >= 10 * cost:
         return None
     return (f"{fmt_time(r.median)} a call is within 10x of the host clock's read cost "
@@ -646,7 +651,6 @@ def _metadata(device_name: str, r: Result, extra: Dict[str, Any]) -> Dict[str, A
     fresh timestamp, command line, environment, CPU affinity and framework versions for every
     result: a sweep over OMP_/TRITON_ settings, or torch imported after the first bench, in one
     process must record each result's own."""
-    global _host_timer_cache
     import os
     import time
     cwd = os.getcwd()
@@ -671,9 +675,7 @@ def _metadata(device_name: str, r: Result, extra: Dict[str, Any]) -> Dict[str, A
         md["cpu_affinity"] = logical_cores()["affinity"]
     except Exception as e:          # metadata must never lose a measurement
         md["error"] = f"{type(e).__name__}: {e}"
-    if _host_timer_cache is None:
-        _host_timer_cache = _core.host_timer_info()
-    md["host_timer"] = _host_timer_cache
+    md["host_timer"] = _host_timer()
     md["kbench_core_cuda"] = bool(_core.HAVE_CUDA)
     if "device" in extra:
         md["gpu"] = extra.pop("device")
