@@ -558,6 +558,14 @@ def compare_sets(old: ResultSet, new: ResultSet, threshold: float = 0.0,
                  old_label: str = "baseline", new_label: str = "current",
                  mem_threshold: Any = None) -> Comparison:
     """Deltas of medians (and of peak memory: gated only when mem_threshold is given)."""
+    if isinstance(old, _SingleResult) and isinstance(new, _SingleResult) and \
+            set(old) != set(new):
+        # two Result files: the user paired them by naming the files
+        (old_key, od), (new_key, _) = next(iter(old.items())), next(iter(new.items()))
+        cmp = compare_sets({new_key: od}, new, threshold, old_label, new_label, mem_threshold)
+        cmp.notes.append(f"two single results compared across names: {old_label} "
+                         f"{old_key!r}, {new_label} {new_key!r}")
+        return cmp
     threshold = parse_threshold(threshold)
     mem_threshold = None if mem_threshold is None else parse_threshold(mem_threshold)
     deltas: List[Delta] = []
@@ -630,14 +638,6 @@ def compare_sets(old: ResultSet, new: ResultSet, threshold: float = 0.0,
             old_med, old_ci = _median_and_ci(od)
             deltas.append(Delta(key, old_med, None, None, "not run", old_ci=old_ci))
     notes = []
-    if isinstance(old, _SingleResult) and isinstance(new, _SingleResult) and \
-            set(old) != set(new):
-        # two Result files: the user paired them by naming the files
-        (old_key, od), (new_key, _) = next(iter(old.items())), next(iter(new.items()))
-        cmp = compare_sets({new_key: od}, new, threshold, old_label, new_label, mem_threshold)
-        cmp.notes.append(f"two single results compared across names: {old_label} "
-                         f"{old_key!r}, {new_label} {new_key!r}")
-        return cmp
     if len(old) == 1 and len(new) == 1 and set(old) != set(new):
         # benchmarks pair up by name only: two files of one benchmark each may hold two
         # unrelated ones (a session of test_x and one of test_y), so no verdict is guessed

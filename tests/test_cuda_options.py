@@ -33,6 +33,8 @@ def test_cuda_defaults_are_published_once_by_the_core():
     ("device", True, TypeError, "device must be an int, got bool"),
     ("device", 99, ValueError, "device must be a CUDA ordinal"),
     ("gate_timeout_s", 0.0, ValueError, "gate_timeout_s must be > 0"),
+    # a bool is no number (it ran at 1 s), as in the loop's options
+    ("gate_timeout_s", True, TypeError, "gate_timeout_s must be a number, got bool"),
     ("gate_timeout_s", float("inf"), ValueError, "gate_timeout_s must be > 0 and finite"),
     ("gate_timeout_s", 1e20, ValueError, r"gate_timeout_s must be > 0 and finite, at most 1e\+06"),
     ("unroll", 0.5, ValueError, "unroll must be >= 1"),

@@ -889,3 +889,29 @@ def test_an_array_refusing_host_conversion_gets_kbenchs_message():
     with pytest.raises(TypeError, match="samples must be a 1-D sequence of real numbers "
                                         r"convertible to float64 \(got DeviceArray\)"):
         core.summarize(DeviceArray())
+
+
+class _ReadInterrupted:
+    """A sequence whose reading is interrupted (Ctrl-C while numpy reads it)."""
+
+    def __len__(self):
+        return 3
+
+    def __getitem__(self, i):
+        raise KeyboardInterrupt
+
+
+class _FloatOutOfMemory:
+    def __float__(self):
+        raise MemoryError
+
+
+def test_ctrl_c_or_memory_errors_while_reading_are_not_rewritten_as_type_errors():
+    # they came back as TypeError ("samples must be a 1-D sequence of real numbers"): only a
+    # refusal to convert (TypeError, ValueError) is put in kbench's words
+    with pytest.raises(KeyboardInterrupt):
+        core.summarize(_ReadInterrupted())
+    with pytest.raises(MemoryError):
+        core.clock_summary({"n": 1, "max_sm_clock_mhz": _FloatOutOfMemory()})
+    with pytest.raises(TypeError, match="real number"):
+        core.clock_summary({"n": 1, "max_sm_clock_mhz": "fast"})

@@ -174,18 +174,19 @@ static PyObject *host_timer_info(PyObject *self, PyObject *args, PyObject *kw)
     }
     /* The loop of measure_host.c in miniature: two reads around a vectorcall. The minimum
      * over the calls is the floor a host-timed sample cannot go under. */
-    uint64_t best = UINT64_MAX, total = 0, checked = kb_now_ns();
+    uint64_t best = UINT64_MAX, total = 0, checked = kb_now_ns(), last = checked;
     for (Py_ssize_t i = 0; i < calls; i++) {
-        /* a C callable never runs the eval breaker: every 10 ms Ctrl-C is checked and other
-         * threads get the GIL (a signal sent from one needs it) */
-        if (kb_now_ns() - checked > 10000000u) {
+        /* a C callable never runs the eval breaker: every 10 ms (by the last call's end, no
+         * read of its own) Ctrl-C is checked and other threads get the GIL (a signal sent from
+         * one needs it) */
+        if (last - checked > 10000000u) {
             Py_BEGIN_ALLOW_THREADS
             Py_END_ALLOW_THREADS
             if (PyErr_CheckSignals() < 0) {
                 Py_DECREF(out);
                 return NULL;
             }
-            checked = kb_now_ns();
+            checked = last = kb_now_ns();
         }
         uint64_t t0 = kb_now_ns();
         PyObject *r = PyObject_CallNoArgs(fn);
@@ -198,6 +199,7 @@ static PyObject *host_timer_info(PyObject *self, PyObject *args, PyObject *kw)
         total += t1 - t0;
         if (t1 - t0 < best)
             best = t1 - t0;
+        last = t1;
     }
     PyObject *v = PyFloat_FromDouble((double)total / (double)calls);
     PyObject *m = PyLong_FromUnsignedLongLong(best);

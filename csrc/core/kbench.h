@@ -550,6 +550,10 @@ PyObject *kb_array_copy(const void *data, Py_ssize_t n, int typenum, size_t elsi
 /* Add a note (PEP 678) to the exception being raised; keeps the exception as it was if that
  * fails. Defined in pyutil.c. */
 void kb_add_exception_note(const char *fmt, ...);
+/* Whether the exception being raised is a refusal to convert (TypeError, ValueError), the only
+ * kind kbench may rewrite into its own words: Ctrl-C or MemoryError raised inside __float__ or
+ * while numpy reads a sequence must go on as they are. pyutil.c. */
+int kb_err_is_refusal(void);
 
 /* Read a float64 sequence (any object numpy can make a 1-D float64 array of) into a fresh
  * C-contiguous ndarray. New reference or NULL. Declared here, defined in stats.c. */

@@ -40,9 +40,8 @@ static int pop_double(PyObject *kw, const char *key, double *out, double lo, int
                      key);
         return -1;
     }
-    /* only a refusal to convert is rewritten: Ctrl-C or MemoryError inside __float__ go on */
     if (d == -1.0 && PyErr_Occurred()) {
-        if (PyErr_ExceptionMatches(PyExc_TypeError) || PyErr_ExceptionMatches(PyExc_ValueError))
+        if (kb_err_is_refusal())
             PyErr_Format(PyExc_TypeError, "%s must be a number, got %.100s", key,
                          Py_TYPE(v)->tp_name);
         return -1;
@@ -99,7 +98,24 @@ static void loop_config_defaults(kb_loop_config *cfg)
     cfg->batch_max = 1 << 20;
 }
 
-static PyMethodDef loop_methods[];
+/* _after_fork_in_child(): a forked child starts with the lock free. A thread of the parent
+ * that was measuring at the fork does not exist in the child, and the lock it held would never
+ * be released: every bench of the child waited forever. kbench/__init__.py registers this with
+ * os.register_at_fork. The old lock is left allocated (freeing a held lock is not defined). */
+static PyObject *after_fork_in_child(PyObject *m, PyObject *Py_UNUSED(ignored))
+{
+    kb_state *st = kb_get_state(m);
+    if (st->measure_owner != 0 && kb_measure_lock_init(st) < 0)
+        return NULL;
+    st->measure_owner = 0;
+    Py_RETURN_NONE;
+}
+
+static PyMethodDef loop_methods[] = {
+    {"_after_fork_in_child", after_fork_in_child, METH_NOARGS,
+     "Reset kbench's measurement lock in a forked child (os.register_at_fork)."},
+    {NULL, NULL, 0, NULL},
+};
 
 int kb_loop_module_init(PyObject *m)
 {
@@ -287,25 +303,6 @@ void kb_measure_lock_release(PyObject *m)
     st->measure_owner = 0;
     PyThread_release_lock(st->measure_lock);
 }
-
-/* _after_fork_in_child(): a forked child starts with the lock free. A thread of the parent
- * that was measuring at the fork does not exist in the child, and the lock it held would never
- * be released: every bench of the child waited forever. kbench/__init__.py registers this with
- * os.register_at_fork. The old lock is left allocated (freeing a held lock is not defined). */
-static PyObject *after_fork_in_child(PyObject *m, PyObject *Py_UNUSED(ignored))
-{
-    kb_state *st = kb_get_state(m);
-    if (st->measure_owner != 0 && kb_measure_lock_init(st) < 0)
-        return NULL;
-    st->measure_owner = 0;
-    Py_RETURN_NONE;
-}
-
-static PyMethodDef loop_methods[] = {
-    {"_after_fork_in_child", after_fork_in_child, METH_NOARGS,
-     "Reset kbench's measurement lock in a forked child (os.register_at_fork)."},
-    {NULL, NULL, 0, NULL},
-};
 
 static int reserve(kb_loop_result *res, Py_ssize_t need)
 {

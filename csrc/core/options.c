@@ -1,5 +1,6 @@
 /* options.c -- a backend's keyword options, one at a time (kb_options.h). */
 #include "kb_options.h"
+#include "kbench.h"
 
 #include <math.h>
 #include <stdio.h>
@@ -62,10 +63,12 @@ int kb_opt_float(PyObject *opts, const char *who, const char *key, double *out, 
         return present < 0 ? -1 : 0;
     }
     int rc = -1;
-    double d = PyFloat_AsDouble(v);
-    if (d == -1.0 && PyErr_Occurred()) {
-        /* only a refusal to convert is rewritten: Ctrl-C or MemoryError inside __float__ go on */
-        if (PyErr_ExceptionMatches(PyExc_TypeError) || PyErr_ExceptionMatches(PyExc_ValueError)) {
+    /* a bool is no number here, as in the loop's options (gate_timeout_s=True ran at 1 s) */
+    double d = PyBool_Check(v) ? -1.0 : PyFloat_AsDouble(v);
+    if (PyBool_Check(v))
+        PyErr_Format(PyExc_TypeError, "%s: %s must be a number, got bool", who, key);
+    else if (d == -1.0 && PyErr_Occurred()) {
+        if (kb_err_is_refusal()) {
             PyErr_Clear();
             PyErr_Format(PyExc_TypeError, "%s: %s must be a number, got %.100s", who, key,
                          Py_TYPE(v)->tp_name);

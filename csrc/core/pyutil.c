@@ -43,3 +43,8 @@ void kb_add_exception_note(const char *fmt, ...)
     }
     PyErr_Restore(type, value, tb);
 }
+
+int kb_err_is_refusal(void)
+{
+    return PyErr_ExceptionMatches(PyExc_TypeError) || PyErr_ExceptionMatches(PyExc_ValueError);
+}

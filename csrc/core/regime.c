@@ -435,7 +435,7 @@ static int read_optional_double(PyObject *o, const char *what, double *out)
     Py_INCREF(o);       /* borrowed from a dict that __float__ may change */
     double d = PyFloat_AsDouble(o);
     if (d == -1.0 && PyErr_Occurred()) {
-        if (PyErr_ExceptionMatches(PyExc_TypeError) || PyErr_ExceptionMatches(PyExc_ValueError))
+        if (kb_err_is_refusal())
             PyErr_Format(PyExc_TypeError, "%s must be a real number or None, got %.100s", what,
                          Py_TYPE(o)->tp_name);
         Py_DECREF(o);

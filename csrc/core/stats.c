@@ -566,9 +566,7 @@ PyObject *kb_as_double_array(PyObject *obj, const char *what)
     int text;
     PyObject *any = not_text(obj, what, &text);
     if (any == NULL) {
-        /* only numpy's refusal is retried: Ctrl-C or MemoryError while reading go on */
-        if (text || !(PyErr_ExceptionMatches(PyExc_TypeError) ||
-                      PyErr_ExceptionMatches(PyExc_ValueError)))
+        if (text || !kb_err_is_refusal())
             return NULL;
         /* numpy could not read it as is (a device array refusing host conversion): the
          * float64 conversion below fails too, and says so in kbench's words */
@@ -582,7 +580,7 @@ PyObject *kb_as_double_array(PyObject *obj, const char *what)
                                                          NPY_ARRAY_CARRAY | NPY_ARRAY_ENSURECOPY);
     Py_DECREF(any);
     if (arr == NULL) {
-        if (PyErr_ExceptionMatches(PyExc_TypeError) || PyErr_ExceptionMatches(PyExc_ValueError))
+        if (kb_err_is_refusal())
             raise_from_current(PyExc_TypeError,
                                "%s must be a 1-D sequence of real numbers convertible to float64 "
                                "(got %.200s)", what, Py_TYPE(obj)->tp_name);
