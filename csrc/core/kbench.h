@@ -69,6 +69,8 @@ typedef struct {
         double loaded_s;        /* how long its load (and a capped one it continued) had run */
     } gpu_carry[64];
     char cupti_detach[192];     /* how the last CUPTI trace left CUPTI (cupti_trace.c) */
+    struct kb_llc_memo *llc_memo;   /* coldcache.c: the last sysfs cache scan and the CPUs
+                                       and root it was for; NULL until the first (GIL held) */
     PyThread_type_lock measure_lock;  /* held while a timing loop runs: one at a time */
     unsigned long measure_owner;      /* thread ident of its holder, 0 when free (GIL held) */
 } kb_state;
@@ -525,7 +527,7 @@ void kb_warm_every_set(kb_loop_config *cfg, Py_ssize_t n_sets);
 /* Size in bytes of the largest (last-level) CPU cache into *bytes: $KBENCH_LLC_BYTES when set
  * (digits with an optional K, M or G suffix, at most 1 TiB; anything else is a ValueError
  * naming the variable and its value), else sysfs, else sysconf; 0 when unknown. */
-int kb_cpu_llc_bytes(size_t *bytes);
+int kb_cpu_llc_bytes(kb_state *st, size_t *bytes);
 
 typedef struct {
     unsigned char *buf;         /* the buffer written before each sample */

@@ -205,6 +205,8 @@ static void core_free(void *m)
     core_clear((PyObject *)m);
     kb_state *st = kb_get_state((PyObject *)m);
     kb_measure_lock_free(st);
+    PyMem_RawFree(st->llc_memo);
+    st->llc_memo = NULL;
     for (size_t i = 0; i < sizeof st->cuda_builtins / sizeof st->cuda_builtins[0]; i++)
         PyMem_RawFree(st->cuda_builtins[i]);   /* the CUDA module goes with the process */
 #ifdef KB_HAVE_CUDA

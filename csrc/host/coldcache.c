@@ -187,36 +187,39 @@ static void scan_llc(const char *root, const cpu_mask *m, sysfs_llc *out)
     }
 }
 
-/* The last scan and what it was for (a mask of up to CPU_SETSIZE CPUs and a root), read and
- * written under the GIL. Reading sysfs costs about 115 us a CPU on the CI VM (13 files; 230 us
- * for its 2 CPUs, measured with timeit over cpu_cache_info), so 30 ms on a 256-thread server,
- * paid twice a bench (kbench.bench asks cpu_cache_info, the flush asks kb_cpu_llc_bytes);
- * remembered, a call costs the sched_getaffinity and a compare. CPU caches do not change while
- * a process runs; a CPU taken offline leaves the masks, so a changed mask reads afresh. */
-static struct {
-    int valid;
+/* The last scan and what it was for (a mask of up to CPU_SETSIZE CPUs and a root), kept in
+ * the module's state (kb_state.llc_memo), read and written under the GIL. Reading sysfs costs
+ * about 115 us a CPU on the CI VM (13 files; 230 us for its 2 CPUs, measured with timeit over
+ * cpu_cache_info), so 30 ms on a 256-thread server, paid twice a bench (kbench.bench asks
+ * cpu_cache_info, the flush asks kb_cpu_llc_bytes); remembered, a call costs the
+ * sched_getaffinity and a compare. CPU caches do not change while a process runs; a CPU taken
+ * offline leaves the masks, so a changed mask reads afresh. */
+struct kb_llc_memo {
     cpu_set_t set;
     char root[512];
     sysfs_llc llc;
-} memo;
+};
 
-/* The scan for the CPUs of m under sysfs_cpu_root(), remembered for the last mask. */
-static void affinity_llc(const cpu_mask *m, sysfs_llc *out)
+/* The scan for the CPUs of m under sysfs_cpu_root(), remembered for the last mask (not where
+ * the memo cannot be allocated: then every call scans). */
+static void affinity_llc(kb_state *st, const cpu_mask *m, sysfs_llc *out)
 {
     const char *root = sysfs_cpu_root();
-    int fits = m->size == sizeof memo.set && strlen(root) < sizeof memo.root;
-    if (fits && memo.valid && CPU_EQUAL_S(m->size, m->set, &memo.set)
-        && strcmp(root, memo.root) == 0) {
-        *out = memo.llc;
+    struct kb_llc_memo *memo = st->llc_memo;
+    int fits = m->size == sizeof memo->set && strlen(root) < sizeof memo->root;
+    if (fits && memo != NULL && CPU_EQUAL_S(m->size, m->set, &memo->set)
+        && strcmp(root, memo->root) == 0) {
+        *out = memo->llc;
         return;
     }
     scan_llc(root, m, out);
     if (!fits)
         return;
-    memcpy(&memo.set, m->set, m->size);
-    strcpy(memo.root, root);
-    memo.llc = *out;
-    memo.valid = 1;
+    if (memo == NULL && (memo = st->llc_memo = PyMem_RawMalloc(sizeof *memo)) == NULL)
+        return;
+    memcpy(&memo->set, m->set, m->size);
+    strcpy(memo->root, root);
+    memo->llc = *out;
 }
 
 #define KB_LLC_MAX_BYTES (1ull << 40)   /* 1 TiB: past any cache, and 2x it still fits */
@@ -286,7 +289,7 @@ static void llc_choose(const sysfs_llc *sys, llc_answer *out)
 /* $KBENCH_LLC_BYTES, else the largest last-level cache among the CPUs this thread may run on
  * (see "which cache to flush"), else sysconf; 0 when unknown. -1: ValueError (a malformed
  * $KBENCH_LLC_BYTES) or OSError (sched_getaffinity failed). */
-int kb_cpu_llc_bytes(size_t *bytes)
+int kb_cpu_llc_bytes(kb_state *st, size_t *bytes)
 {
     *bytes = 0;
     const char *env = getenv("KBENCH_LLC_BYTES");
@@ -297,7 +300,7 @@ int kb_cpu_llc_bytes(size_t *bytes)
     llc_answer a;
     if (mask_get(&m) < 0)
         return -1;
-    affinity_llc(&m, &sys);
+    affinity_llc(st, &m, &sys);
     mask_free(&m);
     llc_choose(&sys, &a);
     *bytes = a.bytes;
@@ -426,7 +429,7 @@ static PyObject *cpu_cache_info(PyObject *self, PyObject *unused)
     PyObject *levels = NULL, *cpus = NULL, *llc_cpu = NULL, *levels_cpu = NULL, *out = NULL;
     if (mask_get(&m) < 0)
         return NULL;
-    affinity_llc(&m, &sys);
+    affinity_llc(kb_get_state(self), &m, &sys);
     const char *env = getenv("KBENCH_LLC_BYTES");
     if (env != NULL && *env) {
         a.source = "KBENCH_LLC_BYTES";

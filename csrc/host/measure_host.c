@@ -200,7 +200,7 @@ static PyObject *measure_host(PyObject *self, PyObject *args, PyObject *kw)
     uint64_t setup_ns = 0;
     if (ctx.cold == KB_COLD_FLUSH) {
         size_t llc = 0;
-        if (kb_cpu_llc_bytes(&llc) < 0)
+        if (kb_cpu_llc_bytes(kb_get_state(self), &llc) < 0)
             goto error;
         size_t bytes = flush_bytes ? (size_t)flush_bytes : 2 * llc;
         /* Kept (a smaller flush still evicts the inner caches), but not called cold: the
