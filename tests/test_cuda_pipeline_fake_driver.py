@@ -588,3 +588,16 @@ def test_with_pre_sample_a_watchdog_release_is_an_error_not_a_run_again_on_one_r
     assert out["raised"] == "KbenchError"
     assert "gate_timeout_s=0.20" in out["message"] and "same number of times" in out["message"]
     assert out["calls_match_hooks"]
+
+
+def test_device_info_names_the_driver_build_nvml_reports(fake_driver, fake_driver_nvml):
+    # the CUDA API's driver_version (13000) does not tell two drivers of one release apart
+    script = ("import json; from kbench import _core; i = _core.cuda_device_info(0); "
+              "print(json.dumps({k: i[k] for k in ('driver_version', 'nvml_driver_version', "
+              "'nvml_error')}))")
+    with_nvml = run_script(script, fake_driver_nvml)
+    assert with_nvml["nvml_driver_version"] == "580.fake" and with_nvml["nvml_error"] is None
+    without = run_script(script, fake_driver)
+    if without["nvml_error"] is None:
+        pytest.skip("a real NVML is on this machine's library path")
+    assert without["nvml_driver_version"] is None

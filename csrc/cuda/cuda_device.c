@@ -295,7 +295,9 @@ static void gather_device_info(const kb_cuda_api *cu, int ordinal, device_info *
     KB_DEFER_ALWAYS(d, cu->cuDevicePrimaryCtxRelease(dev));
 }
 
-/* NVML's view of the clocks, added to d; NVML being unavailable is reported, not raised. */
+/* NVML's view of the clocks and the driver's build ("580.65.06": the CUDA driver API's 13000
+ * does not tell two drivers of one CUDA release apart), added to d; NVML being unavailable is
+ * reported, not raised. */
 static int add_nvml_clocks(PyObject *m, int ordinal, PyObject *d)
 {
     static const char *const keys[] = {"nvml_sm_clock_mhz", "nvml_memory_clock_mhz",
@@ -313,12 +315,17 @@ static int add_nvml_clocks(PyObject *m, int ordinal, PyObject *d)
         for (int i = 0; i < N; i++)
             if (kb_dict_set_steal(d, keys[i], none_ref()) < 0)
                 goto error_err;
+        if (kb_dict_set_steal(d, "nvml_driver_version", none_ref()) < 0)
+            goto error_err;
         if (kb_dict_set_steal(d, "nvml_error", err) < 0)
             return -1;
         return 0;
     }
     const kb_nvml_api *nv = &kb_get_state(m)->gpu->nvml;
+    char driver[96] = "";
+    nvmlReturn_t rd;
     Py_BEGIN_ALLOW_THREADS
+    rd = nv->nvmlSystemGetDriverVersion(driver, sizeof driver);
     r[0] = nv->nvmlDeviceGetClockInfo(dev, NVML_CLOCK_SM, &v[0]);
     r[1] = nv->nvmlDeviceGetClockInfo(dev, NVML_CLOCK_MEM, &v[1]);
     r[2] = nv->nvmlDeviceGetMaxClockInfo(dev, NVML_CLOCK_SM, &v[2]);
@@ -337,6 +344,10 @@ static int add_nvml_clocks(PyObject *m, int ordinal, PyObject *d)
         if (kb_dict_set_steal(d, keys[i], val) < 0)
             return -1;
     }
+    driver[sizeof driver - 1] = '\0';
+    if (kb_dict_set_steal(d, "nvml_driver_version",
+                          rd == NVML_SUCCESS ? PyUnicode_FromString(driver) : none_ref()) < 0)
+        return -1;
     return kb_dict_set_steal(d, "nvml_error", none_ref());
 
 error_err:
