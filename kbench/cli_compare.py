@@ -43,7 +43,10 @@ growth = new peak - old peak:
 
 Harness provenance (metadata["harness"], kbench.provenance): a benchmark whose two results
 came from different harnesses (script or notebook cell md5, callable, arguments) gets a note;
-it is reported, not failed.
+it is reported, not failed. So does what changed around the code (kbench.metadata.
+environment_changes): the GPU model or board, driver, power limit, ECC, the versions of the
+frameworks and GPU libraries (cuBLAS, cuDNN, NCCL, ...) both runs had loaded, Python, numpy,
+and the recorded environment variables.
 """
 from __future__ import annotations
 
@@ -54,6 +57,7 @@ from dataclasses import dataclass, field
 from typing import Any, Dict, List, Optional, Union
 
 from ._format import fmt_bytes, fmt_time, html_table, text_table
+from .metadata import environment_changes
 from .provenance import different
 
 SESSION_SCHEMA = "kbench.session/1"
@@ -268,6 +272,7 @@ class Delta:
     mem_verdict: str = ""                # "more memory", "less memory", "same memory", ...
     mem_failure: bool = False            # more memory beyond the --fail-mem threshold
     harness: List[str] = field(default_factory=list)   # how the two harnesses differ
+    environment: List[str] = field(default_factory=list)   # what changed around the code
 
     @property
     def regression(self) -> bool:
@@ -285,7 +290,7 @@ class Delta:
                     old_ci_s=self.old_ci, new_ci_s=self.new_ci, old_peak_bytes=self.old_mem,
                     new_peak_bytes=self.new_mem, mem_delta=self.mem_delta,
                     mem_verdict=self.mem_verdict, mem_failure=self.mem_failure,
-                    harness=list(self.harness))
+                    harness=list(self.harness), environment=list(self.environment))
 
 
 @dataclass
@@ -420,8 +425,21 @@ class Comparison:
         return [f"different harness: {d.key}: {'; '.join(d.harness)}"
                 for d in self.different_harness]
 
+    def environment_lines(self) -> List[str]:
+        """What changed around the code (GPU, driver, libraries, frameworks, environment):
+        one line where every compared benchmark saw the same changes (one session against
+        another), else one per benchmark. Reported, not failed."""
+        changed = [d for d in self.deltas if d.environment]
+        if not changed:
+            return []
+        if len(changed) == len(self.deltas) and \
+                all(d.environment == changed[0].environment for d in changed):
+            return [f"environment changed: {'; '.join(changed[0].environment)}"]
+        return [f"environment changed: {d.key}: {'; '.join(d.environment)}" for d in changed]
+
     def __str__(self) -> str:
-        return "\n".join([self.table(), self.summary()] + self.notes + self.harness_lines())
+        return "\n".join([self.table(), self.summary()] + self.notes + self.harness_lines()
+                         + self.environment_lines())
 
     __repr__ = __str__
 
@@ -579,9 +597,12 @@ def compare_sets(old: ResultSet, new: ResultSet, threshold: float = 0.0,
             bad.append(f"{new_label} has no median")
         mem = memory_verdict(od, nd, mem_threshold)
         harness = different(od, nd) if od is not None else []
+        env = environment_changes(od.get("metadata"), nd.get("metadata")) \
+            if od is not None else []
         if bad:     # a NaN median compares as neither slower nor faster: it must not pass
             deltas.append(Delta(key, old_med, new_med, None, "invalid", "; ".join(bad),
-                                old_ci=old_ci, new_ci=new_ci, harness=harness, **mem))
+                                old_ci=old_ci, new_ci=new_ci, harness=harness, environment=env,
+                                **mem))
             continue
         if od is None:
             deltas.append(Delta(key, None, new_med, None, "no baseline", new_ci=new_ci, **mem))
@@ -589,7 +610,7 @@ def compare_sets(old: ResultSet, new: ResultSet, threshold: float = 0.0,
         if old_med is None:
             deltas.append(Delta(key, old_med, new_med, None, "no baseline",
                                 note="baseline has no median", old_ci=old_ci, new_ci=new_ci,
-                                harness=harness, **mem))
+                                harness=harness, environment=env, **mem))
             continue
         why = _incomparable(od, nd)
         if why:
@@ -598,7 +619,7 @@ def compare_sets(old: ResultSet, new: ResultSet, threshold: float = 0.0,
             # or slower
             deltas.append(Delta(key, old_med, new_med, new_med / old_med - 1.0,
                                 "not comparable", "; ".join(why), old_ci, new_ci,
-                                harness=harness, **mem))
+                                harness=harness, environment=env, **mem))
             continue
         delta = new_med / old_med - 1.0
         overlap = (old_ci is None or new_ci is None
@@ -632,7 +653,7 @@ def compare_sets(old: ResultSet, new: ResultSet, threshold: float = 0.0,
         if unheld:
             notes.append(f"{' and '.join(unheld)}: clock regime did not hold")
         deltas.append(Delta(key, old_med, new_med, delta, verdict, "; ".join(notes),
-                            old_ci, new_ci, harness=harness, **mem))
+                            old_ci, new_ci, harness=harness, environment=env, **mem))
     for key, od in old.items():
         if key not in new:
             old_med, old_ci = _median_and_ci(od)

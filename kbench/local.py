@@ -666,12 +666,13 @@ def _metadata(device_name: str, r: Result, extra: Dict[str, Any]) -> Dict[str, A
         md["git"] = git_cached(cwd)
     md["timestamp_utc"] = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())
     try:
-        from .metadata import (command_line, framework_info, interpreter_command,
-                               logical_cores, relevant_env)
+        from .metadata import (command_line, framework_info, gpu_libraries,
+                               interpreter_command, logical_cores, relevant_env)
         md["argv"] = command_line()
         md.update(interpreter_command())
         md["env"] = relevant_env()
         md["frameworks"] = framework_info()
+        md["gpu_libraries"] = gpu_libraries()
         md["cpu_affinity"] = logical_cores()["affinity"]
     except Exception as e:          # metadata must never lose a measurement
         md["error"] = f"{type(e).__name__}: {e}"

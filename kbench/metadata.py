@@ -14,7 +14,8 @@ UNKNOWN = "unknown"
 
 #: Environment variables recorded verbatim: those that change what a kernel or benchmark does.
 ENV_PREFIXES = ("KBENCH_", "CUDA_", "OMP_", "MKL_", "OPENBLAS_", "PYTORCH_", "TORCH_",
-                "TRITON_", "NVIDIA_", "VLLM_", "FLASHINFER_")
+                "TRITON_", "NVIDIA_", "VLLM_", "FLASHINFER_", "NCCL_", "CUBLASLT_", "CUDNN_",
+                "HIP_", "HSA_", "ROCR_", "ROCBLAS_", "HIPBLASLT_", "MIOPEN_")
 ENV_NAMES = ("CUBLAS_WORKSPACE_CONFIG", "LD_PRELOAD")
 # names of credentials: their values are never recorded
 _SECRET_NAME = re.compile(r"KEY|TOKEN|SECRET|PASSW|CREDENTIAL|AUTH", re.IGNORECASE)
@@ -248,6 +249,131 @@ def framework_info() -> dict:
     return out
 
 
+# The GPU libraries whose kernels or launches a benchmark may time: name -> (the file's stem,
+# how to read its version from the copy already loaded). An upgrade of any of them changes the
+# kernels a torch.matmul or an all-reduce runs, without a line of the caller's code changing.
+_PROPERTY = "property"      # fn(libraryPropertyType, int *): MAJOR 0, MINOR 1, PATCH 2
+_GPU_LIBRARIES = {
+    "cudart": ("libcudart", ("cudaRuntimeGetVersion", "runtime")),
+    "cublas": ("libcublas", ("cublasGetProperty", _PROPERTY)),
+    "cublasLt": ("libcublasLt", ("cublasLtGetVersion", "cublas_int")),
+    "cudnn": ("libcudnn", ("cudnnGetVersion", "cudnn_int")),
+    "nccl": ("libnccl", ("ncclGetVersion", "nccl_ptr")),
+    "cufft": ("libcufft", ("cufftGetProperty", _PROPERTY)),
+    "curand": ("libcurand", ("curandGetProperty", _PROPERTY)),
+    "cusparse": ("libcusparse", ("cusparseGetProperty", _PROPERTY)),
+    "cusolver": ("libcusolver", ("cusolverGetProperty", _PROPERTY)),
+    "nvrtc": ("libnvrtc", ("nvrtcVersion", "two_ints")),
+    "nvJitLink": ("libnvJitLink", ("nvJitLinkVersion", "two_ints")),
+    "cupti": ("libcupti", None),
+    "amdhip64": ("libamdhip64", None),  # hipRuntimeGetVersion may start the runtime: path only
+    "rocblas": ("librocblas", ("rocblas_get_version_string", "string")),
+    "hipblaslt": ("libhipblaslt", None),
+    "MIOpen": ("libMIOpen", ("miopenGetVersion", "three_size_t")),
+    "rccl": ("librccl", ("ncclGetVersion", "nccl_ptr")),
+}
+_LIB_FILE = re.compile(r"/(lib[A-Za-z0-9_]+?)\.so(?:\.[0-9.]+)?$")
+_STEM_TO_NAME = {stem: name for name, (stem, _) in _GPU_LIBRARIES.items()}
+_library_versions: dict = {}        # real path -> version: a loaded file does not change
+
+
+def _split_int(v: int, base: int) -> str:
+    """major.minor.patch of an integer version major*base + minor*100 + patch."""
+    return f"{v // base}.{v % base // 100}.{v % 100}"
+
+
+def _read_version(path: str, reader) -> "str | None":
+    """The version the copy of `path` this process has loaded reports about itself; None where
+    it is not loaded (RTLD_NOLOAD: nothing is loaded here) or cannot say. Version calls only:
+    none of them initialises a GPU."""
+    import ctypes
+    fn_name, kind = reader
+    try:
+        lib = ctypes.CDLL(path, mode=os.RTLD_NOLOAD | os.RTLD_LAZY)
+    except (OSError, AttributeError):       # not loaded, or no RTLD_NOLOAD on this platform
+        return None
+    try:
+        fn = getattr(lib, fn_name)
+        if kind == _PROPERTY:
+            parts = []
+            for prop in (0, 1, 2):
+                v = ctypes.c_int(-1)
+                if fn(prop, ctypes.byref(v)) != 0 or v.value < 0:
+                    return None
+                parts.append(str(v.value))
+            return ".".join(parts)
+        if kind in ("cublas_int", "cudnn_int"):
+            fn.restype = ctypes.c_size_t
+            v = int(fn())
+            if kind == "cublas_int":    # CUBLAS_VERSION: major*10000 since cuBLAS 11, else *1000
+                return _split_int(v, 10000 if v >= 100000 else 1000)
+            return _split_int(v, 10000 if v >= 90000 else 1000)   # cuDNN 9: major*10000
+        if kind in ("runtime", "nccl_ptr"):
+            v = ctypes.c_int(0)
+            if fn(ctypes.byref(v)) != 0 or v.value <= 0:
+                return None
+            if kind == "runtime":           # CUDART_VERSION: major*1000 + minor*10
+                return f"{v.value // 1000}.{v.value % 1000 // 10}"
+            return _split_int(v.value, 10000 if v.value >= 20900 else 1000)  # NCCL_VERSION_CODE
+        if kind == "two_ints":
+            a, b = ctypes.c_uint(0), ctypes.c_uint(0)
+            return f"{a.value}.{b.value}" if fn(ctypes.byref(a), ctypes.byref(b)) == 0 else None
+        if kind == "three_size_t":
+            v = [ctypes.c_size_t(0) for _ in range(3)]
+            return ".".join(str(x.value) for x in v) \
+                if fn(*(ctypes.byref(x) for x in v)) == 0 else None
+        if kind == "string":
+            buf = ctypes.create_string_buffer(256)
+            if fn(buf, ctypes.c_size_t(len(buf))) != 0:
+                return None
+            return buf.value.decode(errors="replace") or None
+    except (AttributeError, OSError, ValueError):   # no such symbol in this build
+        return None
+    return None
+
+
+def gpu_libraries(maps_path: str = "/proc/self/maps") -> dict:
+    """The GPU libraries (_GPU_LIBRARIES) this process has loaded when it is asked:
+    {name: {"path", "version"}}, with "copies": [{"path", "version"}, ...] (by path; "path" and
+    "version" are the first's) where more than one file of a library is loaded (torch's bundled
+    cuDNN beside another one: which one a call reaches depends on the load order). Read from
+    the process's memory map, so a library torch loads on first use (cuBLAS at the first
+    matmul) shows from then on; {} where there is no such map (not Linux). Loads nothing, never initialises a GPU, never raises."""
+    try:
+        with open(maps_path, encoding="utf-8", errors="replace") as f:
+            text = f.read()
+    except OSError:
+        return {}
+    found: dict = {}        # name -> {real path: version}
+    seen = set()
+    for line in text.splitlines():
+        slash = line.find("/")
+        if slash < 0 or ".so" not in line:
+            continue
+        path = line[slash:]
+        m = _LIB_FILE.search(path)
+        name = _STEM_TO_NAME.get(m.group(1)) if m else None
+        if name is None or path in seen:
+            continue
+        seen.add(path)
+        try:
+            real = os.path.realpath(path)
+        except OSError:
+            real = path
+        if real not in _library_versions:
+            reader = _GPU_LIBRARIES[name][1]
+            try:
+                _library_versions[real] = _read_version(path, reader) if reader else None
+            except Exception:       # a foreign build's ABI: the path is still recorded
+                _library_versions[real] = None
+        found.setdefault(name, {})[real] = _library_versions[real]
+    out: dict = {}
+    for name, copies in found.items():
+        listed = [{"path": p, "version": copies[p]} for p in sorted(copies)]
+        out[name] = dict(listed[0], copies=listed) if len(listed) > 1 else listed[0]
+    return out
+
+
 def _platform_info() -> dict:
     try:
         import platform
@@ -279,8 +405,8 @@ def collect_host_metadata() -> dict:
     Keys: timestamp_utc, hostname, cpu_model, cpu_hypervisor, cpu_count, cpu_affinity, caches
     (list from sysfs), cache_sizes ({"L1d": bytes, ...}), system, release (kernel), machine,
     platform, python_implementation, python_version, numpy_version, kbench_version, frameworks
-    (framework_info()), git (None or {"commit", "dirty"}), argv, orig_argv (Python >= 3.10),
-    executable, cwd, env.
+    (framework_info()), gpu_libraries (gpu_libraries()), git (None or {"commit", "dirty"}),
+    argv, orig_argv (Python >= 3.10), executable, cwd, env.
     """
     caches = cpu_caches()
     cores = logical_cores()
@@ -299,6 +425,7 @@ def collect_host_metadata() -> dict:
     meta["numpy_version"] = package_version("numpy")
     meta["kbench_version"] = package_version("kbench")
     meta["frameworks"] = framework_info()
+    meta["gpu_libraries"] = gpu_libraries()
     meta["git"] = git_info()
     meta["argv"] = command_line()
     meta.update(interpreter_command())
@@ -308,3 +435,74 @@ def collect_host_metadata() -> dict:
         meta["cwd"] = UNKNOWN
     meta["env"] = relevant_env()
     return meta
+
+
+# environment variables that name a run rather than change what it runs
+_ENV_NOT_COMPARED = ("KBENCH_GIT_COMMIT",)
+
+
+def _short_value(v) -> str:
+    text = "unset" if v is None else str(v)
+    return text if len(text) <= 40 else text[:37] + "..."
+
+
+def _changed(label: str, a, b) -> "str | None":
+    return f"{label} {_short_value(a)} -> {_short_value(b)}" if a != b else None
+
+
+def environment_changes(old: dict, new: dict) -> list:
+    """What changed around the code between two results' metadata, in words: the GPU (model,
+    another board of the model, driver, power limit, ECC), the frameworks and GPU libraries
+    both had loaded, the interpreter and numpy, and the environment variables kbench records.
+    A figure can move with any of them while the code under test did not. [] where nothing
+    known changed or either side has no metadata. Pure; never raises on odd input."""
+    def obj(d, *path):
+        for k in path:
+            d = d.get(k) if isinstance(d, dict) else None
+        return d if isinstance(d, dict) else {}
+
+    if not obj(old) or not obj(new):
+        return []
+    out = []
+    ga, gb = obj(old, "gpu"), obj(new, "gpu")
+    if ga and gb:
+        if ga.get("name") != gb.get("name"):
+            out.append(_changed("GPU", ga.get("name"), gb.get("name")))
+        elif ga.get("uuid") and gb.get("uuid") and ga["uuid"] != gb["uuid"]:
+            # boards of one model differ by a few % where the power limit caps them
+            out.append(f"another {ga.get('name') or 'GPU'} board "
+                       f"({str(ga['uuid'])[:12]} -> {str(gb['uuid'])[:12]})")
+        da = ga.get("nvml_driver_version") or ga.get("driver_version")
+        db = gb.get("nvml_driver_version") or gb.get("driver_version")
+        for label, a, b in (("driver", da, db),
+                            ("power limit W", ga.get("nvml_power_limit_w"),
+                             gb.get("nvml_power_limit_w")),
+                            ("ECC", ga.get("ecc_enabled"), gb.get("ecc_enabled"))):
+            if a is not None and b is not None and a != b:
+                out.append(_changed(label, a, b))
+    elif not ga and not gb and old.get("cpu_model") != new.get("cpu_model") and \
+            old.get("cpu_model") and new.get("cpu_model"):
+        out.append(_changed("CPU", old["cpu_model"], new["cpu_model"]))
+    for label, key in (("Python", "python_version"), ("numpy", "numpy_version")):
+        a, b = old.get(key), new.get(key)
+        if a and b and a != b:
+            out.append(_changed(label, a, b))
+    fa, fb = obj(old, "frameworks"), obj(new, "frameworks")
+    for k in sorted(set(fa) & set(fb)):
+        if fa[k] != fb[k] and not k.endswith("_threads"):
+            out.append(_changed(k, fa[k], fb[k]))
+    la, lb = obj(old, "gpu_libraries"), obj(new, "gpu_libraries")
+    for k in sorted(set(la) & set(lb)):
+        a, b = la[k] if isinstance(la[k], dict) else {}, lb[k] if isinstance(lb[k], dict) else {}
+        va, vb = a.get("version"), b.get("version")
+        if va and vb:
+            if va != vb:
+                out.append(_changed(k, va, vb))
+        elif a.get("path") != b.get("path"):
+            out.append(f"{k} another file ({os.path.basename(str(a.get('path')))} -> "
+                       f"{os.path.basename(str(b.get('path')))})")
+    ea, eb = obj(old, "env"), obj(new, "env")
+    for k in sorted((set(ea) | set(eb)) - set(_ENV_NOT_COMPARED)):
+        if ea.get(k) != eb.get(k):
+            out.append(_changed(k, ea.get(k), eb.get(k)))
+    return [line for line in out if line]

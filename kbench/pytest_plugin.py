@@ -489,7 +489,7 @@ def pytest_terminal_summary(terminalreporter, exitstatus: int, config: pytest.Co
         failing = session_failed(state, cmp)
         tr.write_line(("FAILED: " if failing else "") + cmp.summary(),
                       red=bool(failing), green=not failing)
-        for line in cmp.notes + cmp.harness_lines():
+        for line in cmp.notes + cmp.harness_lines() + cmp.environment_lines():
             tr.write_line(line, yellow=True)
     if state.saved:
         tr.write_line(f"kbench: saved {len(state.results)} result(s) to {state.saved}")

@@ -417,3 +417,55 @@ def test_the_same_or_an_unknown_cold_cache_mode_compares_as_before():
         d, = compare_sets({"s": _cold_result(541e-6, old_mode)},
                           {"s": _cold_result(719e-6, new_mode, seed=1)}, threshold="5%").deltas
         assert d.verdict == "slower" and d.failure and "cold cache" not in d.note
+
+
+def _with_metadata(r, **md):
+    d = r.to_dict()
+    d["metadata"] = md
+    return d
+
+
+def _gpu(**kw):
+    return dict({"name": "NVIDIA H200", "uuid": "GPU-46db77c8-3901", "driver_version": 13000,
+                 "nvml_driver_version": "580.65.06", "nvml_power_limit_w": 700.0,
+                 "ecc_enabled": True}, **kw)
+
+
+def test_what_changed_around_the_code_is_reported_once_for_a_whole_session():
+    libs = {"cublas": {"path": "/x/libcublas.so.13", "version": "13.0.2"},
+            "cudnn": {"path": "/x/libcudnn.so.9", "version": "9.10.2"}}
+    old_md = dict(gpu=_gpu(), frameworks={"torch": "2.10.0", "torch_num_threads": 8},
+                  gpu_libraries=libs, env={"KBENCH_GIT_COMMIT": "aaa"}, python_version="3.12.3")
+    new_md = dict(gpu=_gpu(nvml_driver_version="580.82.07", uuid="GPU-902372c2-0000"),
+                  frameworks={"torch": "2.11.0", "torch_num_threads": 16},
+                  gpu_libraries=dict(libs, cublas={"path": "/y/libcublas.so.13",
+                                                   "version": "13.1.0"}),
+                  env={"KBENCH_GIT_COMMIT": "bbb", "NCCL_ALGO": "Ring"},
+                  python_version="3.12.3")
+    old = {k: _with_metadata(make_result(k, 1e-3, seed=i), **old_md) for i, k in enumerate("ab")}
+    new = {k: _with_metadata(make_result(k, 1e-3, seed=i + 5), **new_md)
+           for i, k in enumerate("ab")}
+    cmp = compare_sets(old, new)
+    want = ["another NVIDIA H200 board (GPU-46db77c8 -> GPU-902372c2)",
+            "driver 580.65.06 -> 580.82.07", "torch 2.10.0 -> 2.11.0",
+            "cublas 13.0.2 -> 13.1.0", "NCCL_ALGO unset -> Ring"]
+    assert [d.environment for d in cmp.deltas] == [want, want]
+    assert cmp.environment_lines() == ["environment changed: " + "; ".join(want)]
+    assert cmp.environment_lines()[0] in str(cmp)
+    assert cmp.deltas[0].to_dict()["environment"] == want
+    assert cmp.ok           # reported, not failed
+
+
+def test_environment_lines_are_per_benchmark_where_they_differ_and_absent_where_none():
+    old = {"a": _with_metadata(make_result("a", 1e-3), gpu=_gpu()),
+           "b": _with_metadata(make_result("b", 1e-3, seed=1), gpu=_gpu())}
+    new = {"a": _with_metadata(make_result("a", 1e-3, seed=2), gpu=_gpu(name="NVIDIA H100")),
+           "b": _with_metadata(make_result("b", 1e-3, seed=3), gpu=_gpu())}
+    assert compare_sets(old, new).environment_lines() == \
+        ["environment changed: a: GPU NVIDIA H200 -> NVIDIA H100"]
+    assert compare_sets(old, old).environment_lines() == []
+    # results saved without metadata (or with odd metadata) compare as before
+    bare = {"a": make_result("a", 1e-3).to_dict()}
+    odd = {"a": _with_metadata(make_result("a", 1e-3), gpu="H200", frameworks=[1])}
+    assert compare_sets(bare, odd).environment_lines() == []
+    assert compare_sets(odd, odd).environment_lines() == []
