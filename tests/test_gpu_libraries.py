@@ -108,3 +108,22 @@ def test_every_result_records_the_libraries_loaded_when_it_was_measured(fakes):
     before, after = json.loads(p.stdout.strip().splitlines()[-1])
     assert "cublas" not in before
     assert after["cublas"] == {"path": str(fakes["cublas"]), "version": "13.1.4"}
+
+
+@pytest.mark.gpu
+def test_a_torch_gpu_result_names_its_cublas_cudnn_and_driver_build():
+    torch = pytest.importorskip("torch")
+    import re
+    import kbench
+    a = torch.randn(256, 256, device="cuda")
+    r = kbench.bench(torch.matmul, a, a, max_time_s=0.2)
+    libs = r.metadata["gpu_libraries"]
+    assert re.fullmatch(r"\d+\.\d+\.\d+", libs["cublas"]["version"]), libs["cublas"]
+    assert int(libs["cublas"]["version"].split(".")[0]) >= 11
+    assert os.path.isfile(libs["cublas"]["path"])
+    cudnn = torch.backends.cudnn.version() if torch.backends.cudnn.is_available() else None
+    if cudnn and "cudnn" in libs:       # torch's own reading, in the encoding of its major
+        base = 10000 if cudnn >= 90000 else 1000
+        assert libs["cudnn"]["version"] == \
+            f"{cudnn // base}.{cudnn % base // 100}.{cudnn % 100}"
+    assert re.fullmatch(r"\d+\.\d+(\.\d+)?", r.metadata["gpu"]["nvml_driver_version"])
