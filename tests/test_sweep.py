@@ -390,3 +390,109 @@ def test_a_malformed_sweep_file_names_the_field(copies, tmp_path, edit, match):
     path.write_text(json.dumps(d))
     with pytest.raises(ValueError, match=f"bad.json: kbench sweep: {match}"):
         SweepResult.load(str(path))
+
+
+# -- isolate=True from a script without an `if __name__ == "__main__":` guard
+
+def _run_script(tmp_path, name, text, timeout=120):
+    """Run tmp_path/name with this checkout's kbench first on the path: (CompletedProcess,
+    script path)."""
+    import subprocess
+    import sys
+    script = tmp_path / name
+    script.write_text(text)
+    repo = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+    env = dict(os.environ, PYTHONPATH=os.pathsep.join([repo, os.environ.get("PYTHONPATH", "")]))
+    out = subprocess.run([sys.executable, str(script)], cwd=tmp_path, capture_output=True,
+                         text=True, env=env, timeout=timeout)
+    return out, script
+
+
+UNGUARDED_SCRIPT = '''\
+import os, sys, numpy as np, kbench
+with open(sys.argv[0] + ".imports", "a") as f:     # once per process that runs this file
+    f.write(f"{os.getpid()}\\n")
+def make(n):
+    return np.sum, (np.ones(n),)
+r = kbench.sweep(make, {"n": [1000]}, isolate=True, cold_cache=None, warmup_s=0.0,
+                 max_time_s=0.2)
+print(r)
+'''
+
+
+def test_isolate_from_an_unguarded_script_says_why_before_spawning(tmp_path):
+    """The worker re-imports the main script, which calls sweep again; the parent ended with a
+    bare BrokenProcessPool. Now: a clear error naming the script and line, no worker spawned."""
+    out, script = _run_script(tmp_path, "unguarded.py", UNGUARDED_SCRIPT)
+    assert out.returncode != 0, out.stdout
+    last = out.stderr.strip().splitlines()[-2:]
+    text = "\n".join(last)
+    assert "BrokenProcessPool" not in out.stderr, out.stderr
+    assert "RuntimeError" in out.stderr or "KbenchError" in text, out.stderr
+    assert f"{script}:6" in text, out.stderr
+    assert "fresh process" in text and "imports the main script" in text, out.stderr
+    assert 'if __name__ == "__main__":' in text, out.stderr
+    # the check ran before any worker: only the parent ran the script
+    assert len((tmp_path / "unguarded.py.imports").read_text().split()) == 1
+
+
+GUARDED_SCRIPT = '''\
+import multiprocessing, numpy as np, kbench
+def make(n):
+    return np.sum, (np.ones(n),)
+def main():
+    s = kbench.sweep(make, {"n": [8, 16]}, isolate=True, cold_cache=None, warmup_s=0.0,
+                     max_time_s=0.02)
+    print("OK", len(s.results), len(multiprocessing.active_children()))
+if '__main__' == __name__:
+    main()
+'''
+
+
+def test_isolate_under_a_guard_runs_and_leaves_nothing_running(tmp_path):
+    # the guard written the other way round, the sweep called from a function the guard calls
+    out, _ = _run_script(tmp_path, "guarded.py", GUARDED_SCRIPT)
+    assert out.returncode == 0, out.stderr
+    assert out.stdout.split() == ["OK", "2", "0"]
+
+
+@pytest.mark.parametrize("source,line,guarded", [
+    ("import kbench\nkbench.sweep()\n", 2, False),
+    ("if __name__ == '__main__':\n    x = 1\n    kbench.sweep()\n", 3, True),
+    ("if '__main__' == __name__:\n    kbench.sweep()\n", 2, True),
+    ('if __name__ == "__main__" and True:\n    kbench.sweep()\n', 2, True),
+    ("if __name__ != '__main__':\n    pass\nelse:\n    kbench.sweep()\n", 4, True),
+    ("if __name__ != '__main__':\n    kbench.sweep()\n", 2, False),
+    ("if __name__ == '__main__':\n    pass\nelse:\n    kbench.sweep()\n", 4, False),
+    ("if __name__ == '__main__':\n    with open('x') as f:\n        try:\n"
+     "            kbench.sweep(\n                1)\n        finally:\n            pass\n", 5,
+     True),
+    ("if __name__ == '__main__':\n    pass\nkbench.sweep()\n", 3, False),
+    ("if debug:\n    kbench.sweep()\n", 2, False),
+])
+def test_the_main_guard_is_read_from_the_source(source, line, guarded):
+    from kbench.sweep import _line_is_main_guarded
+    assert _line_is_main_guarded(source, line) is guarded
+
+
+def test_an_unreadable_main_script_is_not_guessed_at(tmp_path, monkeypatch):
+    """No source (deleted, unparsable): no verdict, the sweep goes on."""
+    import sys
+    import types
+    from kbench.sweep import _unguarded_main_call
+    fake = types.ModuleType("__main__")
+    monkeypatch.setitem(sys.modules, "__main__", fake)
+    for text in (None, "def (:\n"):
+        path = tmp_path / "gone.py"
+        if text is not None:
+            path.write_text(text)
+        fake.__file__ = str(path)
+        # run "as the main script's top-level code": a frame whose globals are __main__'s
+        code = compile("result = check()", str(path), "exec")
+        g = fake.__dict__
+        g["check"] = _unguarded_main_call
+        exec(code, g)
+        assert g["result"] is None
+    path.write_text("result = check()\n")
+    exec(compile("result = check()", str(path), "exec"), g)
+    assert g["result"] == (str(path), 1, "result = check()")
