@@ -209,8 +209,16 @@ def _run_case_isolated(factory: Callable, case: Dict[str, Any],
                         f"function, not a lambda or closure): {type(e).__name__}: {e}") from None
     ctx = multiprocessing.get_context("spawn")
     pool = concurrent.futures.ProcessPoolExecutor(max_workers=1, mp_context=ctx)
+    procs: List[Any] = []
     try:
-        out = pool.submit(_case_worker, factory, case, options).result()
+        future = pool.submit(_case_worker, factory, case, options)
+        procs = list((getattr(pool, "_processes", None) or {}).values())   # spawned by submit
+        out = future.result()
+    except concurrent.futures.process.BrokenProcessPool as e:
+        # the worker died (a crash, os._exit, the OOM killer, an error while it imported the
+        # main script): the pool says only "terminated abruptly"
+        _stop_workers(pool)
+        raise _worker_died(case, procs) from e
     except BaseException:
         # Ctrl-C (or any error) while the case runs: leaving a `with` block would wait for the
         # worker to finish its case (seconds, up to max_time_s) when SIGINT reached only this
@@ -219,6 +227,37 @@ def _run_case_isolated(factory: Callable, case: Dict[str, Any],
         raise
     pool.shutdown(wait=True)
     return Result.from_dict(out)
+
+
+def _exit_status(procs: List[Any]) -> str:
+    """How the dead worker ended, in words: "exit code N", "killed by signal SIGX (-N)", or
+    that it could not be read."""
+    import signal
+    import time
+    code = None
+    for _ in range(20):     # the pool's manager thread may be reaping it at the same moment
+        codes = [p.exitcode for p in procs if p.exitcode is not None]
+        if codes:
+            code = codes[0]
+            break
+        time.sleep(0.05)
+    if code is None:
+        return "its exit code could not be read"
+    if code < 0:
+        try:
+            name = signal.Signals(-code).name
+        except ValueError:
+            name = f"signal {-code}"
+        return f"killed by signal {name} ({code})"
+    return f"exit code {code}"
+
+
+def _worker_died(case: Dict[str, Any], procs: List[Any]) -> Exception:
+    from ._core import KbenchError
+    return KbenchError(f"kbench.sweep(isolate=True): the worker process running case {case} "
+                       f"died before returning its result ({_exit_status(procs)}); the "
+                       f"worker's own error, if it printed one, is above on stderr. If the "
+                       f"sweep runs from a script: {_GUARD_HINT}")
 
 
 def _stop_workers(pool: Any) -> None:

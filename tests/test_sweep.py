@@ -27,6 +27,19 @@ def pid_case(k):
     return {"fn": abs, "args": (k,), "name": f"pid{os.getpid()}-k{k}"}
 
 
+def die_case(k, marker, how):
+    """For isolate=True: case k=2 kills its own worker (a crash; an unguarded main script
+    re-imported by the worker dies the same way), after writing its pid to marker."""
+    if k == 2:
+        import signal
+        with open(marker, "w") as f:
+            f.write(str(os.getpid()))
+        if how == "kill":
+            os.kill(os.getpid(), signal.SIGKILL)
+        os._exit(3)
+    return (abs, (k,))
+
+
 @pytest.fixture(scope="module")
 def copies():
     return sweep(copy_case, axes={"n": [256, 4096, 65536], "dtype": ["float32", "float64"]},
@@ -496,3 +509,53 @@ def test_an_unreadable_main_script_is_not_guessed_at(tmp_path, monkeypatch):
     path.write_text("result = check()\n")
     exec(compile("result = check()", str(path), "exec"), g)
     assert g["result"] == (str(path), 1, "result = check()")
+
+
+@pytest.mark.parametrize("how,status", [("exit", "exit code 3"),
+                                        ("kill", "killed by signal SIGKILL")])
+def test_a_worker_that_dies_is_a_clear_error_that_keeps_the_finished_cases(tmp_path, how,
+                                                                          status):
+    """It was a bare BrokenProcessPool ("terminated abruptly"): no case, no exit code, no
+    hint. Now: which case, how the worker ended, where its own error went, the guard hint;
+    e.partial and the sweep's note as for any failing case; no worker left behind."""
+    import concurrent.futures.process
+    import multiprocessing
+    marker = tmp_path / "worker.pid"
+    with pytest.raises(RuntimeError) as ei:
+        sweep(die_case, {"k": [1, 2, 3], "marker": [str(marker)], "how": [how]}, isolate=True,
+              **FAST)
+    e = ei.value
+    assert not isinstance(e, concurrent.futures.process.BrokenProcessPool)
+    msg = str(e)
+    assert "case {'k': 2, " in msg and status in msg, msg
+    assert "above on stderr" in msg and 'if __name__ == "__main__":' in msg, msg
+    assert [c["k"] for c in e.partial.cases] == [1] and len(e.partial.results) == 1
+    assert any(n.startswith("in kbench.sweep case {'k': 2, ") and ".partial" in n
+               for n in e.__notes__)
+    pid = int(marker.read_text())
+    assert multiprocessing.active_children() == []
+    assert not os.path.exists(f"/proc/{pid}"), "the dead worker was not reaped"
+
+
+MOVED_SCRIPT = '''\
+import os, numpy as np, kbench
+def make(n):
+    return np.sum, (np.ones(n),)
+os.replace(__file__, __file__ + ".moved")      # the guard check has no source to read
+r = kbench.sweep(make, {"n": [1000]}, isolate=True, cold_cache=None, warmup_s=0.0,
+                 max_time_s=0.2)
+'''
+
+
+def test_an_unreadable_unguarded_script_goes_on_and_its_dead_worker_is_reported(tmp_path):
+    """No guess without the source: the worker is spawned, fails to import the main script,
+    and the parent's last line says so rather than a bare BrokenProcessPool."""
+    out, script = _run_script(tmp_path, "moved.py", MOVED_SCRIPT)
+    assert out.returncode != 0
+    last = out.stderr.strip().splitlines()[-2]
+    assert last.startswith("kbench._core.KbenchError: kbench.sweep(isolate=True): the worker "
+                           "process running case {'n': 1000} died"), out.stderr
+    assert "(exit code 1)" in last and 'if __name__ == "__main__":' in last, out.stderr
+    assert out.stderr.strip().splitlines()[-1] == "in kbench.sweep case {'n': 1000}"
+    # the worker's own error is on stderr above it
+    assert "FileNotFoundError" in out.stderr or "No such file" in out.stderr, out.stderr
