@@ -105,9 +105,13 @@ def _run_case(factory: Callable, case: Dict[str, Any], options: Dict[str, Any]) 
     return bench(fn, *args, **opts)
 
 
-def _case_worker(factory: Callable, case: Dict[str, Any], options: Dict[str, Any]):
-    """Runs in the spawned child: the Result crosses back as its JSON-able dict."""
-    return _run_case(factory, case, options).to_dict()
+def _case_worker(factory: Callable, case: Dict[str, Any], options: Dict[str, Any],
+                 script: Optional[Dict[str, Any]] = None):
+    """Runs in the spawned child: the Result crosses back as its JSON-able dict. script: the
+    parent's record of sweep's caller, for the harness provenance (the child has no caller)."""
+    from .provenance import parent_script
+    with parent_script(script):
+        return _run_case(factory, case, options).to_dict()
 
 
 def _is_main_test(test: Any) -> Optional[bool]:
@@ -196,8 +200,8 @@ def _check_main_guard() -> None:
                           "it under the guard, or use isolate=False")
 
 
-def _run_case_isolated(factory: Callable, case: Dict[str, Any],
-                       options: Dict[str, Any]) -> Result:
+def _run_case_isolated(factory: Callable, case: Dict[str, Any], options: Dict[str, Any],
+                       script: Optional[Dict[str, Any]] = None) -> Result:
     import concurrent.futures
     import multiprocessing
     import pickle
@@ -211,7 +215,7 @@ def _run_case_isolated(factory: Callable, case: Dict[str, Any],
     pool = concurrent.futures.ProcessPoolExecutor(max_workers=1, mp_context=ctx)
     procs: List[Any] = []
     try:
-        future = pool.submit(_case_worker, factory, case, options)
+        future = pool.submit(_case_worker, factory, case, options, script)
         procs = list((getattr(pool, "_processes", None) or {}).values())   # spawned by submit
         out = future.result()
     except concurrent.futures.process.BrokenProcessPool as e:
@@ -606,13 +610,17 @@ def sweep(factory: Callable[..., Any], axes: Dict[str, Sequence[Any]], *,
             raise ValueError(f"kbench.sweep: axis name {k!r} collides with a row field or a "
                              f"table column; rename it")
     cases = [dict(zip(axes, combo)) for combo in itertools.product(*axes.values())]
+    script = None
     if isolate:
         _check_main_guard()
+        from .provenance import caller_script
+        script = caller_script()        # the workers record sweep's caller, as _run_case does
     results: List[Result] = []
     what = getattr(factory, "__qualname__", None) or type(factory).__name__
     for case in cases:
         try:
-            r = (_run_case_isolated if isolate else _run_case)(factory, case, bench_options)
+            r = _run_case_isolated(factory, case, bench_options, script) if isolate else \
+                _run_case(factory, case, bench_options)
         except BaseException as e:      # Ctrl-C too: the finished cases must survive it
             try:
                 e.partial = SweepResult(axes=axes, cases=cases[:len(results)],
