@@ -8,20 +8,24 @@
      "git":      {"commit", "dirty"} | None}                the project around the script.
 
 The caller is the first frame outside the kbench package: the test function under the pytest
-plugin, the script or cell that called kbench.sweep or kbench.bench. A script's md5 covers the
-whole file, so a kernel defined in the script changes it as well; keep kernels in modules of
-their own to tell a harness change from a kernel change. ``different(old, new)`` says which of
-script, cell, callable and arguments differ between two results; `kbench compare` prints it.
+plugin, the script or cell that called kbench.sweep or kbench.bench. A sweep(isolate=True)
+worker has no such frame: it records the caller of sweep, made in the parent and passed to it
+(with "via" saying so), or failing that (another worker process) the parent's main script. A
+script's md5 covers the whole file, so a kernel defined in the script changes it as well; keep
+kernels in modules of their own to tell a harness change from a kernel change.
+``different(old, new)`` says which of script, cell, callable and arguments differ between two
+results; `kbench compare` prints it.
 
 Never raises: a field it cannot find is None with a ``*_why`` beside it.
 """
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import os
 import sys
 import time
-from typing import Any, Dict, List, Optional, Tuple
+from typing import Any, Dict, Iterator, List, Optional, Tuple
 
 _PKG_DIR = os.path.dirname(os.path.abspath(__file__))
 _md5_cache: Dict[Tuple[str, int, int], str] = {}
@@ -124,6 +128,40 @@ def script_of(frame: Any) -> Dict[str, Any]:
     return {"path": path, "md5": md5_file(path), "line": frame.f_lineno}
 
 
+# In sweep(isolate=True)'s worker: the record of sweep's caller, made in the parent process
+# (caller_script) and set around the case (parent_script); collect uses it there.
+_parent_record: Optional[Dict[str, Any]] = None
+PARENT_VIA = "the caller of kbench.sweep(isolate=True), recorded in the parent process"
+
+
+def caller_script() -> Optional[Dict[str, Any]]:
+    """The script record collect would make for a bench call from here (the first frame
+    outside kbench: sweep's caller), marked as the parent's, for an isolated worker to record
+    in its place; None when there is no such caller. Never raises."""
+    try:
+        frame = caller_frame()
+        if frame is None:
+            return None
+        record = script_of(frame)
+        del frame
+        record["via"] = PARENT_VIA
+        return record
+    except Exception:
+        return None
+
+
+@contextlib.contextmanager
+def parent_script(record: Optional[Dict[str, Any]]) -> Iterator[None]:
+    """While it lasts, collect records this script (the parent's caller_script()) when it
+    finds no caller of its own, as in a sweep(isolate=True) worker."""
+    global _parent_record
+    saved, _parent_record = _parent_record, record
+    try:
+        yield
+    finally:
+        _parent_record = saved
+
+
 def _worker_main_script() -> Optional[Dict[str, Any]]:
     """In a multiprocessing child (sweep(isolate=True)'s worker) with no caller of its own: the
     parent's main script, which spawn re-imports as __mp_main__ (fork inherits __main__).
@@ -213,7 +251,8 @@ def collect(fn: Any, args: Tuple[Any, ...], kwargs: Dict[str, Any]) -> Dict[str,
     out: Dict[str, Any] = {}
     try:
         frame = caller_frame()
-        out["script"] = (frame is None and _worker_main_script()) or script_of(frame)
+        out["script"] = (frame is None and (dict(_parent_record) if _parent_record else
+                                            _worker_main_script())) or script_of(frame)
         path = out["script"].get("path")
         out["git"] = git_cached(os.path.dirname(path) if path and os.path.isabs(path)
                                 else os.getcwd())

@@ -18,8 +18,10 @@ whose figures drift when cases run back to back (allocator state, clocks, caches
 previous case). The factory, the axis values and the options then travel by pickle: the
 factory must be a module-level function importable by the child (not a lambda, a closure or a
 function defined in a notebook or a ``__main__`` script without an ``if __name__ ==
-"__main__"`` guard), and options such as ``check=`` must be picklable too. Each case then pays
-the child's start-up (imports; CUDA context creation on a GPU).
+"__main__"`` guard), and options such as ``check=`` must be picklable too. The child imports
+the main script again, so a script must start the sweep under that guard: one that does not gets
+a KbenchError naming the line before any worker starts. Each case then pays the child's
+start-up (imports; CUDA context creation on a GPU).
 """
 from __future__ import annotations
 
@@ -27,7 +29,9 @@ import csv
 import io
 import itertools
 import numbers
+import os
 import re
+import sys
 from dataclasses import dataclass, field
 from typing import Any, Callable, Dict, List, Optional, Sequence, Tuple
 
@@ -101,13 +105,103 @@ def _run_case(factory: Callable, case: Dict[str, Any], options: Dict[str, Any]) 
     return bench(fn, *args, **opts)
 
 
-def _case_worker(factory: Callable, case: Dict[str, Any], options: Dict[str, Any]):
-    """Runs in the spawned child: the Result crosses back as its JSON-able dict."""
-    return _run_case(factory, case, options).to_dict()
+def _case_worker(factory: Callable, case: Dict[str, Any], options: Dict[str, Any],
+                 script: Optional[Dict[str, Any]] = None):
+    """Runs in the spawned child: the Result crosses back as its JSON-able dict. script: the
+    parent's record of sweep's caller, for the harness provenance (the child has no caller)."""
+    from .provenance import parent_script
+    with parent_script(script):
+        return _run_case(factory, case, options).to_dict()
 
 
-def _run_case_isolated(factory: Callable, case: Dict[str, Any],
-                       options: Dict[str, Any]) -> Result:
+def _is_main_test(test: Any) -> Optional[bool]:
+    """True for ``__name__ == "__main__"`` (either way round, or and-ed with other tests),
+    False for ``__name__ != "__main__"``, None for any other test."""
+    import ast
+    if isinstance(test, ast.BoolOp) and isinstance(test.op, ast.And):
+        return True if any(_is_main_test(v) is True for v in test.values) else None
+    if not (isinstance(test, ast.Compare) and len(test.ops) == 1):
+        return None
+    sides = (test.left, test.comparators[0])
+    if not (any(isinstance(n, ast.Name) and n.id == "__name__" for n in sides)
+            and any(isinstance(n, ast.Constant) and n.value == "__main__" for n in sides)):
+        return None
+    return {ast.Eq: True, ast.NotEq: False}.get(type(test.ops[0]))
+
+
+def _line_is_main_guarded(source: str, line: int) -> bool:
+    """Whether line of source runs only under ``if __name__ == "__main__":`` (in the body of
+    such an if, or in the else of ``if __name__ != "__main__":``). Raises SyntaxError."""
+    import ast
+
+    def within(stmts: List[Any]) -> bool:
+        return any(s.lineno <= line <= (s.end_lineno or s.lineno) for s in stmts)
+
+    for node in ast.walk(ast.parse(source)):
+        if isinstance(node, ast.If):
+            main = _is_main_test(node.test)
+            if (main is True and within(node.body)) or (main is False and within(node.orelse)):
+                return True
+    return False
+
+
+def _unguarded_main_call() -> Optional[Tuple[str, int, str]]:
+    """(script, line, its text) when the caller runs from the main script's top-level code
+    outside ``if __name__ == "__main__":``: a spawned worker imports that script again and
+    would reach this call again. None when it does not, or when it cannot be told (no main
+    script file, one spawn does not re-run, a source that cannot be read or parsed)."""
+    main = sys.modules.get("__main__")
+    path = getattr(main, "__file__", None)
+    if main is None or not isinstance(path, str):
+        return None
+    # what multiprocessing.spawn runs again in the child: not a package's __main__.py (run
+    # with -m), nor IPython's launcher
+    spec_name = getattr(getattr(main, "__spec__", None), "name", None) or ""
+    if spec_name == "__main__" or spec_name.endswith(".__main__") or \
+            os.path.splitext(os.path.basename(path))[0] == "ipython":
+        return None
+    # the frame running the main script's top-level code: the line it is on runs again at
+    # import (the sweep's own caller may be a function it called)
+    g = vars(main)
+    f = sys._getframe(1)
+    while f is not None and not (f.f_globals is g and f.f_code.co_name == "<module>"):
+        f = f.f_back
+    if f is None:
+        return None
+    line = f.f_lineno
+    del f
+    try:
+        import tokenize
+        with tokenize.open(path) as fh:         # its coding cookie or BOM honoured
+            source = fh.read()
+        if _line_is_main_guarded(source, line):
+            return None
+    except (OSError, SyntaxError, ValueError):      # no source to judge by: do not guess
+        return None
+    lines = source.splitlines()
+    text = lines[line - 1].strip() if 0 < line <= len(lines) else ""
+    return path, line, text
+
+
+_GUARD_HINT = ('isolate=True runs each case in a fresh process, which imports the main script '
+               'again: the code that starts the sweep must be under '
+               '`if __name__ == "__main__":`')
+
+
+def _check_main_guard() -> None:
+    """Raise before spawning anything when the worker would start the sweep again."""
+    bad = _unguarded_main_call()
+    if bad is not None:
+        from ._core import KbenchError
+        path, line, text = bad
+        raise KbenchError(f"kbench.sweep: {_GUARD_HINT}, and {path}:{line} "
+                          + (f"({text}) " if text else "")
+                          + "is not, so each worker would start the sweep again and die. Move "
+                          "it under the guard, or use isolate=False")
+
+
+def _run_case_isolated(factory: Callable, case: Dict[str, Any], options: Dict[str, Any],
+                       script: Optional[Dict[str, Any]] = None) -> Result:
     import concurrent.futures
     import multiprocessing
     import pickle
@@ -119,8 +213,16 @@ def _run_case_isolated(factory: Callable, case: Dict[str, Any],
                         f"function, not a lambda or closure): {type(e).__name__}: {e}") from None
     ctx = multiprocessing.get_context("spawn")
     pool = concurrent.futures.ProcessPoolExecutor(max_workers=1, mp_context=ctx)
+    procs: List[Any] = []
     try:
-        out = pool.submit(_case_worker, factory, case, options).result()
+        future = pool.submit(_case_worker, factory, case, options, script)
+        procs = list((getattr(pool, "_processes", None) or {}).values())   # spawned by submit
+        out = future.result()
+    except concurrent.futures.process.BrokenProcessPool as e:
+        # the worker died (a crash, os._exit, the OOM killer, an error while it imported the
+        # main script): the pool says only "terminated abruptly"
+        _stop_workers(pool)
+        raise _worker_died(case, procs) from e
     except BaseException:
         # Ctrl-C (or any error) while the case runs: leaving a `with` block would wait for the
         # worker to finish its case (seconds, up to max_time_s) when SIGINT reached only this
@@ -129,6 +231,37 @@ def _run_case_isolated(factory: Callable, case: Dict[str, Any],
         raise
     pool.shutdown(wait=True)
     return Result.from_dict(out)
+
+
+def _exit_status(procs: List[Any]) -> str:
+    """How the dead worker ended, in words: "exit code N", "killed by signal SIGX (-N)", or
+    that it could not be read."""
+    import signal
+    import time
+    code = None
+    for _ in range(20):     # the pool's manager thread may be reaping it at the same moment
+        codes = [p.exitcode for p in procs if p.exitcode is not None]
+        if codes:
+            code = codes[0]
+            break
+        time.sleep(0.05)
+    if code is None:
+        return "its exit code could not be read"
+    if code < 0:
+        try:
+            name = signal.Signals(-code).name
+        except ValueError:
+            name = f"signal {-code}"
+        return f"killed by signal {name} ({code})"
+    return f"exit code {code}"
+
+
+def _worker_died(case: Dict[str, Any], procs: List[Any]) -> Exception:
+    from ._core import KbenchError
+    return KbenchError(f"kbench.sweep(isolate=True): the worker process running case {case} "
+                       f"died before returning its result ({_exit_status(procs)}); the "
+                       f"worker's own error, if it printed one, is above on stderr. If the "
+                       f"sweep runs from a script: {_GUARD_HINT}")
 
 
 def _stop_workers(pool: Any) -> None:
@@ -477,11 +610,17 @@ def sweep(factory: Callable[..., Any], axes: Dict[str, Sequence[Any]], *,
             raise ValueError(f"kbench.sweep: axis name {k!r} collides with a row field or a "
                              f"table column; rename it")
     cases = [dict(zip(axes, combo)) for combo in itertools.product(*axes.values())]
+    script = None
+    if isolate:
+        _check_main_guard()
+        from .provenance import caller_script
+        script = caller_script()        # the workers record sweep's caller, as _run_case does
     results: List[Result] = []
     what = getattr(factory, "__qualname__", None) or type(factory).__name__
     for case in cases:
         try:
-            r = (_run_case_isolated if isolate else _run_case)(factory, case, bench_options)
+            r = _run_case_isolated(factory, case, bench_options, script) if isolate else \
+                _run_case(factory, case, bench_options)
         except BaseException as e:      # Ctrl-C too: the finished cases must survive it
             try:
                 e.partial = SweepResult(axes=axes, cases=cases[:len(results)],

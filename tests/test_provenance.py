@@ -276,6 +276,53 @@ def test_an_isolated_sweep_records_the_sweep_script_not_the_process_pool(tmp_pat
     assert got["md5"] == md5_of(script)
 
 
+BENCH_LIB = (
+    "import numpy as np, kbench\n"
+    "def case(n):\n"
+    "    return np.add, (np.ones(n), np.ones(n))\n"
+    "def run(isolate):\n"
+    "    return kbench.sweep(case, axes={'n': [8]}, isolate=isolate, warmup_s=0.01,\n"
+    "                        max_time_s=0.05, cold_cache=None, memory=False)\n")
+RUN_SCRIPT = (
+    "import json, bench_lib\n"
+    "if __name__ == '__main__':\n"
+    "    print(json.dumps([bench_lib.run(iso).results[0].metadata['harness']['script']\n"
+    "                      for iso in (False, True)]))\n")
+
+
+def test_an_isolated_sweep_called_from_a_module_records_that_module_and_line(tmp_path):
+    # the worker has no caller frame of its own and guessed the parent's main script (run.py):
+    # a non-isolated sweep records bench_lib.py and the line that called sweep
+    import subprocess
+    (tmp_path / "bench_lib.py").write_text(BENCH_LIB)
+    (tmp_path / "run.py").write_text(RUN_SCRIPT)
+    env = dict(os.environ, PYTHONPATH=os.pathsep.join(
+        [os.path.dirname(os.path.dirname(os.path.abspath(kbench.__file__))),
+         os.environ.get("PYTHONPATH", "")]))
+    out = subprocess.run([sys.executable, str(tmp_path / "run.py")], cwd=tmp_path,
+                         capture_output=True, text=True, env=env, timeout=120)
+    assert out.returncode == 0, out.stderr
+    plain, isolated = json.loads(out.stdout.strip().splitlines()[-1])
+    lib = str(tmp_path / "bench_lib.py")
+    assert plain == {"path": lib, "md5": md5_of(lib), "line": 5}
+    assert {k: isolated[k] for k in plain} == plain
+    assert "parent" in isolated["via"]
+
+
+def test_a_worker_without_the_parents_record_still_guesses_the_main_script(monkeypatch):
+    # other worker processes (not sweep's) keep the fallback: the parent's main script
+    import types
+    fake_mp = types.SimpleNamespace(parent_process=lambda: object())
+    monkeypatch.setitem(sys.modules, "multiprocessing", fake_mp)
+    main = types.ModuleType("__mp_main__")
+    main.__file__ = __file__
+    monkeypatch.setitem(sys.modules, "__mp_main__", main)
+    monkeypatch.setattr(provenance, "caller_frame", lambda: None)
+    h = provenance.collect(scale, (1.0,), {})
+    assert h["script"]["path"] == os.path.abspath(__file__) and h["script"]["line"] is None
+    assert h["script"]["via"] == "a worker process: the parent's main script"
+
+
 def test_the_interpreters_command_line_is_recorded(tmp_path):
     # only sys.argv was recorded: ['-c'] for `python -O -c "..."`, neither the code nor -O
     import subprocess

@@ -27,6 +27,19 @@ def pid_case(k):
     return {"fn": abs, "args": (k,), "name": f"pid{os.getpid()}-k{k}"}
 
 
+def die_case(k, marker, how):
+    """For isolate=True: case k=2 kills its own worker (a crash; an unguarded main script
+    re-imported by the worker dies the same way), after writing its pid to marker."""
+    if k == 2:
+        import signal
+        with open(marker, "w") as f:
+            f.write(str(os.getpid()))
+        if how == "kill":
+            os.kill(os.getpid(), signal.SIGKILL)
+        os._exit(3)
+    return (abs, (k,))
+
+
 @pytest.fixture(scope="module")
 def copies():
     return sweep(copy_case, axes={"n": [256, 4096, 65536], "dtype": ["float32", "float64"]},
@@ -390,3 +403,159 @@ def test_a_malformed_sweep_file_names_the_field(copies, tmp_path, edit, match):
     path.write_text(json.dumps(d))
     with pytest.raises(ValueError, match=f"bad.json: kbench sweep: {match}"):
         SweepResult.load(str(path))
+
+
+# -- isolate=True from a script without an `if __name__ == "__main__":` guard
+
+def _run_script(tmp_path, name, text, timeout=120):
+    """Run tmp_path/name with this checkout's kbench first on the path: (CompletedProcess,
+    script path)."""
+    import subprocess
+    import sys
+    script = tmp_path / name
+    script.write_text(text)
+    repo = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+    env = dict(os.environ, PYTHONPATH=os.pathsep.join([repo, os.environ.get("PYTHONPATH", "")]))
+    out = subprocess.run([sys.executable, str(script)], cwd=tmp_path, capture_output=True,
+                         text=True, env=env, timeout=timeout)
+    return out, script
+
+
+UNGUARDED_SCRIPT = '''\
+import os, sys, numpy as np, kbench
+with open(sys.argv[0] + ".imports", "a") as f:     # once per process that runs this file
+    f.write(f"{os.getpid()}\\n")
+def make(n):
+    return np.sum, (np.ones(n),)
+r = kbench.sweep(make, {"n": [1000]}, isolate=True, cold_cache=None, warmup_s=0.0,
+                 max_time_s=0.2)
+print(r)
+'''
+
+
+def test_isolate_from_an_unguarded_script_says_why_before_spawning(tmp_path):
+    """The worker re-imports the main script, which calls sweep again; the parent ended with a
+    bare BrokenProcessPool. Now: a clear error naming the script and line, no worker spawned."""
+    out, script = _run_script(tmp_path, "unguarded.py", UNGUARDED_SCRIPT)
+    assert out.returncode != 0, out.stdout
+    last = out.stderr.strip().splitlines()[-2:]
+    text = "\n".join(last)
+    assert "BrokenProcessPool" not in out.stderr, out.stderr
+    assert "RuntimeError" in out.stderr or "KbenchError" in text, out.stderr
+    assert f"{script}:6" in text, out.stderr
+    assert "fresh process" in text and "imports the main script" in text, out.stderr
+    assert 'if __name__ == "__main__":' in text, out.stderr
+    # the check ran before any worker: only the parent ran the script
+    assert len((tmp_path / "unguarded.py.imports").read_text().split()) == 1
+
+
+GUARDED_SCRIPT = '''\
+import multiprocessing, numpy as np, kbench
+def make(n):
+    return np.sum, (np.ones(n),)
+def main():
+    s = kbench.sweep(make, {"n": [8, 16]}, isolate=True, cold_cache=None, warmup_s=0.0,
+                     max_time_s=0.02)
+    print("OK", len(s.results), len(multiprocessing.active_children()))
+if '__main__' == __name__:
+    main()
+'''
+
+
+def test_isolate_under_a_guard_runs_and_leaves_nothing_running(tmp_path):
+    # the guard written the other way round, the sweep called from a function the guard calls
+    out, _ = _run_script(tmp_path, "guarded.py", GUARDED_SCRIPT)
+    assert out.returncode == 0, out.stderr
+    assert out.stdout.split() == ["OK", "2", "0"]
+
+
+@pytest.mark.parametrize("source,line,guarded", [
+    ("import kbench\nkbench.sweep()\n", 2, False),
+    ("if __name__ == '__main__':\n    x = 1\n    kbench.sweep()\n", 3, True),
+    ("if '__main__' == __name__:\n    kbench.sweep()\n", 2, True),
+    ('if __name__ == "__main__" and True:\n    kbench.sweep()\n', 2, True),
+    ("if __name__ != '__main__':\n    pass\nelse:\n    kbench.sweep()\n", 4, True),
+    ("if __name__ != '__main__':\n    kbench.sweep()\n", 2, False),
+    ("if __name__ == '__main__':\n    pass\nelse:\n    kbench.sweep()\n", 4, False),
+    ("if __name__ == '__main__':\n    with open('x') as f:\n        try:\n"
+     "            kbench.sweep(\n                1)\n        finally:\n            pass\n", 5,
+     True),
+    ("if __name__ == '__main__':\n    pass\nkbench.sweep()\n", 3, False),
+    ("if debug:\n    kbench.sweep()\n", 2, False),
+])
+def test_the_main_guard_is_read_from_the_source(source, line, guarded):
+    from kbench.sweep import _line_is_main_guarded
+    assert _line_is_main_guarded(source, line) is guarded
+
+
+def test_an_unreadable_main_script_is_not_guessed_at(tmp_path, monkeypatch):
+    """No source (deleted, unparsable): no verdict, the sweep goes on."""
+    import sys
+    import types
+    from kbench.sweep import _unguarded_main_call
+    fake = types.ModuleType("__main__")
+    monkeypatch.setitem(sys.modules, "__main__", fake)
+    for text in (None, "def (:\n"):
+        path = tmp_path / "gone.py"
+        if text is not None:
+            path.write_text(text)
+        fake.__file__ = str(path)
+        # run "as the main script's top-level code": a frame whose globals are __main__'s
+        code = compile("result = check()", str(path), "exec")
+        g = fake.__dict__
+        g["check"] = _unguarded_main_call
+        exec(code, g)
+        assert g["result"] is None
+    path.write_text("result = check()\n")
+    exec(compile("result = check()", str(path), "exec"), g)
+    assert g["result"] == (str(path), 1, "result = check()")
+
+
+@pytest.mark.parametrize("how,status", [("exit", "exit code 3"),
+                                        ("kill", "killed by signal SIGKILL")])
+def test_a_worker_that_dies_is_a_clear_error_that_keeps_the_finished_cases(tmp_path, how,
+                                                                          status):
+    """It was a bare BrokenProcessPool ("terminated abruptly"): no case, no exit code, no
+    hint. Now: which case, how the worker ended, where its own error went, the guard hint;
+    e.partial and the sweep's note as for any failing case; no worker left behind."""
+    import concurrent.futures.process
+    import multiprocessing
+    marker = tmp_path / "worker.pid"
+    with pytest.raises(RuntimeError) as ei:
+        sweep(die_case, {"k": [1, 2, 3], "marker": [str(marker)], "how": [how]}, isolate=True,
+              **FAST)
+    e = ei.value
+    assert not isinstance(e, concurrent.futures.process.BrokenProcessPool)
+    msg = str(e)
+    assert "case {'k': 2, " in msg and status in msg, msg
+    assert "above on stderr" in msg and 'if __name__ == "__main__":' in msg, msg
+    assert [c["k"] for c in e.partial.cases] == [1] and len(e.partial.results) == 1
+    assert any(n.startswith("in kbench.sweep case {'k': 2, ") and ".partial" in n
+               for n in e.__notes__)
+    pid = int(marker.read_text())
+    assert multiprocessing.active_children() == []
+    assert not os.path.exists(f"/proc/{pid}"), "the dead worker was not reaped"
+
+
+MOVED_SCRIPT = '''\
+import os, numpy as np, kbench
+def make(n):
+    return np.sum, (np.ones(n),)
+os.replace(__file__, __file__ + ".moved")      # the guard check has no source to read
+r = kbench.sweep(make, {"n": [1000]}, isolate=True, cold_cache=None, warmup_s=0.0,
+                 max_time_s=0.2)
+'''
+
+
+def test_an_unreadable_unguarded_script_goes_on_and_its_dead_worker_is_reported(tmp_path):
+    """No guess without the source: the worker is spawned, fails to import the main script,
+    and the parent's last line says so rather than a bare BrokenProcessPool."""
+    out, script = _run_script(tmp_path, "moved.py", MOVED_SCRIPT)
+    assert out.returncode != 0
+    last = out.stderr.strip().splitlines()[-2]
+    assert last.startswith("kbench._core.KbenchError: kbench.sweep(isolate=True): the worker "
+                           "process running case {'n': 1000} died"), out.stderr
+    assert "(exit code 1)" in last and 'if __name__ == "__main__":' in last, out.stderr
+    assert out.stderr.strip().splitlines()[-1] == "in kbench.sweep case {'n': 1000}"
+    # the worker's own error is on stderr above it
+    assert "FileNotFoundError" in out.stderr or "No such file" in out.stderr, out.stderr
