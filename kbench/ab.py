@@ -259,6 +259,7 @@ def ab(arms: Arms, *args: Any, trials: int = 10, ci_level: float = 0.95,
     result has ``profile=True`` and no verdict.
     """
     from .bench import bench
+    from .prepare import add_note
     pairs = _normalize_arms(arms)
     # numpy scalars (np.int64 from a loop, np.float32) are numbers too; bool is not
     if not (isinstance(ci_level, numbers.Real) and not isinstance(ci_level, bool)
@@ -292,8 +293,7 @@ def ab(arms: Arms, *args: Any, trials: int = 10, ci_level: float = 0.95,
             try:
                 res[name] = bench(fn, *args, name=name, **kw)
             except Exception as e:
-                if hasattr(e, "add_note"):      # Python >= 3.11
-                    e.add_note(f"in kbench.ab arm {name!r}, trial {t}")
+                add_note(e, f"in kbench.ab arm {name!r}, trial {t}")
                 raise
         trial_results.append(res)
         orders.append([n for n, _ in order])

@@ -19,7 +19,7 @@ import numpy as np
 
 from . import _core
 from .coldcache import flag_rotation_sets, make_rotation_sets, shares_memory
-from .prepare import device_ordinal, poison_gpu
+from .prepare import add_note, device_ordinal, poison_gpu
 from .cuda_report import (check_compute_peak, floor_share, gpu_neighbours, gpu_peaks, kinds,
                           read_cold, read_record, theoretical_bandwidth)
 
@@ -548,8 +548,8 @@ def _run_graph(fn, sets, kwargs, s, ordinal, timer, cold_arg, unroll, loop, comm
                     f" {e}); the capture was ended and the stream restored. Callables that "
                     f"synchronize, allocate outside the graph pool or copy to pageable memory "
                     f"cannot be captured: use mode='events' or 'cupti'")
-                if left and hasattr(err, "add_note"):
-                    err.add_note(left)
+                if left:
+                    add_note(err, left)
                 raise err from e
             graphs.append(g)
             static_outs.append(out)

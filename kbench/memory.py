@@ -35,7 +35,7 @@ import threading
 from typing import Any, Callable, Dict, List, Optional, Tuple
 
 from . import _core
-from .prepare import device_ordinal
+from .prepare import add_note, device_ordinal
 
 # The smallest growth that counts, per method: below it a change is the method's noise.
 RESOLUTION = {"torch": 512, "cupy": 512, "driver": 2 << 20, "rss": 1 << 20}
@@ -220,9 +220,8 @@ def measure(fn: Callable[..., Any], args: Tuple[Any, ...], kwargs: Dict[str, Any
             return fn(*args, **kwargs)
         except Exception as e:
             raised_by_fn.append(e)
-            if hasattr(e, "add_note"):          # Python >= 3.11
-                e.add_note("raised by the benchmarked callable in kbench's untimed memory "
-                           "call, before timing; nothing was timed (memory=False skips it)")
+            add_note(e, "raised by the benchmarked callable in kbench's untimed memory call, "
+                        "before timing; nothing was timed (memory=False skips it)")
             raise
 
     if not called_before:

@@ -406,7 +406,7 @@ def _reference(check: Any, args: Tuple[Any, ...], kwargs: Dict[str, Any], name: 
     try:
         ref = check(*args)
     except Exception as e:
-        _note(e, f"raised by kbench.bench({name})'s check= callable (the reference); nothing "
+        add_note(e, f"raised by kbench.bench({name})'s check= callable (the reference); nothing "
                  f"was timed")
         raise
     if ref is None:
@@ -483,7 +483,7 @@ def _call_for_check(fn, args, kwargs, name, named, out_arg):
     try:
         out = fn(*args, **kwargs)
     except Exception as e:
-        _note(e, f"raised by kbench.bench({name})'s first call, the correctness check; "
+        add_note(e, f"raised by kbench.bench({name})'s first call, the correctness check; "
                  f"nothing was timed")
         raise
     if out_arg is not None:
@@ -526,7 +526,7 @@ def check_before_timing(fn, args, kwargs, check, rtol, atol, name,
             try:
                 _restore(target, saved)
             except Exception as r:      # noqa: BLE001 -- the first error is the one to see
-                _note(e, f"kbench could not restore the output's contents after it: "
+                add_note(e, f"kbench could not restore the output's contents after it: "
                          f"{type(r).__name__}: {r}")
         raise
 
@@ -560,7 +560,15 @@ def _unchanged(target: Any, saved: Any) -> bool:
     return compare(target, saved, rtol=0.0, atol=0.0, equal_nan=True).ok
 
 
-def _note(e: BaseException, text: str) -> None:
-    """Say where a user's exception came from, without replacing it."""
+def add_note(e: BaseException, text: str) -> None:
+    """Say where a user's exception came from, without replacing it. Python 3.10 has no
+    add_note: the note goes to __notes__ as PEP 678 keeps it there (pytest shows it; 3.10's
+    own traceback does not)."""
     if hasattr(e, "add_note"):          # Python >= 3.11
         e.add_note(text)
+        return
+    try:
+        notes = getattr(e, "__notes__", None)
+        e.__notes__ = (list(notes) if isinstance(notes, list) else []) + [text]
+    except AttributeError:              # an exception type without a __dict__
+        pass

@@ -628,10 +628,10 @@ def sweep(factory: Callable[..., Any], axes: Dict[str, Sequence[Any]], *,
                                         options=dict(bench_options), factory_name=what)
             except AttributeError:      # an exception type without a __dict__
                 pass
-            if hasattr(e, "add_note"):
-                kept = (f"; the {len(results)} case(s) finished before it are in the "
-                        f"exception's .partial" if results and hasattr(e, "partial") else "")
-                e.add_note(f"in kbench.sweep case {case}{kept}")
+            from .prepare import add_note
+            kept = (f"; the {len(results)} case(s) finished before it are in the "
+                    f"exception's .partial" if results and hasattr(e, "partial") else "")
+            add_note(e, f"in kbench.sweep case {case}{kept}")
             raise
         results.append(r)
     return SweepResult(axes=axes, cases=cases, results=results, isolate=isolate,
