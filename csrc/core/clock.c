@@ -218,6 +218,7 @@ static PyObject *host_timer_info(PyObject *self, PyObject *args, PyObject *kw)
 static PyMethodDef clock_methods[] = {
     {"now_ns", now_ns, METH_NOARGS, "now_ns() -> int: the host monotonic clock in nanoseconds."},
     {"_clock_step_from_reads", clock_step_from_reads, METH_O,
+     "_clock_step_from_reads($module, reads, /)\n--\n\n"
      "_clock_step_from_reads(reads) -> float: the clock-step rule on given readings (ns)."},
     {"host_timer_info", (PyCFunction)(void (*)(void))host_timer_info, METH_VARARGS | METH_KEYWORDS,
      "host_timer_info(fn=None, calls=100000) -> dict: the step the clock reads in (the loop's),\n"

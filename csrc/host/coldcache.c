@@ -479,6 +479,7 @@ static PyMethodDef coldcache_methods[] = {
      "cpu_cache_info() -> dict: the last-level cache size for the CPUs this thread may run on, "
      "where it came from, and one CPU's cache levels from sysfs."},
     {"cpu_flush", cpu_flush, METH_O,
+     "cpu_flush($module, nbytes, /)\n--\n\n"
      "cpu_flush(nbytes, /): write every cache line of a buffer of nbytes."},
     {NULL, NULL, 0, NULL},
 };
