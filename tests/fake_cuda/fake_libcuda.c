@@ -51,7 +51,7 @@ static CUresult gCtxSetCurrent(CUcontext c) { if (depth) stack[depth-1] = c; els
 static CUresult gCtxPushCurrent(CUcontext c) { F("cuCtxPushCurrent"); stack[depth++] = c; return 0; }
 static CUresult gCtxPopCurrent(CUcontext *c) { if (!depth) return 201; if (c) *c = stack[depth-1]; depth--; return 0; }
 static CUresult gCtxGetDevice(CUdevice *d) { *d = 0; return 0; }
-static CUresult gCtxGetLimit(size_t *v, CUlimit l) { *v = 0; return 0; }
+static CUresult gCtxGetLimit(size_t *v, CUlimit l) { F("cuCtxGetLimit"); *v = 0; return 0; }
 static CUresult gStreamIsCapturing(CUstream s, CUstreamCaptureStatus *st) { *st = CU_STREAM_CAPTURE_STATUS_NONE; return 0; }
 static int n_events;
 int fake_events_alive(void) { return n_events; }
@@ -63,6 +63,7 @@ static int n_dev;
 int fake_dev_alive(void) { return n_dev; }
 static CUresult gMemAlloc(CUdeviceptr *p, size_t n) { F("cuMemAlloc"); *p = (CUdeviceptr)malloc(16); n_dev++; return 0; }
 static CUresult gMemFree(CUdeviceptr p) { free((void *)p); n_dev--; return 0; }
+static CUresult gMemcpyDtoH(void *d, CUdeviceptr s, size_t n) { F("cuMemcpyDtoH"); memset(d, 0xab, n); return 0; }
 static CUresult gMemGetInfo(size_t *f, size_t *t) { F("cuMemGetInfo"); *f = 1ull<<33; *t = 1ull<<34; return 0; }
 static int n_pinned;
 int fake_pinned_alive(void) { return n_pinned; }
@@ -123,6 +124,7 @@ static const struct { const char *n; void *f; } table[] = {
     {"cuEventElapsedTime", gEventElapsedTime}, {"cuEventRecord", gEventRecord},
     {"cuMemAlloc", gMemAlloc}, {"cuMemFree", gMemFree},
     {"cuMemGetInfo", gMemGetInfo}, {"cuMemHostAlloc", gMemHostAlloc},
+    {"cuMemcpyDtoH", gMemcpyDtoH},
     {"cuMemFreeHost", gMemFreeHost}, {"cuMemHostGetDevicePointer", gMemHostGetDevicePointer},
     {"cuStreamWaitValue32", gStreamWaitValue32}, {"cuStreamSynchronize", gStreamSynchronize},
     {"cuEventSynchronize", gEventSynchronize}, {"cuCtxSynchronize", gCtxSynchronize},

@@ -1,0 +1,201 @@
+"""measure_cuda, DeviceBuffer and the CUPTI timer after a failed driver or CUPTI call, on this
+machine: the fake libcuda (tests/fake_cuda/fake_libcuda.c, FAKE_FAIL) and the fake libcupti
+(tests/fake_cuda/fake_libcupti.c, FAKE_CUPTI_FAIL, loaded through KBENCH_CUPTI_PATH) fail the
+named call, and what is checked is the project's rule for the C core: the exception names the
+call that failed (its .call, not a variable the code kept the result in), and the process is
+left usable -- no context left pushed, no event, pinned flag or flush buffer left alive, no host
+wait behind a closed gate, CUPTI unsubscribed with every activity kind disabled and no external
+correlation id left pushed, and the next measurement runs.
+
+Each case runs in a subprocess (LD_LIBRARY_PATH), so this process's kbench never sees the fakes.
+Skipped where there is no gcc, no cuda.h/cupti.h or no CUDA backend.
+"""
+import json
+import os
+import shutil
+import subprocess
+import sys
+import textwrap
+from pathlib import Path
+
+import pytest
+
+from kbench import _core
+
+HERE = Path(__file__).resolve().parent
+sys.path.insert(0, str(HERE))
+from test_cuda_pipeline_fake_driver import _cuda_include  # noqa: E402
+
+
+@pytest.fixture(scope="module")
+def fakes(tmp_path_factory):
+    """A directory holding the fake libcuda.so.1 and the fake libcupti.so."""
+    if not _core.HAVE_CUDA:
+        pytest.skip("kbench built without the CUDA backend")
+    gcc, inc = shutil.which("gcc"), _cuda_include()
+    if gcc is None or inc is None or not (inc / "cupti.h").is_file():
+        pytest.skip("building the fakes needs gcc, cuda.h and cupti.h")
+    out = tmp_path_factory.mktemp("fake_cuda_failures")
+    for src, lib in (("fake_libcuda.c", "libcuda.so.1"), ("fake_libcupti.c", "libcupti.so")):
+        subprocess.run([gcc, "-shared", "-fPIC", "-O1", f"-I{inc}", "-o", str(out / lib),
+                        str(HERE / "fake_cuda" / src)], check=True)
+    return out
+
+
+SCRIPT = textwrap.dedent('''
+    import ctypes, json, os, sys
+    import numpy as np
+    from kbench import _core
+    L = ctypes.CDLL("libcuda.so.1")
+    C = ctypes.CDLL(os.environ["KBENCH_CUPTI_PATH"])
+    spec = json.loads(sys.argv[1])
+    Q = dict(stream=0, busy_warmup_s=0.0, warmup_s=0.0, min_samples=64, max_samples=64,
+             sample_clocks=False)
+    Q.update(spec.get("kw", {}))
+    out = {}
+
+    calls = [0]
+
+    def fn():
+        calls[0] += 1
+        if spec.get("raise") and calls[0] == spec["raise_at"]:
+            raise {"ValueError": ValueError, "KeyboardInterrupt": KeyboardInterrupt}[
+                spec["raise"]]("the callable failed")
+
+    def buffer():
+        b = _core.DeviceBuffer(64)
+        a = b.to_numpy()
+        return {"dtype": str(a.dtype), "n": len(a), "bytes": sorted(set(a.tolist())),
+                "float32": len(b.to_numpy("float32"))}
+
+    def state():
+        s = {f: getattr(L, "fake_" + f)() for f in (
+            "ctx_depth", "events_alive", "pinned_alive", "dev_alive", "hung_syncs",
+            "freed_while_waiting", "capturing")}
+        s.update({f: getattr(C, "fake_cupti_" + f)() for f in (
+            "subscribers", "kinds_enabled", "pushed")})
+        return s
+
+    try:
+        if spec["what"] == "measure":
+            r = _core.measure_cuda(fn, ((),), None, **Q)
+            out["result"] = {
+                "backend": r["backend"],
+                "samples": sorted(set(np.round(r["samples"], 12).tolist())),
+                "kernels": sorted(set(np.asarray(r["cuda"]["kernels_per_iter"]).tolist())),
+                "bridges": r["cuda"]["keep_busy"]["bridges"]}
+        elif spec["what"] == "buffer":
+            out["result"] = buffer()
+        out["raised"] = None
+    except BaseException as e:
+        out["raised"] = type(e).__name__
+        out["message"] = str(e)
+        out["call"] = getattr(e, "call", None)
+    out["state"] = state()
+    # the process is left usable: the same again, nothing failing
+    os.environ.pop("FAKE_FAIL", None)
+    os.environ.pop("FAKE_CUPTI_FAIL", None)
+    spec.pop("raise", None)
+    try:
+        if spec["what"] == "measure":
+            out["next"] = _core.measure_cuda(fn, ((),), None, **Q)["backend"]
+        else:
+            out["next"] = len(_core.DeviceBuffer(64).to_numpy())
+    except BaseException as e:
+        out["next"] = f"{type(e).__name__}: {e}"
+    out["state_after_next"] = state()
+    print(json.dumps(out))
+''')
+
+
+def run(lib_dir, spec, **env):
+    env = dict(os.environ, **env, KBENCH_CUPTI_PATH=str(lib_dir / "libcupti.so"),
+               LD_LIBRARY_PATH=f"{lib_dir}:{os.environ.get('LD_LIBRARY_PATH', '')}")
+    env.pop("CUDA_INJECTION64_PATH", None)
+    p = subprocess.run([sys.executable, "-c", SCRIPT, json.dumps(spec)], env=env,
+                       capture_output=True, text=True, timeout=120)
+    assert p.returncode == 0, p.stderr
+    return json.loads(p.stdout.strip().splitlines()[-1])
+
+
+CLEAN = {"ctx_depth": 0, "events_alive": 0, "pinned_alive": 0, "dev_alive": 0, "hung_syncs": 0,
+         "freed_while_waiting": 0, "capturing": 0, "subscribers": 0, "kinds_enabled": 0,
+         "pushed": 0}
+
+
+def assert_clean(state, builtins=False):
+    # kbench's built-in kernels (the busy kernel's sink) stay loaded for the process
+    expected = dict(CLEAN, dev_alive=1 if builtins else 0)
+    assert state == expected
+
+
+# (FAKE_FAIL, measure_cuda's options, the call the exception must name)
+DRIVER_FAILURES = [
+    ("cuEventCreate:1", {}, "cuEventCreate("),                  # the timer's first event
+    ("cuEventCreate:66", {}, "cuEventCreate(&c->marks[i]"),     # a marker, after 64 timer events
+    ("cuMemHostAlloc:1", {}, "cuMemHostAlloc("),                # the gate's flag
+    ("cuMemHostGetDevicePointer:1", {}, "cuMemHostGetDevicePointer("),
+    ("cuStreamWaitValue32:3", {}, "cuStreamWaitValue32("),      # a batch's gate
+    ("cuEventRecord:5", {}, "cuEventRecord("),
+    ("cuEventElapsedTime:3", {}, "cuEventElapsedTime("),
+    ("cuStreamSynchronize:2", {}, "cuStreamSynchronize("),
+    ("cuMemsetD32Async:3", {"cold": "flush"}, "cuMemsetD32Async("),
+    ("cuLaunchKernel:2", {"busy_warmup_s": 0.3, "gate": False}, "cuLaunchKernel(k->busy"),
+]
+
+
+@pytest.mark.parametrize("fail,kw,call", DRIVER_FAILURES, ids=[f[0] for f in DRIVER_FAILURES])
+def test_a_failed_driver_call_is_named_and_leaves_nothing_behind(fakes, fail, kw, call):
+    out = run(fakes, {"what": "measure", "kw": kw}, FAKE_FAIL=fail)
+    assert out["raised"] == "CudaError", out
+    assert call in out["call"] and out["message"].startswith(out["call"] + " failed: "), out
+    builtins = "busy_warmup_s" in kw
+    assert_clean(out["state"], builtins)
+    assert out["next"] == "events"
+    assert_clean(out["state_after_next"], builtins)
+
+
+@pytest.mark.parametrize("raised", ["ValueError", "KeyboardInterrupt"])
+@pytest.mark.parametrize("mode", ["events", "cupti"])
+@pytest.mark.parametrize("at", [1, 30])     # the priming call; inside a gated batch
+def test_a_raising_callable_leaves_nothing_behind(fakes, mode, raised, at):
+    out = run(fakes, {"what": "measure", "kw": {"mode": mode}, "raise": raised, "raise_at": at})
+    assert out["raised"] == raised and out["message"] == "the callable failed"
+    # CUPTI is taken (and its sentinel, the built-in empty kernel, loaded) after the priming call
+    assert_clean(out["state"], builtins=mode == "cupti" and at > 1)
+    assert out["next"] == mode
+
+
+def test_the_cupti_timer_runs_against_the_fake_cupti(fakes):
+    """The fake's records: one 1000 ns kernel per pushed id, attributed by external
+    correlation as a real CUPTI's are."""
+    out = run(fakes, {"what": "measure", "kw": {"mode": "cupti"}})
+    assert out["raised"] is None, out
+    assert out["result"]["backend"] == "cupti"
+    assert out["result"]["samples"] == [1e-6] and out["result"]["kernels"] == [1]
+    assert_clean(out["state"], builtins=True)
+
+
+# (FAKE_CUPTI_FAIL, measure_cuda's options, the call the exception must name)
+CUPTI_FAILURES = [
+    ("cuptiActivityRegisterCallbacks:1", {}, "cuptiActivityRegisterCallbacks("),
+    ("cuptiActivityEnable:5", {}, "cuptiActivityEnable("),      # a kind half-way through
+    ("cuptiGetTimestamp:3", {}, "cuptiGetTimestamp("),          # the unit check
+    ("cuptiActivityPushExternalCorrelationId:10", {}, "cuptiActivityPushExternalCorrelationId("),
+]
+
+
+@pytest.mark.parametrize("fail,kw,call", CUPTI_FAILURES, ids=[f[0] for f in CUPTI_FAILURES])
+def test_a_failed_cupti_call_is_named_and_cupti_is_restored(fakes, fail, kw, call):
+    out = run(fakes, {"what": "measure", "kw": dict(kw, mode="cupti")}, FAKE_CUPTI_FAIL=fail)
+    if out["raised"] is None and "Disable" in fail:
+        assert out["result"]["bridges"] == 0
+        pytest.skip("no keep-busy bridge ran on this host: nothing switched the records off")
+    assert out["raised"] == "CuptiError", out
+    assert call in out["call"] and out["message"].startswith(out["call"] + " failed: "), out
+    # CUPTI's sentinel kernel loads kbench's built-in kernels once CUPTI is taken
+    builtins = not fail.startswith(("cuptiSubscribe", "cuptiActivityRegister",
+                                    "cuptiActivityEnable", "cuptiGetTimestamp"))
+    assert_clean(out["state"], builtins)
+    assert out["next"] == "cupti"
+    assert_clean(out["state_after_next"], builtins=True)
