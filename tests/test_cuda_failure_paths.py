@@ -62,9 +62,11 @@ SCRIPT = textwrap.dedent('''
             raise {"ValueError": ValueError, "KeyboardInterrupt": KeyboardInterrupt}[
                 spec["raise"]]("the callable failed")
 
+    dtype = (spec["dtype"],) if "dtype" in spec else ()     # to_numpy's argument, or none
+
     def buffer():
         b = _core.DeviceBuffer(64)
-        a = b.to_numpy()
+        a = b.to_numpy(*dtype)
         return {"dtype": str(a.dtype), "n": len(a), "bytes": sorted(set(a.tolist())),
                 "float32": len(b.to_numpy("float32"))}
 
@@ -100,7 +102,7 @@ SCRIPT = textwrap.dedent('''
         if spec["what"] == "measure":
             out["next"] = _core.measure_cuda(fn, ((),), None, **Q)["backend"]
         else:
-            out["next"] = len(_core.DeviceBuffer(64).to_numpy())
+            out["next"] = len(_core.DeviceBuffer(64).to_numpy(*dtype))
     except BaseException as e:
         out["next"] = f"{type(e).__name__}: {e}"
     out["state_after_next"] = state()
@@ -131,6 +133,8 @@ def assert_clean(state, builtins=False):
 
 # (FAKE_FAIL, measure_cuda's options, the call the exception must name)
 DRIVER_FAILURES = [
+    ("cuMemAlloc:1", {"cold": "flush"}, "cu->cuMemAlloc(&f->buf, bytes)"),     # was "r"
+    ("cuCtxGetLimit:1", {}, "cu->cuCtxGetLimit(limit, CU_LIMIT_PERSISTING_L2_CACHE_SIZE)"),
     ("cuEventCreate:1", {}, "cuEventCreate("),                  # the timer's first event
     ("cuEventCreate:66", {}, "cuEventCreate(&c->marks[i]"),     # a marker, after 64 timer events
     ("cuMemHostAlloc:1", {}, "cuMemHostAlloc("),                # the gate's flag
@@ -178,10 +182,16 @@ def test_the_cupti_timer_runs_against_the_fake_cupti(fakes):
 
 # (FAKE_CUPTI_FAIL, measure_cuda's options, the call the exception must name)
 CUPTI_FAILURES = [
+    ("cuptiSubscribe:1", {}, "api->cuptiSubscribe(&t->sub, trace_callback, &g_session)"),  # was r
     ("cuptiActivityRegisterCallbacks:1", {}, "cuptiActivityRegisterCallbacks("),
     ("cuptiActivityEnable:5", {}, "cuptiActivityEnable("),      # a kind half-way through
     ("cuptiGetTimestamp:3", {}, "cuptiGetTimestamp("),          # the unit check
+    ("cuptiActivityFlushAll:1", {}, "t->api->cuptiActivityFlushAll(0)"),          # was "r"
     ("cuptiActivityPushExternalCorrelationId:10", {}, "cuptiActivityPushExternalCorrelationId("),
+    # the device records switched off for the first keep-busy bridge (gate_batch=1 bridges
+    # nearly every sub-batch against the fake's 1 ms events)
+    ("cuptiActivityDisable:1", {"gate_batch": 1, "max_samples": 200},
+     "t->api->cuptiActivityDisable(KINDS[i])"),                                   # was "r"
 ]
 
 
@@ -199,3 +209,13 @@ def test_a_failed_cupti_call_is_named_and_cupti_is_restored(fakes, fail, kw, cal
     assert_clean(out["state"], builtins)
     assert out["next"] == "cupti"
     assert_clean(out["state_after_next"], builtins=True)
+
+
+@pytest.mark.parametrize("fail,call", [("cuMemAlloc:1", "cu->cuMemAlloc(&p, (size_t)nbytes)"),
+                                       ("cuMemcpyDtoH:1",
+                                        "cu->cuMemcpyDtoH(dst, self->ptr, self->nbytes)")])
+def test_a_device_buffer_names_the_failed_call(fakes, fail, call):
+    out = run(fakes, {"what": "buffer", "dtype": "float32"}, FAKE_FAIL=fail)  # were "r failed"
+    assert out["raised"] == "CudaError" and out["call"] == call, out
+    assert_clean(out["state"])
+    assert out["next"] == 16

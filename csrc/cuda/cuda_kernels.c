@@ -222,7 +222,7 @@ static PyObject *devbuf_new(PyTypeObject *type, PyObject *args, PyObject *kw)
     if (r == CUDA_ERROR_OUT_OF_MEMORY)
         return PyErr_Format(PyExc_MemoryError, "DeviceBuffer: out of GPU memory for %zd bytes "
                                                "on device %d", nbytes, device);
-    if (KB_CU(m, r) < 0)
+    if (kb_cu_check(m, r, "cu->cuMemAlloc(&p, (size_t)nbytes)", __FILE__, __LINE__) < 0)
         return NULL;
     DeviceBuffer *self = (DeviceBuffer *)type->tp_alloc(type, 0);
     if (self == NULL) {
@@ -322,7 +322,8 @@ static PyObject *devbuf_to_numpy(DeviceBuffer *self, PyObject *args, PyObject *k
     r = cu->cuMemcpyDtoH(dst, self->ptr, self->nbytes);
     Py_END_ALLOW_THREADS
     kb_ctx_leave(cu, pushed);
-    if (KB_CU(self->module, r) < 0) {
+    if (kb_cu_check(self->module, r, "cu->cuMemcpyDtoH(dst, self->ptr, self->nbytes)", __FILE__,
+                    __LINE__) < 0) {
         Py_DECREF(arr);
         return NULL;
     }
