@@ -219,3 +219,14 @@ def test_a_device_buffer_names_the_failed_call(fakes, fail, call):
     assert out["raised"] == "CudaError" and out["call"] == call, out
     assert_clean(out["state"])
     assert out["next"] == 16
+
+
+def test_a_device_buffer_reads_back_without_a_dtype(fakes):
+    """to_numpy()'s default dtype: PyArray_DescrConverter2 was handed NULL for the missing
+    argument and the process died (SIGSEGV); it takes None."""
+    out = run(fakes, {"what": "buffer"})
+    assert out["raised"] is None, out
+    # the fake's cuMemcpyDtoH fills 0xab
+    assert out["result"] == {"dtype": "uint8", "n": 64, "bytes": [0xab], "float32": 16}
+    assert_clean(out["state"])
+    assert out["next"] == 64

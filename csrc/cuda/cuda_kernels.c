@@ -292,7 +292,7 @@ static PyObject *devbuf_copy_from(DeviceBuffer *self, PyObject *args, PyObject *
 static PyObject *devbuf_to_numpy(DeviceBuffer *self, PyObject *args, PyObject *kw)
 {
     static char *kwlist[] = {"dtype", NULL};
-    PyObject *dtype_obj = NULL;
+    PyObject *dtype_obj = Py_None;     /* PyArray_DescrConverter2 reads None, crashes on NULL */
     PyArray_Descr *descr = NULL;
     int pushed = 0;
     if (!PyArg_ParseTupleAndKeywords(args, kw, "|O:to_numpy", kwlist, &dtype_obj))
