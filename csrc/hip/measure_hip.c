@@ -184,9 +184,10 @@ static void ctx_fini(hip_ctx *c)
     const kb_hip_api *hip = c->hip;
     if (hip == NULL)
         return;
-    if (c->ev != NULL && c->s != NULL) {
-        /* nothing queued may outlive its events; on an error path the failure that brought us
-         * here is the one reported, so this sync's code is not */
+    if (c->ev != NULL) {
+        /* nothing queued may outlive its events, the flush buffer or the gate's flag (the null
+         * stream, handle 0, included: it is a stream like any other here); on an error path the
+         * failure that brought us here is the one reported, so this sync's code is not */
         Py_BEGIN_ALLOW_THREADS
         (void)hip->hipStreamSynchronize(c->s);
         Py_END_ALLOW_THREADS
