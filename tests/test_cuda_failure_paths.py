@@ -1,11 +1,12 @@
-"""measure_cuda, DeviceBuffer and the CUPTI timer after a failed driver or CUPTI call, on this
-machine: the fake libcuda (tests/fake_cuda/fake_libcuda.c, FAKE_FAIL) and the fake libcupti
-(tests/fake_cuda/fake_libcupti.c, FAKE_CUPTI_FAIL, loaded through KBENCH_CUPTI_PATH) fail the
-named call, and what is checked is the project's rule for the C core: the exception names the
-call that failed (its .call, not a variable the code kept the result in), and the process is
-left usable -- no context left pushed, no event, pinned flag or flush buffer left alive, no host
+"""measure_cuda, DeviceBuffer, CudaKernel and the CUPTI timer after a failed driver, CUPTI or
+NVRTC call, on this machine: the fake libcuda (tests/fake_cuda/fake_libcuda.c, FAKE_FAIL), the
+fake libcupti (tests/fake_cuda/fake_libcupti.c, FAKE_CUPTI_FAIL, loaded through
+KBENCH_CUPTI_PATH) and the fake libnvrtc (fake_libnvrtc.c, FAKE_NVRTC_FAIL) fail the named
+call, and what is checked is the project's rule for the C core: the exception names the call
+that failed (its .call, not a variable the code kept the result in), and the process is left
+usable -- no context left pushed, no event, pinned flag or flush buffer left alive, no host
 wait behind a closed gate, CUPTI unsubscribed with every activity kind disabled and no external
-correlation id left pushed, and the next measurement runs.
+correlation id left pushed, no NVRTC program left, and the next measurement runs.
 
 Each case runs in a subprocess (LD_LIBRARY_PATH), so this process's kbench never sees the fakes.
 Skipped where there is no gcc, no cuda.h/cupti.h or no CUDA backend.
@@ -29,14 +30,15 @@ from test_cuda_pipeline_fake_driver import _cuda_include  # noqa: E402
 
 @pytest.fixture(scope="module")
 def fakes(tmp_path_factory):
-    """A directory holding the fake libcuda.so.1 and the fake libcupti.so."""
+    """A directory holding the fake libcuda.so.1, libcupti.so and libnvrtc.so.13."""
     if not _core.HAVE_CUDA:
         pytest.skip("kbench built without the CUDA backend")
     gcc, inc = shutil.which("gcc"), _cuda_include()
     if gcc is None or inc is None or not (inc / "cupti.h").is_file():
         pytest.skip("building the fakes needs gcc, cuda.h and cupti.h")
     out = tmp_path_factory.mktemp("fake_cuda_failures")
-    for src, lib in (("fake_libcuda.c", "libcuda.so.1"), ("fake_libcupti.c", "libcupti.so")):
+    for src, lib in (("fake_libcuda.c", "libcuda.so.1"), ("fake_libcupti.c", "libcupti.so"),
+                     ("fake_libnvrtc.c", "libnvrtc.so.13")):
         subprocess.run([gcc, "-shared", "-fPIC", "-O1", f"-I{inc}", "-o", str(out / lib),
                         str(HERE / "fake_cuda" / src)], check=True)
     return out
@@ -48,7 +50,9 @@ SCRIPT = textwrap.dedent('''
     from kbench import _core
     L = ctypes.CDLL("libcuda.so.1")
     C = ctypes.CDLL(os.environ["KBENCH_CUPTI_PATH"])
+    R = ctypes.CDLL("libnvrtc.so.13")
     spec = json.loads(sys.argv[1])
+    GOOD = 'extern "C" __global__ void f() {}'
     Q = dict(stream=0, busy_warmup_s=0.0, warmup_s=0.0, min_samples=64, max_samples=64,
              sample_clocks=False)
     Q.update(spec.get("kw", {}))
@@ -76,6 +80,7 @@ SCRIPT = textwrap.dedent('''
             "freed_while_waiting", "capturing")}
         s.update({f: getattr(C, "fake_cupti_" + f)() for f in (
             "subscribers", "kinds_enabled", "pushed")})
+        s["nvrtc_programs"] = R.fake_nvrtc_programs()
         return s
 
     try:
@@ -88,6 +93,11 @@ SCRIPT = textwrap.dedent('''
                 "bridges": r["cuda"]["keep_busy"]["bridges"]}
         elif spec["what"] == "buffer":
             out["result"] = buffer()
+        elif spec["what"] == "kernel":
+            k = _core.CudaKernel(spec["source"], "f")
+            k.launch(1, 32, "", ())
+            out["result"] = {"registers": k.registers, "log": k.log}
+            del k
         out["raised"] = None
     except BaseException as e:
         out["raised"] = type(e).__name__
@@ -97,10 +107,13 @@ SCRIPT = textwrap.dedent('''
     # the process is left usable: the same again, nothing failing
     os.environ.pop("FAKE_FAIL", None)
     os.environ.pop("FAKE_CUPTI_FAIL", None)
+    os.environ.pop("FAKE_NVRTC_FAIL", None)
     spec.pop("raise", None)
     try:
         if spec["what"] == "measure":
             out["next"] = _core.measure_cuda(fn, ((),), None, **Q)["backend"]
+        elif spec["what"] == "kernel":
+            out["next"] = _core.CudaKernel(GOOD, "f").registers
         else:
             out["next"] = len(_core.DeviceBuffer(64).to_numpy(*dtype))
     except BaseException as e:
@@ -122,7 +135,7 @@ def run(lib_dir, spec, **env):
 
 CLEAN = {"ctx_depth": 0, "events_alive": 0, "pinned_alive": 0, "dev_alive": 0, "hung_syncs": 0,
          "freed_while_waiting": 0, "capturing": 0, "subscribers": 0, "kinds_enabled": 0,
-         "pushed": 0}
+         "pushed": 0, "nvrtc_programs": 0}
 
 
 def assert_clean(state, builtins=False):
@@ -230,3 +243,39 @@ def test_a_device_buffer_reads_back_without_a_dtype(fakes):
     assert out["result"] == {"dtype": "uint8", "n": 64, "bytes": [0xab], "float32": 16}
     assert_clean(out["state"])
     assert out["next"] == 64
+
+
+GOOD = 'extern "C" __global__ void f() {}'
+
+
+def test_a_kernel_compiles_loads_and_launches_through_the_fakes(fakes):
+    out = run(fakes, {"what": "kernel", "source": GOOD})
+    assert out["raised"] is None, out
+    assert out["result"] == {"registers": 1, "log": ""}
+    assert_clean(out["state"])
+
+
+def test_a_compile_error_names_nvrtc_compile_program_and_keeps_the_log(fakes):
+    """It was a bare NvrtcError("NVRTC failed to compile f (...): ...") with no .call, .code or
+    .name, the one NVRTC failure that named no call."""
+    out = run(fakes, {"what": "kernel", "source": "#error no such kernel\n"})
+    assert out["raised"] == "NvrtcError", out
+    assert out["call"] == "rt->nvrtcCompileProgram(prog, n_opts + 1, opts)"
+    head, rest = out["message"].split("\n", 1)
+    assert head.startswith(out["call"] + " failed: NVRTC_ERROR_COMPILATION"), head
+    assert rest.startswith("NVRTC failed to compile f (-arch=sm_")     # the log stays in str(e)
+    assert "fake.cu(1): error: #error no such kernel" in rest
+    assert_clean(out["state"])                  # the program destroyed, the context popped
+    assert out["next"] == 1
+
+
+@pytest.mark.parametrize("env,exc,call", [
+    ({"FAKE_NVRTC_FAIL": "nvrtcGetCUBIN"}, "NvrtcError", "rt->nvrtcGetCUBIN(prog, cubin)"),
+    ({"FAKE_FAIL": "cuModuleLoadData:1"}, "CudaError",
+     "cu->cuModuleLoadData(&self->cumod, cubin)"),
+])
+def test_a_failed_kernel_build_step_is_named_and_leaves_nothing_behind(fakes, env, exc, call):
+    out = run(fakes, {"what": "kernel", "source": GOOD}, **env)
+    assert out["raised"] == exc and out["call"] == call, out
+    assert_clean(out["state"])
+    assert out["next"] == 1

@@ -400,6 +400,29 @@ static PyObject *nvrtc_log(const kb_nvrtc_api *rt, nvrtcProgram prog)
     return s;
 }
 
+/* nvrtcCompileProgram failed: NvrtcError naming the call, with .call, .code and .name as every
+ * NVRTC failure has (kb_nvrtc_check), its message followed by the kernel, the architecture and
+ * the compiler's log (kept in the message, not a note: notes need Python 3.11). */
+static void compile_error(PyObject *m, nvrtcResult cr, const char *name, const char *arch,
+                          PyObject *log)
+{
+    kb_nvrtc_check(m, cr, "rt->nvrtcCompileProgram(prog, n_opts + 1, opts)", __FILE__, __LINE__);
+    PyObject *type, *value, *tb;
+    PyErr_Fetch(&type, &value, &tb);
+    PyErr_NormalizeException(&type, &value, &tb);
+    PyObject *head = value != NULL ? PyObject_Str(value) : NULL;
+    PyObject *msg = head == NULL ? NULL
+                                 : PyUnicode_FromFormat("%U\nNVRTC failed to compile %s (%s):\n%U",
+                                                        head, name, arch, log);
+    PyObject *args = msg != NULL ? PyTuple_Pack(1, msg) : NULL;
+    if (args == NULL || PyObject_SetAttrString(value, "args", args) < 0)
+        PyErr_Clear();              /* the exception stands, without the log */
+    Py_XDECREF(args);
+    Py_XDECREF(msg);
+    Py_XDECREF(head);
+    PyErr_Restore(type, value, tb);
+}
+
 /* CudaKernel(source, name, options=(), device=0): compile with NVRTC for the device's
  * architecture and load it into the device's primary context. */
 static PyObject *kernel_new(PyTypeObject *type, PyObject *args, PyObject *kw)
@@ -418,7 +441,6 @@ static PyObject *kernel_new(PyTypeObject *type, PyObject *args, PyObject *kw)
         return NULL;
     if ((m = PyType_GetModule(type)) == NULL)
         return NULL;
-    kb_state *st = kb_get_state(m);
     if ((cu = kb_cuda(m)) == NULL)
         return NULL;
     const kb_nvrtc_api *rt = kb_nvrtc(m);
@@ -473,8 +495,7 @@ static PyObject *kernel_new(PyTypeObject *type, PyObject *args, PyObject *kw)
     if (log == NULL)
         goto done;
     if (cr != 0) {
-        PyErr_Format(st->NvrtcError, "NVRTC failed to compile %s (%s): %s\n%U", name, arch,
-                     rt->nvrtcGetErrorString(cr), log);
+        compile_error(m, cr, name, arch, log);
         goto done;
     }
     size_t size = 0;

@@ -103,7 +103,7 @@ static CUresult gGraphExecDestroy(CUgraphExec e) { n_execs--; return 0; }
 static CUresult gGraphGetNodes(CUgraph g, CUgraphNode *n, size_t *c) { *c = 0; return 0; }
 static CUresult gGraphLaunch(CUgraphExec e, CUstream s) { F("cuGraphLaunch"); return 0; }
 static int mod_dummy, fn_dummy;
-static CUresult gModuleLoadData(CUmodule *m, const void *img) { *m = (CUmodule)&mod_dummy; return 0; }
+static CUresult gModuleLoadData(CUmodule *m, const void *img) { F("cuModuleLoadData"); *m = (CUmodule)&mod_dummy; return 0; }
 static CUresult gModuleGetFunction(CUfunction *f, CUmodule m, const char *n) { *f = (CUfunction)&fn_dummy; return 0; }
 static CUresult gModuleGetGlobal(CUdeviceptr *p, size_t *b, CUmodule m, const char *n) { static char g[64]; *p = (CUdeviceptr)g; if (b) *b = 64; return 0; }
 static CUresult gGetErrorName(CUresult r, const char **s) { *s = "CUDA_ERROR_FAKE"; return 0; }
