@@ -4,7 +4,8 @@ fake libcupti (tests/fake_cuda/fake_libcupti.c, FAKE_CUPTI_FAIL, loaded through
 KBENCH_CUPTI_PATH) and the fake libnvrtc (fake_libnvrtc.c, FAKE_NVRTC_FAIL) fail the named
 call, and what is checked is the project's rule for the C core: the exception names the call
 that failed (its .call, not a variable the code kept the result in), and the process is left
-usable -- no context left pushed, no event, pinned flag or flush buffer left alive, no host
+usable -- no host wait or device-synchronizing free made with the GIL held (the gate's
+cuMemFreeHost and the flush buffer's cuMemFree were), no context left pushed, no event, pinned flag or flush buffer left alive, no host
 wait behind a closed gate, CUPTI unsubscribed with every activity kind disabled and no external
 correlation id left pushed, no NVRTC program left, and the next measurement runs.
 
@@ -40,7 +41,7 @@ def fakes(tmp_path_factory):
     for src, lib in (("fake_libcuda.c", "libcuda.so.1"), ("fake_libcupti.c", "libcupti.so"),
                      ("fake_libnvrtc.c", "libnvrtc.so.13")):
         subprocess.run([gcc, "-shared", "-fPIC", "-O1", f"-I{inc}", "-o", str(out / lib),
-                        str(HERE / "fake_cuda" / src)], check=True)
+                        str(HERE / "fake_cuda" / src), "-ldl"], check=True)
     return out
 
 
@@ -77,7 +78,7 @@ SCRIPT = textwrap.dedent('''
     def state():
         s = {f: getattr(L, "fake_" + f)() for f in (
             "ctx_depth", "events_alive", "pinned_alive", "dev_alive", "hung_syncs",
-            "freed_while_waiting", "capturing")}
+            "freed_while_waiting", "capturing", "waits_with_gil")}
         s.update({f: getattr(C, "fake_cupti_" + f)() for f in (
             "subscribers", "kinds_enabled", "pushed")})
         s["nvrtc_programs"] = R.fake_nvrtc_programs()
@@ -135,7 +136,7 @@ def run(lib_dir, spec, **env):
 
 CLEAN = {"ctx_depth": 0, "events_alive": 0, "pinned_alive": 0, "dev_alive": 0, "hung_syncs": 0,
          "freed_while_waiting": 0, "capturing": 0, "subscribers": 0, "kinds_enabled": 0,
-         "pushed": 0, "nvrtc_programs": 0}
+         "pushed": 0, "nvrtc_programs": 0, "waits_with_gil": 0}
 
 
 def assert_clean(state, builtins=False):

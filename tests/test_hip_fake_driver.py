@@ -82,6 +82,17 @@ CLEAN = {"unwaited": 0, "events_alive": 0, "pinned_alive": 0, "dev_alive": 0, "h
 
 
 @pytest.mark.parametrize("stream", [1, 0])
+def test_measure_hip_waits_and_frees_without_the_gil(forwarder_on_fake_driver, stream):
+    """The flush buffer's hipFree and the gate flag's hipHostFree synchronize the device, as
+    the stream waits do: with the GIL held, a host callback another thread queued (one that
+    takes the GIL) could never run, and the free never return."""
+    out = run(forwarder_on_fake_driver, {"stream": stream})
+    assert out["raised"] is None and out["gated"] is True, out
+    assert out["waits_with_gil"] == 0
+    assert out["state"] == CLEAN
+
+
+@pytest.mark.parametrize("stream", [1, 0])
 def test_a_failed_replay_leaves_nothing_queued_on_the_stream(forwarder_on_fake_driver, stream):
     """hipGraphLaunch fails inside a chunk: the chunk's wait is skipped (the first failure is
     the one raised), so ctx_fini must drain the stream before the events, the flush buffer and
@@ -89,5 +100,18 @@ def test_a_failed_replay_leaves_nothing_queued_on_the_stream(forwarder_on_fake_d
     out = run(forwarder_on_fake_driver, {"stream": stream}, FAKE_FAIL="cuGraphLaunch:20")
     assert out["raised"] == "HipError" and "hipGraphLaunch" in out["call"], out
     assert out["state"] == CLEAN
+    assert out["waits_with_gil"] == 0
     assert out["next"] == "hip"
 
+
+@pytest.mark.parametrize("fail,call", [
+    ("cuStreamSynchronize:1", "hipStreamSynchronize"),     # the gate's probe: its flag is freed
+    ("cuEventCreate:3", "hipEventCreate"),
+    ("cuMemAlloc:1", "hipMalloc"),                         # the flush buffer
+])
+def test_a_failed_set_up_is_named_and_leaves_nothing_behind(forwarder_on_fake_driver, fail, call):
+    out = run(forwarder_on_fake_driver, {"stream": 1}, FAKE_FAIL=fail)
+    assert out["raised"] == "HipError" and call in out["call"], out
+    assert out["state"] == CLEAN
+    assert out["waits_with_gil"] == 0
+    assert out["next"] == "hip"

@@ -187,8 +187,11 @@ static void devbuf_dealloc(DeviceBuffer *self)
             const kb_cuda_api *cu = kb_cuda(self->module);
             int pushed = 0;
             if (cu != NULL && kb_ctx_enter(self->module, cu, self->device, &pushed) == 0) {
+                /* cuMemFree synchronizes the device: without the GIL, as a wait */
+                Py_BEGIN_ALLOW_THREADS
                 cu->cuMemFree(self->ptr);
                 kb_ctx_leave(cu, pushed);
+                Py_END_ALLOW_THREADS
             }
             PyErr_Clear();
         }

@@ -192,12 +192,16 @@ static void ctx_fini(hip_ctx *c)
         (void)hip->hipStreamSynchronize(c->s);
         Py_END_ALLOW_THREADS
     }
+    /* hipFree and hipHostFree synchronize the device: without the GIL, like the waits (work
+     * another thread queued may need it to finish, a host callback that takes it) */
+    Py_BEGIN_ALLOW_THREADS
     kb_hip_gate_fini(hip, &c->gate);
     for (Py_ssize_t i = 0; c->ev != NULL && i < 2 * c->chunk0; i++)
         if (c->ev[i])
             hip->hipEventDestroy(c->ev[i]);
     if (c->flush_buf)
         hip->hipFree(c->flush_buf);
+    Py_END_ALLOW_THREADS
     free(c->ev);
     free(c->execs);
 }
