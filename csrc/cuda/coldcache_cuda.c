@@ -29,7 +29,7 @@ int kb_l2_flusher_init(PyObject *m, const kb_cuda_api *cu, CUdevice dev, kb_l2_f
         f->buf = 0;
         return -1;
     }
-    if (KB_CU(m, r) < 0) {
+    if (kb_cu_check(m, r, "cu->cuMemAlloc(&f->buf, bytes)", __FILE__, __LINE__) < 0) {
         f->buf = 0;
         return -1;
     }
@@ -57,7 +57,8 @@ int kb_l2_persisting_reset(PyObject *m, const kb_cuda_api *cu, size_t *limit)
     CUresult r = cu->cuCtxGetLimit(limit, CU_LIMIT_PERSISTING_L2_CACHE_SIZE);
     if (r == CUDA_ERROR_UNSUPPORTED_LIMIT || r == CUDA_ERROR_NOT_SUPPORTED)
         return 0;   /* no carve-out on this device */
-    if (KB_CU(m, r) < 0)
+    if (kb_cu_check(m, r, "cu->cuCtxGetLimit(limit, CU_LIMIT_PERSISTING_L2_CACHE_SIZE)",
+                    __FILE__, __LINE__) < 0)
         return -1;
     return KB_CU(m, cu->cuCtxResetPersistingL2Cache());
 }

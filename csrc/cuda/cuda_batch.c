@@ -228,11 +228,11 @@ static int wait_batch(cuda_ctx *c, CUevent marker, int failed)
         c->bridge_pending = 0;
     if (failed) {
         if (d.code != 0) {
-            /* The callable failed and the stream did too: keep the first, mention the second. */
+            /* The callable failed and the wait did too: keep the first, name the second (the
+             * marker's cuEventSynchronize when a bridge runs behind the batch). */
             const char *name = NULL;
             c->cu->cuGetErrorName((CUresult)d.code, &name);
-            kb_add_exception_note("cuStreamSynchronize afterwards returned %s",
-                                  name ? name : "an error");
+            kb_add_exception_note("%s afterwards returned %s", d.expr, name ? name : "an error");
         }
         return -1;
     }

@@ -187,8 +187,11 @@ static void devbuf_dealloc(DeviceBuffer *self)
             const kb_cuda_api *cu = kb_cuda(self->module);
             int pushed = 0;
             if (cu != NULL && kb_ctx_enter(self->module, cu, self->device, &pushed) == 0) {
+                /* cuMemFree synchronizes the device: without the GIL, as a wait */
+                Py_BEGIN_ALLOW_THREADS
                 cu->cuMemFree(self->ptr);
                 kb_ctx_leave(cu, pushed);
+                Py_END_ALLOW_THREADS
             }
             PyErr_Clear();
         }
@@ -222,7 +225,7 @@ static PyObject *devbuf_new(PyTypeObject *type, PyObject *args, PyObject *kw)
     if (r == CUDA_ERROR_OUT_OF_MEMORY)
         return PyErr_Format(PyExc_MemoryError, "DeviceBuffer: out of GPU memory for %zd bytes "
                                                "on device %d", nbytes, device);
-    if (KB_CU(m, r) < 0)
+    if (kb_cu_check(m, r, "cu->cuMemAlloc(&p, (size_t)nbytes)", __FILE__, __LINE__) < 0)
         return NULL;
     DeviceBuffer *self = (DeviceBuffer *)type->tp_alloc(type, 0);
     if (self == NULL) {
@@ -292,7 +295,7 @@ static PyObject *devbuf_copy_from(DeviceBuffer *self, PyObject *args, PyObject *
 static PyObject *devbuf_to_numpy(DeviceBuffer *self, PyObject *args, PyObject *kw)
 {
     static char *kwlist[] = {"dtype", NULL};
-    PyObject *dtype_obj = NULL;
+    PyObject *dtype_obj = Py_None;     /* PyArray_DescrConverter2 reads None, crashes on NULL */
     PyArray_Descr *descr = NULL;
     int pushed = 0;
     if (!PyArg_ParseTupleAndKeywords(args, kw, "|O:to_numpy", kwlist, &dtype_obj))
@@ -322,7 +325,8 @@ static PyObject *devbuf_to_numpy(DeviceBuffer *self, PyObject *args, PyObject *k
     r = cu->cuMemcpyDtoH(dst, self->ptr, self->nbytes);
     Py_END_ALLOW_THREADS
     kb_ctx_leave(cu, pushed);
-    if (KB_CU(self->module, r) < 0) {
+    if (kb_cu_check(self->module, r, "cu->cuMemcpyDtoH(dst, self->ptr, self->nbytes)", __FILE__,
+                    __LINE__) < 0) {
         Py_DECREF(arr);
         return NULL;
     }
@@ -399,6 +403,29 @@ static PyObject *nvrtc_log(const kb_nvrtc_api *rt, nvrtcProgram prog)
     return s;
 }
 
+/* nvrtcCompileProgram failed: NvrtcError naming the call, with .call, .code and .name as every
+ * NVRTC failure has (kb_nvrtc_check), its message followed by the kernel, the architecture and
+ * the compiler's log (kept in the message, not a note: notes need Python 3.11). */
+static void compile_error(PyObject *m, nvrtcResult cr, const char *name, const char *arch,
+                          PyObject *log)
+{
+    kb_nvrtc_check(m, cr, "rt->nvrtcCompileProgram(prog, n_opts + 1, opts)", __FILE__, __LINE__);
+    PyObject *type, *value, *tb;
+    PyErr_Fetch(&type, &value, &tb);
+    PyErr_NormalizeException(&type, &value, &tb);
+    PyObject *head = value != NULL ? PyObject_Str(value) : NULL;
+    PyObject *msg = head == NULL ? NULL
+                                 : PyUnicode_FromFormat("%U\nNVRTC failed to compile %s (%s):\n%U",
+                                                        head, name, arch, log);
+    PyObject *args = msg != NULL ? PyTuple_Pack(1, msg) : NULL;
+    if (args == NULL || PyObject_SetAttrString(value, "args", args) < 0)
+        PyErr_Clear();              /* the exception stands, without the log */
+    Py_XDECREF(args);
+    Py_XDECREF(msg);
+    Py_XDECREF(head);
+    PyErr_Restore(type, value, tb);
+}
+
 /* CudaKernel(source, name, options=(), device=0): compile with NVRTC for the device's
  * architecture and load it into the device's primary context. */
 static PyObject *kernel_new(PyTypeObject *type, PyObject *args, PyObject *kw)
@@ -417,7 +444,6 @@ static PyObject *kernel_new(PyTypeObject *type, PyObject *args, PyObject *kw)
         return NULL;
     if ((m = PyType_GetModule(type)) == NULL)
         return NULL;
-    kb_state *st = kb_get_state(m);
     if ((cu = kb_cuda(m)) == NULL)
         return NULL;
     const kb_nvrtc_api *rt = kb_nvrtc(m);
@@ -472,8 +498,7 @@ static PyObject *kernel_new(PyTypeObject *type, PyObject *args, PyObject *kw)
     if (log == NULL)
         goto done;
     if (cr != 0) {
-        PyErr_Format(st->NvrtcError, "NVRTC failed to compile %s (%s): %s\n%U", name, arch,
-                     rt->nvrtcGetErrorString(cr), log);
+        compile_error(m, cr, name, arch, log);
         goto done;
     }
     size_t size = 0;

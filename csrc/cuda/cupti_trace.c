@@ -576,7 +576,8 @@ int kb_cupti_begin(PyObject *m, int allow_foreign_subscriber, kb_cupti_trace **o
             goto error;
         }
     }
-    else if (KB_CUPTI(m, r) < 0)
+    else if (kb_cupti_check(m, r, "api->cuptiSubscribe(&t->sub, trace_callback, &g_session)",
+                            __FILE__, __LINE__) < 0)
         goto error;
 
     if (KB_CUPTI(m, api->cuptiActivityRegisterCallbacks(buffer_requested, buffer_completed)) < 0)
@@ -625,7 +626,9 @@ int kb_cupti_device_records(PyObject *m, kb_cupti_trace *t, int on)
     for (size_t i = FIRST_DEVICE_KIND; i < N_KINDS; i++) {
         CUptiResult r = on ? t->api->cuptiActivityEnable(KINDS[i])
                            : t->api->cuptiActivityDisable(KINDS[i]);
-        if (KB_CUPTI(m, r) < 0)
+        if (kb_cupti_check(m, r, on ? "t->api->cuptiActivityEnable(KINDS[i])"
+                                    : "t->api->cuptiActivityDisable(KINDS[i])",
+                           __FILE__, __LINE__) < 0)
             return -1;
     }
     t->device_records_off = !on;
@@ -688,7 +691,9 @@ static int flush(PyObject *m, kb_cupti_trace *t, uint32_t flag)
     Py_BEGIN_ALLOW_THREADS
     r = t->api->cuptiActivityFlushAll(flag);
     Py_END_ALLOW_THREADS
-    return KB_CUPTI(m, r);
+    const char *call = flag ? "t->api->cuptiActivityFlushAll(CUPTI_ACTIVITY_FLAG_FLUSH_FORCED)"
+                            : "t->api->cuptiActivityFlushAll(0)";
+    return kb_cupti_check(m, r, call, __FILE__, __LINE__);
 }
 
 int kb_cupti_collect(PyObject *m, kb_cupti_trace *t, uint64_t first_id, Py_ssize_t n,

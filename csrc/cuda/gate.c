@@ -34,7 +34,9 @@ int kb_gate_init(PyObject *m, const kb_cuda_api *cu, kb_gate *g, double timeout_
     return 0;
 
 error:
-    cu->cuMemFreeHost(host);
+    Py_BEGIN_ALLOW_THREADS
+    cu->cuMemFreeHost(host);        /* synchronizes the device, as a wait: without the GIL */
+    Py_END_ALLOW_THREADS
     g->host_flag = NULL;
     return -1;
 }

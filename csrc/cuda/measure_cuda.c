@@ -242,13 +242,19 @@ static void step_teardown(cuda_ctx *c, PyObject *out)
         if (c->gate_ready) {
             kb_gate_open(&c->gate);
             kb_cuda_drain_quiet(c);
-            kb_gate_fini(c->cu, &c->gate);
         }
+        /* cuMemFreeHost (the gate's flag) and cuMemFree (the flush buffer) synchronize the
+         * device: without the GIL, like the waits (work another thread queued may need it to
+         * finish, a host callback that takes it). No Python in here. */
+        Py_BEGIN_ALLOW_THREADS
+        if (c->gate_ready)
+            kb_gate_fini(c->cu, &c->gate);
         kb_l2_flusher_fini(c->cu, &c->flusher);
         for (int i = 0; i < 4; i++)
             if (c->marks[i])
                 c->cu->cuEventDestroy(c->marks[i]);
         kb_ctx_leave(c->cu, c->pushed);
+        Py_END_ALLOW_THREADS
     }
     if (c->locked)
         kb_measure_lock_release(c->m);

@@ -32,6 +32,14 @@ static int probe(PyObject *m, const kb_hip_api *hip, kb_hip_gate *g, kb_hipStrea
     return kb_hip_check(m, r, "hip->hipStreamSynchronize(s)", __FILE__, __LINE__);
 }
 
+/* hipHostFree synchronizes the device, as a wait: without the GIL. */
+static void free_flag(const kb_hip_api *hip, void *host)
+{
+    Py_BEGIN_ALLOW_THREADS
+    hip->hipHostFree(host);
+    Py_END_ALLOW_THREADS
+}
+
 int kb_hip_gate_init(PyObject *m, const kb_hip_api *hip, kb_hip_gate *g, kb_hipStream_t s,
                      int dev, double timeout_s)
 {
@@ -61,7 +69,7 @@ int kb_hip_gate_init(PyObject *m, const kb_hip_api *hip, kb_hip_gate *g, kb_hipS
     if (probe(m, hip, g, s) < 0)
         goto error;
     if (!g->enabled) {
-        hip->hipHostFree(host);
+        free_flag(hip, host);
         g->host_flag = NULL;
         return 0;
     }
@@ -74,7 +82,7 @@ int kb_hip_gate_init(PyObject *m, const kb_hip_api *hip, kb_hip_gate *g, kb_hipS
     return 0;
 
 error:
-    hip->hipHostFree(host);
+    free_flag(hip, host);
     g->host_flag = NULL;
     g->enabled = 0;
     return -1;

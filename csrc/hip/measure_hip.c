@@ -184,19 +184,24 @@ static void ctx_fini(hip_ctx *c)
     const kb_hip_api *hip = c->hip;
     if (hip == NULL)
         return;
-    if (c->ev != NULL && c->s != NULL) {
-        /* nothing queued may outlive its events; on an error path the failure that brought us
-         * here is the one reported, so this sync's code is not */
+    if (c->ev != NULL) {
+        /* nothing queued may outlive its events, the flush buffer or the gate's flag (the null
+         * stream, handle 0, included: it is a stream like any other here); on an error path the
+         * failure that brought us here is the one reported, so this sync's code is not */
         Py_BEGIN_ALLOW_THREADS
         (void)hip->hipStreamSynchronize(c->s);
         Py_END_ALLOW_THREADS
     }
+    /* hipFree and hipHostFree synchronize the device: without the GIL, like the waits (work
+     * another thread queued may need it to finish, a host callback that takes it) */
+    Py_BEGIN_ALLOW_THREADS
     kb_hip_gate_fini(hip, &c->gate);
     for (Py_ssize_t i = 0; c->ev != NULL && i < 2 * c->chunk0; i++)
         if (c->ev[i])
             hip->hipEventDestroy(c->ev[i]);
     if (c->flush_buf)
         hip->hipFree(c->flush_buf);
+    Py_END_ALLOW_THREADS
     free(c->ev);
     free(c->execs);
 }

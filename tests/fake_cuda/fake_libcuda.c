@@ -8,10 +8,13 @@
  * call from the -Nth on; code defaults to 999). The fake_* functions report what a failure
  * path left behind: the context stack's depth, events / pinned / device memory / graphs still
  * alive, host waits that would hang behind a closed gate, the gate's flag freed while the GPU
- * still waited on it, a capture left open, cuProfilerStop calls.
+ * still waited on it, a capture left open, cuProfilerStop calls, work queued and never waited
+ * for (fake_unwaited), host waits and device-synchronizing frees made with the GIL held
+ * (fake_waits_with_gil: PyGILState_Check of the Python that loaded kbench).
  * FAKE_CUDA_END_CAPTURE_ERROR=<code>: cuStreamEndCapture fails with it (an invalidated capture).
  */
 #include <cuda.h>
+#include <dlfcn.h>
 #include <stdlib.h>
 #include <string.h>
 #include <stdio.h>
@@ -33,8 +36,23 @@ static int fail_check(const char *name)
     }
     return 0;
 }
+/* Host waits (synchronizations, and the frees that synchronize the device as cudaFree does)
+ * made by a thread that holds the GIL: PyGILState_Check of the Python that loaded kbench. */
+static int waits_with_gil;
+int fake_waits_with_gil(void) { return waits_with_gil; }
+static void wait_check(void)
+{
+    static int (*held)(void);
+    static int looked;
+    if (!looked) { held = (int (*)(void))dlsym(RTLD_DEFAULT, "PyGILState_Check"); looked = 1; }
+    if (held && held()) waits_with_gil++;
+}
 #define F(name) do { int _c = fail_check(name); if (_c) return (CUresult)_c; } while (0)
 static int ok(void) { return 0; }
+/* Work queued (event records, launches, memsets, gate waits) since the last host wait: what a
+ * caller that returned without draining its stream left running. */
+static long unwaited;
+long fake_unwaited(void) { return unwaited; }
 static CUresult gDriverGetVersion(int *v) { *v = 13000; return 0; }
 static CUresult gDeviceGet(CUdevice *d, int o) { *d = o; return 0; }
 static CUresult gDeviceGetCount(int *n) { *n = 1; return 0; }
@@ -51,18 +69,19 @@ static CUresult gCtxSetCurrent(CUcontext c) { if (depth) stack[depth-1] = c; els
 static CUresult gCtxPushCurrent(CUcontext c) { F("cuCtxPushCurrent"); stack[depth++] = c; return 0; }
 static CUresult gCtxPopCurrent(CUcontext *c) { if (!depth) return 201; if (c) *c = stack[depth-1]; depth--; return 0; }
 static CUresult gCtxGetDevice(CUdevice *d) { *d = 0; return 0; }
-static CUresult gCtxGetLimit(size_t *v, CUlimit l) { *v = 0; return 0; }
+static CUresult gCtxGetLimit(size_t *v, CUlimit l) { F("cuCtxGetLimit"); *v = 0; return 0; }
 static CUresult gStreamIsCapturing(CUstream s, CUstreamCaptureStatus *st) { *st = CU_STREAM_CAPTURE_STATUS_NONE; return 0; }
 static int n_events;
 int fake_events_alive(void) { return n_events; }
 static CUresult gEventCreate(CUevent *e, unsigned f) { F("cuEventCreate"); *e = (CUevent)malloc(8); n_events++; return 0; }
 static CUresult gEventDestroy(CUevent e) { free(e); n_events--; return 0; }
 static CUresult gEventElapsedTime(float *ms, CUevent a, CUevent b) { F("cuEventElapsedTime"); *ms = 1.0f; return 0; }
-static CUresult gEventRecord(CUevent e, CUstream s) { F("cuEventRecord"); return 0; }
+static CUresult gEventRecord(CUevent e, CUstream s) { F("cuEventRecord"); unwaited++; return 0; }
 static int n_dev;
 int fake_dev_alive(void) { return n_dev; }
 static CUresult gMemAlloc(CUdeviceptr *p, size_t n) { F("cuMemAlloc"); *p = (CUdeviceptr)malloc(16); n_dev++; return 0; }
-static CUresult gMemFree(CUdeviceptr p) { free((void *)p); n_dev--; return 0; }
+static CUresult gMemFree(CUdeviceptr p) { wait_check(); free((void *)p); n_dev--; return 0; }
+static CUresult gMemcpyDtoH(void *d, CUdeviceptr s, size_t n) { wait_check(); F("cuMemcpyDtoH"); memset(d, 0xab, n); return 0; }
 static CUresult gMemGetInfo(size_t *f, size_t *t) { F("cuMemGetInfo"); *f = 1ull<<33; *t = 1ull<<34; return 0; }
 static int n_pinned;
 int fake_pinned_alive(void) { return n_pinned; }
@@ -72,18 +91,18 @@ int fake_hung_syncs(void) { return hung_syncs; }
 int fake_freed_while_waiting(void) { return freed_while_waiting; }
 static int gate_closed(void) { return wait_addr && *wait_addr < wait_val; }
 static CUresult gMemHostAlloc(void **p, size_t n, unsigned f) { F("cuMemHostAlloc"); *p = calloc(1, n); n_pinned++; return 0; }
-static CUresult gMemFreeHost(void *p) { if (p == (void *)wait_addr) { if (gate_closed()) freed_while_waiting++; wait_addr = NULL; } free(p); n_pinned--; return 0; }
+static CUresult gMemFreeHost(void *p) { wait_check(); if (p == (void *)wait_addr) { if (gate_closed()) freed_while_waiting++; wait_addr = NULL; } free(p); n_pinned--; return 0; }
 static CUresult gMemHostGetDevicePointer(CUdeviceptr *d, void *p, unsigned f) { F("cuMemHostGetDevicePointer"); *d = (CUdeviceptr)p; return 0; }
-static CUresult gStreamWaitValue32(CUstream s, CUdeviceptr a, cuuint32_t v, unsigned f) { F("cuStreamWaitValue32"); wait_addr = (volatile uint32_t *)a; wait_val = v; return 0; }
-static CUresult gStreamSynchronize(CUstream s) { if (gate_closed()) hung_syncs++; F("cuStreamSynchronize"); return 0; }
-static CUresult gEventSynchronize(CUevent e) { if (gate_closed()) hung_syncs++; F("cuEventSynchronize"); return 0; }
+static CUresult gStreamWaitValue32(CUstream s, CUdeviceptr a, cuuint32_t v, unsigned f) { F("cuStreamWaitValue32"); unwaited++; wait_addr = (volatile uint32_t *)a; wait_val = v; return 0; }
+static CUresult gStreamSynchronize(CUstream s) { wait_check(); if (gate_closed()) hung_syncs++; F("cuStreamSynchronize"); unwaited = 0; return 0; }
+static CUresult gEventSynchronize(CUevent e) { wait_check(); if (gate_closed()) hung_syncs++; F("cuEventSynchronize"); unwaited = 0; return 0; }
 static int n_stop, n_start;
 int fake_profiler_stops(void) { return n_stop; }
-static CUresult gCtxSynchronize(void) { if (gate_closed()) hung_syncs++; F("cuCtxSynchronize"); return 0; }
+static CUresult gCtxSynchronize(void) { wait_check(); if (gate_closed()) hung_syncs++; F("cuCtxSynchronize"); unwaited = 0; return 0; }
 static CUresult gProfilerStart(void) { F("cuProfilerStart"); n_start++; return 0; }
 static CUresult gProfilerStop(void) { F("cuProfilerStop"); n_stop++; return 0; }
-static CUresult gLaunchKernel(CUfunction f, unsigned a, unsigned b, unsigned c, unsigned d, unsigned e, unsigned g, unsigned sh, CUstream s, void **p, void **x) { F("cuLaunchKernel"); return 0; }
-static CUresult gMemsetD32Async(CUdeviceptr p, unsigned v, size_t n, CUstream s) { F("cuMemsetD32Async"); return 0; }
+static CUresult gLaunchKernel(CUfunction f, unsigned a, unsigned b, unsigned c, unsigned d, unsigned e, unsigned g, unsigned sh, CUstream s, void **p, void **x) { F("cuLaunchKernel"); unwaited++; return 0; }
+static CUresult gMemsetD32Async(CUdeviceptr p, unsigned v, size_t n, CUstream s) { F("cuMemsetD32Async"); unwaited++; return 0; }
 static int capturing;
 int fake_capturing(void) { return capturing; }
 static CUresult gStreamBeginCapture(CUstream s, CUstreamCaptureMode m) { F("cuStreamBeginCapture"); capturing = 1; return 0; }
@@ -100,9 +119,9 @@ static CUresult gGraphDestroy(CUgraph g) { n_graphs--; return 0; }
 static CUresult gGraphInstantiate(CUgraphExec *e, CUgraph g, unsigned long long f) { F("cuGraphInstantiate"); *e = (CUgraphExec)&exec_dummy; n_execs++; return 0; }
 static CUresult gGraphExecDestroy(CUgraphExec e) { n_execs--; return 0; }
 static CUresult gGraphGetNodes(CUgraph g, CUgraphNode *n, size_t *c) { *c = 0; return 0; }
-static CUresult gGraphLaunch(CUgraphExec e, CUstream s) { F("cuGraphLaunch"); return 0; }
+static CUresult gGraphLaunch(CUgraphExec e, CUstream s) { F("cuGraphLaunch"); unwaited++; return 0; }
 static int mod_dummy, fn_dummy;
-static CUresult gModuleLoadData(CUmodule *m, const void *img) { *m = (CUmodule)&mod_dummy; return 0; }
+static CUresult gModuleLoadData(CUmodule *m, const void *img) { F("cuModuleLoadData"); *m = (CUmodule)&mod_dummy; return 0; }
 static CUresult gModuleGetFunction(CUfunction *f, CUmodule m, const char *n) { *f = (CUfunction)&fn_dummy; return 0; }
 static CUresult gModuleGetGlobal(CUdeviceptr *p, size_t *b, CUmodule m, const char *n) { static char g[64]; *p = (CUdeviceptr)g; if (b) *b = 64; return 0; }
 static CUresult gGetErrorName(CUresult r, const char **s) { *s = "CUDA_ERROR_FAKE"; return 0; }
@@ -123,6 +142,7 @@ static const struct { const char *n; void *f; } table[] = {
     {"cuEventElapsedTime", gEventElapsedTime}, {"cuEventRecord", gEventRecord},
     {"cuMemAlloc", gMemAlloc}, {"cuMemFree", gMemFree},
     {"cuMemGetInfo", gMemGetInfo}, {"cuMemHostAlloc", gMemHostAlloc},
+    {"cuMemcpyDtoH", gMemcpyDtoH},
     {"cuMemFreeHost", gMemFreeHost}, {"cuMemHostGetDevicePointer", gMemHostGetDevicePointer},
     {"cuStreamWaitValue32", gStreamWaitValue32}, {"cuStreamSynchronize", gStreamSynchronize},
     {"cuEventSynchronize", gEventSynchronize}, {"cuCtxSynchronize", gCtxSynchronize},
