@@ -644,6 +644,7 @@ static PyMethodDef device_methods[] = {
      "'major.minor'), from_process (bool: the copy already in the process was used). Never raises "
      "for a missing library."},
     {"prefer_cupti", prefer_cupti, METH_O,
+     "prefer_cupti($module, path, /)\n--\n\n"
      "prefer_cupti(path: str | None) -> bool\n\n"
      "The libcupti file to open when CUPTI is first needed, after a copy already mapped in the "
      "process and $KBENCH_CUPTI_PATH, before the default search (which still runs if it cannot "
@@ -667,6 +668,7 @@ static PyMethodDef device_methods[] = {
      "utilization (%), memory used/total (bytes), and the compute processes on the device. "
      "Values the device does not report are None."},
     {"nvml_clock_event_reason_names", nvml_clock_event_reason_names, METH_O,
+     "nvml_clock_event_reason_names($module, mask, /)\n--\n\n"
      "nvml_clock_event_reason_names(mask) -> list[str]\n\n"
      "Decode an NVML clock event reasons bitmask (e.g. the sampler's reasons array)."},
     {"_raise_check_error", _raise_check_error, METH_VARARGS,

@@ -635,6 +635,7 @@ static PyMethodDef sampler_methods[] = {
      "(averaged and instantaneous), temperature and clock event reasons every period_s seconds. Pass the returned object to "
      "nvml_sampler_stop(); dropping it stops and discards the samples."},
     {"nvml_sampler_stop", nvml_sampler_stop, METH_O,
+     "nvml_sampler_stop($module, sampler, /)\n--\n\n"
      "nvml_sampler_stop(sampler) -> dict\n\n"
      "Stop the sampler and return numpy arrays t_s (seconds since start), sm_mhz, mem_mhz, "
      "power_w (averaged), power_inst_w (instantaneous, NaN where unsupported), temp_c (float64; NaN where a read failed) and reasons (uint64 NVML clock event "

@@ -157,6 +157,7 @@ done:
 
 static PyMethodDef nvml_topology_methods[] = {
     {"nvml_p2p", nvml_p2p, METH_O,
+     "nvml_p2p($module, pci_bus_ids, /)\n--\n\n"
      "nvml_p2p(pci_bus_ids) -> list[dict]\n\n"
      "For every pair (a < b) of the devices with these PCI bus ids: {'a', 'b', 'status': "
      "{'read', 'write', 'nvlink', 'atomics'}: nvmlGpuP2PStatus_t code, 'common_ancestor': "

@@ -156,6 +156,7 @@ static PyMethodDef hip_device_methods[] = {
     {"hip_device_count", hip_device_count, METH_NOARGS,
      "hip_device_count() -> int: the HIP devices visible (opens libamdhip64)."},
     {"hip_device_info", hip_device_info, METH_O,
+     "hip_device_info($module, ordinal, /)\n--\n\n"
      "hip_device_info(ordinal) -> dict: name, memory, L2 size, pci_bus_id and the attributes "
      "the HIP backend uses (opens libamdhip64; None for an attribute the runtime does not "
      "know). ordinal: 0..63."},
@@ -163,6 +164,7 @@ static PyMethodDef hip_device_methods[] = {
      "hip_library_status() -> {'hip': {...}, 'rocm_smi': {...}}: state ('not tried', 'loaded', "
      "'failed'), path, error. Opens nothing."},
     {"rocm_smi_snapshot", rocm_smi_snapshot, METH_O,
+     "rocm_smi_snapshot($module, index, /)\n--\n\n"
      "rocm_smi_snapshot(index) -> dict: sclk_mhz, mclk_mhz, power_w, temp_c now (None where a "
      "read failed), pci_bus_id (None when ROCm SMI cannot say), index, devices (ROCm SMI's "
      "count); opens librocm_smi64. ROCm SMI indexes every GPU: match pci_bus_id with "

@@ -64,7 +64,8 @@ static PyObject *hip_graph_get_device(PyObject *self, void *c)
 }
 
 static PyMethodDef hip_graph_methods[] = {
-    {"launch", hip_graph_launch, METH_O, "launch(stream): hipGraphLaunch on a stream handle."},
+    {"launch", hip_graph_launch, METH_O,
+     "launch($self, stream, /)\n--\n\nlaunch(stream): hipGraphLaunch on a stream handle."},
     {NULL, NULL, 0, NULL},
 };
 static PyGetSetDef hip_graph_getset[] = {
