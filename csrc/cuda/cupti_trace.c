@@ -917,14 +917,31 @@ void kb_cupti_end(PyObject *m, kb_cupti_trace *t)
     PyObject *type, *value, *tb;
     PyErr_Fetch(&type, &value, &tb);
     const kb_cupti_api *api = t->api;
-    for (size_t i = t->kinds_enabled; i-- > 0;)
-        api->cuptiActivityDisable(KINDS[i]);
+    CUptiResult disable_failed = CUPTI_SUCCESS;     /* the first refusal, if any */
+    size_t still_enabled = 0;
+    for (size_t i = t->kinds_enabled; i-- > 0;) {
+        CUptiResult r = api->cuptiActivityDisable(KINDS[i]);
+        if (r != CUPTI_SUCCESS && disable_failed == CUPTI_SUCCESS) {
+            disable_failed = r;
+            still_enabled = i;
+        }
+    }
     if (t->kinds_enabled) {
         Py_BEGIN_ALLOW_THREADS
         api->cuptiActivityFlushAll(CUPTI_ACTIVITY_FLAG_FLUSH_FORCED);
         Py_END_ALLOW_THREADS
     }
     detach(m, t);               /* before g_active is cleared: finalizing may return buffers */
+    kb_state *st = kb_get_state(m);
+    if (disable_failed != CUPTI_SUCCESS && strcmp(st->cupti_detach, "detached") != 0) {
+        /* finalizing would have disabled it; kept attached, that kind goes on recording every
+         * launch of the process (its overhead in any later timing): say so where the result
+         * says how CUPTI was left */
+        size_t used = strlen(st->cupti_detach);
+        snprintf(st->cupti_detach + used, sizeof st->cupti_detach - used,
+                 "; cuptiActivityDisable(kind %d) returned CUPTI error %d: it may still record",
+                 (int)KINDS[still_enabled], (int)disable_failed);
+    }
     pthread_mutex_lock(&g_active_mu);
     if (g_active == t)
         g_active = NULL;
