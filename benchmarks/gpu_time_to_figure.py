@@ -94,6 +94,24 @@ def kbench_row(r: Any, wall_s: float) -> Dict[str, Any]:
     }
 
 
+def environment_of(r: Any) -> Dict[str, Any]:
+    """What a result says it ran on: the board, the driver's build, the GPU libraries."""
+    gpu = r.metadata.get("gpu") or {}
+    return {"gpu_uuid": gpu.get("uuid"), "driver": gpu.get("nvml_driver_version"),
+            "cuda_driver_api": gpu.get("driver_version"),
+            "power_limit_w": gpu.get("nvml_power_limit_w"),
+            "gpu_libraries": r.metadata.get("gpu_libraries") or {}}
+
+
+def environment_text(env: Optional[Dict[str, Any]]) -> str:
+    if not env:
+        return "-"
+    libs = ", ".join(f"{k} {v.get('version') or os.path.basename(str(v.get('path')))}"
+                     for k, v in sorted(env.get("gpu_libraries", {}).items()))
+    return (f"{env.get('gpu_uuid')}, driver {env.get('driver')}, power limit "
+            f"{env.get('power_limit_w')} W; libraries: {libs or '-'}")
+
+
 class Run:
     """Cases run one by one, each recorded (or its error), the files rewritten as it goes."""
 
@@ -170,6 +188,7 @@ class Run:
                  f"kbench defaults (CUPTI, cold L2, sustained regime, 0.5% CI; the row "
                  f"marked burst: regime='burst'). "
                  f"FlashInfer: {r.get('flashinfer')}.", "",
+                 f"Ran on: {environment_text(r.get('environment'))}.", "",
                  f"- first bench in the process: {f2(s['first_bench_s'], ' s')} "
                  f"(CUPTI's set-up {f3(s['first_bench_cupti_setup_s'])} s)",
                  f"- sweep, 8 sizes: kbench {f2(s['sweep_kbench_s'], ' s')}, do_bench "
@@ -382,7 +401,9 @@ def main() -> None:
         def go() -> Dict[str, Any]:
             t = time.perf_counter()
             r = kbench.bench(fn, *a, **kw)
-            return kbench_row(r, time.perf_counter() - t)
+            wall = time.perf_counter() - t
+            res["environment"] = environment_of(r)  # the last: the GEMM's cuBLAS included
+            return kbench_row(r, wall)
         return go
 
     def db(fn: Callable) -> Callable[[], Dict[str, Any]]:
