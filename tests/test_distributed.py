@@ -444,6 +444,35 @@ def test_an_nccl_subgroups_gloo_side_group_is_made_by_its_members_alone(monkeypa
     assert calls[0]["timeout"] == timedelta(seconds=7.0)
 
 
+def test_a_new_group_never_gets_the_side_group_of_a_freed_one(monkeypatch):
+    """The gloo side groups were cached by id(group) alone: a group made where a freed one had
+    been got the freed one's side group, of other members (and a test's fresh object() skipped
+    new_group on the cp313 wheel). The cache holds the group, so its id cannot come back."""
+    import gc
+    import weakref
+    from kbench.distributed._comm import TorchCommunicator
+    calls = []
+
+    def new_group(ranks=None, timeout=None, backend=None, pg_options=None,
+                  use_local_synchronization=False, group_desc=None, device_id=None):
+        calls.append(ranks)
+        return object()
+
+    class Group:
+        pass
+    _fake_torch(monkeypatch, 4, [2, 3], new_group)
+    first = Group()
+    held = weakref.ref(first)
+    TorchCommunicator(first, timeout_s=7.0)
+    TorchCommunicator(first, timeout_s=7.0)     # the same group: its side group again
+    assert calls == [[2, 3]]
+    del first
+    gc.collect()
+    assert held() is not None
+    TorchCommunicator(Group(), timeout_s=7.0)
+    assert calls == [[2, 3], [2, 3]]
+
+
 def test_an_nccl_subgroup_on_a_torch_without_local_synchronization_is_refused(monkeypatch):
     from kbench.distributed._comm import TorchCommunicator
 

@@ -224,6 +224,9 @@ class _TorchPending(Pending):
         return np.stack([p.numpy() for p in self._parts])
 
 
+# id(group) -> (group, its gloo side group): the group is held so that its id cannot be
+# reused by a later group while the entry stands (a new group at a freed one's address got the
+# old side group, of other members)
 _gloo_groups: Dict[int, Any] = {}
 
 
@@ -269,10 +272,10 @@ class TorchCommunicator(Communicator):
         if "gloo" in self.backend:
             self._host = group
         else:
-            key = id(group)
-            if key not in _gloo_groups:     # once per group, by its members
-                _gloo_groups[key] = gloo_side_group(dist, group, timeout_s)
-            self._host = _gloo_groups[key]
+            held = _gloo_groups.get(id(group))
+            if held is None or held[0] is not group:    # once per group, by its members
+                held = _gloo_groups[id(group)] = (group, gloo_side_group(dist, group, timeout_s))
+            self._host = held[1]
         hosts = wait_for(self.start_allgather(np.array([_host_id()])), timeout_s, self.rank,
                          "hosts", self.owner)[:, 0].tolist()
         for k, v in _hosts_to_counts(hosts, self.rank).items():
