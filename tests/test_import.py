@@ -16,7 +16,10 @@ LIGHT_STDLIB = {"__future__", "_csv", "_json", "copy", "csv", "dataclasses", "ht
                 "html.entities", "json", "json.decoder", "json.encoder", "json.scanner",
                 "threading", "numbers", "functools", "typing", "warnings", "math", "enum", "io",
                 "itertools", "time", "inspect", "keyword", "re", "collections", "operator",
-                "types", "weakref", "contextlib", "abc", "_weakrefset", "_thread"}
+                "types", "weakref", "contextlib", "abc", "_weakrefset", "_thread",
+                # inspect's own imports (Python 3.10 with a numpy that does not import it first)
+                "dis", "opcode", "_opcode", "token", "tokenize", "linecache", "importlib",
+                "importlib._bootstrap", "importlib._bootstrap_external", "importlib.machinery"}
 
 
 def test_import_brings_only_kbench_and_light_stdlib_modules_beyond_numpy():
