@@ -601,3 +601,32 @@ def test_device_info_names_the_driver_build_nvml_reports(fake_driver, fake_drive
     if without["nvml_error"] is None:
         pytest.skip("a real NVML is on this machine's library path")
     assert without["nvml_driver_version"] is None
+
+
+MASKS = textwrap.dedent('''
+    import glob, json
+    from kbench import _core
+    seen = {}
+    def hook():
+        # kbench's C threads, by name (the gate's watchdog, the NVML sampler; numpy's BLAS
+        # has threads of its own)
+        for status in glob.glob("/proc/self/task/*/status"):
+            try:
+                fields = dict(l.split(":", 1) for l in open(status).read().splitlines())
+            except OSError:         # the thread ended meanwhile
+                continue
+            name = fields["Name"].strip()
+            if name.startswith("kb-"):
+                seen[name] = int(fields["SigBlk"].strip(), 16)
+    _core.measure_cuda(lambda: None, ((),), None, pre_sample=hook, stream=0,
+                       busy_warmup_s=0.0, warmup_s=0.0, min_samples=64, max_samples=64)
+    print(json.dumps({"threads": sorted(seen),
+                      "unblocked_sigint": [t for t, m in seen.items() if not m & (1 << 1)]}))
+''')
+
+
+def test_kbench_c_threads_leave_ctrl_c_to_the_threads_that_run_python(fake_driver_nvml):
+    # SIGINT is signal 2: bit 1 of a thread's blocked mask in /proc
+    out = run_script(MASKS, fake_driver_nvml)
+    assert "kb-watchdog" in out["threads"] and "kb-nvml" in out["threads"], out
+    assert out["unblocked_sigint"] == [], out

@@ -1,7 +1,9 @@
 /* watchdog.c -- the gate's watchdog thread (kb_watchdog.h). No Python, no GPU library. */
+#define _GNU_SOURCE     /* pthread_setname_np */
 #include "kb_watchdog.h"
 #include "kbench.h"
 
+#include <signal.h>
 #include <string.h>
 #include <time.h>
 
@@ -29,6 +31,7 @@ static void deadline_timespec(double wait_s, struct timespec *ts)
 static void *watchdog_main(void *arg)
 {
     kb_watchdog *w = arg;
+    pthread_setname_np(pthread_self(), "kb-watchdog");  /* for ps, gdb, py-spy and the tests */
     pthread_mutex_lock(&w->mu);
     while (!w->quit) {
         if (!w->armed) {
@@ -58,7 +61,13 @@ int kb_watchdog_start(kb_watchdog *w, volatile uint32_t *flag, double timeout_s)
     w->timeout_s = timeout_s;
     pthread_mutex_init(&w->mu, NULL);
     pthread_cond_init(&w->cv, NULL);
+    /* The thread starts with every signal blocked, as the NVML sampler's and CUPTI's do, so
+     * Ctrl-C goes to a thread that runs Python, not to this one asleep in a timed wait. */
+    sigset_t all, old;
+    sigfillset(&all);
+    pthread_sigmask(SIG_SETMASK, &all, &old);
     int rc = pthread_create(&w->thread, NULL, watchdog_main, w);
+    pthread_sigmask(SIG_SETMASK, &old, NULL);
     if (rc != 0) {
         pthread_cond_destroy(&w->cv);
         pthread_mutex_destroy(&w->mu);

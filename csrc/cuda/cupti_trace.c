@@ -414,6 +414,7 @@ static int foreign_clock(const cupti_session *se)
 static void *linger_main(void *arg)
 {
     cupti_session *se = arg;
+    pthread_setname_np(pthread_self(), "kb-cupti");  /* for ps, gdb, py-spy and the tests */
     pthread_mutex_lock(&se->mu);
     while (!se->quit) {
         if (se->lingering && kb_now_s() >= se->deadline) {

@@ -178,6 +178,7 @@ static void *sampler_main(void *arg)
 {
     kb_nvml_sampler *s = arg;
     uint64_t next = s->start_ns;
+    pthread_setname_np(pthread_self(), "kb-nvml");  /* for ps, gdb, py-spy and the tests */
 
     take_sample(s);     /* at least one sample, even when stopped at once */
     pthread_mutex_lock(&s->lock);
