@@ -52,13 +52,20 @@ static double now_s(void)
     clock_gettime(CLOCK_MONOTONIC, &ts);
     return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
 }
+/* FAKE_NVML_SM_SWING_AFTER_S=x: a capped clock, 1470 MHz, that from x seconds after the first
+ * clock read on dips to 1425 MHz for the last 0.2 s of every 0.5 s (a power controller's
+ * swing: 3%, more than the settle rule's 2% between two 0.25 s windows). */
 static unsigned sm_clock(void)
 {
     static double first = -1.0;
-    const char *ramp = getenv("FAKE_NVML_SM_RAMP_S");
+    const char *ramp = getenv("FAKE_NVML_SM_RAMP_S"), *swing = getenv("FAKE_NVML_SM_SWING_AFTER_S");
     double t = now_s();
     if (first < 0)
         first = t;
+    if (swing) {
+        double since = t - first - atof(swing);
+        return since >= 0 && since - 0.5 * (double)(long)(since / 0.5) >= 0.3 ? 1425 : 1470;
+    }
     return ramp && t - first < atof(ramp) ? 1410 : 1980;
 }
 int nvmlDeviceGetClockInfo(void *d, int type, unsigned *mhz)
