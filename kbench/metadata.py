@@ -341,7 +341,9 @@ def gpu_libraries(maps_path: str = "/proc/self/maps") -> dict:
     "version" are the first's) where more than one file of a library is loaded (torch's bundled
     cuDNN beside another one: which one a call reaches depends on the load order). Read from
     the process's memory map, so a library torch loads on first use (cuBLAS at the first
-    matmul) shows from then on; {} where there is no such map (not Linux). Loads nothing, never initialises a GPU, never raises."""
+    matmul) shows from then on; {} where there is no such map (not Linux). Loads nothing,
+    never initialises a GPU, never raises. (The RTLD_NOLOAD handle that asks a version keeps
+    that already loaded copy loaded for the process.)"""
     try:
         with open(maps_path, encoding="utf-8", errors="replace") as f:
             text = f.read()
