@@ -26,7 +26,7 @@ from kbench import _core
 
 HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE))
-from test_cuda_pipeline_fake_driver import _cuda_include  # noqa: E402
+from test_cuda_pipeline_fake_driver import _cuda_include, build_fake  # noqa: E402
 
 
 @pytest.fixture(scope="module")
@@ -40,8 +40,7 @@ def fakes(tmp_path_factory):
     out = tmp_path_factory.mktemp("fake_cuda_failures")
     for src, lib in (("fake_libcuda.c", "libcuda.so.1"), ("fake_libcupti.c", "libcupti.so"),
                      ("fake_libnvrtc.c", "libnvrtc.so.13")):
-        subprocess.run([gcc, "-shared", "-fPIC", "-O1", f"-I{inc}", "-o", str(out / lib),
-                        str(HERE / "fake_cuda" / src), "-ldl"], check=True)
+        build_fake(src, out / lib)
     return out
 
 

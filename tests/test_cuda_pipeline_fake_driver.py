@@ -31,6 +31,13 @@ def _cuda_include() -> Path:
     return next((c for c in candidates if (c / "cuda.h").is_file()), None)
 
 
+def build_fake(source: str, target: Path) -> None:
+    """Build tests/fake_cuda/<source> as the shared library target, against cuda.h (the
+    caller checked gcc and _cuda_include())."""
+    subprocess.run([shutil.which("gcc"), "-shared", "-fPIC", "-O1", f"-I{_cuda_include()}",
+                    "-o", str(target), str(HERE / "fake_cuda" / source), "-ldl"], check=True)
+
+
 @pytest.fixture(scope="module")
 def fake_driver(tmp_path_factory):
     if not _core.HAVE_CUDA:
@@ -39,8 +46,7 @@ def fake_driver(tmp_path_factory):
     if gcc is None or inc is None:
         pytest.skip("building the fake libcuda needs gcc and cuda.h")
     out = tmp_path_factory.mktemp("fake_cuda")
-    subprocess.run([gcc, "-shared", "-fPIC", "-O1", f"-I{inc}", "-o", str(out / "libcuda.so.1"),
-                    str(HERE / "fake_cuda" / "fake_libcuda.c")], check=True)
+    build_fake("fake_libcuda.c", out / "libcuda.so.1")
     return out
 
 

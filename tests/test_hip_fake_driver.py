@@ -24,7 +24,7 @@ HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE))
 sys.path.insert(0, str(HERE / "hip_forward"))
 from build_forwarder import build as build_forwarder  # noqa: E402
-from test_cuda_pipeline_fake_driver import _cuda_include  # noqa: E402
+from test_cuda_pipeline_fake_driver import _cuda_include, build_fake  # noqa: E402
 
 
 @pytest.fixture(scope="module")
@@ -35,8 +35,7 @@ def forwarder_on_fake_driver(tmp_path_factory):
     if gcc is None or inc is None:
         pytest.skip("building the fake libcuda needs gcc and cuda.h")
     out = tmp_path_factory.mktemp("hip_on_fake_cuda")
-    subprocess.run([gcc, "-shared", "-fPIC", "-O1", f"-I{inc}", "-o", str(out / "libcuda.so.1"),
-                    str(HERE / "fake_cuda" / "fake_libcuda.c"), "-ldl"], check=True)
+    build_fake("fake_libcuda.c", out / "libcuda.so.1")
     return out, build_forwarder(out)
 
 
