@@ -80,6 +80,7 @@ SCRIPT = textwrap.dedent('''
             "freed_while_waiting", "capturing", "waits_with_gil")}
         s.update({f: getattr(C, "fake_cupti_" + f)() for f in (
             "subscribers", "kinds_enabled", "pushed")})
+        s["cupti_waits_with_gil"] = C.fake_cupti_waits_with_gil()
         s["nvrtc_programs"] = R.fake_nvrtc_programs()
         return s
 
@@ -136,7 +137,7 @@ def run(lib_dir, spec, **env):
 
 CLEAN = {"ctx_depth": 0, "events_alive": 0, "pinned_alive": 0, "dev_alive": 0, "hung_syncs": 0,
          "freed_while_waiting": 0, "capturing": 0, "subscribers": 0, "kinds_enabled": 0,
-         "pushed": 0, "nvrtc_programs": 0, "waits_with_gil": 0}
+         "pushed": 0, "nvrtc_programs": 0, "waits_with_gil": 0, "cupti_waits_with_gil": 0}
 
 
 def assert_clean(state, builtins=False):

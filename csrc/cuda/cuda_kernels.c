@@ -69,7 +69,11 @@ int kb_builtin_load(PyObject *m, const kb_cuda_api *cu, kb_builtin_kernels *k)
     if (k->module != NULL && k->ctx == ctx)
         return 0;
     kb_builtin_unload(cu, k);
-    if (KB_CU(m, cu->cuModuleLoadData(&k->module, BUILTIN_PTX)) < 0) {
+    kb_deferred d = KB_DEFERRED_INIT;
+    Py_BEGIN_ALLOW_THREADS          /* the driver JIT-compiles the PTX */
+    KB_DEFER(&d, cu->cuModuleLoadData(&k->module, BUILTIN_PTX));
+    Py_END_ALLOW_THREADS
+    if (KB_CU_RAISE(m, &d) < 0) {
         k->module = NULL;
         return -1;
     }
@@ -83,12 +87,15 @@ int kb_builtin_load(PyObject *m, const kb_cuda_api *cu, kb_builtin_kernels *k)
     return 0;
 }
 
+/* GIL held; let go for the free and the unload, which may wait for the device. */
 void kb_builtin_unload(const kb_cuda_api *cu, kb_builtin_kernels *k)
 {
+    Py_BEGIN_ALLOW_THREADS
     if (k->sink)
         cu->cuMemFree(k->sink);
     if (k->module)
         cu->cuModuleUnload(k->module);
+    Py_END_ALLOW_THREADS
     memset(k, 0, sizeof *k);
 }
 
@@ -518,7 +525,13 @@ static PyObject *kernel_new(PyTypeObject *type, PyObject *args, PyObject *kw)
     self->device = device;
     self->log = Py_NewRef(log);
     self->name = PyUnicode_FromString(name);
-    if (self->name == NULL || KB_CU(m, cu->cuModuleLoadData(&self->cumod, cubin)) < 0) {
+    kb_deferred d = KB_DEFERRED_INIT;
+    if (self->name != NULL) {
+        Py_BEGIN_ALLOW_THREADS
+        KB_DEFER(&d, cu->cuModuleLoadData(&self->cumod, cubin));
+        Py_END_ALLOW_THREADS
+    }
+    if (self->name == NULL || KB_CU_RAISE(m, &d) < 0) {
         self->cumod = NULL;
         Py_DECREF(self);
         goto done;
@@ -550,7 +563,9 @@ static void kernel_dealloc(CudaKernel *self)
         const kb_cuda_api *cu = kb_cuda(self->module);
         int pushed = 0;
         if (cu != NULL && kb_ctx_enter(self->module, cu, self->device, &pushed) == 0) {
+            Py_BEGIN_ALLOW_THREADS  /* an unload may wait for the module's kernels */
             cu->cuModuleUnload(self->cumod);
+            Py_END_ALLOW_THREADS
             kb_ctx_leave(cu, pushed);
         }
         PyErr_Clear();

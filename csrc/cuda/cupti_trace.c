@@ -467,6 +467,20 @@ static double linger_s(void)
     return end != v && *end == '\0' && d >= 0 && d < 3600 ? d : 1.0;
 }
 
+/* g_session.mu from a thread that holds the GIL. The linger thread holds the lock through a
+ * 2 ms clock check and cuptiFinalize, so a contended lock is waited for without the GIL; no
+ * thread blocks on this lock while it holds the GIL, so taking the GIL back under it is safe. */
+static void session_lock_gil(void)
+{
+    if (pthread_mutex_trylock(&g_session.mu) == 0)
+        return;
+    Py_BEGIN_ALLOW_THREADS
+    pthread_mutex_lock(&g_session.mu);
+    Py_END_ALLOW_THREADS
+}
+
+/* At module teardown, often the interpreter's finalization: the GIL stays held (no other
+ * thread is to run Python now), and the linger thread needs none. */
 void kb_cupti_session_shutdown(void)
 {
     pthread_mutex_lock(&g_session.mu);
@@ -553,7 +567,7 @@ int kb_cupti_begin(PyObject *m, int allow_foreign_subscriber, kb_cupti_trace **o
     }
 
     /* Take over a lingering subscriber (disarming its detach), or subscribe. */
-    pthread_mutex_lock(&g_session.mu);
+    session_lock_gil();
     int reuse = g_session.lingering;
     t->follows_another = reuse ||
                          (g_session.last_end > 0 && kb_now_s() - g_session.last_end <
@@ -563,8 +577,13 @@ int kb_cupti_begin(PyObject *m, int allow_foreign_subscriber, kb_cupti_trace **o
         t->sub = g_session.sub;
     }
     pthread_mutex_unlock(&g_session.mu);
-    CUptiResult r = reuse ? CUPTI_SUCCESS : api->cuptiSubscribe(&t->sub, trace_callback,
-                                                                 &g_session);
+    /* A process's first subscribe sets CUPTI up (tens of ms): not under the GIL. */
+    CUptiResult r = CUPTI_SUCCESS;
+    if (!reuse) {
+        Py_BEGIN_ALLOW_THREADS
+        r = api->cuptiSubscribe(&t->sub, trace_callback, &g_session);
+        Py_END_ALLOW_THREADS
+    }
     if (r == CUPTI_SUCCESS)
         t->subscribed = 1;
     else if (r == CUPTI_ERROR_MULTIPLE_SUBSCRIBERS_NOT_SUPPORTED) {
@@ -581,14 +600,13 @@ int kb_cupti_begin(PyObject *m, int allow_foreign_subscriber, kb_cupti_trace **o
                             __FILE__, __LINE__) < 0)
         goto error;
 
-    if (KB_CUPTI(m, api->cuptiActivityRegisterCallbacks(buffer_requested, buffer_completed)) < 0)
-        goto error;
-    for (size_t i = 0; i < N_KINDS; i++) {
-        if (KB_CUPTI(m, api->cuptiActivityEnable(KINDS[i])) < 0)
-            goto error;
+    kb_deferred d = KB_DEFERRED_INIT;
+    Py_BEGIN_ALLOW_THREADS
+    KB_DEFER(&d, api->cuptiActivityRegisterCallbacks(buffer_requested, buffer_completed));
+    for (size_t i = 0; i < N_KINDS && KB_DEFER(&d, api->cuptiActivityEnable(KINDS[i])) == 0; i++)
         t->kinds_enabled++;
-    }
-    if (calibrate(m, t) < 0)
+    Py_END_ALLOW_THREADS
+    if (KB_CUPTI_RAISE(m, &d) < 0 || calibrate(m, t) < 0)
         goto error;
     *out = t;
     return 0;
@@ -605,7 +623,10 @@ error:
 static int calibrate(PyObject *m, kb_cupti_trace *t)
 {
     CUptiResult rc;
-    double r = clock_ratio(t->api, &rc);
+    double r;
+    Py_BEGIN_ALLOW_THREADS          /* a 2 ms spin */
+    r = clock_ratio(t->api, &rc);
+    Py_END_ALLOW_THREADS
     if (kb_cupti_check(m, rc, "cuptiGetTimestamp(&timestamp)", __FILE__, __LINE__) < 0)
         return -1;
     t->ticks_per_ns = (r > 0.995 && r < 1.005) ? 1.0 : r;
@@ -867,7 +888,7 @@ static void detach(PyObject *m, kb_cupti_trace *t)
         return;
     }
     double linger = linger_s();
-    pthread_mutex_lock(&g_session.mu);
+    session_lock_gil();
     g_session.sub = t->sub;
     g_session.api = api;
     g_session.cu = cu;
@@ -949,7 +970,7 @@ void kb_cupti_end(PyObject *m, kb_cupti_trace *t)
     pthread_mutex_unlock(&g_active_mu);
     if (t->subscribed)
         api->cuptiUnsubscribe(t->sub);
-    pthread_mutex_lock(&g_session.mu);
+    session_lock_gil();
     g_session.last_end = kb_now_s();
     pthread_mutex_unlock(&g_session.mu);
     trace_free(t);

@@ -356,11 +356,15 @@ static void sampler_free(kb_nvml_sampler *s)
     free(s);
 }
 
+/* Called with the GIL held (a failed start, a measurement's teardown, a dropped capsule); the
+ * join waits out the thread's current round of NVML reads, so the GIL is let go for it. */
 void kb_nvml_sampler_abort(kb_nvml_sampler *s)
 {
     if (s == NULL)
         return;
+    Py_BEGIN_ALLOW_THREADS
     sampler_join(s);
+    Py_END_ALLOW_THREADS
     sampler_free(s);
 }
 

@@ -9,8 +9,9 @@
  * path left behind: the context stack's depth, events / pinned / device memory / graphs still
  * alive, host waits that would hang behind a closed gate, the gate's flag freed while the GPU
  * still waited on it, a capture left open, cuProfilerStop calls, work queued and never waited
- * for (fake_unwaited), host waits and device-synchronizing frees made with the GIL held
- * (fake_waits_with_gil: PyGILState_Check of the Python that loaded kbench).
+ * for (fake_unwaited), host waits, device-synchronizing frees and module loads/unloads (a PTX
+ * load JIT-compiles) made with the GIL held (fake_waits_with_gil: PyGILState_Check of the
+ * Python that loaded kbench).
  * FAKE_CUDA_END_CAPTURE_ERROR=<code>: cuStreamEndCapture fails with it (an invalidated capture).
  */
 #include <cuda.h>
@@ -121,7 +122,8 @@ static CUresult gGraphExecDestroy(CUgraphExec e) { n_execs--; return 0; }
 static CUresult gGraphGetNodes(CUgraph g, CUgraphNode *n, size_t *c) { *c = 0; return 0; }
 static CUresult gGraphLaunch(CUgraphExec e, CUstream s) { F("cuGraphLaunch"); unwaited++; return 0; }
 static int mod_dummy, fn_dummy;
-static CUresult gModuleLoadData(CUmodule *m, const void *img) { F("cuModuleLoadData"); *m = (CUmodule)&mod_dummy; return 0; }
+static CUresult gModuleLoadData(CUmodule *m, const void *img) { wait_check(); F("cuModuleLoadData"); *m = (CUmodule)&mod_dummy; return 0; }
+static CUresult gModuleUnload(CUmodule m) { wait_check(); return 0; }
 static CUresult gModuleGetFunction(CUfunction *f, CUmodule m, const char *n) { *f = (CUfunction)&fn_dummy; return 0; }
 static CUresult gModuleGetGlobal(CUdeviceptr *p, size_t *b, CUmodule m, const char *n) { static char g[64]; *p = (CUdeviceptr)g; if (b) *b = 64; return 0; }
 static CUresult gGetErrorName(CUresult r, const char **s) { *s = "CUDA_ERROR_FAKE"; return 0; }
@@ -152,7 +154,8 @@ static const struct { const char *n; void *f; } table[] = {
     {"cuGraphDestroy", gGraphDestroy}, {"cuGraphInstantiateWithFlags", gGraphInstantiate},
     {"cuGraphExecDestroy", gGraphExecDestroy}, {"cuGraphGetNodes", gGraphGetNodes},
     {"cuGraphLaunch", gGraphLaunch},
-    {"cuModuleLoadData", gModuleLoadData}, {"cuModuleGetFunction", gModuleGetFunction},
+    {"cuModuleLoadData", gModuleLoadData}, {"cuModuleUnload", gModuleUnload},
+    {"cuModuleGetFunction", gModuleGetFunction},
     {"cuModuleGetGlobal", gModuleGetGlobal}, {"cuGetErrorName", gGetErrorName},
     {"cuGetErrorString", gGetErrorName}, {"cuFuncGetAttribute", gFuncGetAttribute},
     {"cuCtxGetStreamPriorityRange", gCtxGetStreamPriorityRange},

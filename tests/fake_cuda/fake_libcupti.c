@@ -10,10 +10,13 @@
  * -Nth on; code defaults to CUPTI_ERROR_UNKNOWN), as FAKE_FAIL does for the fake driver.
  * fake_cupti_subscribers(), fake_cupti_kinds_enabled() and fake_cupti_pushed() report what a
  * failure path left behind: a subscription, enabled activity kinds, an unpopped correlation id.
+ * fake_cupti_waits_with_gil() counts the calls that can block (a first subscribe sets CUPTI up,
+ * a flush waits for records, the clock check spins on timestamps) made holding the GIL.
  *
  * Build: gcc -shared -fPIC -I<cuda>/include -o libcupti.so fake_libcupti.c
  */
 #include <cupti.h>
+#include <dlfcn.h>
 #include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
@@ -62,6 +65,20 @@ static uint64_t stack[64];
 static uint32_t next_corr = 1;
 static CUpti_BuffersCallbackRequestFunc requested;
 static CUpti_BuffersCallbackCompleteFunc completed;
+
+static int waits_with_gil;
+int fake_cupti_waits_with_gil(void) { return waits_with_gil; }
+static void wait_check(void)
+{
+    static int (*held)(void);
+    static int looked;
+    if (!looked) {
+        held = (int (*)(void))dlsym(RTLD_DEFAULT, "PyGILState_Check");
+        looked = 1;
+    }
+    if (held && held())
+        waits_with_gil++;
+}
 
 int fake_cupti_subscribers(void) { return subscribers; }
 int fake_cupti_pushed(void) { return pushed; }
@@ -125,6 +142,7 @@ CUptiResult cuptiGetResultString(CUptiResult r, const char **s)
 }
 CUptiResult cuptiSubscribe(CUpti_SubscriberHandle *s, CUpti_CallbackFunc cb, void *ud)
 {
+    wait_check();
     F("cuptiSubscribe");
     if (subscribers)
         return CUPTI_ERROR_MULTIPLE_SUBSCRIBERS_NOT_SUPPORTED;
@@ -160,6 +178,7 @@ CUptiResult cuptiActivityRegisterCallbacks(CUpti_BuffersCallbackRequestFunc req,
 }
 CUptiResult cuptiActivityFlushAll(uint32_t flag)
 {
+    wait_check();
     F("cuptiActivityFlushAll");
     size_t off = 0;
     while (off < n_pending && requested && completed) {
@@ -218,6 +237,7 @@ CUptiResult cuptiActivityPopExternalCorrelationId(CUpti_ExternalCorrelationKind 
 }
 CUptiResult cuptiGetTimestamp(uint64_t *t)
 {
+    wait_check();
     F("cuptiGetTimestamp");
     *t = now_ns();
     return CUPTI_SUCCESS;
