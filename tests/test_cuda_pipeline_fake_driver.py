@@ -281,6 +281,43 @@ def test_a_failed_capture_raises_a_capture_error_not_a_system_error(fake_driver)
     assert name == "CaptureError" and "cuStreamEndCapture returned CUDA_ERROR_FAKE" in msg, out
 
 
+CAPTURE_LEFT_OPEN = textwrap.dedent('''
+    import ctypes, json
+    from kbench import _core
+    L = ctypes.CDLL("libcuda.so.1")
+    out = {}
+    def boom():
+        raise RuntimeError("synchronize inside capture")
+    for case, fn in (("end_failed", lambda: None), ("callable_raised", boom)):
+        try:
+            _core.graph_capture(fn, ((),), None, stream=1)
+            out[case] = None
+        except Exception as e:
+            out[case] = {"type": type(e).__name__, "msg": str(e),
+                         "notes": getattr(e, "__notes__", []), "capturing": L.fake_capturing()}
+    print(json.dumps(out))
+''')
+
+
+@pytest.mark.parametrize("stuck", [1, -1])
+def test_a_capture_that_failed_to_end_is_ended_again_or_the_error_says_it_is_open(fake_driver,
+                                                                                  stuck):
+    """A failed cuStreamEndCapture was taken to have ended the capture, and the CaptureError said
+    "the stream was restored". The fake's failed end leaves the stream capturing: once (it is
+    asked, ended again and restored, as the error says), or every time (the error no longer
+    claims a restored stream and a note says the stream is unusable)."""
+    out = run_script(CAPTURE_LEFT_OPEN, fake_driver, timeout=60, FAKE_CUDA_END_CAPTURE_ERROR="901",
+                     FAKE_CUDA_END_CAPTURE_STUCK=str(stuck))
+    for case in ("end_failed", "callable_raised"):
+        r = out[case]
+        assert r["type"] == "CaptureError", out
+        open_note = [n for n in r["notes"] if "could not be taken out of capture mode" in n]
+        if stuck == 1:
+            assert r["capturing"] == 0 and "restored" in r["msg"] and not open_note, out
+        else:
+            assert r["capturing"] == 1 and "restored" not in r["msg"] and open_note, out
+
+
 SETTLE_KEEP = textwrap.dedent('''
     import json, os, time
     import numpy as np

@@ -3,7 +3,8 @@
  * PyTorch callables are captured through torch.cuda.graph in Python (its caching allocator must
  * know about the capture); everything else (CuPy, raw launches, CudaKernel) is captured here
  * with cuStreamBeginCapture on the measured stream. Whatever happens inside the callable, the
- * capture is ended before returning, so the stream is never left capturing.
+ * capture is ended before returning; where ending it fails, the stream is asked whether it
+ * still captures and ended again, and the exception says when it could not be.
  */
 #include "cuda_backend.h"
 
@@ -45,6 +46,27 @@ static int count_nodes(PyObject *m, const kb_cuda_api *cu, kb_graph_object *g)
     }
     PyMem_Free(nodes);
     return rc;
+}
+
+/* After a failed cuStreamEndCapture: is the stream out of capture mode? CUDA ends an invalidated
+ * capture in the failing call, but a capture left open would fail every later launch on the
+ * stream, so it is asked (cuStreamIsCapturing) and ended again while it still captures, as the
+ * HIP side does. Codes are not raised: the failure that brought us here is the one reported.
+ * 1 when the stream is still capturing after all that (or cannot say), else 0. */
+static int abandon_capture(const kb_cuda_api *cu, CUstream s)
+{
+    for (int attempt = 0; attempt < 3; attempt++) {
+        CUstreamCaptureStatus st = CU_STREAM_CAPTURE_STATUS_ACTIVE;
+        if (cu->cuStreamIsCapturing(s, &st) == CUDA_SUCCESS && st == CU_STREAM_CAPTURE_STATUS_NONE)
+            return 0;
+        CUgraph g = NULL;
+        (void)cu->cuStreamEndCapture(s, &g);
+        if (g != NULL)
+            cu->cuGraphDestroy(g);
+    }
+    CUstreamCaptureStatus st = CU_STREAM_CAPTURE_STATUS_ACTIVE;
+    return !(cu->cuStreamIsCapturing(s, &st) == CUDA_SUCCESS &&
+             st == CU_STREAM_CAPTURE_STATUS_NONE);
 }
 
 /* graph_capture(fn, arg_sets, kwargs=None, stream=0, device=0, unroll=1) -> CudaGraph
@@ -112,15 +134,22 @@ static PyObject *graph_capture(PyObject *m, PyObject *args, PyObject *kw)
     PyObject *type_e, *value_e, *tb_e;
     PyErr_Fetch(&type_e, &value_e, &tb_e);
     CUresult end = cu->cuStreamEndCapture(s, &g->graph);
-    if (end != CUDA_SUCCESS && g->graph != NULL) {
-        cu->cuGraphDestroy(g->graph);
-        g->graph = NULL;
+    int still_capturing = 0;
+    if (end != CUDA_SUCCESS) {
+        if (g->graph != NULL) {
+            cu->cuGraphDestroy(g->graph);
+            g->graph = NULL;
+        }
+        still_capturing = abandon_capture(cu, s);
     }
     PyErr_Restore(type_e, value_e, tb_e);
     /* Ctrl-C (KeyboardInterrupt), SystemExit and GeneratorExit go on as they are: they are no
      * failure of the capture, and a CaptureError would be caught as one. */
-    if (py_failed && !PyErr_ExceptionMatches(PyExc_Exception))
+    if (py_failed && !PyErr_ExceptionMatches(PyExc_Exception)) {
+        if (still_capturing)
+            goto note_capture;
         goto error;
+    }
     if (py_failed) {
         /* The callable's own error, re-raised as a CaptureError caused by it. */
         PyObject *cause_t, *cause, *cause_tb;
@@ -129,9 +158,10 @@ static PyObject *graph_capture(PyObject *m, PyObject *args, PyObject *kw)
         if (cause_tb != NULL)
             PyException_SetTraceback(cause, cause_tb);
         PyObject *msg = PyUnicode_FromFormat(
-            "the callable raised during CUDA graph capture (%S); the capture was ended and the "
-            "stream restored. Callables that synchronize, allocate or copy to pageable memory "
-            "cannot be captured: use mode='events' or 'cupti'.", cause);
+            "the callable raised during CUDA graph capture (%S); the capture was ended%s. "
+            "Callables that synchronize, allocate or copy to pageable memory cannot be "
+            "captured: use mode='events' or 'cupti'.", cause,
+            still_capturing ? "" : " and the stream restored");
         PyObject *exc = msg ? PyObject_CallOneArg(st->CaptureError, msg) : NULL;
         Py_XDECREF(msg);
         if (exc != NULL) {
@@ -143,7 +173,7 @@ static PyObject *graph_capture(PyObject *m, PyObject *args, PyObject *kw)
         Py_XDECREF(cause_t);
         Py_XDECREF(cause);
         Py_XDECREF(cause_tb);
-        goto error;
+        goto note_capture;
     }
     if (end != CUDA_SUCCESS) {
         const char *ename = NULL;
@@ -151,10 +181,11 @@ static PyObject *graph_capture(PyObject *m, PyObject *args, PyObject *kw)
         PyErr_Format(st->CaptureError,
                      "CUDA graph capture failed: cuStreamEndCapture returned %s. The callable did "
                      "something that is not allowed during capture (a synchronization, a query "
-                     "of the capturing stream, a legacy-stream launch); the stream was restored. "
-                     "Use mode='events' or 'cupti' for this callable.",
-                     ename ? ename : "an error");
-        goto error;
+                     "of the capturing stream, a legacy-stream launch)%s. Use mode='events' or "
+                     "'cupti' for this callable.",
+                     ename ? ename : "an error",
+                     still_capturing ? "" : "; the stream was restored");
+        goto note_capture;
     }
     if (KB_CU(m, cu->cuGraphInstantiateWithFlags(&g->exec, g->graph, 0)) < 0) {
         g->exec = NULL;
@@ -165,6 +196,11 @@ static PyObject *graph_capture(PyObject *m, PyObject *args, PyObject *kw)
     kb_ctx_leave(cu, pushed);
     return (PyObject *)g;
 
+note_capture:
+    if (still_capturing)
+        kb_add_exception_note("the stream could not be taken out of capture mode "
+                              "(cuStreamEndCapture failed again): captures and launches on it "
+                              "will fail; use another stream");
 error:
     Py_XDECREF(g);
     kb_ctx_leave(cu, pushed);

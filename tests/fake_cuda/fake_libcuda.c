@@ -13,6 +13,8 @@
  * load JIT-compiles) made with the GIL held (fake_waits_with_gil: PyGILState_Check of the
  * Python that loaded kbench).
  * FAKE_CUDA_END_CAPTURE_ERROR=<code>: cuStreamEndCapture fails with it (an invalidated capture).
+ * FAKE_CUDA_END_CAPTURE_STUCK=<n>: its first n failures leave the stream capturing (n < 0: all
+ * of them); cuStreamIsCapturing reports whether the stream captures.
  */
 #include <cuda.h>
 #include <dlfcn.h>
@@ -71,7 +73,9 @@ static CUresult gCtxPushCurrent(CUcontext c) { F("cuCtxPushCurrent"); stack[dept
 static CUresult gCtxPopCurrent(CUcontext *c) { if (!depth) return 201; if (c) *c = stack[depth-1]; depth--; return 0; }
 static CUresult gCtxGetDevice(CUdevice *d) { *d = 0; return 0; }
 static CUresult gCtxGetLimit(size_t *v, CUlimit l) { F("cuCtxGetLimit"); *v = 0; return 0; }
-static CUresult gStreamIsCapturing(CUstream s, CUstreamCaptureStatus *st) { *st = CU_STREAM_CAPTURE_STATUS_NONE; return 0; }
+static int capturing;
+int fake_capturing(void) { return capturing; }
+static CUresult gStreamIsCapturing(CUstream s, CUstreamCaptureStatus *st) { *st = capturing ? CU_STREAM_CAPTURE_STATUS_ACTIVE : CU_STREAM_CAPTURE_STATUS_NONE; return 0; }
 static int n_events;
 int fake_events_alive(void) { return n_events; }
 static CUresult gEventCreate(CUevent *e, unsigned f) { F("cuEventCreate"); *e = (CUevent)malloc(8); n_events++; return 0; }
@@ -104,16 +108,19 @@ static CUresult gProfilerStart(void) { F("cuProfilerStart"); n_start++; return 0
 static CUresult gProfilerStop(void) { F("cuProfilerStop"); n_stop++; return 0; }
 static CUresult gLaunchKernel(CUfunction f, unsigned a, unsigned b, unsigned c, unsigned d, unsigned e, unsigned g, unsigned sh, CUstream s, void **p, void **x) { F("cuLaunchKernel"); unwaited++; return 0; }
 static CUresult gMemsetD32Async(CUdeviceptr p, unsigned v, size_t n, CUstream s) { F("cuMemsetD32Async"); unwaited++; return 0; }
-static int capturing;
-int fake_capturing(void) { return capturing; }
 static CUresult gStreamBeginCapture(CUstream s, CUstreamCaptureMode m) { F("cuStreamBeginCapture"); capturing = 1; return 0; }
 static int graph_dummy, exec_dummy, n_graphs, n_execs;
 int fake_graphs_alive(void) { return n_graphs + n_execs; }
 static CUresult gStreamEndCapture(CUstream s, CUgraph *g)
 {
+    static int stuck_so_far;
+    const char *e = getenv("FAKE_CUDA_END_CAPTURE_ERROR"), *k = getenv("FAKE_CUDA_END_CAPTURE_STUCK");
+    if (e) {
+        int n = k ? atoi(k) : 0;
+        if (n < 0 || stuck_so_far < n) stuck_so_far++; else capturing = 0;
+        *g = NULL; return (CUresult)atoi(e);
+    }
     capturing = 0;
-    const char *e = getenv("FAKE_CUDA_END_CAPTURE_ERROR");
-    if (e) { *g = NULL; return (CUresult)atoi(e); }
     *g = (CUgraph)&graph_dummy; n_graphs++; return 0;
 }
 static CUresult gGraphDestroy(CUgraph g) { n_graphs--; return 0; }
