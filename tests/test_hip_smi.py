@@ -72,3 +72,26 @@ def test_rocm_smi_partitions_of_one_gpu_and_a_second_hip_device(fake_dir):
     assert res["1"]["index"] == 1 and "shared by ROCm SMI devices [0, 1]" in \
         res["1"]["matched_by"]
     assert res["current"] == 0
+
+
+def test_rocm_smi_initialized_once_when_two_threads_race_to_it(fake_dir):
+    """rsmi_init runs without the GIL, so two threads' first reads both called it; ROCm SMI
+    counts its inits and kbench shuts down once at module free, so one init stayed open. With
+    a 200 ms init both threads are inside it at once; one init is left open, not two."""
+    res = run_fake(fake_dir, """
+        import threading
+        RSMI = ctypes.CDLL("librocm_smi64.so")
+        go = threading.Barrier(2)
+        snaps = []
+        def read():
+            go.wait()
+            snaps.append(c.rocm_smi_snapshot(0)["sclk_mhz"])
+        ts = [threading.Thread(target=read) for _ in range(2)]
+        for t in ts:
+            t.start()
+        for t in ts:
+            t.join()
+        out["snaps"] = snaps
+        out["open"] = RSMI.kb_fake_rsmi_inits_open()
+    """, KB_FAKE_RSMI_INIT_MS="200")
+    assert res["snaps"] == [2100, 2100] and res["open"] == 1, res

@@ -83,6 +83,13 @@ const kb_rsmi_api *kb_rsmi(PyObject *m)
     Py_END_ALLOW_THREADS
     if (kb_rsmi_check(m, r, "rsmi_init(0)", __FILE__, __LINE__) < 0)
         return NULL;
+    if (g->rsmi_initialized) {
+        /* another thread's init ended first while this one ran without the GIL: ROCm SMI
+         * counts its inits, and module free shuts down once, so give this one back */
+        if (g->rsmi.rsmi_shut_down != NULL)
+            g->rsmi.rsmi_shut_down();
+        return &g->rsmi;
+    }
     g->rsmi_initialized = 1;
     return &g->rsmi;
 }

@@ -7,12 +7,15 @@
  * Knobs: KB_FAKE_RSMI_BUSES=c1,c2,c3  one device per entry, with that PCI bus
  * (rsmi_dev_pci_id_get's BDFID: bus << 8); default one device on bus c1, as hip_fake.c's.
  * KB_FAKE_RSMI_NO_PCI=1, KB_FAKE_RSMI_NO_TEMP=1, KB_FAKE_RSMI_NO_POWER=1: that read fails.
+ * KB_FAKE_RSMI_INIT_MS=<ms>: rsmi_init takes that long. kb_fake_rsmi_inits_open(): inits not
+ * yet matched by a shut-down (ROCm SMI counts them).
  *
  * Build: gcc -shared -fPIC -o librocm_smi64.so rsmi_fake.c
  */
 #include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 
 #define EXPORT __attribute__((visibility("default")))
 #define RSMI_NOT_SUPPORTED 2
@@ -37,8 +40,24 @@ static uint32_t buses(uint64_t *bus)
     return n;
 }
 
-EXPORT unsigned int rsmi_init(uint64_t flags) { return 0; }
-EXPORT unsigned int rsmi_shut_down(void) { return 0; }
+static int inits_open;
+EXPORT int kb_fake_rsmi_inits_open(void) { return __atomic_load_n(&inits_open, __ATOMIC_SEQ_CST); }
+EXPORT unsigned int rsmi_init(uint64_t flags)
+{
+    const char *ms = getenv("KB_FAKE_RSMI_INIT_MS");
+    if (ms != NULL) {
+        long v = atol(ms);
+        struct timespec ts = {v / 1000, (v % 1000) * 1000000L};
+        nanosleep(&ts, NULL);
+    }
+    __atomic_add_fetch(&inits_open, 1, __ATOMIC_SEQ_CST);
+    return 0;
+}
+EXPORT unsigned int rsmi_shut_down(void)
+{
+    __atomic_sub_fetch(&inits_open, 1, __ATOMIC_SEQ_CST);
+    return 0;
+}
 EXPORT unsigned int rsmi_status_string(unsigned int s, const char **str)
 {
     *str = s ? "RSMI_STATUS_NOT_SUPPORTED" : "RSMI_STATUS_SUCCESS";
