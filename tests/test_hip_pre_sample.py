@@ -55,6 +55,27 @@ def test_pre_sample_before_every_replay_untimed(fake_dir):
     assert res["after"] == 3
 
 
+def test_a_fired_watchdog_with_pre_sample_raises_instead_of_running_the_chunk_again(fake_dir):
+    """Re-measuring a chunk the watchdog opened calls pre_sample again on this rank alone: the
+    other ranks' barriers go unmatched (a hang). As measure_cuda does, it raises, and the
+    process stays usable. The fake blocks every launch behind the closed gate."""
+    res = run_fake(fake_dir, """
+        a = np.ones(1024, np.float32)
+        g = c.hip_graph_capture(lambda x: x * 2, ((a,),), None, stream=1)
+        calls = []
+        out["fired"] = err(lambda: c.measure_hip((g,), stream=1, pre_sample=lambda: calls.append(1),
+                                                 gate_timeout_s=0.02, warmup_s=0.0,
+                                                 min_samples=5, max_samples=5))
+        out["calls"] = len(calls)
+        out["after"] = len(c.measure_hip((g,), stream=1, gate=False, warmup_s=0.0,
+                                         min_samples=3, max_samples=3)["samples"])
+    """, KB_FAKE_FULL_QUEUE="1")
+    assert res["fired"]["type"] == "KbenchError", res
+    assert "pre_sample the same number of times" in res["fired"]["msg"]
+    assert "gate_timeout_s=0.02" in res["fired"]["msg"]
+    assert res["calls"] >= 1 and res["after"] == 3
+
+
 def test_distributed_bench_on_hip(fake_dir, tmp_path):
     """kbench.distributed at world 2 (a fake communicator playing rank 1) passes the barrier as
     pre_sample, keep_busy=False and regime='burst': the HIP backend takes all three, and the

@@ -26,6 +26,8 @@ int kb_hip_gate_init(PyObject *m, const kb_hip_api *hip, kb_hip_gate *g, kb_hipS
 void kb_hip_gate_close(const kb_hip_api *hip, kb_hip_gate *g, kb_hipStream_t s, kb_deferred *d);
 /* Release the batch; 1 when the watchdog had released it already (launch gaps were timed). */
 int kb_hip_gate_open(kb_hip_gate *g);
+/* Time the rest ungated (the gate open: after kb_hip_gate_open), why_not saying why. */
+void kb_hip_gate_give_up(kb_hip_gate *g, const char *why);
 void kb_hip_gate_fini(const kb_hip_api *hip, kb_hip_gate *g);
 
 /* measure_hip's options (hip_options.c), checked as measure_cuda's are. */

@@ -101,6 +101,11 @@ int kb_hip_gate_open(kb_hip_gate *g)
     return kb_watchdog_open(&g->wd);
 }
 
+void kb_hip_gate_give_up(kb_hip_gate *g, const char *why)
+{
+    disable(g, why);
+}
+
 void kb_hip_gate_fini(const kb_hip_api *hip, kb_hip_gate *g)
 {
     kb_watchdog_stop(&g->wd);

@@ -13,6 +13,7 @@
  */
 #include "hip_backend.h"
 
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -114,6 +115,40 @@ static int run_chunk(hip_ctx *c, Py_ssize_t k, double *out, int *fired, int warm
     return 0;
 }
 
+/* A single replay's chunk fired this often: the runtime blocks in the launch itself. */
+#define KB_HIP_FIRED_KEPT_MAX 3
+
+/* The watchdog opened the gate of a chunk of k replays: 1 to re-measure it smaller, 0 to keep
+ * it, -1 with pre_sample (multi-rank timing), which this rank cannot run again alone. */
+static int on_watchdog(hip_ctx *c, Py_ssize_t k)
+{
+    c->fired++;
+    if (c->pre_sample != NULL) {
+        /* every rank must call pre_sample the same number of times: one more round here
+         * leaves the others' collectives unmatched, as in measure_cuda */
+        char timeout[32];           /* PyErr_Format has no %f */
+        snprintf(timeout, sizeof timeout, "%.2f", c->gate_timeout_s);
+        PyErr_Format(kb_get_state(c->m)->KbenchError,
+                     "the gate's watchdog (gate_timeout_s=%s) opened a chunk of %zd replays "
+                     "before the host had queued it; with pre_sample (multi-rank timing) "
+                     "kbench cannot run it again on this rank alone, since every rank must call "
+                     "pre_sample the same number of times. Give a larger gate_timeout_s or a "
+                     "smaller gate_batch (the same on every rank)", timeout, k);
+        return -1;
+    }
+    if (k > 1) {                    /* launch gaps may be in these samples: smaller, again */
+        c->chunk = k / 2 > 0 ? k / 2 : 1;
+        return 1;
+    }
+    /* A one-replay sample holds no launch gap: kept. But each such chunk waited the whole
+     * timeout; a runtime that blocks in hipGraphLaunch behind the gate does so every time */
+    if (++c->fired_kept >= KB_HIP_FIRED_KEPT_MAX)
+        kb_hip_gate_give_up(&c->gate, "the watchdog opened single-replay chunks 3 times (the "
+                                      "runtime blocks in the launch behind the gate): the rest "
+                                      "was timed ungated");
+    return 0;
+}
+
 static int hip_run_batch(kb_backend *b, Py_ssize_t n, double *out, int warmup)
 {
     hip_ctx *c = b->ctx;
@@ -128,14 +163,11 @@ static int hip_run_batch(kb_backend *b, Py_ssize_t n, double *out, int warmup)
             return -1;
         if (PyErr_CheckSignals() < 0)
             return -1;
-        if (fired) {
-            c->fired++;
-            if (k > 1) {            /* launch gaps may be in these samples: smaller, again */
-                c->chunk = k / 2 > 0 ? k / 2 : 1;
-                continue;
-            }
-            c->fired_kept++;
-        }
+        int again = fired ? on_watchdog(c, k) : 0;
+        if (again < 0)
+            return -1;
+        if (again)
+            continue;
         i += k;
     }
     return 0;
