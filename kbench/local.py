@@ -654,17 +654,30 @@ def _metadata(device_name: str, r: Result, extra: Dict[str, Any]) -> Dict[str, A
     import os
     import time
     cwd = os.getcwd()
-    if cwd not in _host_md_cache:
+    fresh = cwd not in _host_md_cache
+    if fresh:
         try:
             from .metadata import collect_host_metadata
             _host_md_cache[cwd] = collect_host_metadata()
         except Exception as e:      # metadata must never lose a measurement
             _host_md_cache[cwd] = {"error": f"{type(e).__name__}: {e}"}
     md = dict(_host_md_cache[cwd])
+    md["timestamp_utc"] = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())
+    if not fresh or "error" in md:
+        _refresh_per_result(md, cwd)
+    md["host_timer"] = _host_timer()
+    md["kbench_core_cuda"] = bool(_core.HAVE_CUDA)
+    if "device" in extra:
+        md["gpu"] = extra.pop("device")
+    return md
+
+
+def _refresh_per_result(md: Dict[str, Any], cwd: str) -> None:
+    """The fields a cached host record re-reads for each result (collect_host_metadata has
+    just read them for the first)."""
     if "git" in md:     # re-read as the harness's is (5 s): an edit made mid-session shows
         from .provenance import git_cached
         md["git"] = git_cached(cwd)
-    md["timestamp_utc"] = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())
     try:
         from .metadata import (command_line, framework_info, gpu_libraries,
                                interpreter_command, logical_cores, relevant_env)
@@ -676,8 +689,3 @@ def _metadata(device_name: str, r: Result, extra: Dict[str, Any]) -> Dict[str, A
         md["cpu_affinity"] = logical_cores()["affinity"]
     except Exception as e:          # metadata must never lose a measurement
         md["error"] = f"{type(e).__name__}: {e}"
-    md["host_timer"] = _host_timer()
-    md["kbench_core_cuda"] = bool(_core.HAVE_CUDA)
-    if "device" in extra:
-        md["gpu"] = extra.pop("device")
-    return md

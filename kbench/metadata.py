@@ -427,7 +427,11 @@ def collect_host_metadata() -> dict:
     meta["kbench_version"] = package_version("kbench")
     meta["frameworks"] = framework_info()
     meta["gpu_libraries"] = gpu_libraries()
-    meta["git"] = git_info()
+    from .provenance import git_cached     # shared with the harness record: one `git status`
+    try:
+        meta["git"] = git_cached(os.getcwd())
+    except OSError:                         # the working directory was removed
+        meta["git"] = git_info()
     meta["argv"] = command_line()
     meta.update(interpreter_command())
     try:

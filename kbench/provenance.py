@@ -29,7 +29,7 @@ from typing import Any, Dict, Iterator, List, Optional, Tuple
 
 _PKG_DIR = os.path.dirname(os.path.abspath(__file__))
 _md5_cache: Dict[Tuple[str, int, int], str] = {}
-_git_cache: Dict[Tuple[str, bool], Tuple[float, Any]] = {}
+_git_cache: Dict[Tuple[str, bool, str], Tuple[float, Any]] = {}
 GIT_CACHE_S = 5.0       # a sweep's cases share one `git status`; an edit shows within seconds
 
 
@@ -56,11 +56,12 @@ def md5_file(path: str) -> Optional[str]:
 def git_cached(directory: str, project: bool = True) -> Any:
     """metadata.git_info(directory, project=project), re-read at most every GIT_CACHE_S."""
     now = time.monotonic()
-    hit = _git_cache.get((directory, project))
+    key = (directory, project, os.environ.get("KBENCH_GIT_COMMIT", ""))   # git_info reads it
+    hit = _git_cache.get(key)
     if hit is None or now - hit[0] > GIT_CACHE_S:
         from .metadata import git_info
         hit = (now, git_info(directory, project=project))
-        _git_cache[(directory, project)] = hit
+        _git_cache[key] = hit
     return hit[1]
 
 

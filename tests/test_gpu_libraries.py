@@ -127,3 +127,39 @@ def test_a_torch_gpu_result_names_its_cublas_cudnn_and_driver_build():
         assert libs["cudnn"]["version"] == \
             f"{cudnn // base}.{cudnn % base // 100}.{cudnn % 100}"
     assert re.fullmatch(r"\d+\.\d+(\.\d+)?", r.metadata["gpu"]["nvml_driver_version"])
+
+
+def test_the_first_result_reads_git_and_the_libraries_once():
+    """The first result of a process collected the host record (git, the libraries, the
+    environment) and then re-read the per-result fields at once, and the host record ran its
+    own `git status` beside the harness record's: git ran three times (13 ms each on the CI VM)
+    and the maps were parsed twice. Later results re-read the libraries, and git only after
+    GIT_CACHE_S."""
+    script = textwrap.dedent("""
+        import json
+        import numpy as np, kbench
+        from kbench import metadata
+        calls = {"git": 0, "libs": 0}
+        def counted(name, f):
+            def g(*a, **k):
+                calls[name] += 1
+                return f(*a, **k)
+            return g
+        metadata.git_info = counted("git", metadata.git_info)
+        metadata.gpu_libraries = counted("libs", metadata.gpu_libraries)
+        a = np.ones(256)
+        seen, keys = [], []
+        for _ in range(2):
+            r = kbench.bench(np.sum, a, max_time_s=0.05, min_samples=3, memory=False)
+            seen.append(dict(calls))
+            keys.append(sorted(r.metadata))
+        print(json.dumps({"seen": seen, "same_keys": keys[0] == keys[1]}))
+    """)
+    p = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True,
+                       timeout=120)
+    assert p.returncode == 0, p.stderr
+    out = json.loads(p.stdout.strip().splitlines()[-1])
+    # git: kbench's own checkout and the working directory's, each once (the harness record
+    # and the host record share the second)
+    assert out["seen"] == [{"git": 2, "libs": 1}, {"git": 2, "libs": 2}], out
+    assert out["same_keys"]
