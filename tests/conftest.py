@@ -63,16 +63,28 @@ def pytest_collection_modifyitems(config, items):
         item.add_marker(skip)
 
 
-def _interrupt_child(proc, wait_ready, timeout_s=30.0):
+def _cpu_s(pid):
+    """CPU seconds (user + system, all threads) a process has run: /proc/<pid>/stat, in ticks."""
+    import os
+    with open(f"/proc/{pid}/stat") as f:
+        fields = f.read().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
+def _interrupt_child(proc, wait_ready, timeout_s=30.0, cpu=False):
     """SIGINT to a child process alone, once wait_ready() returned; then its output and the
     seconds from the signal to the KeyboardInterrupt it reported on a line "KI <monotonic>"
-    (CLOCK_MONOTONIC, shared by both processes). The child is killed whatever happens."""
+    (CLOCK_MONOTONIC, shared by both processes). The child is killed whatever happens.
+    cpu=True: the child's line is "KI <monotonic> <time.process_time()>", and the CPU seconds
+    the child ran between the signal and it come fourth: the work it did before stopping,
+    which a loaded host's scheduler does not stretch as it stretches the wall time."""
     import os
     import signal
     import subprocess
     import time
     try:
         wait_ready()
+        cpu_sent = _cpu_s(proc.pid) if cpu else None
         sent = time.monotonic()
         os.kill(proc.pid, signal.SIGINT)
         try:
@@ -88,6 +100,8 @@ def _interrupt_child(proc, wait_ready, timeout_s=30.0):
     assert proc.returncode == 0, f"child failed:\n{out}\n{err}"
     ki = [ln for ln in out.splitlines() if ln.startswith("KI ")]
     assert ki, f"the child ended without KeyboardInterrupt:\n{out}\n{err}"
+    if cpu:
+        return out, err, float(ki[0].split()[1]) - sent, float(ki[0].split()[2]) - cpu_sent
     return out, err, float(ki[0].split()[1]) - sent
 
 

@@ -176,13 +176,16 @@ def test_profile_mode_runs_each_arm_once_and_gives_no_verdict(how, monkeypatch):
     else:
         monkeypatch.delenv("KBENCH_PROFILE", raising=False)
         opts = {"profile": True}
-    r = ab({"a": arm("a"), "b": arm("b")}, trials=6, **FAST, **opts)
+    # the warm-up's call cap, not its time, ends it: a 0.01 s warm-up made 480 calls of one arm
+    # and 1000 of the other beside CPU hogs
+    from kbench.profile import WARMUP_MAX_CALLS
+    r = ab({"a": arm("a"), "b": arm("b")}, trials=6, **dict(FAST, warmup_s=60.0), **opts)
     assert r.profile and len(r.trials) == 1 and r.orders == [["a", "b"]]
     assert all(t.stop["stop"] == "profile" for t in r.trials[0].values())
     assert r.verdict == "no verdict: profile run, not timed"
     assert r.comparisons[0].deltas == []
     # warm-up calls plus the one profiled call, once per arm: not six trials' worth
-    assert 3 <= calls["a"] == calls["b"] <= 1001
+    assert calls["a"] == calls["b"] == WARMUP_MAX_CALLS + 1
     text = repr(r)
     assert "profile run" in text and "not timed; no verdict" in text
     assert "profile run" in r._repr_html_()

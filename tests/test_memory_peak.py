@@ -98,15 +98,21 @@ def test_without_clear_refs_the_figure_is_unavailable_with_the_reason(monkeypatc
 
 
 def test_driver_free_memory_is_polled_during_the_call_as_a_lower_bound():
-    state = {"free": 10_000 * MB}
+    import threading
+    state = {"free": 10_000 * MB, "held": False}
+    polled_while_held = threading.Event()
 
     def mem_info(ordinal):
+        if state["held"]:
+            polled_while_held.set()
         return state["free"], 20_000 * MB
 
     def call():
         state["free"] -= 300 * MB      # a workspace, polled while it is held ...
-        import time
-        time.sleep(0.02)
+        state["held"] = True
+        # held until a poll saw it, not for a fixed 20 ms a loaded host's poller could miss
+        polled_while_held.wait(30)
+        state["held"] = False
         state["free"] += 200 * MB      # ... then freed; 100 MB stay (the output)
         return "out"
 
