@@ -420,6 +420,11 @@ typedef struct {
                                  * begun 0.52-0.59 s after a capped bf16 GEMM, continuing its
                                  * time, read their first second of sampling 1.0% fast, 14 of
                                  * 14 runs; begun 0.02-0.08 s after, they read with the rest) */
+    int end_vs_carry;           /* 1 (a load's end judged again, kb_cuda_record_carry): a load that
+                                 * continued a capped one with fewer than two windows of its own
+                                 * readings is settled when its last window's median SM clock is
+                                 * the carried clock's (rel_tol, >= 15 MHz), still limited, the
+                                 * averaged power at the instantaneous. 0 by default */
 } kb_settle_rule;
 #define KB_SETTLE_RULE_DEFAULT {.window_s = 0.25, .rel_tol = 0.02, .min_load_s = 0.3,          \
                                 .avg_window_s = 1.0, .power_tol = 0.05, .headroom = 0.8,       \

@@ -303,6 +303,9 @@ void kb_cuda_record_carry(cuda_ctx *c)
              * unlimited load's verdict stands (its windows disagree on a real transient). */
             kb_settle_rule held = rule;
             held.window_s = rule.avg_window_s;
+            /* a bench that continued a capped load may have under two such windows of its own
+             * readings: its last one is held against the clock it continued */
+            held.end_vs_carry = 1;
             double held_median = NAN;
             int held_by = KB_SETTLED_BY_RULE;
             if (kb_nvml_sampler_settled(c->sampler, &held, c->load_start_s, carry, &held_median,
