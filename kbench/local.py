@@ -676,7 +676,7 @@ def _refresh_per_result(md: Dict[str, Any], cwd: str) -> None:
     """The fields a cached host record re-reads for each result (collect_host_metadata has
     just read them for the first)."""
     if "git" in md:     # re-read as the harness's is (5 s): an edit made mid-session shows
-        from .provenance import git_cached
+        from .metadata import git_cached
         md["git"] = git_cached(cwd)
     try:
         from .metadata import (command_line, framework_info, gpu_libraries,

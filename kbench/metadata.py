@@ -138,6 +138,23 @@ def package_version(name: str) -> str:
     return str(getattr(module, "__version__", UNKNOWN)) if module is not None else UNKNOWN
 
 
+_git_cache: dict = {}   # (directory, project, KBENCH_GIT_COMMIT) -> (monotonic time, git_info)
+GIT_CACHE_S = 5.0       # a sweep's cases share one `git status`; an edit shows within seconds
+
+
+def git_cached(directory: str, project: bool = True) -> dict | None:
+    """git_info(directory, project=project), re-read at most every GIT_CACHE_S: the harness
+    record and the host record of one result share one `git status`."""
+    import time
+    now = time.monotonic()
+    key = (directory, project, os.environ.get("KBENCH_GIT_COMMIT", ""))   # git_info reads it
+    hit = _git_cache.get(key)
+    if hit is None or now - hit[0] > GIT_CACHE_S:
+        hit = (now, git_info(directory, project=project))
+        _git_cache[key] = hit
+    return hit[1]
+
+
 def git_info(cwd: str | None = None, timeout: float = 2.0, project: bool = True) -> dict | None:
     """{"commit": sha, "dirty": bool} of the git work tree around ``cwd`` (default: the current
     directory); None when it is not in one, git is missing, or `git rev-parse` is too slow; a
@@ -427,7 +444,6 @@ def collect_host_metadata() -> dict:
     meta["kbench_version"] = package_version("kbench")
     meta["frameworks"] = framework_info()
     meta["gpu_libraries"] = gpu_libraries()
-    from .provenance import git_cached     # shared with the harness record: one `git status`
     try:
         meta["git"] = git_cached(os.getcwd())
     except OSError:                         # the working directory was removed

@@ -24,13 +24,12 @@ import contextlib
 import hashlib
 import os
 import sys
-import time
 from typing import Any, Dict, Iterator, List, Optional, Tuple
+
+from .metadata import git_cached
 
 _PKG_DIR = os.path.dirname(os.path.abspath(__file__))
 _md5_cache: Dict[Tuple[str, int, int], str] = {}
-_git_cache: Dict[Tuple[str, bool, str], Tuple[float, Any]] = {}
-GIT_CACHE_S = 5.0       # a sweep's cases share one `git status`; an edit shows within seconds
 
 
 def md5_text(text: str) -> str:
@@ -51,18 +50,6 @@ def md5_file(path: str) -> Optional[str]:
         return _md5_cache[key]
     except OSError:
         return None
-
-
-def git_cached(directory: str, project: bool = True) -> Any:
-    """metadata.git_info(directory, project=project), re-read at most every GIT_CACHE_S."""
-    now = time.monotonic()
-    key = (directory, project, os.environ.get("KBENCH_GIT_COMMIT", ""))   # git_info reads it
-    hit = _git_cache.get(key)
-    if hit is None or now - hit[0] > GIT_CACHE_S:
-        from .metadata import git_info
-        hit = (now, git_info(directory, project=project))
-        _git_cache[key] = hit
-    return hit[1]
 
 
 # The standard library's process-pool machinery: in sweep(isolate=True)'s spawned worker it is

@@ -14,7 +14,7 @@ import numpy as np
 import pytest
 
 import kbench
-from kbench import provenance
+from kbench import metadata, provenance
 from kbench.cli import main as cli_main
 from kbench.result import Result
 
@@ -152,7 +152,7 @@ def test_the_results_git_state_follows_an_edit_made_mid_session(tmp_path, monkey
                  ["-c", "user.email=a@b", "-c", "user.name=a", "commit", "-qm", "k"]):
         subprocess.run(["git", *args], cwd=repo, check=True)
     monkeypatch.chdir(repo)
-    monkeypatch.setattr(provenance, "GIT_CACHE_S", 0.0)
+    monkeypatch.setattr(metadata, "GIT_CACHE_S", 0.0)
     opts = dict(cold_cache=None, warmup_s=0.0, max_time_s=0.02, memory=False)
     assert kbench.bench(abs, -1, **opts).metadata["git"]["dirty"] is False
     (repo / "k.py").write_text("x = 2\n")
@@ -194,7 +194,7 @@ def test_kbench_git_commit_names_the_projects_commit_not_kbenchs(tmp_path, monke
     repo = tmp_path / "repo"
     head = _git_repo(repo)
     monkeypatch.setenv("KBENCH_GIT_COMMIT", "deadbeef")
-    monkeypatch.setattr(provenance, "GIT_CACHE_S", 0.0)
+    monkeypatch.setattr(metadata, "GIT_CACHE_S", 0.0)
     assert metadata.git_info(str(repo))["commit"] == "deadbeef"
     assert metadata.git_info(str(repo), project=False)["commit"] == head
     r = kbench.bench(scale, np.ones(4), **QUICK)

@@ -69,6 +69,32 @@ static int abandon_capture(const kb_cuda_api *cu, CUstream s)
              st == CU_STREAM_CAPTURE_STATUS_NONE);
 }
 
+/* The callable's own error (pending), re-raised as a CaptureError caused by it. */
+static void raise_from_callable(kb_state *st, int still_capturing)
+{
+    PyObject *cause_t, *cause, *cause_tb;
+    PyErr_Fetch(&cause_t, &cause, &cause_tb);
+    PyErr_NormalizeException(&cause_t, &cause, &cause_tb);
+    if (cause_tb != NULL)
+        PyException_SetTraceback(cause, cause_tb);
+    PyObject *msg = PyUnicode_FromFormat(
+        "the callable raised during CUDA graph capture (%S); the capture was ended%s. "
+        "Callables that synchronize, allocate or copy to pageable memory cannot be "
+        "captured: use mode='events' or 'cupti'.", cause,
+        still_capturing ? "" : " and the stream restored");
+    PyObject *exc = msg ? PyObject_CallOneArg(st->CaptureError, msg) : NULL;
+    Py_XDECREF(msg);
+    if (exc != NULL) {
+        PyException_SetCause(exc, cause);   /* steals cause */
+        cause = NULL;
+        PyErr_SetObject(st->CaptureError, exc);
+        Py_DECREF(exc);
+    }
+    Py_XDECREF(cause_t);
+    Py_XDECREF(cause);
+    Py_XDECREF(cause_tb);
+}
+
 /* graph_capture(fn, arg_sets, kwargs=None, stream=0, device=0, unroll=1) -> CudaGraph
  * Captures `unroll` calls fn(*arg_sets[u % len(arg_sets)], **kwargs). */
 static PyObject *graph_capture(PyObject *m, PyObject *args, PyObject *kw)
@@ -151,28 +177,7 @@ static PyObject *graph_capture(PyObject *m, PyObject *args, PyObject *kw)
         goto error;
     }
     if (py_failed) {
-        /* The callable's own error, re-raised as a CaptureError caused by it. */
-        PyObject *cause_t, *cause, *cause_tb;
-        PyErr_Fetch(&cause_t, &cause, &cause_tb);
-        PyErr_NormalizeException(&cause_t, &cause, &cause_tb);
-        if (cause_tb != NULL)
-            PyException_SetTraceback(cause, cause_tb);
-        PyObject *msg = PyUnicode_FromFormat(
-            "the callable raised during CUDA graph capture (%S); the capture was ended%s. "
-            "Callables that synchronize, allocate or copy to pageable memory cannot be "
-            "captured: use mode='events' or 'cupti'.", cause,
-            still_capturing ? "" : " and the stream restored");
-        PyObject *exc = msg ? PyObject_CallOneArg(st->CaptureError, msg) : NULL;
-        Py_XDECREF(msg);
-        if (exc != NULL) {
-            PyException_SetCause(exc, cause);   /* steals cause */
-            cause = NULL;
-            PyErr_SetObject(st->CaptureError, exc);
-            Py_DECREF(exc);
-        }
-        Py_XDECREF(cause_t);
-        Py_XDECREF(cause);
-        Py_XDECREF(cause_tb);
+        raise_from_callable(st, still_capturing);
         goto note_capture;
     }
     if (end != CUDA_SUCCESS) {
