@@ -90,7 +90,9 @@ def test_a_load_that_a_limit_reaches_only_once_timed_settles_again():
     # (~0.5 ms on the H200; the adds take under 20 us)
     assert settle["min_sampling_s"] == 1.0 and r.stop["sampling_s"] >= 1.0
     assert r.samples.min() > 100e-6
-    assert reg["held"] is True, reg["why"]
+    # settling again is asked about every 0.1 s, not once a sampling batch sized for the adds
+    # (~1 s of GEMMs: asked so rarely, one GPU's GEMM missed its two windows' agreement by 4 s)
+    assert reg["held"] is True, (reg["why"], settle)
     assert "settled again under the limit" in str(r) and "of sampling dropped" in str(r)
 
 

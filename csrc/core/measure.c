@@ -323,6 +323,12 @@ static int reserve(kb_loop_result *res, Py_ssize_t need)
  * this long, each compared with the one before. */
 #define KB_WARM_WINDOW_MIN 5
 #define KB_WARM_WINDOW_S 0.005
+/* Settling again, a batch of the sampling's size takes at most this long: the backend's clock
+ * readings refresh about this often (NVML: 0.1 s), so asking it more often sees nothing new,
+ * and less often delays its verdict. A sampling batch sized for a faster load ran ~1 s once a
+ * 40x slower one took over (light adds, then a capped GEMM), and a capped load's two clock
+ * windows, asked once a second, missed their agreement past settle_max_s. */
+#define KB_RESETTLE_BATCH_S 0.1
 
 /* The fastest call of a window: interference (preemption, another process) only adds time,
  * so a window's minimum is its cost without it. A window's median moved with a loaded machine:
@@ -368,10 +374,12 @@ static int keep_tentative(kb_backend *b, Py_ssize_t max_keep, kb_loop_result *re
  * With a backend's settled_keep, the batches run while keep_warming says "more" are timed as
  * samples, and those it keeps open the sampling (res->n, from *kept_from_s).
  * resettle_batch > 0: the backend's resettle said the device left its settled state while
- * sampling; the loop's own rule is behind it, and the batches stay the sampling's size (the
- * duty cycle that left the state is the one to settle in). res->warmup_s adds this time. */
+ * sampling, at resettle_pace_s a call; the loop's own rule is behind it, and the batches stay
+ * the sampling's size (the duty cycle that left the state is the one to settle in), but no
+ * longer than KB_RESETTLE_BATCH_S. res->warmup_s adds this time. */
 static int warm_up(kb_backend *b, const kb_loop_config *cfg, kb_loop_result *res,
-                   Py_ssize_t resettle_batch, double *per_call_out, double *kept_from_s)
+                   Py_ssize_t resettle_batch, double resettle_pace_s, double *per_call_out,
+                   double *kept_from_s)
 {
     int again = resettle_batch > 0;
     int judge = b->warmup_timed && cfg->warmup_tol > 0 && cfg->warmup_s > 0 && !again;
@@ -381,7 +389,7 @@ static int warm_up(kb_backend *b, const kb_loop_config *cfg, kb_loop_result *res
     double *scratch = NULL;
     double t_start = kb_now_s();
     int settling = 0;   /* past the loop's own rule, warming on until the backend settles */
-    double per_call = 0.0, last_min = -1.0;
+    double per_call = again ? resettle_pace_s : 0.0, last_min = -1.0;
     double agreed_s = 0.0;  /* with ranks: the slowest rank's warm-up time at the last batch */
     for (;;) {
         /* With ranks, every decision reads agreed values only (see ranks.c). */
@@ -406,6 +414,8 @@ static int warm_up(kb_backend *b, const kb_loop_config *cfg, kb_loop_result *res
             settling = 1;
             if (!again && per_call > 0 && (double)batch * per_call > 0.02)
                 batch = (Py_ssize_t)(0.02 / per_call) + 1;
+            if (again && per_call > 0 && (double)resettle_batch * per_call > KB_RESETTLE_BATCH_S)
+                batch = (Py_ssize_t)(KB_RESETTLE_BATCH_S / per_call) + 1;
         }
         if (batch > scratch_cap) {
             double *p = realloc(scratch, (size_t)batch * sizeof(double));
@@ -538,7 +548,8 @@ static int begin_sampling(const kb_backend *b, const kb_loop_config *cfg, kb_cri
  * state it settled in. If so, the samples so far are dropped, the load settles again (warm_up,
  * in batches of k) and sampling begins anew: 1; 0 where it held; -1 with an exception. */
 static int settle_again(kb_backend *b, const kb_loop_config *cfg, kb_criterion *crit,
-                        kb_loop_result *res, Py_ssize_t k, double *t0, Py_ssize_t *next_check)
+                        kb_loop_result *res, Py_ssize_t k, double batch_s, double *t0,
+                        Py_ssize_t *next_check)
 {
     if (b->resettle == NULL || cfg->ranks != NULL || res->resettled)
         return 0;
@@ -553,7 +564,7 @@ static int settle_again(kb_backend *b, const kb_loop_config *cfg, kb_criterion *
     res->warmup_s += res->resettle_sampled_s - res->overlap_s;
     res->n = 0;
     kb_criterion_reset(crit);  /* its samples are gone: what it consumed must not count */
-    if (warm_up(b, cfg, res, k, &per_call, &kept_from_s) < 0)
+    if (warm_up(b, cfg, res, k, batch_s / (double)k, &per_call, &kept_from_s) < 0)
         return -1;
     return begin_sampling(b, cfg, crit, res, kept_from_s, t0, next_check) < 0 ? -1 : 1;
 }
@@ -569,7 +580,7 @@ int kb_loop_run(kb_backend *b, const kb_loop_config *cfg, kb_loop_result *res)
     if (kb_criterion_init(&crit, cfg->criterion, cfg->target, cfg->ci_level) < 0)
         return -1;
     double warm_per_call = 0.0, kept_from_s = NAN;
-    if (warm_up(b, cfg, res, 0, &warm_per_call, &kept_from_s) < 0)
+    if (warm_up(b, cfg, res, 0, 0.0, &warm_per_call, &kept_from_s) < 0)
         goto error;
 
     /* Sampling. The rule is checked when the count has grown by ~1/16 since the last check,
@@ -611,8 +622,10 @@ int kb_loop_run(kb_backend *b, const kb_loop_config *cfg, kb_loop_result *res)
         }
         if (reserve(res, res->n + k) < 0)
             goto error;
+        double batch_start = kb_now_s();
         if (b->run_batch(b, k, res->samples + res->n, 0) < 0 || PyErr_CheckSignals() < 0)
             goto error;
+        double batch_s = kb_now_s() - batch_start;
         /* With ranks: the batch's per-sample maxima, the slowest rank's elapsed time, the
          * coarsest timer step and the longest sampling floor (a backend may raise its own
          * while sampling: the stepped floor of a rank whose figure is under 2 us), so every
@@ -623,7 +636,7 @@ int kb_loop_run(kb_backend *b, const kb_loop_config *cfg, kb_loop_result *res)
             goto error;
         b->min_sampling_s = agreed[2];
         res->n += k;
-        int again = settle_again(b, cfg, &crit, res, k, &t0, &next_check);
+        int again = settle_again(b, cfg, &crit, res, k, batch_s, &t0, &next_check);
         if (again < 0)
             goto error;
         if (again)
