@@ -523,10 +523,14 @@ def test_load_cached_peaks_ignores_garbage(cache_dir):
     path = peaks.peaks_cache_path()
     with open(path, "w") as f:
         f.write("{not json")
-    assert peaks.load_cached_peaks() is None
+    # ignored, and said so once, naming the file and why
+    with pytest.warns(peaks.PeaksCacheWarning, match="not JSON") as w:
+        assert peaks.load_cached_peaks() is None
+    assert path in str(w[0].message)
     with open(path, "w") as f:
         json.dump({"schema": 999}, f)
-    assert peaks.load_cached_peaks() is None
+    with pytest.warns(peaks.PeaksCacheWarning, match="schema 999, expected"):
+        assert peaks.load_cached_peaks() is None
 
 
 def test_cache_path_sanitizes_hostname(cache_dir):
