@@ -194,6 +194,63 @@ def test_settling_again_asks_the_backend_at_least_every_tenth_of_a_second():
     assert len(second) >= 4          # 0.4 s of settling asked about every 0.1 s
 
 
+def test_sampling_anew_after_a_resettle_starts_from_a_first_batch():
+    """Sampling after the second settle kept the batch size the old sampling had grown to. On
+    the host that size grows on the fast calls far past the n/16 a batch runs (the rule's next
+    check cuts it), and at n = 0 neither min_samples nor the floor cut it: a load 1000x slower
+    from the resettle on ran one first batch of 4096 1 ms calls, 4.6 s against a 0.5 s cap,
+    before the rule was first asked (a fresh sampling of it stops at 129 samples, 0.14 s)."""
+    draw = random.Random(2).random
+    state = {"slow": False, "second": False, "asked": 0}
+
+    def fn():
+        if state["slow"]:
+            end = time.perf_counter() + 1e-3 * (1.0 + 0.2 * draw())
+            while time.perf_counter() < end:
+                pass
+
+    def keep_warming(elapsed_s):
+        return elapsed_s < (0.05 if state["second"] else 0.02), 0.0
+
+    def resettle():
+        # the 15th batch: ~21 samples, where the rule (128 at least) cannot have stopped, and
+        # the batch the fast calls grew to is thousands
+        state["asked"] += 1
+        if state["asked"] == 15:
+            state["slow"] = state["second"] = True
+            return True
+        return False
+
+    r = _core.measure_host(fn, ((),), None, warmup_s=0.01, min_samples=10, target=0.5,
+                           max_samples=2000, max_time_s=10.0, _keep_warming=keep_warming,
+                           _resettle=resettle)
+    assert state["asked"] == 15 and r["resettle_dropped"] > 0
+    # asked from min_samples on, every 1/16: the rule stops soon after its 128 (before: one
+    # batch of all 2000, the rule first asked on them)
+    assert r["stop"] == "precision" and len(r["samples"]) < 400, (r["stop"], len(r["samples"]))
+
+
+def test_a_resettle_moves_the_dropped_samplings_flushes_to_the_warm_up():
+    """cold='flush': flush_s is the flushes' time inside sampling_s, flush_warmup_s inside
+    warmup_s. A resettle moves the dropped sampling's time into warmup_s, and its flushes kept
+    counting as the sampling's: flush_s 0.033-0.051 s of a 0.020-0.038 s sampling (~85
+    dropped, 129 kept). The host's resettle is a test hook; a backend drops its own records
+    of the samples so far when it says 1 (kb_backend.resettle)."""
+    state = {"asked": 0}
+
+    def resettle():
+        state["asked"] += 1
+        return state["asked"] == 45
+
+    r = _core.measure_host(lambda: None, ((),), None, cold="flush", flush_bytes=8 << 20,
+                           warmup_s=0.01, min_samples=10, target=0.5, max_time_s=60.0,
+                           _keep_warming=lambda e: (e < 0.02, 0.0), _resettle=resettle)
+    assert state["asked"] == 45 and r["resettle_dropped"] >= 40
+    cold = r["cold"]
+    assert cold["flush_s"] <= r["sampling_s"], (cold, r["sampling_s"])
+    assert cold["flush_warmup_s"] <= r["warmup_s"], (cold, r["warmup_s"])
+
+
 def test_a_broken_resettle_hook_raises_and_the_loop_stops():
     with pytest.raises(ZeroDivisionError):
         _core.measure_host(sleeper, ((),), None, warmup_s=0.01, min_samples=5,

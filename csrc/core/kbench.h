@@ -285,7 +285,7 @@ struct kb_backend {
      * states), after the backend has dropped its own records of the samples so far; 0 when it
      * holds; -1 with an exception. On 1 the loop drops its samples, settles again on the same
      * load (keep_warming, in batches of the sampling's size, so the load keeps the duty cycle
-     * that left the state) and samples anew. Once a measurement. */
+     * that left the state) and samples anew, from a first batch. Once a measurement. */
     int (*resettle)(kb_backend *b);
 };
 enum { KB_BATCH_SAMPLE = 0, KB_BATCH_WARMUP = 1, KB_BATCH_TENTATIVE = 2 };

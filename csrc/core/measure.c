@@ -510,6 +510,16 @@ static Py_ssize_t floor_fit(const kb_backend *b, Py_ssize_t n, double elapsed, P
     return fit < 1 ? 1 : fit < (double)k ? (Py_ssize_t)fit : k;
 }
 
+/* The sampling's first batch: 1 call, or with a backend's min_batch_s that long at per_call,
+ * the pace of the warm-up's (or the second settle's) last batch. */
+static Py_ssize_t first_batch(const kb_backend *b, const kb_loop_config *cfg, double per_call)
+{
+    if (!(b->min_batch_s > 0) || !(per_call > 0))
+        return 1;
+    double want = floor(b->min_batch_s / per_call);
+    return want < 1 ? 1 : want > (double)cfg->batch_max ? cfg->batch_max : (Py_ssize_t)want;
+}
+
 /* Sampling begins now, or where the samples kept from the settle began (res->n of them, from
  * kept_from_s): *t0 is its start, and the stop rule is asked at once of those samples (the
  * floor and min_samples permitting), which may already meet it. */
@@ -546,17 +556,18 @@ static int begin_sampling(const kb_backend *b, const kb_loop_config *cfg, kb_cri
 
 /* After a sampling batch of k: the backend's resettle says whether the device has left the
  * state it settled in. If so, the samples so far are dropped, the load settles again (warm_up,
- * in batches of k) and sampling begins anew: 1; 0 where it held; -1 with an exception. */
+ * in batches of k) and sampling begins anew: 1, with the second settle's last pace in
+ * *per_call; 0 where it held; -1 with an exception. */
 static int settle_again(kb_backend *b, const kb_loop_config *cfg, kb_criterion *crit,
                         kb_loop_result *res, Py_ssize_t k, double batch_s, double *t0,
-                        Py_ssize_t *next_check)
+                        Py_ssize_t *next_check, double *per_call)
 {
     if (b->resettle == NULL || cfg->ranks != NULL || res->resettled)
         return 0;
     int left = b->resettle(b);
     if (left <= 0)
         return left;
-    double per_call = 0.0, kept_from_s = NAN;
+    double kept_from_s = NAN;
     res->resettled = 1;
     res->resettle_dropped = res->n;
     res->resettle_sampled_s = kb_now_s() - *t0;
@@ -564,7 +575,7 @@ static int settle_again(kb_backend *b, const kb_loop_config *cfg, kb_criterion *
     res->warmup_s += res->resettle_sampled_s - res->overlap_s;
     res->n = 0;
     kb_criterion_reset(crit);  /* its samples are gone: what it consumed must not count */
-    if (warm_up(b, cfg, res, k, batch_s / (double)k, &per_call, &kept_from_s) < 0)
+    if (warm_up(b, cfg, res, k, batch_s / (double)k, per_call, &kept_from_s) < 0)
         return -1;
     return begin_sampling(b, cfg, crit, res, kept_from_s, t0, next_check) < 0 ? -1 : 1;
 }
@@ -585,17 +596,13 @@ int kb_loop_run(kb_backend *b, const kb_loop_config *cfg, kb_loop_result *res)
 
     /* Sampling. The rule is checked when the count has grown by ~1/16 since the last check,
      * so its O(n log n) cost stays a small fraction of the loop. */
-    Py_ssize_t batch = 1, batches = 0, next_check;
     /* Batches grow while they take under 1% of the time budget, or the backend's own minimum.
      * With one, the first batch is that long at the warm-up's last pace (agreed with ranks),
      * not 1, 2, 4, ... calls, each a collection. */
+    Py_ssize_t batch = first_batch(b, cfg, warm_per_call), batches = 0, next_check;
     double grow_below_s = cfg->max_time_s * 0.01;
     if (b->min_batch_s > grow_below_s)
         grow_below_s = b->min_batch_s;
-    if (b->min_batch_s > 0 && warm_per_call > 0) {
-        double want = floor(b->min_batch_s / warm_per_call);
-        batch = want < 1 ? 1 : want > (double)cfg->batch_max ? cfg->batch_max : (Py_ssize_t)want;
-    }
     double t0;
     if (begin_sampling(b, cfg, &crit, res, kept_from_s, &t0, &next_check) < 0)
         goto error;
@@ -636,11 +643,17 @@ int kb_loop_run(kb_backend *b, const kb_loop_config *cfg, kb_loop_result *res)
             goto error;
         b->min_sampling_s = agreed[2];
         res->n += k;
-        int again = settle_again(b, cfg, &crit, res, k, batch_s, &t0, &next_check);
+        int again = settle_again(b, cfg, &crit, res, k, batch_s, &t0, &next_check,
+                                 &warm_per_call);
         if (again < 0)
             goto error;
-        if (again)
+        if (again) {
+            /* Sampling anew starts from a first batch, as sampling did: the old size was
+             * grown on the old pace (on the host, too, far past the n/16 it ran), and at
+             * n = 0 neither min_samples nor the floor cuts it. */
+            batch = first_batch(b, cfg, warm_per_call);
             continue;
+        }
         double elapsed = agreed[0];
 
         crit.resolution = agreed[1];

@@ -103,7 +103,8 @@ static int host_keep_warming(kb_backend *b, double elapsed_s)
 }
 
 /* The loop's resettle hook, from Python like _keep_warming: _resettle() returns whether the
- * samples so far are to be dropped and the settle run again. */
+ * samples so far are to be dropped and the settle run again. Then the sampling so far is the
+ * warm-up's (res->warmup_s takes its time), and so are its flushes. */
 static int host_resettle(kb_backend *b)
 {
     host_ctx *c = b->ctx;
@@ -112,6 +113,10 @@ static int host_resettle(kb_backend *b)
         return -1;
     int again = PyObject_IsTrue(r);
     Py_DECREF(r);
+    if (again > 0) {
+        c->flush_ns[1] += c->flush_ns[0];
+        c->flush_ns[0] = 0;
+    }
     return again;
 }
 
