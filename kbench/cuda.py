@@ -110,14 +110,19 @@ def torch_profiler_active() -> bool:
 
 def device_info(ordinal: int) -> Dict[str, Any]:
     """The device's attributes, read once a process, with its free memory read now: a session's
-    later benches sized kbench's rotation copies by the first bench's free memory."""
+    later benches sized kbench's rotation copies by the first bench's free memory. The reading
+    never makes a context: a process that only asks (a sweep's parent collecting metadata) would
+    hold one, 0.5 GB on an H200, and its children's benches would see another process on the
+    GPU. Where the device has none yet, the first reading stands."""
     if ordinal not in _device_info_cache:
         _device_info_cache[ordinal] = dict(_core.cuda_device_info(ordinal))
     info = dict(_device_info_cache[ordinal])
     try:
-        info["free_memory_bytes"] = int(_core.cuda_mem_info(ordinal)[0])
+        now = _core.cuda_mem_info(ordinal, create=False)
     except Exception:           # noqa: BLE001 -- the cached reading stands
-        pass
+        now = None
+    if now is not None:
+        info["free_memory_bytes"] = int(now[0])
     return info
 
 

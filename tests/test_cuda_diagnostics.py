@@ -343,8 +343,8 @@ def test_device_info_reads_free_memory_on_every_bench(monkeypatch):
     monkeypatch.setattr(cuda, "_device_info_cache", {})
     monkeypatch.setattr(cuda._core, "cuda_device_info",
                         lambda o: {"l2_bytes": 60 << 20, "free_memory_bytes": 80 << 30})
-    monkeypatch.setattr(cuda._core, "cuda_mem_info", lambda o: (free["bytes"], 140 << 30),
-                        raising=False)
+    monkeypatch.setattr(cuda._core, "cuda_mem_info",
+                        lambda o, create=True: (free["bytes"], 140 << 30), raising=False)
     assert cuda.device_info(0)["free_memory_bytes"] == 80 << 30
     free["bytes"] = 10 << 30
     info = cuda.device_info(0)

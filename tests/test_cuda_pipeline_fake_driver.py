@@ -715,3 +715,38 @@ def test_a_capped_bench_ending_on_its_controllers_swing_still_carries_to_the_nex
         assert prev["end_settled"] is True, out
         assert nxt["carried_from_s_ago"] is not None and nxt["continued_s"] > 0, out
         assert nxt["settled"] and nxt["at_s"] < 2.0, out           # no second 2 s wait
+
+
+CONTEXT_LEFT = textwrap.dedent('''
+    import ctypes, json
+    from kbench import _core, cuda
+    L = ctypes.CDLL("libcuda.so.1")
+    out = {}
+    info = cuda.device_info(0)
+    out["refs_after_info"] = L.fake_primary_refs()
+    out["free"] = info["free_memory_bytes"]
+    out["without_context"] = _core.cuda_mem_info(0, create=False)
+    try:
+        _core.cuda_mem_info(5, create=False)
+    except ValueError as e:
+        out["bad_device"] = str(e)
+    _core.cuda_synchronize(0)         # kbench's own work retains the primary context
+    out["refs_after_sync"] = L.fake_primary_refs()
+    out["with_context"] = _core.cuda_mem_info(0, create=False)
+    out["depth"] = L.fake_ctx_depth()
+    print(json.dumps(out))
+''')
+
+
+def test_reading_device_info_makes_no_context(fake_driver):
+    # cuMemGetInfo needs a context: device_info's free-memory reading once retained the
+    # primary context for the module's life, so a sweep's parent that only collected metadata
+    # held 0.5 GB of an H200 and every child's bench warned of another process on the GPU
+    out = run_script(CONTEXT_LEFT, fake_driver)
+    assert out["refs_after_info"] == 0
+    assert out["free"] == 1 << 33                # the attributes' own reading
+    assert out["without_context"] is None
+    assert "CUDA device 5 does not exist" in out["bad_device"]
+    assert out["refs_after_sync"] == 1
+    assert out["with_context"] == [1 << 33, 1 << 34]
+    assert out["depth"] == 0

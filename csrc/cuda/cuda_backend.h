@@ -27,6 +27,8 @@
 /* Make the primary context of `ordinal` current on this thread (the context PyTorch, CuPy and
  * the runtime API use). *pushed is set when a context was pushed and must be popped. */
 int kb_ctx_enter(PyObject *m, const kb_cuda_api *cu, int ordinal, int *pushed);
+int kb_ctx_enter_maybe(PyObject *m, const kb_cuda_api *cu, int ordinal, int create, int *pushed,
+                       int *entered);
 void kb_ctx_leave(const kb_cuda_api *cu, int pushed);
 
 /* ---------------------------------------------------------------- coldcache_cuda.c */

@@ -2,14 +2,21 @@
  *
  * PyTorch, CuPy and the runtime API all use the device's primary context. When one is current
  * on this thread for the device, kbench uses it; otherwise it retains the primary context once
- * (kept for the module's lifetime) and pushes it for the duration of the call.
+ * (kept for the module's lifetime) and pushes it for the duration of the call. A reading that
+ * must not make a context (kb_ctx_enter_maybe with create 0) enters only one that exists already.
  */
 #include "cuda_backend.h"
 
-int kb_ctx_enter(PyObject *m, const kb_cuda_api *cu, int ordinal, int *pushed)
+/* Makes the device's context current: one already current on this thread, or the primary one
+ * (retained on first use). With create 0 a primary context nobody holds is left alone:
+ * retaining it would make it, 0.5 GB of device memory and a process on the GPU that other
+ * processes' benches see, for as long as the module lives; *entered then says 0. */
+static int ctx_enter(PyObject *m, const kb_cuda_api *cu, int ordinal, int create, int *pushed,
+                     int *entered)
 {
     kb_state *st = kb_get_state(m);
     *pushed = 0;
+    *entered = 0;
     int count = 0;
     if (KB_CU(m, cu->cuDeviceGetCount(&count)) < 0)
         return -1;
@@ -26,21 +33,45 @@ int kb_ctx_enter(PyObject *m, const kb_cuda_api *cu, int ordinal, int *pushed)
         CUdevice d;
         if (KB_CU(m, cu->cuCtxGetDevice(&d)) < 0)
             return -1;
-        if ((int)d == ordinal)
+        if ((int)d == ordinal) {
+            *entered = 1;
             return 0;
+        }
     }
     if (st->cuda_primary[ordinal] == NULL) {
         CUdevice dev;
         CUcontext ctx;
-        if (KB_CU(m, cu->cuDeviceGet(&dev, ordinal)) < 0 ||
-            KB_CU(m, cu->cuDevicePrimaryCtxRetain(&ctx, dev)) < 0)
+        if (KB_CU(m, cu->cuDeviceGet(&dev, ordinal)) < 0)
+            return -1;
+        if (!create) {
+            unsigned int flags = 0;
+            int active = 0;
+            if (KB_CU(m, cu->cuDevicePrimaryCtxGetState(dev, &flags, &active)) < 0)
+                return -1;
+            if (!active)
+                return 0;
+        }
+        if (KB_CU(m, cu->cuDevicePrimaryCtxRetain(&ctx, dev)) < 0)
             return -1;
         st->cuda_primary[ordinal] = ctx;
     }
     if (KB_CU(m, cu->cuCtxPushCurrent((CUcontext)st->cuda_primary[ordinal])) < 0)
         return -1;
     *pushed = 1;
+    *entered = 1;
     return 0;
+}
+
+int kb_ctx_enter(PyObject *m, const kb_cuda_api *cu, int ordinal, int *pushed)
+{
+    int entered;
+    return ctx_enter(m, cu, ordinal, 1, pushed, &entered);
+}
+
+int kb_ctx_enter_maybe(PyObject *m, const kb_cuda_api *cu, int ordinal, int create, int *pushed,
+                       int *entered)
+{
+    return ctx_enter(m, cu, ordinal, create, pushed, entered);
 }
 
 void kb_ctx_leave(const kb_cuda_api *cu, int pushed)

@@ -7,8 +7,9 @@
  *   cuda_profiler_stop(device)   synchronize the context, then cuProfilerStop: the range holds
  *                                the call's device work, all of it
  *   cuda_synchronize(device)     cuCtxSynchronize, without the GIL
- *   cuda_mem_info(device)        (free, total) bytes from cuMemGetInfo, without the GIL (polled
- *                                from a thread while the call runs)
+ *   cuda_mem_info(device, create) (free, total) bytes from cuMemGetInfo, without the GIL (polled
+ *                                from a thread while the call runs); create=False: None where
+ *                                the device has no context yet, rather than make one
  *
  * cuProfilerStart/Stop are optional entries of the driver table: without them (a driver that
  * does not hand them out) the start/stop functions raise LibraryNotFound, and profile mode says
@@ -19,9 +20,10 @@
 typedef enum { KB_PROFILER_START, KB_PROFILER_STOP, KB_SYNCHRONIZE, KB_MEM_INFO } kb_ctx_op;
 
 /* The pattern every function here shares: the device's context made current, one driver call
- * (two for the profiler's stop) without the GIL, the context left, the first error raised. */
-static int in_device_context(PyObject *m, int device, kb_ctx_op op, size_t *free_b,
-                             size_t *total_b)
+ * (two for the profiler's stop) without the GIL, the context left, the first error raised.
+ * With create 0 a device without a context is left so, and *entered says 0. */
+static int in_device_context(PyObject *m, int device, kb_ctx_op op, int create, int *entered,
+                             size_t *free_b, size_t *total_b)
 {
     int pushed = 0;
     const kb_cuda_api *cu = kb_cuda(m);
@@ -34,8 +36,10 @@ static int in_device_context(PyObject *m, int device, kb_ctx_op op, size_t *free
                      "ncu/nsys", op == KB_PROFILER_START ? "cuProfilerStart" : "cuProfilerStop");
         return -1;
     }
-    if (kb_ctx_enter(m, cu, device, &pushed) < 0)
+    if (kb_ctx_enter_maybe(m, cu, device, create, &pushed, entered) < 0)
         return -1;
+    if (!*entered)
+        return 0;       /* create 0, and the device has no context: nothing to read */
     kb_deferred d = KB_DEFERRED_INIT;
     Py_BEGIN_ALLOW_THREADS
     switch (op) {
@@ -68,38 +72,41 @@ static int device_arg(PyObject *args, PyObject *kw, const char *fmt, int *device
 
 static PyObject *cuda_profiler_start(PyObject *m, PyObject *args, PyObject *kw)
 {
-    int device;
+    int device, entered;
     if (device_arg(args, kw, "|i:cuda_profiler_start", &device) < 0 ||
-        in_device_context(m, device, KB_PROFILER_START, NULL, NULL) < 0)
+        in_device_context(m, device, KB_PROFILER_START, 1, &entered, NULL, NULL) < 0)
         return NULL;
     Py_RETURN_NONE;
 }
 
 static PyObject *cuda_profiler_stop(PyObject *m, PyObject *args, PyObject *kw)
 {
-    int device;
+    int device, entered;
     if (device_arg(args, kw, "|i:cuda_profiler_stop", &device) < 0 ||
-        in_device_context(m, device, KB_PROFILER_STOP, NULL, NULL) < 0)
+        in_device_context(m, device, KB_PROFILER_STOP, 1, &entered, NULL, NULL) < 0)
         return NULL;
     Py_RETURN_NONE;
 }
 
 static PyObject *cuda_synchronize(PyObject *m, PyObject *args, PyObject *kw)
 {
-    int device;
+    int device, entered;
     if (device_arg(args, kw, "|i:cuda_synchronize", &device) < 0 ||
-        in_device_context(m, device, KB_SYNCHRONIZE, NULL, NULL) < 0)
+        in_device_context(m, device, KB_SYNCHRONIZE, 1, &entered, NULL, NULL) < 0)
         return NULL;
     Py_RETURN_NONE;
 }
 
 static PyObject *cuda_mem_info(PyObject *m, PyObject *args, PyObject *kw)
 {
-    int device;
+    static char *kwlist[] = {"device", "create", NULL};
+    int device = 0, create = 1, entered = 0;
     size_t free_b = 0, total_b = 0;
-    if (device_arg(args, kw, "|i:cuda_mem_info", &device) < 0 ||
-        in_device_context(m, device, KB_MEM_INFO, &free_b, &total_b) < 0)
+    if (!PyArg_ParseTupleAndKeywords(args, kw, "|ip:cuda_mem_info", kwlist, &device, &create) ||
+        in_device_context(m, device, KB_MEM_INFO, create, &entered, &free_b, &total_b) < 0)
         return NULL;
+    if (!entered)
+        Py_RETURN_NONE;
     return Py_BuildValue("(nn)", (Py_ssize_t)free_b, (Py_ssize_t)total_b);
 }
 
@@ -117,8 +124,10 @@ static PyMethodDef profile_methods[] = {
      METH_VARARGS | METH_KEYWORDS,
      "cuda_synchronize(device=0)\n\ncuCtxSynchronize in the device's context (GIL released)."},
     {"cuda_mem_info", (PyCFunction)(void (*)(void))cuda_mem_info, METH_VARARGS | METH_KEYWORDS,
-     "cuda_mem_info(device=0) -> (free, total)\n\n"
-     "The device's free and total memory in bytes (cuMemGetInfo, GIL released)."},
+     "cuda_mem_info(device=0, create=True) -> (free, total) | None\n\n"
+     "The device's free and total memory in bytes (cuMemGetInfo, GIL released). cuMemGetInfo "
+     "needs a context: with create=False, None where the device has none yet (no thread's "
+     "current one, its primary one not active), rather than make one."},
     {NULL, NULL, 0, NULL},
 };
 

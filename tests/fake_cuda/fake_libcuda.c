@@ -12,6 +12,8 @@
  * for (fake_unwaited), host waits, device-synchronizing frees and module loads/unloads (a PTX
  * load JIT-compiles) made with the GIL held (fake_waits_with_gil: PyGILState_Check of the
  * Python that loaded kbench).
+ * The primary context counts its references (cuDevicePrimaryCtxRetain / Release):
+ * cuDevicePrimaryCtxGetState reports it active while any are held, fake_primary_refs() how many.
  * FAKE_CUDA_END_CAPTURE_ERROR=<code>: cuStreamEndCapture fails with it (an invalidated capture).
  * FAKE_CUDA_END_CAPTURE_STUCK=<n>: its first n failures leave the stream capturing (n < 0: all
  * of them); cuStreamIsCapturing reports whether the stream captures.
@@ -66,7 +68,11 @@ static int ctx_dummy;
 static CUcontext stack[64]; static int depth;
 int fake_ctx_depth(void) { return depth; }
 void *fake_ctx_current(void) { return depth ? stack[depth-1] : NULL; }
-static CUresult gPrimaryCtxRetain(CUcontext *c, CUdevice d) { *c = (CUcontext)&ctx_dummy; return 0; }
+/* the primary context's references: it is active while any are held (fake_primary_refs) */
+static int primary_refs;
+int fake_primary_refs(void) { return primary_refs; }
+static CUresult gPrimaryCtxRetain(CUcontext *c, CUdevice d) { *c = (CUcontext)&ctx_dummy; primary_refs++; return 0; }
+static CUresult gPrimaryCtxRelease(CUdevice d) { if (primary_refs > 0) primary_refs--; return 0; }
 static CUresult gCtxGetCurrent(CUcontext *c) { *c = depth ? stack[depth-1] : NULL; return 0; }
 static CUresult gCtxSetCurrent(CUcontext c) { if (depth) stack[depth-1] = c; else if (c) stack[depth++] = c; return 0; }
 static CUresult gCtxPushCurrent(CUcontext c) { F("cuCtxPushCurrent"); stack[depth++] = c; return 0; }
@@ -137,13 +143,14 @@ static CUresult gGetErrorName(CUresult r, const char **s) { *s = "CUDA_ERROR_FAK
 static CUresult gFuncGetAttribute(int *v, CUfunction_attribute a, CUfunction f) { *v = 1; return 0; }
 static CUresult gCtxGetStreamPriorityRange(int *lo, int *hi) { *lo = 0; *hi = -1; return 0; }
 static CUresult gOcc(int *n, CUfunction f, int b, size_t s) { *n = 1; return 0; }
-static CUresult gPrimaryCtxGetState(CUdevice d, unsigned *f, int *a) { *f = 0; *a = 1; return 0; }
+static CUresult gPrimaryCtxGetState(CUdevice d, unsigned *f, int *a) { *f = 0; *a = primary_refs > 0; return 0; }
 static CUresult gPCI(char *p, int len, CUdevice d) { snprintf(p, len, "0000:01:00.0"); return 0; }
 static const struct { const char *n; void *f; } table[] = {
     {"cuDriverGetVersion", gDriverGetVersion}, {"cuDeviceGet", gDeviceGet},
     {"cuDeviceGetCount", gDeviceGetCount}, {"cuDeviceGetName", gDeviceGetName},
     {"cuDeviceGetAttribute", gDeviceGetAttribute}, {"cuDeviceTotalMem", gDeviceTotalMem},
     {"cuDevicePrimaryCtxRetain", gPrimaryCtxRetain}, {"cuCtxGetCurrent", gCtxGetCurrent},
+    {"cuDevicePrimaryCtxRelease", gPrimaryCtxRelease},
     {"cuCtxSetCurrent", gCtxSetCurrent}, {"cuCtxPushCurrent", gCtxPushCurrent},
     {"cuCtxPopCurrent", gCtxPopCurrent}, {"cuCtxGetDevice", gCtxGetDevice},
     {"cuCtxGetLimit", gCtxGetLimit}, {"cuStreamIsCapturing", gStreamIsCapturing},
