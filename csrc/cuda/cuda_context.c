@@ -11,8 +11,8 @@
  * (retained on first use). With create 0 a primary context nobody holds is left alone:
  * retaining it would make it, 0.5 GB of device memory and a process on the GPU that other
  * processes' benches see, for as long as the module lives; *entered then says 0. */
-static int ctx_enter(PyObject *m, const kb_cuda_api *cu, int ordinal, int create, int *pushed,
-                     int *entered)
+int kb_ctx_enter_maybe(PyObject *m, const kb_cuda_api *cu, int ordinal, int create, int *pushed,
+                       int *entered)
 {
     kb_state *st = kb_get_state(m);
     *pushed = 0;
@@ -65,13 +65,7 @@ static int ctx_enter(PyObject *m, const kb_cuda_api *cu, int ordinal, int create
 int kb_ctx_enter(PyObject *m, const kb_cuda_api *cu, int ordinal, int *pushed)
 {
     int entered;
-    return ctx_enter(m, cu, ordinal, 1, pushed, &entered);
-}
-
-int kb_ctx_enter_maybe(PyObject *m, const kb_cuda_api *cu, int ordinal, int create, int *pushed,
-                       int *entered)
-{
-    return ctx_enter(m, cu, ordinal, create, pushed, entered);
+    return kb_ctx_enter_maybe(m, cu, ordinal, 1, pushed, &entered);
 }
 
 void kb_ctx_leave(const kb_cuda_api *cu, int pushed)
