@@ -750,3 +750,15 @@ def test_reading_device_info_makes_no_context(fake_driver):
     assert out["refs_after_sync"] == 1
     assert out["with_context"] == [1 << 33, 1 << 34]
     assert out["depth"] == 0
+
+
+def test_a_failed_context_state_query_raises_naming_it(fake_driver):
+    script = ("import json, ctypes; from kbench import _core\n"
+              "try:\n    _core.cuda_mem_info(0, create=False); out = None\n"
+              "except _core.CudaError as e:\n    out = str(e)\n"
+              "L = ctypes.CDLL('libcuda.so.1')\n"
+              "print(json.dumps({'error': out, 'refs': L.fake_primary_refs(), "
+              "'depth': L.fake_ctx_depth()}))")
+    out = run_script(script, fake_driver, FAKE_FAIL="cuDevicePrimaryCtxGetState:1")
+    assert out["error"] is not None and "cuDevicePrimaryCtxGetState" in out["error"], out
+    assert out["refs"] == 0 and out["depth"] == 0

@@ -27,10 +27,9 @@
 /* Make the primary context of `ordinal` current on this thread (the context PyTorch, CuPy and
  * the runtime API use). *pushed is set when a context was pushed and must be popped. */
 int kb_ctx_enter(PyObject *m, const kb_cuda_api *cu, int ordinal, int *pushed);
-/* The same with create 0: only a context that exists (current, or the primary one active) is
- * entered, and *entered says whether one was (a reading that must not make a context). */
-int kb_ctx_enter_maybe(PyObject *m, const kb_cuda_api *cu, int ordinal, int create, int *pushed,
-                       int *entered);
+/* The same, 1 when entered; with create 0 only a context that exists (current, or the primary
+ * one active) is entered, else 0 (a reading that must not make a context). -1 on error. */
+int kb_ctx_enter_maybe(PyObject *m, const kb_cuda_api *cu, int ordinal, int create, int *pushed);
 void kb_ctx_leave(const kb_cuda_api *cu, int pushed);
 
 /* ---------------------------------------------------------------- coldcache_cuda.c */

@@ -8,15 +8,13 @@
 #include "cuda_backend.h"
 
 /* Makes the device's context current: one already current on this thread, or the primary one
- * (retained on first use). With create 0 a primary context nobody holds is left alone:
+ * (retained on first use): 1. With create 0 a primary context nobody holds is left alone, 0:
  * retaining it would make it, 0.5 GB of device memory and a process on the GPU that other
- * processes' benches see, for as long as the module lives; *entered then says 0. */
-int kb_ctx_enter_maybe(PyObject *m, const kb_cuda_api *cu, int ordinal, int create, int *pushed,
-                       int *entered)
+ * processes' benches see, for as long as the module lives. -1 with an exception. */
+int kb_ctx_enter_maybe(PyObject *m, const kb_cuda_api *cu, int ordinal, int create, int *pushed)
 {
     kb_state *st = kb_get_state(m);
     *pushed = 0;
-    *entered = 0;
     int count = 0;
     if (KB_CU(m, cu->cuDeviceGetCount(&count)) < 0)
         return -1;
@@ -33,10 +31,8 @@ int kb_ctx_enter_maybe(PyObject *m, const kb_cuda_api *cu, int ordinal, int crea
         CUdevice d;
         if (KB_CU(m, cu->cuCtxGetDevice(&d)) < 0)
             return -1;
-        if ((int)d == ordinal) {
-            *entered = 1;
-            return 0;
-        }
+        if ((int)d == ordinal)
+            return 1;
     }
     if (st->cuda_primary[ordinal] == NULL) {
         CUdevice dev;
@@ -58,14 +54,12 @@ int kb_ctx_enter_maybe(PyObject *m, const kb_cuda_api *cu, int ordinal, int crea
     if (KB_CU(m, cu->cuCtxPushCurrent((CUcontext)st->cuda_primary[ordinal])) < 0)
         return -1;
     *pushed = 1;
-    *entered = 1;
-    return 0;
+    return 1;
 }
 
 int kb_ctx_enter(PyObject *m, const kb_cuda_api *cu, int ordinal, int *pushed)
 {
-    int entered;
-    return kb_ctx_enter_maybe(m, cu, ordinal, 1, pushed, &entered);
+    return kb_ctx_enter_maybe(m, cu, ordinal, 1, pushed) < 0 ? -1 : 0;
 }
 
 void kb_ctx_leave(const kb_cuda_api *cu, int pushed)

@@ -20,10 +20,10 @@
 typedef enum { KB_PROFILER_START, KB_PROFILER_STOP, KB_SYNCHRONIZE, KB_MEM_INFO } kb_ctx_op;
 
 /* The pattern every function here shares: the device's context made current, one driver call
- * (two for the profiler's stop) without the GIL, the context left, the first error raised.
- * With create 0 a device without a context is left so, and *entered says 0. */
-static int in_device_context(PyObject *m, int device, kb_ctx_op op, int create, int *entered,
-                             size_t *free_b, size_t *total_b)
+ * (two for the profiler's stop) without the GIL, the context left, the first error raised: 1,
+ * or -1. With create 0 a device without a context is left so, and nothing is called: 0. */
+static int in_device_context(PyObject *m, int device, kb_ctx_op op, int create, size_t *free_b,
+                             size_t *total_b)
 {
     int pushed = 0;
     const kb_cuda_api *cu = kb_cuda(m);
@@ -36,10 +36,9 @@ static int in_device_context(PyObject *m, int device, kb_ctx_op op, int create, 
                      "ncu/nsys", op == KB_PROFILER_START ? "cuProfilerStart" : "cuProfilerStop");
         return -1;
     }
-    if (kb_ctx_enter_maybe(m, cu, device, create, &pushed, entered) < 0)
-        return -1;
-    if (!*entered)
-        return 0;       /* create 0, and the device has no context: nothing to read */
+    int entered = kb_ctx_enter_maybe(m, cu, device, create, &pushed);
+    if (entered <= 0)
+        return entered;     /* an error, or create 0 and the device has no context */
     kb_deferred d = KB_DEFERRED_INIT;
     Py_BEGIN_ALLOW_THREADS
     switch (op) {
@@ -59,7 +58,7 @@ static int in_device_context(PyObject *m, int device, kb_ctx_op op, int create, 
     }
     Py_END_ALLOW_THREADS
     kb_ctx_leave(cu, pushed);
-    return KB_CU_RAISE(m, &d);
+    return KB_CU_RAISE(m, &d) < 0 ? -1 : 1;
 }
 
 /* The device= argument of each function; -1 with the parse error. */
@@ -72,27 +71,27 @@ static int device_arg(PyObject *args, PyObject *kw, const char *fmt, int *device
 
 static PyObject *cuda_profiler_start(PyObject *m, PyObject *args, PyObject *kw)
 {
-    int device, entered;
+    int device;
     if (device_arg(args, kw, "|i:cuda_profiler_start", &device) < 0 ||
-        in_device_context(m, device, KB_PROFILER_START, 1, &entered, NULL, NULL) < 0)
+        in_device_context(m, device, KB_PROFILER_START, 1, NULL, NULL) < 0)
         return NULL;
     Py_RETURN_NONE;
 }
 
 static PyObject *cuda_profiler_stop(PyObject *m, PyObject *args, PyObject *kw)
 {
-    int device, entered;
+    int device;
     if (device_arg(args, kw, "|i:cuda_profiler_stop", &device) < 0 ||
-        in_device_context(m, device, KB_PROFILER_STOP, 1, &entered, NULL, NULL) < 0)
+        in_device_context(m, device, KB_PROFILER_STOP, 1, NULL, NULL) < 0)
         return NULL;
     Py_RETURN_NONE;
 }
 
 static PyObject *cuda_synchronize(PyObject *m, PyObject *args, PyObject *kw)
 {
-    int device, entered;
+    int device;
     if (device_arg(args, kw, "|i:cuda_synchronize", &device) < 0 ||
-        in_device_context(m, device, KB_SYNCHRONIZE, 1, &entered, NULL, NULL) < 0)
+        in_device_context(m, device, KB_SYNCHRONIZE, 1, NULL, NULL) < 0)
         return NULL;
     Py_RETURN_NONE;
 }
@@ -100,12 +99,14 @@ static PyObject *cuda_synchronize(PyObject *m, PyObject *args, PyObject *kw)
 static PyObject *cuda_mem_info(PyObject *m, PyObject *args, PyObject *kw)
 {
     static char *kwlist[] = {"device", "create", NULL};
-    int device = 0, create = 1, entered = 0;
+    int device = 0, create = 1;
     size_t free_b = 0, total_b = 0;
-    if (!PyArg_ParseTupleAndKeywords(args, kw, "|ip:cuda_mem_info", kwlist, &device, &create) ||
-        in_device_context(m, device, KB_MEM_INFO, create, &entered, &free_b, &total_b) < 0)
+    if (!PyArg_ParseTupleAndKeywords(args, kw, "|ip:cuda_mem_info", kwlist, &device, &create))
         return NULL;
-    if (!entered)
+    int read = in_device_context(m, device, KB_MEM_INFO, create, &free_b, &total_b);
+    if (read < 0)
+        return NULL;
+    if (read == 0)
         Py_RETURN_NONE;
     return Py_BuildValue("(nn)", (Py_ssize_t)free_b, (Py_ssize_t)total_b);
 }

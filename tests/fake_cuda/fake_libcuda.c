@@ -143,7 +143,7 @@ static CUresult gGetErrorName(CUresult r, const char **s) { *s = "CUDA_ERROR_FAK
 static CUresult gFuncGetAttribute(int *v, CUfunction_attribute a, CUfunction f) { *v = 1; return 0; }
 static CUresult gCtxGetStreamPriorityRange(int *lo, int *hi) { *lo = 0; *hi = -1; return 0; }
 static CUresult gOcc(int *n, CUfunction f, int b, size_t s) { *n = 1; return 0; }
-static CUresult gPrimaryCtxGetState(CUdevice d, unsigned *f, int *a) { *f = 0; *a = primary_refs > 0; return 0; }
+static CUresult gPrimaryCtxGetState(CUdevice d, unsigned *f, int *a) { F("cuDevicePrimaryCtxGetState"); *f = 0; *a = primary_refs > 0; return 0; }
 static CUresult gPCI(char *p, int len, CUdevice d) { snprintf(p, len, "0000:01:00.0"); return 0; }
 static const struct { const char *n; void *f; } table[] = {
     {"cuDriverGetVersion", gDriverGetVersion}, {"cuDeviceGet", gDeviceGet},
