@@ -45,6 +45,16 @@ from _gpu import finite_or_none as _num
 SIZES = [1 << k for k in (14, 16, 18, 20, 22, 24, 26, 28)]
 GEMM = (8192, 4096, 4096)
 GEMM_NAME = "f16 mm 8192x4096x4096"
+# the linear layers of an 8B model, bf16: M tokens x (N, K)
+SHAPES = [(m, n, k) for m in (16, 256, 4096) for n, k in ((6144, 4096), (4096, 4096),
+                                                            (28672, 4096))]
+# kbench.ab: two bf16 GEMMs, the second with 4.7% more work (K 4096 -> 4288), and identical arms
+AB_SHAPE, AB_K2 = (4096, 4096, 4096), 4288
+SECTIONS = ("first", "sweep", "single", "shapes", "ab", "flashinfer")
+
+
+def shape_name(s: Tuple[int, int, int]) -> str:
+    return f"bf16 mm {s[0]}x{s[1]}x{s[2]}"
 
 
 def trace_lists(trace: Optional[Dict[str, Any]]) -> Optional[Dict[str, Any]]:
@@ -90,6 +100,12 @@ def kbench_row(r: Any, wall_s: float) -> Dict[str, Any]:
         "cupti_detach": ex.get("cupti_detach"),
         "regime": regime.get("name"), "regime_held": regime.get("held"),
         "regime_why": regime.get("why"), "warnings": list(getattr(r, "warnings", []) or []),
+        "ci_level": _num(st.get("ci_level")), "budget_s": _num(st.get("budget_s")),
+        "ci_low_us": _num((r.stats or {}).get("ci_low", float("nan")) * 1e6),
+        "ci_high_us": _num((r.stats or {}).get("ci_high", float("nan")) * 1e6),
+        "burst": {k: (regime.get("burst") or {}).get(k) for k in ("batches", "wait_s",
+                                                                    "unrecovered")}
+        if regime.get("name") == "burst" else None,
         "clock_trace": trace_lists(ex.get("clock_trace")),     # Run.case moves it aside
     }
 
@@ -124,6 +140,7 @@ class Run:
         # each kbench case's NVML readings, warm-up and timed part (kept apart: they are most
         # of the bytes, and what the settle rules can be judged on again offline)
         self.traces: Dict[str, Any] = {}
+        self.skip_tools: set = set()
 
     def case(self, section: str, name: str, tool: str, fn: Callable[[], Dict[str, Any]]) -> None:
         row: Dict[str, Any] = {"section": section, "case": name, "tool": tool}
@@ -377,11 +394,21 @@ def main() -> None:
                                               "(where the cupti-python wheel was installed)")
     ap.add_argument("--flashinfer-timeout-s", type=float, default=60.0)
     ap.add_argument("--flashinfer-child", action="store_true", help=argparse.SUPPRESS)
+    ap.add_argument("--sections", default=",".join(SECTIONS),
+                    help=f"which of {','.join(SECTIONS)} to run (default: all)")
+    ap.add_argument("--kbench-opts", default="{}",
+                    help="JSON of options added to every kbench call of shapes and ab")
+    ap.add_argument("--skip-tools", default="kbench sustained",
+                    help="comma-separated shape rows to leave out")
     args = ap.parse_args()
     if args.flashinfer_child:
         flashinfer_child(args.flashinfer_utils)
         return
     run = Run(args.out, args.md, args.budget_s, args.traces)
+    sections = set(args.sections.split(","))
+    extra = json.loads(args.kbench_opts)
+    run.skip_tools = set(t for t in args.skip_tools.split(",") if t)
+    run.res["kbench_opts"] = extra
     import torch
     import kbench
     res = run.res
@@ -417,15 +444,16 @@ def main() -> None:
         return go
 
     x, y = bufs[SIZES[0]]
-    run.case("first", f"add {SIZES[0]}", "kbench", kb(torch.add, x, 1.0, kwargs={"out": y},
-                                                    bytes=2 * x.nbytes))
-    run.save()
-    for n in SIZES:
+    if "first" in sections:
+        run.case("first", f"add {SIZES[0]}", "kbench", kb(torch.add, x, 1.0, kwargs={"out": y},
+                                                        bytes=2 * x.nbytes))
+        run.save()
+    for n in (SIZES if "sweep" in sections else []):
         x, y = bufs[n]
         run.case("sweep", f"add {n}", "kbench", kb(torch.add, x, 1.0, kwargs={"out": y},
                                                   bytes=2 * x.nbytes))
     run.save()
-    for n in SIZES:
+    for n in (SIZES if "sweep" in sections else []):
         x, y = bufs[n]
         run.case("sweep", f"add {n}", "do_bench",
                  db(lambda x=x, y=y: torch.add(x, 1.0, out=y)))
@@ -438,7 +466,7 @@ def main() -> None:
     except Exception as e:
         res["gemm_setup_error"] = f"{type(e).__name__}: {e}"
         a = b = None
-    if a is not None:
+    if a is not None and "single" in sections:
         # after the sweep and do_bench's loop: a different load, then right after itself
         run.case("single", f"{GEMM_NAME} (kbench)", "kbench", kb(torch.matmul, a, b))
         run.case("single", f"{GEMM_NAME} (kbench again)", "kbench", kb(torch.matmul, a, b))
@@ -448,9 +476,67 @@ def main() -> None:
         run.case("single", f"{GEMM_NAME} (kbench burst)", "kbench",
                  kb(torch.matmul, a, b, regime="burst"))
     run.save()
-    run_flashinfer(run, args.flashinfer_utils, args.flashinfer_site, args.flashinfer_timeout_s)
-    run.save()
+    if "shapes" in sections:
+        shapes(run, kb, db, extra)
+        run.save()
+    if "ab" in sections:
+        ab_cases(run, extra)
+        run.save()
+    if "flashinfer" in sections:
+        run_flashinfer(run, args.flashinfer_utils, args.flashinfer_site,
+                       args.flashinfer_timeout_s)
+        run.save()
     run.print_table()
+
+
+def shapes(run: Run, kb: Callable[..., Callable[[], Dict[str, Any]]],
+           db: Callable[[Callable], Callable[[], Dict[str, Any]]], extra: Dict[str, Any]) -> None:
+    """The 9-shape bf16 sweep: kbench's defaults, kbench burst, do_bench, each over all 9."""
+    import torch
+    ops = {}
+    for s in SHAPES:
+        m, n, k = s
+        a = torch.randn(m, k, device="cuda", dtype=torch.bfloat16)
+        b = torch.randn(k, n, device="cuda", dtype=torch.bfloat16)
+        ops[s] = (a, b, torch.empty(m, n, device="cuda", dtype=torch.bfloat16))
+    torch.cuda.synchronize()
+    for label, kw in (("kbench", {}), ("kbench burst", {"regime": "burst"}),
+                      ("kbench sustained", {"regime": "sustained"})):
+        if label in run.skip_tools:
+            continue
+        for s, (a, b, c) in ops.items():
+            run.case("shapes", shape_name(s), label,
+                     kb(torch.mm, a, b, kwargs={"out": c}, flops=2.0 * s[0] * s[1] * s[2],
+                        **dict(extra, **kw)))
+    for s, (a, b, c) in ops.items():
+        run.case("shapes", shape_name(s), "do_bench",
+                 db(lambda a=a, b=b, c=c: torch.mm(a, b, out=c)))
+
+
+def ab_cases(run: Run, extra: Dict[str, Any]) -> None:
+    """kbench.ab of two bf16 GEMMs: B with 4.7% more work (expected: B slower), and identical
+    arms (expected: no difference)."""
+    import torch
+    import kbench
+    m, n, k = AB_SHAPE
+    a = torch.randn(m, k, device="cuda", dtype=torch.bfloat16)
+    b = torch.randn(k, n, device="cuda", dtype=torch.bfloat16)
+    a2 = torch.randn(m, AB_K2, device="cuda", dtype=torch.bfloat16)
+    b2 = torch.randn(AB_K2, n, device="cuda", dtype=torch.bfloat16)
+    torch.cuda.synchronize()
+    arms = {"+4.7% work": {"A": lambda: torch.mm(a, b), "B": lambda: torch.mm(a2, b2)},
+            "identical": {"A": lambda: torch.mm(a, b), "B": lambda: torch.mm(a, b)}}
+    for label, pair in arms.items():
+        def go(pair: Dict[str, Callable[[], Any]] = pair) -> Dict[str, Any]:
+            t = time.perf_counter()
+            r = kbench.ab(pair, device="cuda", **extra)
+            wall = time.perf_counter() - t
+            cmp_ = r.comparisons[0]
+            return {"figure_us": 100.0 * cmp_.median_delta, "wall_s": wall,
+                    "verdict": cmp_.verdict, "ci_pct": [100.0 * cmp_.ci_low, 100.0 * cmp_.ci_high],
+                    "trials": len(r.trials),
+                    "trial_walls_s": None}
+        run.case("ab", f"bf16 mm {m}x{n}x{k} vs K={AB_K2} ({label})", "kbench ab", go)
 
 
 if __name__ == "__main__":

@@ -91,7 +91,7 @@ if [ "$mode" = tests ] || [ "$mode" = all ]; then
   echo "== info"; $PY -m kbench info 2>&1 | tee "$OUT/info.txt" | tail -8
   echo "== peaks"; timeout 150 $PY -m kbench peaks --seconds 2 2>&1 | tee "$OUT/peaks.txt"
   echo "== tests"
-  timeout 240 $PY -m pytest -q -rfEs --tb=short --timeout=90 tests/ 2>&1 | tee "$OUT/pytest.log" \
+  timeout "${TESTS_S:-420}" $PY -m pytest -q -rfEs --tb=short --timeout=90 tests/ 2>&1 | tee "$OUT/pytest.log" \
     | grep -E "^(FAILED|ERROR|SKIPPED)|^E |passed|failed" | head -60
 fi
 if [ "$mode" = regime ]; then
