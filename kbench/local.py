@@ -484,7 +484,9 @@ def _stop_warning(r: Result) -> Optional[str]:
     """What a run that the caps stopped, not the rule, leaves uncertain; None after a rule
     stop."""
     st = r.stop
-    if st.get("stop") == "precision":
+    # the default budget spent: the CI reached is the result, stated in the Stop rule row (a
+    # caller who asks for a precision passes target= and is warned when it is not met)
+    if st.get("stop") in ("precision", "budget"):
         return None
     ach = st.get("achieved")
     if st.get("criterion") == "ci" and isinstance(ach, float) and \

@@ -369,8 +369,14 @@ class Result:
         ach_s = as_text(ach) if isinstance(ach, (int, float)) and math.isfinite(ach) else "-"
         target = st.get("target")
         target_s = as_text(target) if isinstance(target, (int, float)) else "-"
-        rows.append(["Stop rule", f"{st.get('stop')}: {st.get('criterion')} {ach_s} vs target "
-                                  f"{target_s} after {s['n']} samples "
+        if st.get("stop") == "budget":
+            # the default contract: a bounded time, the CI it bought (target= asks for more)
+            rule = (f"budget: {st.get('criterion')} {ach_s} when the {st.get('max_time_s', 0):g} s "
+                    f"sampling budget was spent (target {target_s} not asked for; pass "
+                    f"target= to wait for a precision)")
+        else:
+            rule = f"{st.get('stop')}: {st.get('criterion')} {ach_s} vs target {target_s}"
+        rows.append(["Stop rule", f"{rule} after {s['n']} samples "
                                   f"in {st.get('sampling_s', 0):.2f} s; warm-up "
                                   f"{st.get('warmup_iters')} iters / {st.get('warmup_s', 0):.2f} s"])
         mem = memory_text(self.memory)

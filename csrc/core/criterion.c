@@ -36,6 +36,8 @@ const char *kb_stop_name(kb_stop s)
         return "precision";
     case KB_STOP_TIME_CAP:
         return "time_cap";
+    case KB_STOP_BUDGET:
+        return "budget";
     case KB_STOP_ITER_CAP:
         return "iter_cap";
     }

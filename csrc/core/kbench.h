@@ -177,7 +177,8 @@ PyObject *kb_summary_to_dict(const kb_summary *s);
 typedef enum {
     KB_STOP_RUNNING = 0,
     KB_STOP_PRECISION,   /* the criterion was satisfied (e.g. CI half-width under target) */
-    KB_STOP_TIME_CAP,    /* max_time_s reached */
+    KB_STOP_TIME_CAP,    /* max_time_s reached before an explicitly asked target */
+    KB_STOP_BUDGET,      /* the time budget spent (no target asked): the CI reached is stated */
     KB_STOP_ITER_CAP,    /* max_samples reached */
 } kb_stop;
 
@@ -218,7 +219,11 @@ typedef struct {
                                  * 0 warms for warmup_s */
     Py_ssize_t min_samples;     /* never stop before this many samples (default 10) */
     Py_ssize_t max_samples;     /* iteration cap (default 100000) */
-    double max_time_s;          /* sampling time cap, wall clock (default 10.0) */
+    double max_time_s;          /* sampling time, wall clock: the budget (default
+                                 * KB_BUDGET_S) or, with an explicit target, the cap
+                                 * (KB_TARGET_MAX_TIME_S) */
+    int budget;                 /* no target given: max_time_s is a budget, and a run it stops
+                                 * states the CI it reached (KB_STOP_BUDGET), no warning */
     double target;              /* criterion target (default 0.005 = 0.5% rel. CI half-width) */
     double ci_level;            /* default 0.95 */
     char criterion[16];         /* default "ci" */

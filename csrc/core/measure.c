@@ -21,6 +21,15 @@
 #define KB_MAX_WARMUP_S 3600.0
 #define KB_MAX_TIME_S 86400.0
 
+/* The default contract: a figure in a bounded time, its CI stated. Sampling stops at the
+ * target or after KB_BUDGET_S, whichever comes first (a backend's sampling floor still holds:
+ * a capped sustained load samples >= 1 s), and the warm-up's limit is KB_BUDGET_WARMUP_S. A
+ * caller who asks for a precision (target=) waits for it, up to KB_TARGET_MAX_TIME_S. */
+#define KB_BUDGET_S 0.3
+#define KB_BUDGET_WARMUP_S 0.25
+#define KB_TARGET_MAX_TIME_S 10.0
+#define KB_TARGET_WARMUP_S 1.0
+
 /* Pop kw[key] as a finite double in [lo, hi] (lo excluded when lo_open). Absent: *out untouched. */
 static int pop_double(PyObject *kw, const char *key, double *out, double lo, int lo_open,
                       double hi)
@@ -86,12 +95,13 @@ static int pop_count(PyObject *kw, const char *key, Py_ssize_t *out, Py_ssize_t 
 /* The loop's defaults, written here and only here: Python reads them as _core.LOOP_DEFAULTS. */
 static void loop_config_defaults(kb_loop_config *cfg)
 {
-    cfg->warmup_s = 1.0;
+    cfg->warmup_s = KB_BUDGET_WARMUP_S;
     cfg->warmup_min = 1;
     cfg->warmup_tol = 0.02;
     cfg->min_samples = 10;
     cfg->max_samples = 100000;
-    cfg->max_time_s = 10.0;
+    cfg->max_time_s = KB_BUDGET_S;
+    cfg->budget = 1;
     cfg->target = 0.005;
     cfg->ci_level = 0.95;
     strcpy(cfg->criterion, "ci");
@@ -121,12 +131,14 @@ int kb_loop_module_init(PyObject *m)
 {
     kb_loop_config cfg;
     loop_config_defaults(&cfg);
-    PyObject *d = Py_BuildValue("{s:d,s:n,s:d,s:n,s:n,s:d,s:d,s:d,s:s,s:n}", "warmup_s",
-                                cfg.warmup_s, "warmup_min", cfg.warmup_min, "warmup_tol",
-                                cfg.warmup_tol, "min_samples", cfg.min_samples, "max_samples",
-                                cfg.max_samples, "max_time_s", cfg.max_time_s, "target",
-                                cfg.target, "ci_level", cfg.ci_level, "criterion", cfg.criterion,
-                                "batch_max", cfg.batch_max);
+    PyObject *d = Py_BuildValue("{s:d,s:n,s:d,s:n,s:n,s:d,s:d,s:d,s:s,s:n,s:d,s:d}",
+                                "warmup_s", cfg.warmup_s, "warmup_min", cfg.warmup_min,
+                                "warmup_tol", cfg.warmup_tol, "min_samples", cfg.min_samples,
+                                "max_samples", cfg.max_samples, "max_time_s", cfg.max_time_s,
+                                "target", cfg.target, "ci_level", cfg.ci_level, "criterion",
+                                cfg.criterion, "batch_max", cfg.batch_max,
+                                "max_time_s_with_target", KB_TARGET_MAX_TIME_S,
+                                "warmup_s_with_target", KB_TARGET_WARMUP_S);
     if (d == NULL)
         return -1;
     int rc = PyModule_AddObjectRef(m, "LOOP_DEFAULTS", d);
@@ -139,6 +151,11 @@ int kb_loop_config_parse(PyObject *kw, kb_loop_config *cfg)
     loop_config_defaults(cfg);
 
     int target_given = kw != NULL && PyDict_GetItemString(kw, "target") != NULL;
+    if (target_given) {     /* a precision asked for: waited for, up to the old cap */
+        cfg->budget = 0;
+        cfg->max_time_s = KB_TARGET_MAX_TIME_S;
+        cfg->warmup_s = KB_TARGET_WARMUP_S;
+    }
     if (kb_ranks_parse(kw, cfg) < 0 ||
         pop_double(kw, "warmup_s", &cfg->warmup_s, 0.0, 0, KB_MAX_WARMUP_S) < 0 ||
         pop_count(kw, "warmup_min", &cfg->warmup_min, 0) < 0 ||
@@ -623,7 +640,9 @@ int kb_loop_run(kb_backend *b, const kb_loop_config *cfg, kb_loop_result *res)
             k = floor_fit(b, res->n, so_far, k);
             /* Batches past 1% of the budget: the last one ends about at the time cap. */
             if (b->min_batch_s > 0 && res->n >= cfg->min_samples && so_far > 0) {
-                double fit = ceil((cfg->max_time_s - so_far) / (so_far / (double)res->n));
+                double end = cfg->budget && b->min_sampling_s > cfg->max_time_s
+                                 ? b->min_sampling_s : cfg->max_time_s;
+                double fit = ceil((end - so_far) / (so_far / (double)res->n));
                 k = fit < 1 ? 1 : fit < (double)k ? (Py_ssize_t)fit : k;
             }
         }
@@ -674,7 +693,10 @@ int kb_loop_run(kb_backend *b, const kb_loop_config *cfg, kb_loop_result *res)
         }
         if (res->n >= cfg->max_samples)
             res->stop = KB_STOP_ITER_CAP;
-        else if (elapsed >= cfg->max_time_s && res->n >= cfg->min_samples)
+        else if (cfg->budget && elapsed >= cfg->max_time_s && res->n >= cfg->min_samples &&
+                 elapsed >= b->min_sampling_s)
+            res->stop = KB_STOP_BUDGET;     /* the regime's sampling floor holds */
+        else if (!cfg->budget && elapsed >= cfg->max_time_s && res->n >= cfg->min_samples)
             res->stop = KB_STOP_TIME_CAP;
         /* Grow the batch while a batch takes under grow_below_s. */
         if (batch < cfg->batch_max && elapsed < grow_below_s * (double)res->n / batch)
@@ -712,12 +734,13 @@ PyObject *kb_loop_result_to_dict(const kb_loop_result *res, const kb_loop_config
     if (arr == NULL)
         return NULL;
     PyObject *out = Py_BuildValue(
-        "{s:N,s:s,s:n,s:d,s:O,s:d,s:d,s:s,s:d,s:d,s:d,s:n,s:n,s:d,s:d,s:O,s:d,s:n,s:n,s:N}",
+        "{s:N,s:s,s:n,s:d,s:O,s:d,s:d,s:s,s:d,s:d,s:d,s:n,s:n,s:d,s:O,s:d,s:O,s:d,s:n,s:n,s:N}",
         "samples", arr, "stop", kb_stop_name(res->stop), "warmup_iters", res->warmup_iters,
         "warmup_s", res->warmup_s, "warmup_stable", res->warmup_stable ? Py_True : Py_False, "warmup_tol",
         cfg->warmup_tol, "sampling_s", res->sampling_s, "criterion", cfg->criterion, "target", cfg->target,
         "achieved", res->achieved, "ci_level", cfg->ci_level, "min_samples", cfg->min_samples,
-        "max_samples", cfg->max_samples, "max_time_s", cfg->max_time_s, "resolution_s",
+        "max_samples", cfg->max_samples, "max_time_s", cfg->max_time_s, "budget",
+        cfg->budget ? Py_True : Py_False, "resolution_s",
         res->resolution_s, "at_resolution", res->at_resolution ? Py_True : Py_False,
         "sampling_overlap_s", res->overlap_s, "tentative_dropped", res->tentative_dropped,
         "resettle_dropped", res->resettle_dropped, "resettle_sampled_s",

@@ -25,6 +25,11 @@
 #define BURST_RECOVER_MAX_S 2.0
 #define BURST_FRESH_READING_S 0.001   /* a batch this long needs a reading taken after it */
 #define KB_CUDA_BURST_WARMUP_MAX_S BURST_BATCH_S   /* burst: the callable's own warm-up */
+/* Burst: the busy kernel only lifts the clocks out of idle (an idle GPU's first batch would
+ * start at its idle clock); each batch then starts on a recovered GPU. Longer, it only heats
+ * the GPU that the first batch then waits to recover from: a 1 s ramp (the loop's warm-up,
+ * before) was most of a first burst bench's 1.2 s. */
+#define KB_CUDA_BURST_RAMP_MAX_S 0.05
 
 #define KB_STEPPED_BELOW_S 2e-6         /* 64 steps of 32 ns */
 #define KB_STEPPED_MIN_SAMPLING_S 0.05

@@ -17,7 +17,7 @@ static void cuda_options_defaults(kb_cuda_options *o)
                            .keep_busy = 1, .gate_batch = 32, .gate_timeout_s = 1.0,
                            .busy_warmup_s = -1.0, .cupti_allow_foreign = 0, .sample_clocks = 1,
                            .clock_period_s = 0.005, .settle_max_s = 4.0,
-                           .regime = KB_REGIME_SUSTAINED, .pre_sample = NULL};
+                           .regime = KB_REGIME_BURST, .pre_sample = NULL};
 }
 
 int kb_cuda_options_module_init(PyObject *m)
@@ -32,7 +32,8 @@ int kb_cuda_options_module_init(PyObject *m)
         o.gate_timeout_s, "busy_warmup_s", Py_None, "cupti_allow_foreign",
         o.cupti_allow_foreign ? Py_True : Py_False, "sample_clocks",
         o.sample_clocks ? Py_True : Py_False, "clock_period_s", o.clock_period_s,
-        "settle_max_s", o.settle_max_s, "regime", "sustained", "pre_sample", Py_None,
+        "settle_max_s", o.settle_max_s, "regime",
+        o.regime == KB_REGIME_BURST ? "burst" : "sustained", "pre_sample", Py_None,
         "callable_warmup_max_s", KB_CUDA_CALLABLE_WARMUP_MAX_S, "callable_warmup_min",
         (Py_ssize_t)KB_CUDA_CALLABLE_WARMUP_MIN);
     if (d == NULL)

@@ -46,7 +46,9 @@ static int step_parse(cuda_ctx *c, PyObject *args, PyObject *kw, kb_loop_config 
     c->step_target = strcmp(cfg->criterion, "ci") == 0 ? cfg->target : 0.0;
     c->busy_explicit = c->opt.busy_warmup_s >= 0;
     if (c->opt.busy_warmup_s < 0)
-        c->opt.busy_warmup_s = cfg->warmup_s;
+        c->opt.busy_warmup_s = c->opt.regime == KB_REGIME_BURST &&
+                                       cfg->warmup_s > KB_CUDA_BURST_RAMP_MAX_S
+                                   ? KB_CUDA_BURST_RAMP_MAX_S : cfg->warmup_s;
     if (cfg->warmup_min < KB_CUDA_CALLABLE_WARMUP_MIN)
         cfg->warmup_min = KB_CUDA_CALLABLE_WARMUP_MIN;
     /* Burst: one batch's worth. Longer, the callable's continuous load only heats the GPU each
