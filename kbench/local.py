@@ -140,7 +140,7 @@ def bench_local(fn: Callable[..., Any], *args: Any,
     stats = _core.summarize(samples, raw.get("ci_level", _core.LOOP_DEFAULTS["ci_level"]))
     stop = {k: raw[k] for k in ("stop", "criterion", "target", "achieved", "warmup_iters",
                                 "warmup_s", "sampling_s", "min_samples", "max_samples",
-                                "max_time_s", "resolution_s", "at_resolution",
+                                "max_time_s", "budget", "resolution_s", "at_resolution",
                                 "sampling_overlap_s", "tentative_dropped", "resettle_dropped",
                                 "resettle_sampled_s") if k in raw}
     result = Result(name=name, device=device_name, backend=backend, samples=samples,

@@ -908,7 +908,10 @@ def test_the_loop_defaults_are_the_c_cores_own():
     """Written once, in csrc/core/measure.c: bench passes on only what it was given."""
     import inspect
     d = kbench._core.LOOP_DEFAULTS
-    assert d["warmup_s"] == 1.0 and d["min_samples"] == 10 and d["target"] == 0.005
+    assert d["warmup_s"] == 0.25 and d["min_samples"] == 10 and d["target"] == 0.005
+    # the budget, and what an explicit target waits for instead
+    assert d["max_time_s"] == 0.3 and d["max_time_s_with_target"] == 10.0
+    assert d["warmup_s_with_target"] == 1.0
     sig = inspect.signature(kbench.bench).parameters
     for k in ("warmup_s", "min_samples", "max_samples", "max_time_s", "target", "ci_level",
               "criterion"):
@@ -916,6 +919,39 @@ def test_the_loop_defaults_are_the_c_cores_own():
     r = kbench.bench(np.sum, np.ones(100), warmup_s=0.0, cold_cache=None)
     assert r.stop["max_time_s"] == d["max_time_s"] and r.stop["min_samples"] == d["min_samples"]
     assert r.stop["target"] == d["target"] and r.stats["ci_level"] == d["ci_level"]
+
+
+def _jittery_sleep():
+    """A call whose time varies by a factor of two: no 0.5% CI in a fraction of a second."""
+    time.sleep(0.0005 + 0.0005 * (time.perf_counter_ns() % 7) / 7)
+
+
+def test_without_a_target_the_budget_stops_the_run_and_states_its_ci():
+    """The default contract: sampling ends when the budget is spent, the result states the CI
+    it reached and why it stopped, and nothing warns about the budget itself."""
+    from kbench.local import _warnings
+    r = kbench.bench(_jittery_sleep, cold_cache=None, memory=False)
+    assert r.stop["stop"] == "budget" and r.stop["budget"] is True
+    assert r.stop["max_time_s"] == kbench._core.LOOP_DEFAULTS["max_time_s"]
+    assert r.stop["sampling_s"] < 3 * r.stop["max_time_s"]
+    assert r.stop["achieved"] > r.stop["target"]          # the precision was not reached
+    assert r.stats["ci_low"] < r.median < r.stats["ci_high"]
+    assert not [w for w in _warnings(r) if "stopped by" in w]
+    assert "budget: ci" in repr(r) and "pass target= to wait for a precision" in repr(r)
+
+
+def test_an_explicit_target_is_waited_for_and_warned_about_when_missed():
+    """target= asks for a precision: the run samples past the budget toward it (up to
+    max_time_s), and a cap that ends it first is a warning, as before the budget."""
+    from kbench.local import _warnings
+    r = kbench.bench(_jittery_sleep, cold_cache=None, memory=False, target=0.001,
+                     max_time_s=0.5)
+    assert r.stop["stop"] == "time_cap" and r.stop["budget"] is False
+    assert r.stop["sampling_s"] >= 0.5
+    assert [w for w in _warnings(r) if w.startswith("stopped by time_cap")]
+    r = kbench.bench(_jittery_sleep, cold_cache=None, memory=False, target=0.001,
+                     max_samples=20)
+    assert r.stop["max_time_s"] == kbench._core.LOOP_DEFAULTS["max_time_s_with_target"]
 
 
 def test_a_capped_stop_on_dependent_samples_says_what_they_are_worth():
