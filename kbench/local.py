@@ -109,7 +109,10 @@ def bench_local(fn: Callable[..., Any], *args: Any,
                          "pass device='cuda' (or GPU tensors as arguments) to time it there")
         else:
             host_note = None
+        from . import hostload
+        before = hostload.start()
         raw, cold, extra = _run_host(fn, sets, kwargs, cold_cache, flush_bytes, loop)
+        extra["host_load"] = hostload.finish(before)
         device_name, backend = "cpu", "host"
         peaks = _cpu_peaks(compute_dtype(sets[0], kwargs))
         if host_note:

@@ -360,6 +360,10 @@ class Result:
                             f"{fmt_bytes(cc.get('footprint_bytes'))} in all",
                   }.get(mode, "hot: no flush, no rotation")
         rows.append(["Cold cache", f"{mode}: {detail} (cache {fmt_bytes(cc.get('cache_bytes'))})"])
+        from .hostload import text as host_load_text
+        host = host_load_text(self.extra.get("host_load"))
+        if host:
+            rows.append(["Host load", host])
         if self.extra.get("distributed"):
             rows.extend(_ranks_rows(self.extra["distributed"]))
         ach = st.get("achieved")

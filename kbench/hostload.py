@@ -1,0 +1,82 @@
+"""kbench.hostload: was the host busy while a CPU bench ran?
+
+Other processes that run on the host while a CPU bench samples share its cores, caches and
+memory bandwidth: on a 2-core VM with one busy process a cold 16 MB np.add's medians moved
+16-25% between runs seconds apart, which no run's CI sees. kbench cannot stop that, but it can
+say it happened. Two readings of /proc/stat (and this process's own CPU time) around the
+timed run give the CPU time that others used, in CPUs, and the hypervisor's steal time; no
+thread samples during the run, so the reading costs the bench nothing. Linux only: elsewhere
+the reading is None.
+"""
+from __future__ import annotations
+
+import os
+import time
+from typing import Any, Dict, NamedTuple, Optional
+
+#: Other processes' use, in CPUs, from which the host counts as busy: a quarter of a core is
+#: a neighbour that preempts the bench several times a second, not a daemon's tick.
+BUSY_OTHER_CPUS = 0.25
+#: Steal time, as a share of the host's CPU time, from which the host counts as busy.
+BUSY_STEAL_SHARE = 0.02
+
+
+class Reading(NamedTuple):
+    wall_s: float
+    busy_ticks: int         # every CPU's non-idle time (user .. softirq), in clock ticks
+    steal_ticks: int
+    total_ticks: int
+    own_s: float            # this process's CPU time (user + system), seconds
+
+
+def _read(stat_path: str = "/proc/stat") -> Optional[Reading]:
+    try:
+        with open(stat_path, "rb") as f:
+            first = f.readline().split()
+    except OSError:
+        return None
+    if len(first) < 9 or first[0] != b"cpu":
+        return None
+    user, nice, system, idle, iowait, irq, softirq, steal = (int(v) for v in first[1:9])
+    t = os.times()
+    return Reading(time.perf_counter(), user + nice + system + irq + softirq, steal,
+                   user + nice + system + idle + iowait + irq + softirq + steal,
+                   t.user + t.system)
+
+
+def start() -> Optional[Reading]:
+    """The reading before a run (None where /proc/stat cannot be read)."""
+    return _read()
+
+
+def finish(before: Optional[Reading], stat_path: str = "/proc/stat") -> Optional[Dict[str, Any]]:
+    """What the host did between `before` and now: others_cpus (CPU time that other processes
+    used, over the wall time, in CPUs), steal_share, cpus, and busy (a verdict), or None."""
+    after = _read(stat_path)
+    if before is None or after is None:
+        return None
+    wall = after.wall_s - before.wall_s
+    ticks = after.total_ticks - before.total_ticks
+    if wall <= 0 or ticks <= 0:
+        return None
+    hz = os.sysconf("SC_CLK_TCK") if hasattr(os, "sysconf") else 100
+    cpus = ticks / hz / wall                  # the host's CPUs, as /proc/stat counts them
+    busy_s = (after.busy_ticks - before.busy_ticks) / hz
+    others = max(busy_s - (after.own_s - before.own_s), 0.0) / wall
+    steal = (after.steal_ticks - before.steal_ticks) / ticks
+    loadavg = os.getloadavg()[0] if hasattr(os, "getloadavg") else None
+    return {"others_cpus": others, "steal_share": steal, "cpus": round(cpus),
+            "loadavg_1m": loadavg, "wall_s": wall,
+            "busy": others >= BUSY_OTHER_CPUS or steal >= BUSY_STEAL_SHARE}
+
+
+def text(load: Optional[Dict[str, Any]]) -> str:
+    """The printed block's Host load row ('' when unknown)."""
+    if not load:
+        return ""
+    said = (f"other processes used {load['others_cpus']:.2f} of {load['cpus']} CPUs while it "
+            f"ran, steal {100 * load['steal_share']:.1f}%")
+    if not load["busy"]:
+        return f"quiet: {said}"
+    return (f"BUSY: {said}; the CI is this run's, and on a busy host the next run can read "
+            f"elsewhere (compare versions with kbench.ab, whose paired trials cancel it)")

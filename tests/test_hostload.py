@@ -1,0 +1,64 @@
+"""The busy-host reading of CPU benches (kbench.hostload)."""
+import multiprocessing as mp
+import os
+import sys
+
+import numpy as np
+import pytest
+
+import kbench
+from kbench import hostload
+
+linux_only = pytest.mark.skipif(not os.path.exists("/proc/stat"), reason="needs /proc/stat")
+
+
+def _stat(tmp_path, user, system, idle, steal):
+    p = tmp_path / "stat"
+    p.write_text(f"cpu  {user} 0 {system} {idle} 0 0 0 {steal} 0 0\ncpu0 1 2 3 4\n")
+    return str(p)
+
+
+def test_others_cpu_time_and_steal_are_read_from_two_snapshots(tmp_path, monkeypatch):
+    hz = os.sysconf("SC_CLK_TCK")
+    before = hostload.Reading(wall_s=100.0, busy_ticks=1000, steal_ticks=10,
+                              total_ticks=5000, own_s=1.0)
+    # one second later on a 2-CPU host: 1.5 CPU-seconds busy, of which 0.5 were ours
+    monkeypatch.setattr(hostload.time, "perf_counter", lambda: 101.0)
+    monkeypatch.setattr(hostload.os, "times",
+                        lambda: os.times_result((1.4, 0.1, 0.0, 0.0, 0.0)))
+    path = _stat(tmp_path, 1000 + int(1.5 * hz), 0, 5000 - 1000 - 10 + int(0.5 * hz), 10)
+    load = hostload.finish(before, path)
+    assert load["cpus"] == 2
+    assert load["others_cpus"] == pytest.approx(1.0, abs=0.05)
+    assert load["steal_share"] == 0.0 and load["busy"] is True
+    assert "BUSY: other processes used 1.00 of 2 CPUs" in hostload.text(load)
+
+
+def test_an_unreadable_stat_is_no_reading(tmp_path):
+    assert hostload.finish(hostload.start(), str(tmp_path / "missing")) is None
+    assert hostload.finish(None) is None and hostload.text(None) == ""
+
+
+def _spin(ready):
+    ready.set()
+    while True:
+        pass
+
+
+@linux_only
+@pytest.mark.skipif((os.cpu_count() or 1) < 2, reason="needs 2 CPUs to run beside a hog")
+def test_a_cpu_bench_beside_a_busy_process_says_the_host_was_busy():
+    ctx = mp.get_context("fork" if sys.platform.startswith("linux") else "spawn")
+    ready = ctx.Event()
+    hog = ctx.Process(target=_spin, args=(ready,), daemon=True)
+    hog.start()
+    try:
+        assert ready.wait(10)
+        a = np.ones(1 << 16)
+        r = kbench.bench(np.sum, a, cold_cache=None, memory=False)
+    finally:
+        hog.terminate()
+        hog.join()
+    load = r.extra["host_load"]
+    assert load["busy"] is True and load["others_cpus"] >= hostload.BUSY_OTHER_CPUS
+    assert "Host load:  BUSY" in repr(r)
