@@ -53,7 +53,7 @@ SCRIPT = textwrap.dedent('''
     R = ctypes.CDLL("libnvrtc.so.13")
     spec = json.loads(sys.argv[1])
     GOOD = 'extern "C" __global__ void f() {}'
-    Q = dict(stream=0, busy_warmup_s=0.0, warmup_s=0.0, min_samples=64, max_samples=64,
+    Q = dict(stream=0, regime="sustained", busy_warmup_s=0.0, warmup_s=0.0, min_samples=64, max_samples=64,
              sample_clocks=False)
     Q.update(spec.get("kw", {}))
     out = {}

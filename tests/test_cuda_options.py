@@ -16,7 +16,7 @@ def _noop():
 @needs_cuda_build
 def test_cuda_defaults_are_published_once_by_the_core():
     d = _core.CUDA_DEFAULTS
-    assert d["mode"] == "events" and d["regime"] == "sustained" and d["cold"] is None
+    assert d["mode"] == "events" and d["regime"] == "burst" and d["cold"] is None
     assert d["gate"] is True and d["keep_busy"] is True and d["pre_sample"] is None
     assert d["gate_batch"] >= 1 and d["gate_timeout_s"] > 0 and d["unroll"] == 1.0
     assert 0 < d["callable_warmup_max_s"] <= _core.LOOP_DEFAULTS["warmup_s"]

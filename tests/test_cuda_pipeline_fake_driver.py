@@ -75,7 +75,7 @@ SCENARIOS = textwrap.dedent('''
     import ctypes, json, sys
     import numpy as np
     from kbench import _core
-    QUICK = dict(stream=0, busy_warmup_s=0.0, warmup_s=0.0, min_samples=64, max_samples=64,
+    QUICK = dict(stream=0, regime="sustained", busy_warmup_s=0.0, warmup_s=0.0, min_samples=64, max_samples=64,
                  sample_clocks=False)   # a real NVML (on a GPU machine) would read a real GPU
     out = {}
     log = []
@@ -101,7 +101,7 @@ SCENARIOS = textwrap.dedent('''
         out["hook_error"] = None
     except OSError as e:
         out["hook_error"] = [str(e)] + list(getattr(e, "__notes__", []))
-    r = _core.measure_cuda(fn, ((),), None, regime="burst", **QUICK)
+    r = _core.measure_cuda(fn, ((),), None, **dict(QUICK, regime="burst"))
     out["burst"] = {"batches": r["cuda"]["regime"]["burst"]["batches"],
                     "keep_busy": r["cuda"]["keep_busy"]["enabled"],
                     "held": r["cuda"]["regime"]["held"], "why": r["cuda"]["regime"]["why"],
@@ -137,7 +137,7 @@ CARRY = textwrap.dedent('''
     import json, time
     from kbench import _core
     fn = lambda: None
-    Q = dict(stream=0, min_samples=64, max_samples=64)
+    Q = dict(stream=0, regime="sustained", min_samples=64, max_samples=64)
     def settle(r):
         s = r["cuda"]["settle"]
         return {k: s[k] for k in ("settled", "at_s", "by_carry", "carried_from_s_ago",
@@ -151,7 +151,7 @@ CARRY = textwrap.dedent('''
     out["next"] = settle(_core.measure_cuda(fn, ((),), None, **Q))
     time.sleep(1.2)
     out["after_a_pause"] = settle(_core.measure_cuda(fn, ((),), None, **Q))
-    _core.measure_cuda(fn, ((),), None, regime="burst", **Q)
+    _core.measure_cuda(fn, ((),), None, **dict(Q, regime="burst"))
     out["after_burst"] = settle(_core.measure_cuda(fn, ((),), None, **Q))
     print(json.dumps(out))
 ''')
@@ -323,7 +323,7 @@ SETTLE_KEEP = textwrap.dedent('''
     import numpy as np
     from kbench import _core
     fn = lambda: time.sleep(0.0001)     # a few thousand calls while settling, not millions
-    Q = dict(stream=0, min_samples=64, max_samples=20000)
+    Q = dict(stream=0, regime="sustained", min_samples=64, max_samples=20000)
     def record(r):
         s, cu = r["cuda"]["settle"], r["cuda"]
         return {"settled": s["settled"], "by_carry": s["by_carry"], "at_s": s["at_s"],
@@ -392,7 +392,8 @@ LIMIT_WHILE_TIMED = textwrap.dedent('''
     import numpy as np
     from kbench import _core
     fn = lambda: time.sleep(0.0001)
-    r = _core.measure_cuda(fn, ((),), None, stream=0, min_samples=12000, max_samples=12000)
+    r = _core.measure_cuda(fn, ((),), None, stream=0, regime="sustained", min_samples=12000,
+                           max_samples=12000)
     s, cu = r["cuda"]["settle"], r["cuda"]
     print(json.dumps({"settled": s["settled"], "at_max": s["at_max_clock"], "at_s": s["at_s"],
                       "reason": s["resettle_reason"], "timed_s": s["resettle_timed_s"],
@@ -433,7 +434,8 @@ CLOCK_TRACE = textwrap.dedent('''
     import numpy as np
     from kbench import _core
     from kbench.cuda_report import TRACE_KEYS, clock_trace
-    raw = _core.measure_cuda(lambda: time.sleep(0.0001), ((),), None, stream=0, min_samples=64,
+    raw = _core.measure_cuda(lambda: time.sleep(0.0001), ((),), None, stream=0,
+                             regime="sustained", min_samples=64,
                              max_samples=20000)
     clocks, settle = raw["cuda"]["clocks"], raw["cuda"]["settle"]
     tr = clock_trace(clocks, settle["load_start_s"])
@@ -515,7 +517,7 @@ WATCHDOG_GAP = textwrap.dedent('''
         calls[0] += 1
         if calls[0] == 20:          # inside the first gated warm-up batch
             time.sleep(0.5)
-    Q = dict(stream=0, min_samples=64, max_samples=2000)
+    Q = dict(stream=0, regime="sustained", min_samples=64, max_samples=2000)
     def record(r):
         s = r["cuda"]["settle"]
         return {"ago": s["carried_from_s_ago"], "continued_s": s["continued_s"],
@@ -567,7 +569,7 @@ FAILURES = textwrap.dedent('''
             def hook():
                 hooks[0] += 1
             try:
-                _core.measure_cuda(stall, ((),), None, stream=0, gate_timeout_s=0.2,
+                _core.measure_cuda(stall, ((),), None, stream=0, regime="sustained", gate_timeout_s=0.2,
                                    pre_sample=hook, sample_clocks=False, busy_warmup_s=0.0,
                                    min_samples=64, max_samples=200)
             finally:
@@ -661,7 +663,7 @@ MASKS = textwrap.dedent('''
             name = fields["Name"].strip()
             if name.startswith("kb-"):
                 seen[name] = int(fields["SigBlk"].strip(), 16)
-    _core.measure_cuda(lambda: None, ((),), None, pre_sample=hook, stream=0,
+    _core.measure_cuda(lambda: None, ((),), None, pre_sample=hook, stream=0, regime="sustained",
                        busy_warmup_s=0.0, warmup_s=0.0, min_samples=64, max_samples=64)
     print(json.dumps({"threads": sorted(seen),
                       "unblocked_sigint": [t for t, m in seen.items() if not m & (1 << 1)]}))
@@ -685,7 +687,8 @@ SWING = textwrap.dedent('''
             time.sleep(gap)
         # each sample waits first: the fake's events read 1 ms apart at once, and the benches
         # must end inside the swing, well past the fake's first second
-        r = _core.measure_cuda(lambda: None, ((),), None, stream=0, busy_warmup_s=0.0,
+        r = _core.measure_cuda(lambda: None, ((),), None, stream=0, regime="sustained",
+                               busy_warmup_s=0.0,
                                pre_sample=lambda: time.sleep(wait), min_samples=1000,
                                max_samples=1000)
         s = r["cuda"]["settle"]
