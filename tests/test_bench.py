@@ -19,7 +19,7 @@ def test_result_statistics_are_those_of_its_samples():
     assert r.median == pytest.approx(float(np.median(r.samples)), rel=1e-12)
     assert r.min == r.samples.min() and r.stats["max"] == r.samples.max()
     assert r.stats["ci_low"] <= r.median <= r.stats["ci_high"]
-    assert r.stop["stop"] in ("precision", "time_cap", "iter_cap")
+    assert r.stop["stop"] in ("precision", "budget", "iter_cap")
     assert np.all(r.samples > 0)
 
 

@@ -59,7 +59,7 @@ def test_rows_cover_the_product_in_order(copies):
         assert row["ci_low_s"] <= row["median_s"] <= row["ci_high_s"]
         assert row["bytes_per_s"] == pytest.approx(res.bytes / row["median_s"])
         assert row["flops_per_s"] is None
-        assert row["stop"] in ("precision", "time_cap", "iter_cap")
+        assert row["stop"] in ("precision", "budget", "iter_cap")
         assert row["samples"] == res.n >= 10
         assert row["name"] == f"numpy.copyto[n={row['n']}, dtype={row['dtype']}]"
 
