@@ -10,7 +10,8 @@ and ignored. The measurement underneath is kbench.bench; docs/dropin.md lists ev
 difference. In short: L2 is flushed before each sample like do_bench does (outside the timed
 region); sampling stops by kbench's precision rule (0.5% CI half-width of the median) or the
 time budget, not at a fixed count -- unless a count is asked for (FlashInfer's repeat_iters);
-with no CUDA device the same calls time on the CPU with the host clock (GPU-only kbench options
+with no CUDA device the same calls time on the CPU with the host clock, saying so once per
+process (CpuFallbackWarning: those milliseconds are not GPU times; GPU-only kbench options
 passed through are then dropped with a warning), so code and tests using them run on CPU-only
 machines. Peak memory is not measured unless asked for (memory=True): the drop-ins add no
 untimed calls for it and leave the process's peak-memory counters alone.
@@ -30,6 +31,21 @@ import warnings
 from typing import Any, Callable, Dict, List, Optional, Sequence, Tuple, Union
 
 import numpy as np
+
+__all__ = ["do_bench", "do_bench_cudagraph", "bench_gpu_time_with_cupti", "cuda_device_status",
+           "CpuFallbackWarning"]
+
+
+def __dir__() -> List[str]:
+    # what the module offers, not its imports (Any, Callable, np, functools ...)
+    return sorted(__all__)
+
+
+class CpuFallbackWarning(UserWarning):
+    """A drop-in found no CUDA device and timed on the CPU with the host clock: the
+    milliseconds it returned are CPU times of the callable, not GPU kernel times. Said once
+    per process; passing device="cpu" says the CPU is meant and silences it."""
+
 
 _RETURN_MODES = ("min", "max", "mean", "median", "all")
 # kbench's timer modes that need a GPU: on the CPU fallback they are dropped, not refused
@@ -235,6 +251,24 @@ def _drop_gpu_options(where: str, opts: Dict[str, Any], stacklevel: int) -> Dict
     return {k: v for k, v in opts.items() if k not in dropped}
 
 
+_cpu_fallback_said = False      # CpuFallbackWarning is said once per process
+
+
+def _warn_cpu_fallback(where: str, stacklevel: int) -> None:
+    """Once per process: a script written for a GPU printed CPU milliseconds as if they were
+    GPU figures."""
+    global _cpu_fallback_said
+    if _cpu_fallback_said:
+        return
+    _cpu_fallback_said = True
+    # the first line: a loader's error goes on with the paths it tried and its advice
+    why = cuda_device_status()[1].strip().splitlines()[0].removesuffix("Tried:").rstrip(" .")
+    warnings.warn(f"kbench.testing.{where}: no CUDA device ({why}), so it times on the CPU "
+                  f"with the host clock: the milliseconds it returns are CPU times, not GPU "
+                  f"kernel times. Pass device='cpu' to time on the CPU on purpose. (Said once "
+                  f"per process.)", CpuFallbackWarning, stacklevel=stacklevel + 1)
+
+
 def _fewest_samples(opts: Dict[str, Any]) -> None:
     """A zero sampling budget (rep=0, repeat_time_ms=0): stop at kbench's minimum count,
     min_samples (10 by default, or the caller's), where Triton and FlashInfer take one
@@ -319,6 +353,7 @@ def _run(fn, device, given, *, warmup_ms, rep_ms, grads, quantiles, return_mode,
         opts.setdefault("mode", mode)
     if device == "cpu" and not given:
         opts = _drop_gpu_options(where, opts, stacklevel=3)
+        _warn_cpu_fallback(where, stacklevel=3)
     r = bench(_grad_reset(fn, grads), device=device, **opts)
     if return_result:
         return r
@@ -428,6 +463,7 @@ def bench_gpu_time_with_cupti(fn: Callable[..., Any], dry_run_iters: Optional[in
         _fewest_samples(opts)
     if device == "cpu" and not given:
         opts = _drop_gpu_options("bench_gpu_time_with_cupti", opts, stacklevel=2)
+        _warn_cpu_fallback("bench_gpu_time_with_cupti", stacklevel=2)
     r = bench(fn, *input_args, kwargs=input_kwargs, device=device, **opts)
     if return_result:
         return r

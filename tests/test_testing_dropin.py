@@ -1,12 +1,16 @@
 """kbench.testing drop-ins: triton's do_bench / do_bench_cudagraph and FlashInfer's
 bench_gpu_time_with_cupti return conventions, on the CPU (no GPU here)."""
+import subprocess
+import sys
 import time
+import warnings
 
 import numpy as np
 import pytest
 
-from kbench.testing import (_summarize, bench_gpu_time_with_cupti, cuda_device_status,
-                            do_bench, do_bench_cudagraph)
+import kbench.testing as kt
+from kbench.testing import (CpuFallbackWarning, _summarize, bench_gpu_time_with_cupti,
+                            cuda_device_status, do_bench, do_bench_cudagraph)
 
 HOT = dict(cold_cache=None)
 pytestmark = pytest.mark.skipif(cuda_device_status()[0],
@@ -357,3 +361,59 @@ def test_grad_to_none_is_tested_with_is_none_and_prepared_for_graphs():
     assert fake.log == []                                  # do_bench only resets grads
     with pytest.raises(TypeError, match="grad_to_none must be an iterable"):
         do_bench(spin, grad_to_none=3)
+
+
+# ------------------------------------------------------------------ issue 47: the CPU fallback
+# said, the module's names
+
+def test_the_cpu_fallback_is_said_once_per_process(monkeypatch):
+    monkeypatch.setattr(kt, "_cpu_fallback_said", False)
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        do_bench(spin, warmup=0, rep=0, device="cpu", **HOT)       # the CPU asked for: quiet
+        bench_gpu_time_with_cupti(spin, repeat_iters=2, device="cpu", cold_l2_cache=False)
+    assert not [w for w in caught if w.category is CpuFallbackWarning]
+    with pytest.warns(CpuFallbackWarning) as said:
+        bench_gpu_time_with_cupti(spin, repeat_iters=2, cold_l2_cache=False)
+    (w,) = [w for w in said if w.category is CpuFallbackWarning]
+    assert issubclass(CpuFallbackWarning, UserWarning) and w.filename == __file__
+    msg = str(w.message)
+    assert msg.startswith("kbench.testing.bench_gpu_time_with_cupti: no CUDA device (")
+    assert "CPU times, not GPU kernel times" in msg and "device='cpu'" in msg
+    assert "\n" not in msg and "Tried" not in msg
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        for f in (do_bench, do_bench_cudagraph):
+            f(spin, rep=0)
+        bench_gpu_time_with_cupti(spin, repeat_iters=2, cold_l2_cache=False)
+    assert not [w for w in caught if w.category is CpuFallbackWarning]
+
+
+def test_a_triton_script_on_a_cpu_host_is_told_once(tmp_path):
+    script = tmp_path / "bench_matmul.py"
+    script.write_text("import numpy as np\n"
+                      "from kbench.testing import do_bench, bench_gpu_time_with_cupti\n"
+                      "a = np.ones((64, 64))\n"
+                      "for _ in range(3):\n"
+                      "    print(do_bench(lambda: a @ a, rep=5))\n"
+                      "print(len(bench_gpu_time_with_cupti(lambda: a @ a, repeat_iters=3)))\n")
+    p = subprocess.run([sys.executable, str(script)], capture_output=True, text=True,
+                       timeout=120)
+    assert p.returncode == 0, p.stderr
+    assert p.stderr.count("CpuFallbackWarning: kbench.testing.do_bench: no CUDA device") == 1
+    assert p.stderr.count("CpuFallbackWarning") == 1, p.stderr
+    # a CI can refuse it (-W cannot name it: -W is read before site-packages is on sys.path)
+    strict = tmp_path / "strict.py"
+    strict.write_text("import warnings\nfrom kbench.testing import CpuFallbackWarning\n"
+                      "warnings.simplefilter('error', CpuFallbackWarning)\n"
+                      + script.read_text())
+    p = subprocess.run([sys.executable, str(strict)], capture_output=True, text=True,
+                       timeout=120)
+    assert p.returncode != 0 and "CpuFallbackWarning: kbench.testing.do_bench" in p.stderr
+
+
+def test_the_module_lists_only_what_it_offers():
+    assert dir(kt) == sorted(kt.__all__)
+    assert not {"Any", "Callable", "np", "functools", "annotations", "warnings"} & set(dir(kt))
+    assert all(callable(getattr(kt, name)) for name in kt.__all__)
+    assert set(kt.__all__) >= {"bench_gpu_time_with_cupti", "do_bench", "do_bench_cudagraph"}
