@@ -251,7 +251,7 @@ def cmd_info(args: argparse.Namespace) -> int:
     md = collect_host_metadata()
     timer = _core.host_timer_info(lambda: None, calls=20000)
     caches = _core.cpu_cache_info()
-    from ._build import _version, build_info, describe_build
+    from ._build import build_info, describe_build
     info: Dict[str, Any] = {"host": md, "host_timer": timer, "cpu_caches": caches,
                             "cuda_backend_built": bool(_core.HAVE_CUDA),
                             "cuda_headers_version": _core.CUDA_HEADERS_VERSION,
