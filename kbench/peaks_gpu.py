@@ -266,17 +266,17 @@ def gpu_peaks_table(d: Dict[str, Any]) -> str:
         bw += (f"; datasheet {sheet['bytes_per_s'] / 1e12:.3g} TB/s "
                f"({d['hbm_bytes_per_s'] / sheet['bytes_per_s']:.0%})")
     rows.append(bw)
-    rows.append(f"  {'ceiling':<11} {'measured':>14} {'datasheet':>14}  how")
+    rows.append(f"  {'ceiling':<9} {'measured':>17} {'datasheet':>17}  how")
     for prec in PRECISIONS:
         got = d.get(f"{prec}_flops_per_s")
         ds = (sheet.get("flops") or {}).get(prec)
         unit = "TOP/s" if prec == "int8" else "TFLOP/s"
-        m = f"{got / 1e12:7.1f} {unit}" if got else "absent".rjust(7 + len(unit) + 1)
-        s = f"{ds / 1e12:7.1f} {unit}" if ds else "-".rjust(7 + len(unit) + 1)
+        m = f"{got / 1e12:9.1f} {unit:<7}" if got else f"{'absent':>9} {'':<7}"
+        s = f"{ds / 1e12:9.1f} {unit:<7}" if ds else f"{'-':>9} {'':<7}"
         note = _how_text(d, prec) if got else (d.get("absent") or {}).get(prec, "not measured")
         if got and ds:
             note = f"{got / ds:.0%} of datasheet; {note}"
-        rows.append(f"  {prec:<11} {m:>14} {s:>14}  {note}")
+        rows.append(f"  {prec:<9} {m} {s}  {note}")
     rows.append(f"  datasheet: {sheet.get('name')} -- {sheet.get('source')}" if sheet else
                 f"  datasheet: {d.get('device')} is not in kbench's datasheet table")
     return "\n".join(rows)

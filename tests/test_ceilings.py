@@ -391,3 +391,57 @@ def test_a_cpu_bench_of_a_closure_names_its_ceiling():
     assert r.extra["compute_peak"]["name"] == "fp64"
     assert "captured 'a'" in r.extra["compute_peak"]["why"]
     assert dict(r._rows())["Ceiling"].startswith("fp64 FMA (float64 arrays")
+
+
+# ------------------------------------------------------------------ kbench peaks, the roofline
+
+def test_the_gpu_peaks_record_names_every_absent_precision(monkeypatch, tmp_path):
+    """measure_gpu_peaks without torch (this machine): the FMA ceilings measured (faked here),
+    every torch GEMM absent with the reason, the datasheet beside them, schema 2."""
+    import sys
+    from kbench import peaks_gpu
+    monkeypatch.setenv("KBENCH_CACHE_DIR", str(tmp_path))
+    monkeypatch.setitem(sys.modules, "torch", None)          # import torch raises
+    monkeypatch.setattr(cuda, "device_info", lambda o: dict(H100, sm_count=132))
+    monkeypatch.setattr(cuda, "stream_handle", lambda s, o, t=True: 0)
+    monkeypatch.setattr(peaks_gpu, "_copy_ceiling", lambda *a: {"hbm_bytes_per_s": 3.0e12,
+                                                                "hbm_copy": {"method": "x"}})
+    rates = {"kb_fma": 60e12, "kb_fma_f64": 30e12}
+    monkeypatch.setattr(peaks_gpu, "_fma_ceiling", lambda dev, info, s, kname, *a: {
+        "flops": rates[kname], "median_s": 1.0, "kernel": kname})
+    d = peaks_gpu.measure_gpu_peaks(0)
+    assert d["schema"] == "kbench.gpu_peaks/2" == peaks.GPU_SCHEMA
+    assert d["fp32_flops_per_s"] == 60e12 and d["fp64_flops_per_s"] == 30e12
+    assert set(d["absent"]) == set(peaks_gpu.TORCH_GEMMS) | {"fp4"}
+    assert "PyTorch is not installed" in d["absent"]["bf16"]
+    assert d["datasheet"]["name"] == "H100 SXM"
+    assert peaks.load_gpu_peaks(H100)["fp64_flops_per_s"] == 30e12
+    table = peaks_gpu.gpu_peaks_table(d)
+    assert "  fp64           30.0 TFLOP/s      34.0 TFLOP/s  88% of datasheet; kb_fma_f64" in table
+    assert "  bf16         absent             989.5 TFLOP/s  PyTorch is not installed" in table
+    assert "datasheet: H100 SXM -- NVIDIA H100 Tensor Core GPU datasheet" in table
+
+
+def test_the_roofline_draws_each_precisions_ceiling():
+    import matplotlib
+    matplotlib.use("Agg")
+    from kbench.result import Result
+    from kbench.sweep import SweepResult
+    results, rows = [], []
+    for i, (prec, peak) in enumerate((("bf16", 780e12), ("fp32", 60e12), ("fp8_e4m3", None))):
+        tp = {"flops_per_s": 50e12 * (i + 1)}
+        if peak:
+            tp.update(peak_flops_per_s=peak, peak_flops_name=f"GPU {ceilings.LABELS[prec]}")
+        else:
+            tp.update(datasheet_flops_per_s=1979e12, datasheet={"name": "H100 SXM"})
+        results.append(Result(name=prec, device="cuda:0", backend="cupti",
+                              samples=np.full(4, 1e-3), stats=kbench._core.summarize(
+                                  np.full(4, 1e-3), 0.95), stop={}, cold_cache={},
+                              throughput=tp))
+        rows.append({"dtype": prec})
+    sw = SweepResult(axes={"dtype": [r["dtype"] for r in rows]}, cases=rows, results=results)
+    ax = sw.plot(x="dtype", y="flops_per_s")
+    labels = ax.get_legend_handles_labels()[1]
+    assert "measured GPU bf16 GEMM peak 780 TFLOP/s" in labels
+    assert "measured GPU fp32 FMA peak 60 TFLOP/s" in labels
+    assert "H100 SXM datasheet peak 1.98e+03 TFLOP/s" in labels
