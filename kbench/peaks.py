@@ -9,6 +9,11 @@ float32: a vector register holds twice as many float32 lanes, so the float32 cei
 twice the float64 one, and a float32 kernel measured against the float64 one reads up to 2x
 too close to peak.
 
+Where the CPU has native bf16 or fp16 arithmetic (the avx512_bf16, amx_bf16, avx512_fp16 or
+amx_fp16 flag in /proc/cpuinfo) and PyTorch is installed, a bf16/fp16 GEMM ceiling is measured
+with torch's CPU matmul (oneDNN uses those instructions); elsewhere the record says why there is
+none, and a bf16 call is held against the float32 FMA ceiling (kbench.ceilings).
+
 Results are cached as JSON in ``$KBENCH_CACHE_DIR`` (default ``~/.cache/kbench``) under
 ``peaks-<hostname>.json``; ``load_cached_peaks()`` reads them back, and ignores (with one
 warning) a file that is not a valid peaks record.
