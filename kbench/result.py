@@ -355,6 +355,10 @@ class Result:
             rows.append(["Throughput", "; ".join(parts)])
         if tp.get("bound_by"):
             rows.append(["Bound by", f"{tp['bound_by']} ({tp.get('bound_reason', '')})"])
+        from .ceilings import ceiling_text      # which compute ceiling, why; the datasheet's
+        ceiling = ceiling_text(self.extra.get("compute_peak"), tp)
+        if ceiling:
+            rows.append(["Ceiling", ceiling])
         clocks = self.extra.get("clocks")
         if clocks and clocks.get("summary"):
             rows.append(["Clocks live", clocks["summary"]])
