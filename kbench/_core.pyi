@@ -12,7 +12,14 @@ CUDA_HEADERS_VERSION: int
 # cflags (the compile flags of _core)
 BUILD: Dict[str, Any]
 
-class KbenchError(RuntimeError): ...
+class KbenchError(RuntimeError):
+    # set on errors of a failed library call (CudaError, CuptiError, NvmlError, NvrtcError,
+    # HipError, RocmSmiError): the call's text, its return code and the code's name, and where
+    # in kbench's C it was checked ("loader_hip.c:175": for developers, not in the message)
+    call: str
+    code: int
+    name: str
+    where: str
 class LibraryNotFound(KbenchError, OSError): ...
 class CudaError(KbenchError): ...
 class CaptureError(CudaError): ...

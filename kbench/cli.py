@@ -251,7 +251,7 @@ def cmd_info(args: argparse.Namespace) -> int:
     md = collect_host_metadata()
     timer = _core.host_timer_info(lambda: None, calls=20000)
     caches = _core.cpu_cache_info()
-    from ._build import _version, build_info, describe_build
+    from ._build import build_info, describe_build
     info: Dict[str, Any] = {"host": md, "host_timer": timer, "cpu_caches": caches,
                             "cuda_backend_built": bool(_core.HAVE_CUDA),
                             "cuda_headers_version": _core.CUDA_HEADERS_VERSION,
@@ -265,6 +265,7 @@ def cmd_info(args: argparse.Namespace) -> int:
             info["cuda_devices"] = f"unavailable: {e}"
     from .hip import describe_status, status as hip_status
     info["hip"] = hip_status()
+    info["backends"] = _backends(info, timer)
     if args.json:
         print(json.dumps(info, indent=1, default=str))
         return 0
@@ -287,21 +288,69 @@ def cmd_info(args: argparse.Namespace) -> int:
           f"per-sample overhead around an empty call {timer['call_overhead_min_ns']} ns (min) / "
           f"{timer['call_overhead_mean_ns']:.0f} ns (mean)")
     print(describe_build())
+    print("backends:")
+    for name, b in info["backends"].items():
+        print(f"  {name:5s} {'present' if b['present'] else 'absent'}: {b['why']}")
     print("\n".join(describe_status(info["hip"])))
-    if not _core.HAVE_CUDA:
-        return 0
-    print(f"CUDA backend: built against CUDA headers {_version(_core.CUDA_HEADERS_VERSION)}")
+    if _core.HAVE_CUDA:
+        print("\n".join(_describe_cuda(info)))
+    return 0
+
+
+def _first_line(error: Any) -> str:
+    """An error's first line, without the loader's trailing "Tried:" (the paths follow it)."""
+    head = (str(error).strip().splitlines() or [""])[0].strip()
+    return head[:-len("Tried:")].rstrip().rstrip(".") if head.endswith("Tried:") else head
+
+
+def _backends(info: Dict[str, Any], timer: Dict[str, Any]) -> Dict[str, Dict[str, Any]]:
+    """One entry per backend: whether it can time here, and why (kbench info's summary)."""
+    out = {"host": {"present": True, "why": f"the CPU, timed with {timer['clock']}"}}
+    devs = info.get("cuda_devices")
+    if not info["cuda_backend_built"]:
+        out["cuda"] = {"present": False, "why": "not built (KBENCH_NO_CUDA=1)"}
+    elif isinstance(devs, list) and devs:
+        names = sorted({str(d.get("name")) for d in devs})
+        out["cuda"] = {"present": True, "why": f"{len(devs)} device(s): {', '.join(names)}"}
+    else:
+        why = "the CUDA driver reports no devices" if isinstance(devs, list) else \
+            _first_line(str(devs).removeprefix("unavailable: "))
+        out["cuda"] = {"present": False, "why": why}
+    hip = info["hip"]
+    if not hip.get("built"):
+        out["hip"] = {"present": False, "why": f"not built ({hip.get('why')})"}
+    elif hip.get("devices"):
+        out["hip"] = {"present": True, "why": f"{hip['devices']} AMD GPU(s)"}
+    else:
+        out["hip"] = {"present": False, "why": _first_line(hip.get("why_no_devices") or
+                                                           "the HIP runtime reports no devices")}
+    return out
+
+
+def _describe_cuda(info: Dict[str, Any]) -> List[str]:
+    """The CUDA section: one line per library and the devices; each piece of advice once, at
+    the end (libcuda, NVML and the device query all said "Install the NVIDIA driver")."""
+    from . import _core
+    from ._build import _version
+    lines = [f"CUDA backend: built against CUDA headers {_version(_core.CUDA_HEADERS_VERSION)}"]
+    advice: List[str] = []
     for lib, st in info["gpu_libraries"].items():
-        print(f"  {lib:6s} {'found' if st.get('loaded') else 'missing'}: {library_status(st)}")
+        head, *more = library_status(st).splitlines()
+        lines.append(f"  {lib:6s} {'found' if st.get('loaded') else 'missing'}: {head}")
+        advice += [a.strip() for a in more if a.strip() not in advice]
     devs = info.get("cuda_devices")
     if isinstance(devs, list):
         for i, d in enumerate(devs):
-            print(f"  cuda:{i} {d.get('name')}  SMs {d.get('sm_count')}  L2 "
-                  f"{fmt_bytes(d.get('l2_bytes'))}  memory {fmt_bytes(d.get('total_memory_bytes'))}  "
-                  f"driver {d.get('driver_version')}")
+            lines.append(f"  cuda:{i} {d.get('name')}  SMs {d.get('sm_count')}  L2 "
+                         f"{fmt_bytes(d.get('l2_bytes'))}  memory "
+                         f"{fmt_bytes(d.get('total_memory_bytes'))}  "
+                         f"driver {d.get('driver_version')}")
     else:
-        print(f"  devices: {library_status({'error': str(devs)})}")
-    return 0
+        # the paths tried are on the library's line above; the advice comes once, below
+        lines.append(f"  devices: {_first_line(devs)}")
+        _, *more = library_status({"error": str(devs)}).splitlines()
+        advice += [a.strip() for a in more if a.strip() not in advice]
+    return lines + [f"  to fix: {a}" for a in advice]
 
 
 def cmd_compare(args: argparse.Namespace) -> int:

@@ -20,7 +20,8 @@ import numpy as np
 from . import _core
 from .coldcache import flag_rotation_sets, make_rotation_sets, shares_memory
 from .prepare import add_note, device_ordinal, poison_gpu
-from .cuda_report import (check_compute_peak, floor_share, gpu_neighbours, gpu_peaks, kinds,
+from .ceilings import choose_compute_peak
+from .cuda_report import (floor_share, gpu_neighbours, gpu_peaks, kinds,
                           read_cold, read_record, theoretical_bandwidth)
 
 # The clock summary, the GPU's timed/busy fractions and the regime's verdict are C's
@@ -349,7 +350,8 @@ def _run(fn: Callable[..., Any], sets: List[Tuple[Any, ...]], kwargs: Dict[str, 
         device: str, loop: Dict[str, Any], check: Any = None, rtol=None, atol=None,
         stream: Any = None, unroll: Optional[int] = None,
         expected_launches: Optional[int] = None, floor: bool = True,
-        rotate_margin: Optional[float] = None, compute_peak: str = "fp32", output: Any = None,
+        rotate_margin: Optional[float] = None, compute_peak: Optional[str] = None,
+        output: Any = None,
         gate: Optional[bool] = None, keep_busy: Optional[bool] = None,
         gate_batch: Optional[int] = None, gate_timeout_s: Optional[float] = None,
         sample_clocks: Optional[bool] = None, settle_max_s: Optional[float] = None,
@@ -357,7 +359,9 @@ def _run(fn: Callable[..., Any], sets: List[Tuple[Any, ...]], kwargs: Dict[str, 
     """Time fn on a CUDA device. The timer's options (gate .. pre_sample) cross to C only when
     the caller gave them: their defaults are _core.CUDA_DEFAULTS and C validates them."""
     require_backend()
-    check_compute_peak(compute_peak)        # before the measurement, not after its seconds
+    # before the measurement, not after its seconds: a bad name, and the dtypes read before fn
+    # runs (kbench.ceilings: compute_peak=None follows them)
+    ceiling = choose_compute_peak(compute_peak, fn, sets[0], kwargs, output)
     warn: List[str] = []
     ordinal = device_ordinal(device)
     info = device_info(ordinal)
@@ -442,7 +446,8 @@ def _run(fn: Callable[..., Any], sets: List[Tuple[Any, ...]], kwargs: Dict[str, 
     extra["device"] = dict(info)
     extra["device"]["nvml_before"] = others.get("snapshot")
     extra["warnings"] = warn
-    peaks = gpu_peaks(info, compute_peak)
+    peaks = gpu_peaks(info, ceiling)
+    extra["compute_peak"] = (peaks or {}).get("compute_peak", ceiling)
     return raw, cold, extra, f"cuda:{ordinal}", peaks
 
 

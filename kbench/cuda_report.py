@@ -202,28 +202,23 @@ def theoretical_bandwidth(info: Dict[str, Any]) -> Optional[float]:
     return 2.0 * float(khz) * 1e3 * float(bits) / 8.0
 
 
-def check_compute_peak(compute_peak: Any) -> None:
-    """ValueError unless compute_peak names a GPU ceiling kbench peaks measures."""
-    if compute_peak not in ("fp32", "bf16"):
-        raise ValueError(f"compute_peak must be 'fp32' or 'bf16', got {compute_peak!r}")
+def check_compute_peak(compute_peak: Any) -> Optional[str]:
+    """compute_peak= as a ceiling's name (None: follow the arguments' dtypes); ValueError
+    listing the accepted names otherwise (kbench.ceilings)."""
+    from .ceilings import check_compute_peak as check
+    return check(compute_peak)
 
 
-def gpu_peaks(info: Dict[str, Any], compute_peak: str) -> Optional[Dict[str, float]]:
-    """Cached `kbench peaks` ceilings; compute_peak picks the FLOP rate to compare with.
-    Without a measured ceiling, the theoretical bandwidth still bounds a cold figure."""
-    check_compute_peak(compute_peak)
+def gpu_peaks(info: Dict[str, Any], compute_peak: Any) -> Optional[Dict[str, Any]]:
+    """Cached `kbench peaks` ceilings and the datasheet's; compute_peak (a ceiling's name, or
+    kbench.ceilings.choose_compute_peak's choice) picks the FLOP rate to compare with. Without
+    a measured ceiling, the theoretical bandwidth still bounds a cold figure."""
+    from .ceilings import choose_compute_peak, gpu_ceiling
+    choice = compute_peak if isinstance(compute_peak, dict) else \
+        choose_compute_peak(compute_peak, None, (), {})
     try:
         from .peaks import load_gpu_peaks
         d = load_gpu_peaks(info)
     except Exception:                    # unreadable cache: as if none
         d = None
-    if not d:
-        bw = theoretical_bandwidth(info)
-        if bw is None:
-            return None
-        return {"bytes_per_s": bw, "flops_per_s": None, "bytes_ceiling": "theoretical",
-                "source": "theoretical memory bandwidth (memory clock x bus width); no measured "
-                          "ceiling cached: run `kbench peaks`"}
-    return {"bytes_per_s": d.get("hbm_bytes_per_s"),
-            "flops_per_s": d.get(f"{compute_peak}_flops_per_s"), "bytes_ceiling": "measured",
-            "source": f"{d.get('source')}, compute peak {compute_peak}"}
+    return gpu_ceiling(info, choice, d, theoretical_bandwidth(info))

@@ -31,6 +31,7 @@ import numpy as np
 
 from . import _core
 from ._format import library_status     # kbench info's wording: no dangling "Tried:"
+from .ceilings import hip_ceilings
 from .coldcache import flag_rotation_sets, make_rotation_sets, shares_memory
 from .prepare import device_ordinal, poison_gpu
 
@@ -419,7 +420,10 @@ def run(fn: Callable[..., Any], sets: List[Tuple[Any, ...]], kwargs: Dict[str, A
     extra["clocks"]["summary"] = _clock_summary(extra["clocks"])
     extra["device"] = dict(info, llc_bytes=llc, llc=llc_what, backend="hip")
     extra["warnings"] = warn
-    return raw, cold, extra, str(info.get("name") or f"HIP device {ordinal}"), None
+    # no measured HIP ceilings (`kbench peaks` is CUDA's): the datasheet's, for the inferred
+    # precision (kbench.ceilings)
+    peaks = hip_ceilings(info, fn, sets[0], kwargs, out_kw, extra)
+    return raw, cold, extra, str(info.get("name") or f"HIP device {ordinal}"), peaks
 
 
 def _check_after(outs: List[Any], out_kw: Any, sets: List[Tuple[Any, ...]], last_call: int,

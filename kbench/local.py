@@ -19,6 +19,7 @@ import numpy as np
 
 from . import _core
 from ._format import fmt_bytes, fmt_time
+from .ceilings import add_datasheet, ceiling_warnings, cpu_ceilings
 from .coldcache import flag_rotation_sets, make_rotation_sets, normalize_arg_sets
 from .prepare import (BENCH_DEFAULTS, check_before_timing, choose_device, device_ordinal,
                       name_of, named_output, one_at_a_time)
@@ -114,7 +115,8 @@ def bench_local(fn: Callable[..., Any], *args: Any,
         raw, cold, extra = _run_host(fn, sets, kwargs, cold_cache, flush_bytes, loop)
         extra["host_load"] = hostload.finish(before)
         device_name, backend = "cpu", "host"
-        peaks = _cpu_peaks(compute_dtype(sets[0], kwargs))
+        peaks = cpu_ceilings(fn, sets[0], kwargs, named_output(sets[0], kwargs, out_arg),
+                             _cpu_peaks, extra)
         if host_note:
             extra.setdefault("warnings", []).append(host_note)
     else:
@@ -133,11 +135,8 @@ def bench_local(fn: Callable[..., Any], *args: Any,
             extra["device_from"] = (f"{carried[0]} of {name} ({type(carried[1]).__name__} on "
                                     f"{dev}); device='cpu' times it on the host instead")
         if peaks:       # which measured GPU ceiling "% of peak" is of (peaks_gpu measures them)
-            compute = backend_options.get("compute_peak", "fp32")
             peaks = {"bytes_name": "GPU HBM copy" if peaks.get("bytes_ceiling") != "theoretical"
-                     else "GPU theoretical memory bandwidth",
-                     "flops_name": "GPU bf16 GEMM" if compute == "bf16" else "GPU fp32 FMA",
-                     **peaks}
+                     else "GPU theoretical memory bandwidth", **peaks}
 
     samples = np.asarray(raw["samples"], dtype=np.float64)
     stats = _core.summarize(samples, raw.get("ci_level", _core.LOOP_DEFAULTS["ci_level"]))
@@ -150,6 +149,7 @@ def bench_local(fn: Callable[..., Any], *args: Any,
                     stats=stats, stop=stop, cold_cache=cold, flops=flops, bytes=bytes,
                     correctness=correctness, extra=extra, memory=mem)
     result.throughput = throughput(stats["median"], flops, bytes, peaks)
+    add_datasheet(result.throughput, peaks)
     result.warnings.extend(_warnings(result))
     result.warnings.extend(extra.pop("warnings", []))
     result.metadata = _metadata(device_name, result, extra)
@@ -638,13 +638,10 @@ def _warnings(r: Result) -> List[str]:
             out.append(f"{'hot cache' if mode not in ('flush', 'rotate') else 'not cold'}: "
                        f"{pct * 100:.0f}% of the {ceiling} memory ceiling -- the data is served "
                        f"from cache, not memory")
-    cpct = tp.get("compute_pct_peak")
     # The compute ceiling is one reference kernel (FMA chains, a bf16 8192^3 GEMM): another
     # shape can run a few % faster (a burst 4000x4096x11008 GEMM read 101% on the H200), so only
-    # what no shape can explain is said.
-    if cpct is not None and cpct > COMPUTE_CEILING_SLACK:
-        out.append(f"{cpct * 100:.0f}% of the measured compute ceiling: the FLOP count is too "
-                   f"high, or the ceiling was measured on a busy machine (re-run kbench peaks)")
+    # what no shape can explain is said, naming the ceiling used and how to pick another.
+    out.extend(ceiling_warnings(r, COMPUTE_CEILING_SLACK))
     return out
 
 

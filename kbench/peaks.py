@@ -9,6 +9,11 @@ float32: a vector register holds twice as many float32 lanes, so the float32 cei
 twice the float64 one, and a float32 kernel measured against the float64 one reads up to 2x
 too close to peak.
 
+Where the CPU has native bf16 or fp16 arithmetic (the avx512_bf16, amx_bf16, avx512_fp16 or
+amx_fp16 flag in /proc/cpuinfo) and PyTorch is installed, a bf16/fp16 GEMM ceiling is measured
+with torch's CPU matmul (oneDNN uses those instructions); elsewhere the record says why there is
+none, and a bf16 call is held against the float32 FMA ceiling (kbench.ceilings).
+
 Results are cached as JSON in ``$KBENCH_CACHE_DIR`` (default ``~/.cache/kbench``) under
 ``peaks-<hostname>.json``; ``load_cached_peaks()`` reads them back, and ignores (with one
 warning) a file that is not a valid peaks record.
@@ -229,6 +234,75 @@ def _fma(threads: int, budget_s: float, min_repeats: int, max_repeats: int,
     }
 
 
+#: The /proc/cpuinfo flags of native bf16 and fp16 arithmetic (kbench.ceilings' CPU rule).
+CPU_NATIVE_FLAGS = {"bf16": ("avx512_bf16", "amx_bf16"), "fp16": ("avx512_fp16", "amx_fp16")}
+
+
+def cpu_flags(path: str = "/proc/cpuinfo") -> set:
+    """The CPU's feature flags (the first processor's), empty where they cannot be read."""
+    try:
+        with open(path) as f:
+            for line in f:
+                if line.startswith(("flags", "Features")):
+                    return set(line.split(":", 1)[1].split())
+    except OSError:
+        pass
+    return set()
+
+
+def cpu_native(flags: set | None = None) -> dict:
+    """{"bf16": [its native-instruction flags this CPU has], "fp16": [...]}: empty lists where it
+    has none (bf16 or fp16 math is then converted to float32)."""
+    flags = cpu_flags() if flags is None else flags
+    return {p: [f for f in names if f in flags] for p, names in CPU_NATIVE_FLAGS.items()}
+
+
+#: The native bf16/fp16 ceilings are a torch CPU matmul of this size (oneDNN: AMX, AVX512-BF16,
+#: AVX512-FP16), 17 GFLOP a call.
+NATIVE_N = 2048
+
+
+def _native(budget_s: float, min_repeats: int, max_repeats: int, fp32_GFLOPs: float,
+            flags: set | None = None) -> dict:
+    """{"bf16": ..., "fp16": ...}: each the best/median GFLOP/s of torch's CPU matmul in that
+    precision where the CPU has native instructions for it (kbench.ceilings.cpu_native) and
+    torch is installed, else {"absent": why}. A figure under the float32 FMA ceiling is no
+    native ceiling (torch did not use the instructions): absent, saying so."""
+    support = cpu_native(flags)
+    out: dict = {}
+    for prec, have in support.items():
+        if not have:
+            out[prec] = {"absent": f"this CPU has no native {prec} instructions "
+                                   f"({' or '.join(CPU_NATIVE_FLAGS[prec])}): {prec} math runs "
+                                   f"converted to float32, under the float32 FMA ceiling"}
+            continue
+        try:
+            import torch
+        except ImportError:
+            out[prec] = {"flags": have, "absent": f"the CPU has {', '.join(have)}, but its "
+                         f"{prec} ceiling is measured with torch's CPU matmul: pip install torch"}
+            continue
+        n = NATIVE_N
+        dtype = torch.bfloat16 if prec == "bf16" else torch.float16
+        gen = torch.Generator().manual_seed(0)
+        a = torch.randn(n, n, generator=gen).to(dtype)
+        b = torch.randn(n, n, generator=gen).to(dtype)
+        c = torch.empty(n, n, dtype=dtype)
+        times = _time_repeats(lambda: torch.matmul(a, b, out=c), budget_s / len(support),
+                              min_repeats, max_repeats)
+        rates = _rates(2 * n ** 3, times)
+        d = {"best_GFLOPs": rates["best"], "median_GFLOPs": rates["median"],
+             "repeats": len(times), "flags": have,
+             "method": f"torch.matmul {n}^3 {prec}, {torch.get_num_threads()} threads"}
+        if rates["best"] < fp32_GFLOPs:
+            d = {"flags": have, "measured": d,
+                 "absent": f"torch's {prec} matmul ran at {rates['best']:.3g} GFLOP/s, under "
+                           f"the float32 FMA ceiling ({fp32_GFLOPs:.3g}): it did not use "
+                           f"{', '.join(have)} (an old torch or oneDNN?)"}
+        out[prec] = d
+    return out
+
+
 # ------------------------------------------------------------------ a quiet machine?
 
 def _running_processes() -> dict:
@@ -349,7 +423,8 @@ def measure_cpu_peaks(seconds: float = 5.0, threads: int | None = None, *,
     Returns {"copy_GBps", "triad_GBps", "fma_GFLOPs" (float64), "fma_fp32_GFLOPs" (best of
     repeats each), "stream": {...}, "fma": {...}, "fma_fp32": {...}, "threads", "llc_bytes",
     "llc_source", "seconds", "metadata", "schema",
-    "load" (machine_load() before measuring), "warnings" (busy machine, best/median gaps,
+    "load" (machine_load() before measuring), "native" (bf16/fp16 GEMM ceilings where the CPU has
+    native instructions for them, else why none), "warnings" (busy machine, best/median gaps,
     ceilings kept, not saved), "kept_from_cache", "saved_to" (path or None)}.
     GB are 1e9 bytes.
     """
@@ -372,6 +447,7 @@ def measure_cpu_peaks(seconds: float = 5.0, threads: int | None = None, *,
     stream = _stream(threads, array_bytes, seconds * 0.6, min_repeats, max_repeats)
     fmas = {dtype: _fma(threads, seconds * 0.4 / len(FMA_DTYPES), min_repeats, max_repeats,
                         dtype) for dtype, _, _ in FMA_DTYPES}
+    native = _native(seconds * 0.2, min_repeats, max_repeats, fmas["float32"]["best_GFLOPs"])
     result = {
         "schema": SCHEMA,
         "copy_GBps": stream["copy"]["best_GBps"],
@@ -388,6 +464,7 @@ def measure_cpu_peaks(seconds: float = 5.0, threads: int | None = None, *,
         **{detail: fmas[dtype] for dtype, _, detail in FMA_DTYPES},
         "metadata": collect_host_metadata(),
         "load": load,
+        "native": native,               # bf16/fp16 where the CPU has instructions for them
     }
     problems += _gap_problems(stream, fmas)
     inconsistent = _dtype_problem(fmas)
@@ -428,14 +505,23 @@ def gpu_peaks_path(info: dict) -> str:
     return os.path.join(d, f"gpu-peaks-{uuid}.json")
 
 
+#: The GPU peaks record kbench.peaks_gpu writes: 2 measures every precision (fp64 FMA, the
+#: torch GEMMs) and names the absent ones; 1 had fp32 FMA and bf16 GEMM alone.
+GPU_SCHEMA = "kbench.gpu_peaks/2"
+GPU_SCHEMAS_READ = ("kbench.gpu_peaks/1", GPU_SCHEMA)
+
+
 def load_gpu_peaks(info: dict) -> dict | None:
-    """The cached GPU ceilings of the device `info` describes (cuda_device_info), or None."""
+    """The cached GPU ceilings of the device `info` describes (cuda_device_info), or None. A
+    record of the older schema (kbench.gpu_peaks/1: fp32 FMA, bf16 GEMM, HBM copy) is read as
+    it is: its figures stand, and a precision it lacks reads as not measured, asking for
+    `kbench peaks`, which measures every precision again (kbench.ceilings)."""
     try:
         with open(gpu_peaks_path(info)) as f:
             d = json.load(f)
     except (OSError, ValueError):
         return None
-    return d if isinstance(d, dict) and d.get("schema") == "kbench.gpu_peaks/1" else None
+    return d if isinstance(d, dict) and d.get("schema") in GPU_SCHEMAS_READ else None
 
 
 def save_peaks(result: dict, path: str | None = None) -> str:
@@ -534,6 +620,13 @@ def peaks_table(d: dict) -> str:
             lines.append(f"{name:<8} {fma['best_GFLOPs']:>7.1f} GFLOP/s "
                          f"{fma['median_GFLOPs']:>7.1f} GFLOP/s {fma['repeats']:>8}  "
                          f"({fma.get('isa')})")
+    for prec, nat in sorted((d.get("native") or {}).items()):
+        if nat.get("best_GFLOPs"):
+            lines.append(f"{prec + ' mm':<8} {nat['best_GFLOPs']:>7.1f} GFLOP/s "
+                         f"{nat['median_GFLOPs']:>7.1f} GFLOP/s {nat['repeats']:>8}  "
+                         f"({nat.get('method')}; {', '.join(nat.get('flags') or [])})")
+        elif nat.get("absent"):
+            lines.append(f"{prec:<8} none: {nat['absent']}")
     llc = d.get("llc_bytes") or 0
     array_mb = d.get("array_bytes", 0) / 2**20
     note = f"3 arrays x {array_mb:.0f} MiB"

@@ -72,29 +72,23 @@ def is_gpu_object(x: Any) -> bool:
         return False
 
 
-def _gpu_module(x: Any) -> Any:
-    """A torch.nn.Module's first parameter (or buffer) where it is on a GPU, else None."""
+def held(x: Any, parameters: Union[int, None] = 1):
+    """x, then what it holds that a callable reads: a torch.nn.Module's parameters and buffers
+    (the first `parameters` of them; None: all), or the items of a short list, tuple or dict
+    (16 at most). Read only: nothing is called but the module's iterators."""
+    yield x
     torch = sys.modules.get("torch")
-    if torch is None or not isinstance(x, torch.nn.Module):
-        return None
-    for t in itertools.chain(x.parameters(), x.buffers()):
-        return t if is_gpu_object(t) else None
-    return None
+    if torch is not None and isinstance(x, torch.nn.Module):
+        yield from itertools.islice(itertools.chain(x.parameters(), x.buffers()), parameters)
+        return
+    items = x.values() if isinstance(x, dict) else x if isinstance(x, (list, tuple)) else ()
+    yield from itertools.islice(items, 16)
 
 
 def _gpu_in(x: Any) -> Any:
-    """x, or the first GPU object x holds (a module's parameter, an item of a short list, tuple
-    or dict), where one is on a GPU; else None."""
-    if is_gpu_object(x):
-        return x
-    found = _gpu_module(x)
-    if found is not None:
-        return found
-    items = x.values() if isinstance(x, dict) else x if isinstance(x, (list, tuple)) else ()
-    for item in itertools.islice(items, 16):
-        if is_gpu_object(item):
-            return item
-    return None
+    """x, or the first GPU object x holds (a module's first parameter, an item of a short list,
+    tuple or dict: held), where one is on a GPU; else None."""
+    return next((o for o in held(x) if is_gpu_object(o)), None)
 
 
 def _carried(fn: Any, depth: int = 0):

@@ -155,15 +155,39 @@ def _duty_text(fraction: Optional[float], between: Optional[Dict[str, Any]],
     return "; ".join(parts)
 
 
+class Throughput(dict):
+    """Result.throughput. Rates are per second (flops_per_s, bytes_per_s). The share of the peak
+    is a fraction under bandwidth_pct_peak / compute_pct_peak (0.638 for 63.8%: the old names,
+    kept); bandwidth_pct / compute_pct read the same share in percent (63.8). Those two are
+    derived on reading (``[]`` and ``get``), so they never go stale and are not stored."""
+
+    PERCENT_OF = {"bandwidth_pct": "bandwidth_pct_peak", "compute_pct": "compute_pct_peak"}
+
+    def __missing__(self, key: Any) -> float:
+        fraction = self.PERCENT_OF.get(key)
+        if fraction is None or fraction not in self:
+            raise KeyError(key)
+        return 100.0 * self[fraction]
+
+    def get(self, key: Any, default: Any = None) -> Any:
+        try:
+            return self[key]
+        except KeyError:
+            return default
+
+
 # eq=False: a measurement is equal to itself only (the generated __eq__ compared the sample
 # arrays and raised numpy's "truth value of an array is ambiguous")
 @dataclass(eq=False)
 class Result:
     """One benchmark: per-call times in seconds and everything needed to trust and reproduce them.
 
-    ``samples`` are seconds per call. ``stats`` holds the summary of the samples (seconds).
-    ``throughput`` is computed from the caller's theoretical ``flops``/``bytes`` per call and the
-    median time; ``*_pct_peak`` compare it with the measured peaks of this machine when known.
+    ``samples`` are seconds per call. ``stats`` holds the summary of the samples (seconds);
+    ``median``, ``mean`` and ``min`` are seconds too (the printout shows ms or us), and
+    ``median_s``, ``mean_s``, ``min_s`` say so in their names. ``throughput`` (a
+    :class:`Throughput`) is computed from the caller's theoretical ``flops``/``bytes`` per call
+    and the median time; ``*_pct_peak`` compare it with the measured peaks of this machine when
+    known, as a fraction (0.638), and ``bandwidth_pct`` / ``compute_pct`` in percent (63.8).
     """
 
     name: str
@@ -182,10 +206,28 @@ class Result:
     extra: Dict[str, Any] = field(default_factory=dict)   # backend specifics (kernels, clocks, floor)
     memory: Optional[Dict[str, Any]] = None  # peak memory of one untimed call (kbench.memory)
 
-    # -- the numbers people ask for first
+    def __setattr__(self, name: str, value: Any) -> None:
+        if name == "throughput" and isinstance(value, dict) and not isinstance(value, Throughput):
+            value = Throughput(value)           # for the percent keys, however it was set
+        object.__setattr__(self, name, value)
+
+    # -- the numbers people ask for first (seconds)
     @property
     def median(self) -> float:
+        """The median time per call, in seconds (as median_s)."""
         return float(self.stats["median"])
+
+    @property
+    def median_s(self) -> float:
+        return self.median
+
+    @property
+    def mean_s(self) -> float:
+        return self.mean
+
+    @property
+    def min_s(self) -> float:
+        return self.min
 
     @property
     def mean(self) -> float:
@@ -313,6 +355,10 @@ class Result:
             rows.append(["Throughput", "; ".join(parts)])
         if tp.get("bound_by"):
             rows.append(["Bound by", f"{tp['bound_by']} ({tp.get('bound_reason', '')})"])
+        from .ceilings import ceiling_text      # which compute ceiling, why; the datasheet's
+        ceiling = ceiling_text(self.extra.get("compute_peak"), tp)
+        if ceiling:
+            rows.append(["Ceiling", ceiling])
         clocks = self.extra.get("clocks")
         if clocks and clocks.get("summary"):
             rows.append(["Clocks live", clocks["summary"]])

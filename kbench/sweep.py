@@ -424,7 +424,8 @@ class SweepResult:
     def plot(self, x: str = "n", y: str = "bytes_per_s", ax: Any = None, peak: bool = True):
         """Throughput (or any numeric row field) against one axis, one line per combination of
         the other axes; log x for positive numeric x; CI error bars; the measured peak as a
-        horizontal line when known; where the bytes per call cross the cache size, a vertical
+        horizontal line when known (FLOP/s: the ceiling of each precision the sweep's cases were
+        held against, named; a GPU's datasheet figure, dotted, where none was measured); where the bytes per call cross the cache size, a vertical
         line; points served from cache (hot, and the bytes per call fit the cache) ringed.
         Returns the matplotlib Axes (``ax.figure`` is the Figure)."""
         if x not in self.axes:
@@ -496,13 +497,12 @@ class SweepResult:
         if numeric_x and all(row[x] > 0 for row in rows):
             ax.set_xscale("log")
         if peak:
-            pkey = _PEAK_KEYS.get(y)
             # without a cached `kbench peaks`, a GPU's bandwidth ceiling is the theoretical
             # one (memory clock x bus width): the legend says which
-            peaks = sorted({(r.throughput.get(pkey), _ceiling_kind(r.throughput, y))
-                            for r in self.results if pkey and r.throughput.get(pkey)})
-            for p, kind in peaks:
-                ax.axhline(p * scale, color="0.3", linestyle="--", linewidth=1,
+            peaks = sorted({_ceiling_line(r.throughput, y) for r in self.results} - {None})
+            for p, kind in peaks:     # a FLOP/s sweep: each precision's ceiling, named
+                ax.axhline(p * scale, color="0.3", linestyle="--" if "datasheet" not in kind
+                           else ":", linewidth=1,
                            label=f"{kind} peak {fmt_rate(p, _RATE_UNIT[y])}")
         ax.set_xlabel(x)
         ax.set_ylabel(unit)
@@ -520,6 +520,22 @@ _Y_UNITS = {"bytes_per_s": (1e-9, "GB/s"), "flops_per_s": (1e-9, "GFLOP/s"),
             "compute_pct_peak": (100.0, "% of peak FLOP/s")}
 _PEAK_KEYS = {"bytes_per_s": "peak_bytes_per_s", "flops_per_s": "peak_flops_per_s"}
 _RATE_UNIT = {"bytes_per_s": "B", "flops_per_s": "FLOP"}
+
+
+def _ceiling_line(tp: Dict[str, Any], y: str) -> Optional[Tuple[float, str]]:
+    """(ceiling, its label) of one result on a plot of y: a bandwidth's measured or theoretical
+    peak; a FLOP rate's measured ceiling of the precision it was held against (kbench.ceilings:
+    "measured GPU bf16 GEMM"), else that precision's datasheet figure (GPUs), else None."""
+    pkey = _PEAK_KEYS.get(y)
+    if pkey is None:
+        return None
+    if tp.get(pkey):
+        kind = _ceiling_kind(tp, y)
+        name = tp.get("peak_flops_name") if y == "flops_per_s" else None
+        return tp[pkey], f"{kind} {name}" if name else kind
+    if y == "flops_per_s" and tp.get("datasheet_flops_per_s"):
+        return tp["datasheet_flops_per_s"], f"{tp['datasheet']['name']} datasheet"
+    return None
 
 
 def _ceiling_kind(tp: Dict[str, Any], y: str) -> str:

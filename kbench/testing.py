@@ -1,23 +1,25 @@
 """Drop-in replacements for the timing helpers GPU kernel projects already call.
 
-    from kbench.testing import do_bench                    # was: from triton.testing import do_bench
-    from kbench.testing import bench_gpu_time_with_cupti   # was: from flashinfer.testing import ...
+    from kbench.testing import do_bench          # was: from triton.testing import do_bench
+    from kbench.testing import bench_gpu_time    # was: from flashinfer.testing import ...
 
 The parameters (names, order, defaults) and return conventions (milliseconds) of current
-triton.testing.do_bench / do_bench_cudagraph (checked against Triton 3.9.0) and
-flashinfer.testing.bench_gpu_time_with_cupti; older Triton's fast_flush is accepted by keyword
-and ignored. The measurement underneath is kbench.bench; docs/dropin.md lists every
-difference. In short: L2 is flushed before each sample like do_bench does (outside the timed
-region); sampling stops by kbench's precision rule (0.5% CI half-width of the median) or the
-time budget, not at a fixed count -- unless a count is asked for (FlashInfer's repeat_iters);
-with no CUDA device the same calls time on the CPU with the host clock (GPU-only kbench options
-passed through are then dropped with a warning), so code and tests using them run on CPU-only
-machines. Peak memory is not measured unless asked for (memory=True): the drop-ins add no
-untimed calls for it and leave the process's peak-memory counters alone.
+triton.testing.do_bench / do_bench_cudagraph (checked against Triton 3.9.0) and of
+flashinfer.testing's bench_gpu_time, bench_gpu_time_with_cupti, bench_gpu_time_with_cuda_event
+and bench_gpu_time_with_cudagraph (flashinfer-python 0.7.4); older Triton's fast_flush is
+accepted by keyword and ignored. The measurement underneath is kbench.bench; docs/dropin.md
+lists every difference. In short: L2 is flushed before each sample like do_bench does (outside
+the timed region); sampling stops by kbench's precision rule (0.5% CI half-width of the median)
+or the time budget, not at a fixed count -- unless a count is asked for (FlashInfer's
+repeat_iters); with no CUDA device the same calls time on the CPU with the host clock, saying
+so once per process (CpuFallbackWarning: those milliseconds are not GPU times; GPU-only kbench
+options passed through are dropped with a warning), so code and tests using them run on
+CPU-only machines. Peak memory is not measured unless asked for (memory=True): the drop-ins add
+no untimed calls for it and leave the process's peak-memory counters alone.
 
 Each function also takes keyword-only kbench options after its own parameters (e.g.
-``cold_cache=None``, ``target=0.01``, ``min_samples=``) and ``return_result=True`` to get the
-kbench.Result instead of the legacy return value.
+``cold_cache=None``, ``target=0.01``, ``min_samples=``, ``device=``) and ``return_result=True``
+to get the kbench.Result instead of the legacy return value.
 """
 from __future__ import annotations
 
@@ -30,6 +32,22 @@ import warnings
 from typing import Any, Callable, Dict, List, Optional, Sequence, Tuple, Union
 
 import numpy as np
+
+__all__ = ["do_bench", "do_bench_cudagraph", "bench_gpu_time", "bench_gpu_time_with_cupti",
+           "bench_gpu_time_with_cuda_event", "bench_gpu_time_with_cudagraph",
+           "cuda_device_status", "CpuFallbackWarning"]
+
+
+def __dir__() -> List[str]:
+    # what the module offers, not its imports (Any, Callable, np, functools ...)
+    return sorted(__all__)
+
+
+class CpuFallbackWarning(UserWarning):
+    """A drop-in found no CUDA device and timed on the CPU with the host clock: the
+    milliseconds it returned are CPU times of the callable, not GPU kernel times. Said once
+    per process; passing device="cpu" says the CPU is meant and silences it."""
+
 
 _RETURN_MODES = ("min", "max", "mean", "median", "all")
 # kbench's timer modes that need a GPU: on the CPU fallback they are dropped, not refused
@@ -235,6 +253,24 @@ def _drop_gpu_options(where: str, opts: Dict[str, Any], stacklevel: int) -> Dict
     return {k: v for k, v in opts.items() if k not in dropped}
 
 
+_cpu_fallback_said = False      # CpuFallbackWarning is said once per process
+
+
+def _warn_cpu_fallback(where: str, stacklevel: int) -> None:
+    """Once per process: a script written for a GPU printed CPU milliseconds as if they were
+    GPU figures."""
+    global _cpu_fallback_said
+    if _cpu_fallback_said:
+        return
+    _cpu_fallback_said = True
+    # the first line: a loader's error goes on with the paths it tried and its advice
+    why = cuda_device_status()[1].strip().splitlines()[0].removesuffix("Tried:").rstrip(" .")
+    warnings.warn(f"kbench.testing.{where}: no CUDA device ({why}), so it times on the CPU "
+                  f"with the host clock: the milliseconds it returns are CPU times, not GPU "
+                  f"kernel times. Pass device='cpu' to time on the CPU on purpose. (Said once "
+                  f"per process.)", CpuFallbackWarning, stacklevel=stacklevel + 1)
+
+
 def _fewest_samples(opts: Dict[str, Any]) -> None:
     """A zero sampling budget (rep=0, repeat_time_ms=0): stop at kbench's minimum count,
     min_samples (10 by default, or the caller's), where Triton and FlashInfer take one
@@ -319,6 +355,7 @@ def _run(fn, device, given, *, warmup_ms, rep_ms, grads, quantiles, return_mode,
         opts.setdefault("mode", mode)
     if device == "cpu" and not given:
         opts = _drop_gpu_options(where, opts, stacklevel=3)
+        _warn_cpu_fallback(where, stacklevel=3)
     r = bench(_grad_reset(fn, grads), device=device, **opts)
     if return_result:
         return r
@@ -336,6 +373,156 @@ def _world_size() -> int:
     except Exception:                   # a broken or partial torch: one process
         pass
     return 1
+
+
+# ------------------------------------------------------------------ FlashInfer's timers
+
+_L2_DEPRECATED = ("l2_flush, l2_flush_size_mb, and l2_flush_device are deprecated. "
+                  "Use cold_l2_cache instead.")
+# cudagraph's cold L2 by rotation: kbench clones the positional arguments until the copies
+# exceed 2x L2. A small set needs many copies (1 MiB: about 100 on a 50 MB L2; kbench refuses
+# past 4096); from 1 GiB a copy exceeds any GPU's L2 several times over and doubles the memory
+# held. Outside that window the cache is flushed between replays instead.
+_ROTATE_MIN_BYTES = 1 << 20
+_ROTATE_MAX_BYTES = 1 << 30
+
+
+def _l2_flags_given(l2_flush: Any, l2_flush_size_mb: Any, l2_flush_device: Any) -> bool:
+    return any(p is not None for p in (l2_flush, l2_flush_size_mb, l2_flush_device))
+
+
+def _fi_flush(l2_flush: Any, l2_flush_size_mb: Any, l2_flush_device: Any, cold_l2_cache: Any,
+              stacklevel: int) -> Tuple[bool, Optional[int]]:
+    """(flush L2 before each iteration, the flush size in bytes or None: kbench's 2x L2), as
+    FlashInfer's CUPTI and CUDA-event timers read cold_l2_cache and the deprecated l2_flush*
+    parameters (those warn, as FlashInfer does; l2_flush_device never chooses the device)."""
+    if not _l2_flags_given(l2_flush, l2_flush_size_mb, l2_flush_device):
+        return bool(cold_l2_cache), None
+    warnings.warn(_L2_DEPRECATED, DeprecationWarning, stacklevel=stacklevel + 1)
+    flush = True if l2_flush is None else bool(l2_flush)
+    if not flush:                   # a size for no flush would be refused as ignored
+        return False, None
+    return True, int((256 if l2_flush_size_mb is None else l2_flush_size_mb) * 1024 * 1024)
+
+
+def _calls_per_graph(num_iters_within_graph: Any) -> int:
+    n = _iters("num_iters_within_graph", num_iters_within_graph)
+    if n is None or n < 1:
+        raise ValueError(f"num_iters_within_graph must be a positive integer, got "
+                         f"{num_iters_within_graph!r:.60}")
+    return n
+
+
+def _fi_inputs(fn: Any, input_args: Any, input_kwargs: Any) -> Tuple[Tuple, Dict[str, Any]]:
+    if not callable(fn):
+        raise TypeError(f"fn must be callable, got {type(fn).__name__}")
+    if not isinstance(input_args, (tuple, list)):
+        raise TypeError(f"input_args must be a tuple, got {type(input_args).__name__}")
+    return tuple(input_args), dict(input_kwargs or {})
+
+
+def _fi_budget(dry_run_iters: Any, repeat_iters: Any, dry_run_time_ms: Any,
+               repeat_time_ms: Any) -> Tuple[Optional[int], Optional[int], Dict[str, Any]]:
+    """(untimed calls to make first or None, the timed count or None, kbench's loop options).
+    A count given replaces its time budget, which is then not even checked."""
+    dry_n, rep_n = _iters("dry_run_iters", dry_run_iters), _iters("repeat_iters", repeat_iters)
+    dry_ms = _ms("dry_run_time_ms", dry_run_time_ms) if dry_n is None else None
+    rep_ms = _ms("repeat_time_ms", repeat_time_ms) if rep_n is None else None
+    # dry runs made here replace kbench's warm-up budget (its minimum warm-up still runs)
+    loop: Dict[str, Any] = {"warmup_s": 0.0 if dry_n is not None else dry_ms / 1e3}
+    if rep_n is not None:
+        # a fixed count: kbench's loop never stops before min_samples, nor runs past max_samples
+        loop.update(min_samples=rep_n, max_samples=rep_n)
+    elif rep_ms > 0:
+        loop["max_time_s"] = rep_ms / 1e3
+    return dry_n, rep_n, loop
+
+
+def _fi_unsupported(where: str, sleep_after_run: bool, bench_options: Dict[str, Any],
+                    stacklevel: int) -> None:
+    """Warn about what kbench accepts and does not do: sleep_after_run, and aggregate_op where
+    torch.distributed has several ranks."""
+    if sleep_after_run:
+        warnings.warn(f"kbench.testing.{where}: sleep_after_run is not supported and is ignored "
+                      f"(kbench paces nothing between samples; use kbench.bench options to "
+                      f"control the run)", UserWarning, stacklevel=stacklevel + 1)
+    ranks = _world_size()
+    if ranks > 1 and "group" not in bench_options:
+        warnings.warn(f"kbench.testing.{where}: aggregate_op is not applied: the times are this "
+                      f"rank's own (FlashInfer gathers them from all {ranks} ranks of "
+                      f"torch.distributed and combines each iteration's with aggregate_op); "
+                      f"pass group='auto' for kbench's per-sample maximum over the ranks",
+                      UserWarning, stacklevel=stacklevel + 1)
+
+
+def _fi_device(bench_options: Dict[str, Any], args: Tuple, kwargs: Dict[str, Any],
+               fn: Any) -> Tuple[str, bool]:
+    """(the device to time on, whether the caller named it): the device= kbench option, else
+    the inputs' GPU, else the current device (never l2_flush_device, which in FlashInfer only
+    places the flush buffer)."""
+    device = bench_options.pop("device", None)
+    if device is not None:
+        return device, True
+    from .prepare import resolve_device
+    device = resolve_device("auto", args, kwargs, fn)
+    return (_current_device() if device == "cpu" else device), False
+
+
+def _fi_timer(mode: str, flush: bool, args: Tuple, device: str,
+              calls_per_graph: Optional[int]) -> Dict[str, Any]:
+    """kbench's cold_cache and, on a GPU, its timer (mode) and calls per graph replay (unroll).
+    FlashInfer's CUDA-graph timer keeps L2 cold with rotating copies of the inputs: kbench's
+    cold_cache='rotate' where the positional inputs suit it, else a flush between replays of
+    one call each (kbench's flush runs between replays, so unrolled calls would run warm)."""
+    opts: Dict[str, Any] = {"cold_cache": "flush" if flush else None}
+    if device == "cpu":
+        return opts
+    opts["mode"] = mode
+    if mode != "graph" or calls_per_graph is None:
+        return opts
+    if not flush:
+        opts["unroll"] = calls_per_graph
+    else:
+        from .coldcache import footprint
+        if _ROTATE_MIN_BYTES <= footprint(args) < _ROTATE_MAX_BYTES:
+            opts.update(cold_cache="rotate", unroll=calls_per_graph)
+    return opts
+
+
+def _flashinfer(where: str, mode: str, fn: Any, budget: Tuple, cold: Tuple[bool, Optional[int]],
+                sleep_after_run: bool, input_args: Any, input_kwargs: Any,
+                calls_per_graph: Optional[int], return_result: bool,
+                bench_options: Dict[str, Any]):
+    """FlashInfer's timers on kbench.bench: its parameters as kbench options; per-iteration
+    milliseconds (a list), or the kbench.Result. Called by the public drop-ins only: warnings
+    name the drop-in's caller (stacklevel 3)."""
+    from .bench import bench
+    args, kwargs = _fi_inputs(fn, input_args, input_kwargs)
+    dry_n, rep_n, loop = _fi_budget(*budget)
+    _fi_unsupported(where, sleep_after_run, bench_options, stacklevel=3)
+    device, given = _fi_device(bench_options, args, kwargs, fn)
+    if rep_n == 0:                      # FlashInfer times no iteration and returns []
+        if return_result:
+            raise ValueError("repeat_iters=0 times nothing, so there is no kbench.Result to "
+                             "return (return_result=True)")
+        return []
+    flush, flush_bytes = cold
+    opts: Dict[str, Any] = {"memory": False,    # no probe calls, no peak counters reset
+                            **_fi_timer(mode, flush, args, device, calls_per_graph), **loop}
+    if flush_bytes is not None:
+        opts["flush_bytes"] = flush_bytes
+    opts.update(bench_options)
+    if rep_n is None and "max_time_s" not in loop:
+        _fewest_samples(opts)
+    if device == "cpu" and not given:
+        opts = _drop_gpu_options(where, opts, stacklevel=3)
+        _warn_cpu_fallback(where, stacklevel=3)
+    for _ in range(dry_n or 0):
+        fn(*args, **kwargs)
+    r = bench(fn, *args, kwargs=kwargs, device=device, **opts)
+    if return_result:
+        return r
+    return (np.asarray(r.samples, dtype=np.float64) * 1e3).tolist()
 
 
 def bench_gpu_time_with_cupti(fn: Callable[..., Any], dry_run_iters: Optional[int] = None,
@@ -361,74 +548,97 @@ def bench_gpu_time_with_cupti(fn: Callable[..., Any], dry_run_iters: Optional[in
     as FlashInfer does; l2_flush_device never chooses the device timed. aggregate_op
     (FlashInfer: how each iteration's time is combined across the ranks of an initialised
     torch.distributed) has no effect in one process, as in FlashInfer; kbench never aggregates
-    across ranks here, and warns where torch.distributed has more than one. Without a GPU it
-    times on the CPU with the host clock.
+    across ranks here, and warns where torch.distributed has more than one. sleep_after_run
+    is ignored with a warning. Without a GPU it times on the CPU with the host clock
+    (CpuFallbackWarning, once per process).
     """
-    from .bench import bench
-    if not callable(fn):
-        raise TypeError(f"fn must be callable, got {type(fn).__name__}")
-    input_kwargs = dict(input_kwargs or {})
-    if not isinstance(input_args, (tuple, list)):
-        raise TypeError(f"input_args must be a tuple, got {type(input_args).__name__}")
-    dry_n, rep_n = _iters("dry_run_iters", dry_run_iters), _iters("repeat_iters", repeat_iters)
-    # each time budget is checked only where it is used: a count given replaces it
-    dry_ms = _ms("dry_run_time_ms", dry_run_time_ms) if dry_n is None else None
-    rep_ms = _ms("repeat_time_ms", repeat_time_ms) if rep_n is None else None
-    flush = cold_l2_cache
-    opts: Dict[str, Any] = {"memory": False}       # no probe calls, no peak counters reset
-    if any(p is not None for p in (l2_flush, l2_flush_size_mb, l2_flush_device)):
-        warnings.warn("l2_flush, l2_flush_size_mb, and l2_flush_device are deprecated. "
-                      "Use cold_l2_cache instead.", DeprecationWarning, stacklevel=2)
-        flush = True if l2_flush is None else bool(l2_flush)
-        if flush:           # a size for no flush would be refused as ignored
-            opts["flush_bytes"] = int((256 if l2_flush_size_mb is None else l2_flush_size_mb)
-                                      * 1024 * 1024)
-    if sleep_after_run:
-        warnings.warn("kbench.testing.bench_gpu_time_with_cupti: sleep_after_run is not "
-                      "supported and is ignored (kbench paces nothing between samples; use "
-                      "kbench.bench options to control the run)", UserWarning, stacklevel=2)
-    ranks = _world_size()
-    if ranks > 1 and "group" not in bench_options:
-        warnings.warn(f"kbench.testing.bench_gpu_time_with_cupti: aggregate_op is not applied: "
-                      f"the times are this rank's own (FlashInfer gathers them from all "
-                      f"{ranks} ranks of torch.distributed and combines each iteration's with "
-                      f"aggregate_op); pass group='auto' for kbench's per-sample maximum over "
-                      f"the ranks", UserWarning, stacklevel=2)
+    cold = _fi_flush(l2_flush, l2_flush_size_mb, l2_flush_device, cold_l2_cache, stacklevel=2)
+    return _flashinfer("bench_gpu_time_with_cupti", "graph" if use_cuda_graph else "cupti", fn,
+                       (dry_run_iters, repeat_iters, dry_run_time_ms, repeat_time_ms), cold,
+                       sleep_after_run, input_args, input_kwargs, None, return_result,
+                       bench_options)
 
-    device = bench_options.pop("device", None)
-    given = device is not None
-    if not given:
-        # the device of the inputs, else the current one; never l2_flush_device, which in
-        # FlashInfer only places the flush buffer
-        from .prepare import resolve_device
-        device = resolve_device("auto", tuple(input_args), input_kwargs, fn)
-        if device == "cpu":
-            device = _current_device()
-    if rep_n == 0:                      # FlashInfer times no iteration and returns []
-        if return_result:
-            raise ValueError("repeat_iters=0 times nothing, so there is no kbench.Result to "
-                             "return (return_result=True)")
-        return []
-    opts["cold_cache"] = "flush" if flush else None
-    if device != "cpu":
-        opts["mode"] = "graph" if use_cuda_graph else "cupti"
-    if dry_n is not None:
-        for _ in range(dry_n):
-            fn(*input_args, **input_kwargs)
-        opts["warmup_s"] = 0.0
+
+def bench_gpu_time_with_cuda_event(fn: Callable[..., Any], dry_run_iters: Optional[int] = None,
+                                   repeat_iters: Optional[int] = None, dry_run_time_ms: int = 25,
+                                   repeat_time_ms: int = 100, l2_flush: Optional[bool] = None,
+                                   l2_flush_size_mb: Optional[int] = None,
+                                   l2_flush_device: Optional[str] = None,
+                                   sleep_after_run: bool = False, input_args: Tuple = (),
+                                   input_kwargs: Optional[dict] = None,
+                                   cold_l2_cache: bool = True, aggregate_op: Callable = max, *,
+                                   return_result: bool = False,
+                                   **bench_options: Any) -> List[float]:
+    """flashinfer.testing.bench_gpu_time_with_cuda_event on kbench: per-iteration times in
+    milliseconds (a list), each from a pair of CUDA events around one call (kbench
+    mode="events"), L2 flushed before each (cold_l2_cache=True). Every parameter reads as in
+    bench_gpu_time_with_cupti (counts, time budgets, deprecated l2_flush*, aggregate_op,
+    sleep_after_run ignored with a warning, the CPU fallback)."""
+    cold = _fi_flush(l2_flush, l2_flush_size_mb, l2_flush_device, cold_l2_cache, stacklevel=2)
+    return _flashinfer("bench_gpu_time_with_cuda_event", "events", fn,
+                       (dry_run_iters, repeat_iters, dry_run_time_ms, repeat_time_ms), cold,
+                       sleep_after_run, input_args, input_kwargs, None, return_result,
+                       bench_options)
+
+
+def bench_gpu_time_with_cudagraph(fn: Callable[..., Any], dry_run_iters: Optional[int] = None,
+                                  repeat_iters: Optional[int] = None, dry_run_time_ms: int = 25,
+                                  repeat_time_ms: int = 100, num_iters_within_graph: int = 10,
+                                  l2_flush: Optional[bool] = None,
+                                  l2_flush_size_mb: Optional[int] = None,
+                                  l2_flush_device: Optional[str] = None,
+                                  sleep_after_run: bool = False, input_args: Tuple = (),
+                                  input_kwargs: Optional[dict] = None,
+                                  cold_l2_cache: bool = True, aggregate_op: Callable = max, *,
+                                  return_result: bool = False,
+                                  **bench_options: Any) -> List[float]:
+    """flashinfer.testing.bench_gpu_time_with_cudagraph on kbench: per-call times in
+    milliseconds (a list), each a graph replay's time divided by the calls captured in it
+    (kbench mode="graph", unroll=num_iters_within_graph; kbench times the replay with CUPTI
+    where it can, else with CUDA events).
+
+    cold_l2_cache=True: FlashInfer rotates copies of the GPU tensors inside one graph. kbench
+    rotates copies of the positional inputs (cold_cache="rotate") where they hold 1 MiB to
+    1 GiB; otherwise (inputs only in input_kwargs, tiny or huge inputs) it flushes L2 between
+    replays of one call each, and num_iters_within_graph is then not used. l2_flush (deprecated)
+    stands for cold_l2_cache, as in FlashInfer; l2_flush_size_mb and l2_flush_device are
+    accepted and unused. Other parameters as in bench_gpu_time_with_cupti."""
+    calls = _calls_per_graph(num_iters_within_graph)
+    if _l2_flags_given(l2_flush, l2_flush_size_mb, l2_flush_device):
+        warnings.warn(_L2_DEPRECATED + " For CUDA graphs, cold_l2_cache uses rotating buffers "
+                      "(not L2 flush) to ensure cold cache.", DeprecationWarning, stacklevel=2)
+        cold_l2_cache = True if l2_flush is None else l2_flush
+    return _flashinfer("bench_gpu_time_with_cudagraph", "graph", fn,
+                       (dry_run_iters, repeat_iters, dry_run_time_ms, repeat_time_ms),
+                       (bool(cold_l2_cache), None), sleep_after_run, input_args, input_kwargs,
+                       calls, return_result, bench_options)
+
+
+def bench_gpu_time(fn: Callable[..., Any], dry_run_iters: Optional[int] = None,
+                   repeat_iters: Optional[int] = None, dry_run_time_ms: int = 25,
+                   repeat_time_ms: int = 100, l2_flush: Optional[bool] = None,
+                   l2_flush_size_mb: Optional[int] = None, l2_flush_device: Optional[str] = None,
+                   sleep_after_run: bool = False, enable_cupti: bool = False,
+                   use_cuda_graph: bool = False, num_iters_within_graph: int = 10,
+                   input_args: Tuple = (), input_kwargs: Optional[dict] = None,
+                   cold_l2_cache: bool = True, aggregate_op: Callable = max, *,
+                   return_result: bool = False, **bench_options: Any) -> List[float]:
+    """flashinfer.testing.bench_gpu_time on kbench: FlashInfer's dispatcher. enable_cupti=True
+    times as bench_gpu_time_with_cupti (use_cuda_graph passed on to it); else
+    use_cuda_graph=True as bench_gpu_time_with_cudagraph (num_iters_within_graph calls per
+    replay); else as bench_gpu_time_with_cuda_event. Per-iteration milliseconds (a list).
+    The deprecated l2_flush, when given, stands for cold_l2_cache (l2_flush_size_mb and
+    l2_flush_device are then unused), as in FlashInfer."""
+    if _l2_flags_given(l2_flush, l2_flush_size_mb, l2_flush_device):
+        warnings.warn(_L2_DEPRECATED, DeprecationWarning, stacklevel=2)
+        cold_l2_cache = cold_l2_cache if l2_flush is None else l2_flush
+    budget = (dry_run_iters, repeat_iters, dry_run_time_ms, repeat_time_ms)
+    if enable_cupti:
+        mode, calls = ("graph" if use_cuda_graph else "cupti"), None
+    elif use_cuda_graph:
+        mode, calls = "graph", _calls_per_graph(num_iters_within_graph)
     else:
-        opts["warmup_s"] = dry_ms / 1e3
-    if rep_n is not None:
-        # a fixed count: kbench's loop never stops before min_samples, nor runs past max_samples
-        opts.update(min_samples=rep_n, max_samples=rep_n)
-    elif rep_ms > 0:
-        opts["max_time_s"] = rep_ms / 1e3
-    opts.update(bench_options)
-    if rep_n is None and rep_ms == 0:
-        _fewest_samples(opts)
-    if device == "cpu" and not given:
-        opts = _drop_gpu_options("bench_gpu_time_with_cupti", opts, stacklevel=2)
-    r = bench(fn, *input_args, kwargs=input_kwargs, device=device, **opts)
-    if return_result:
-        return r
-    return (np.asarray(r.samples, dtype=np.float64) * 1e3).tolist()
+        mode, calls = "events", None
+    return _flashinfer("bench_gpu_time", mode, fn, budget, (bool(cold_l2_cache), None),
+                       sleep_after_run, input_args, input_kwargs, calls, return_result,
+                       bench_options)

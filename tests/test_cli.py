@@ -1,12 +1,18 @@
 """The kbench command line: info, compare, demo (short), bad arguments."""
 import json
+import os
+import re
+import shutil
 import subprocess
 import sys
+from pathlib import Path
 
 import numpy as np
 import pytest
 
 import kbench
+
+REPO = Path(kbench.__file__).resolve().parent.parent
 
 
 def run(*args, timeout=120):
@@ -449,3 +455,85 @@ def test_usage_errors_name_the_commands_and_the_bad_threshold(tmp_path):
                        ("--gpu-only", "measure the GPU's ceilings only"),
                        ("--json", "print everything as one JSON object")]:
         assert f"{opt} {words}" in text, opt
+
+
+# -- kbench info on a CPU-only host (issue 47): a line per backend, no C source lines, each
+# piece of advice once, NVRTC found in the pip wheel
+
+SOURCE_LINE = re.compile(r"\b\w+\.c:\d+\b")          # "[loader_hip.c:175]" in user text
+
+
+def _info_env(**extra):
+    env = {k: v for k, v in os.environ.items() if k not in ("CUDA_HOME", "KB_FAKE_INIT_ERROR")}
+    env.update(extra)
+    return env
+
+
+def _info(env):
+    p = subprocess.run([sys.executable, "-m", "kbench", "info"], capture_output=True,
+                       text=True, timeout=120, env=env, cwd=REPO)
+    assert p.returncode == 0, p.stderr
+    return p.stdout
+
+
+def test_info_says_each_backend_once_and_each_advice_once():
+    out = _info(_info_env())
+    lines = out.splitlines()
+    block = lines[lines.index("backends:") + 1:][:3]
+    assert [ln.split()[0] for ln in block] == ["host", "cuda", "hip"]
+    assert block[0].startswith("  host  present: the CPU")
+    j = json.loads(run("info", "--json").stdout)["backends"]
+    for line, name in zip(block, ("host", "cuda", "hip")):
+        state = "present" if j[name]["present"] else "absent"
+        assert line == f"  {name:5s} {state}: {j[name]['why']}"
+        assert "Tried" not in line and not line.endswith(".")
+    assert not SOURCE_LINE.search(out), out
+    # libcuda, NVML and the device query once said it three times
+    assert out.count("Install the NVIDIA driver") <= 1, out
+    advice = [ln for ln in lines if ln.startswith("  to fix: ")]
+    assert len(advice) == len(set(advice))
+
+
+def test_info_names_a_hip_runtime_without_a_gpu_without_c_source_lines(tmp_path):
+    """ROCm installed, no AMD GPU: hipInit fails with hipErrorInvalidDevice, once reported as
+    'hipInit(0) failed: hipErrorInvalidDevice [loader_hip.c:175]'."""
+    if not getattr(kbench._core, "HAVE_HIP", 0) or shutil.which("gcc") is None:
+        pytest.skip("needs the HIP backend and gcc (to build the HIP stand-in)")
+    sys.path.insert(0, str(REPO / "tests" / "hip_forward"))
+    from build_forwarder import FAKE, build
+    lib = build(tmp_path, FAKE)
+    out = _info(_info_env(KBENCH_HIP_LIBRARY=str(lib), KB_FAKE_INIT_ERROR="101"))
+    (hip,) = [ln for ln in out.splitlines() if ln.startswith(("  hip   absent", "  hip   present"))]
+    assert hip.startswith("  hip   absent: no AMD GPU is visible to the HIP runtime")
+    assert "hipInit(0) failed: hipErrorInvalidDevice" in hip
+    assert not SOURCE_LINE.search(out), out
+    # the developer's detail stays on the exception
+    code = ("import kbench._core as c\ntry:\n    c.hip_device_count()\n"
+            "except c.HipError as e:\n    print(e.where, '|', e)\n")
+    p = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                       timeout=120, cwd=REPO,
+                       env=_info_env(KBENCH_HIP_LIBRARY=str(lib), KB_FAKE_INIT_ERROR="101"))
+    assert p.returncode == 0 and " | " in p.stdout, p.stderr
+    where, message = p.stdout.strip().split(" | ")
+    assert re.fullmatch(r"loader_hip\.c:\d+", where) and not SOURCE_LINE.search(message)
+
+
+@pytest.mark.parametrize("layout,soname", [("nvidia/cu13/lib", "libnvrtc.so.13"),
+                                           ("nvidia/cuda_nvrtc/lib", "libnvrtc.so.12")])
+def test_info_finds_nvrtc_in_the_pip_wheel(tmp_path, layout, soname):
+    """nvidia-cuda-nvrtc (CUDA 13: nvidia/cu13/lib) and nvidia-cuda-nvrtc-cu12
+    (nvidia/cuda_nvrtc/lib), installed in this Python, were reported missing, with advice to
+    install them. A stand-in NVRTC (tests/fake_cuda/fake_libnvrtc.c) in the wheel's layout on
+    sys.path is found there."""
+    if not kbench._core.HAVE_CUDA or shutil.which("gcc") is None:
+        pytest.skip("needs the CUDA backend and gcc (to build the NVRTC stand-in)")
+    if json.loads(run("info", "--json").stdout)["gpu_libraries"]["nvrtc"].get("loaded"):
+        pytest.skip("an NVRTC is found here before any wheel is looked at")
+    lib = tmp_path / layout / soname
+    lib.parent.mkdir(parents=True)
+    subprocess.run([shutil.which("gcc"), "-shared", "-fPIC", "-o", str(lib),
+                    str(REPO / "tests" / "fake_cuda" / "fake_libnvrtc.c")], check=True)
+    out = _info(_info_env(PYTHONPATH=os.pathsep.join([str(tmp_path), str(REPO)])))
+    (line,) = [ln for ln in out.splitlines() if ln.startswith("  nvrtc ")]
+    assert line == f"  nvrtc  found: {lib}", out
+    assert "nvidia-cuda-nvrtc pip package" not in out

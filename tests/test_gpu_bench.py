@@ -691,9 +691,17 @@ def test_a_bad_compute_peak_is_refused_before_the_measurement():
     import time
     x = torch.randn(1 << 20, device="cuda")
     t0 = time.perf_counter()
-    with pytest.raises(ValueError, match="compute_peak must be 'fp32' or 'bf16'"):
-        kbench.bench(torch.sin, x, compute_peak="fp16", max_time_s=5.0)
+    with pytest.raises(ValueError, match="compute_peak must be one of 'fp64', .*'fp4'"):
+        kbench.bench(torch.sin, x, compute_peak="fp12", max_time_s=5.0)
     assert time.perf_counter() - t0 < 2.0
+
+
+def test_the_compute_ceiling_follows_the_tensors_dtype():
+    """Issue 46: an f16 matmul read 946% of the fp32 FMA ceiling; it is held against fp16."""
+    a = torch.randn(2048, 2048, device="cuda", dtype=torch.float16)
+    r = kbench.bench(torch.matmul, a, a, flops=2 * 2048 ** 3, max_time_s=1.0)
+    assert r.extra["compute_peak"]["name"] == "fp16"
+    assert not any("compute ceiling" in w for w in r.warnings)
 
 
 def test_a_kernel_argument_or_launch_size_that_does_not_fit_is_refused():

@@ -1,12 +1,18 @@
 """kbench.testing drop-ins: triton's do_bench / do_bench_cudagraph and FlashInfer's
-bench_gpu_time_with_cupti return conventions, on the CPU (no GPU here)."""
+bench_gpu_time* return conventions, on the CPU (no GPU here)."""
+import subprocess
+import sys
 import time
+import warnings
 
 import numpy as np
 import pytest
 
-from kbench.testing import (_summarize, bench_gpu_time_with_cupti, cuda_device_status,
-                            do_bench, do_bench_cudagraph)
+import kbench.testing as kt
+from kbench.testing import (CpuFallbackWarning, _summarize, bench_gpu_time,
+                            bench_gpu_time_with_cuda_event, bench_gpu_time_with_cudagraph,
+                            bench_gpu_time_with_cupti, cuda_device_status, do_bench,
+                            do_bench_cudagraph)
 
 HOT = dict(cold_cache=None)
 pytestmark = pytest.mark.skipif(cuda_device_status()[0],
@@ -357,3 +363,185 @@ def test_grad_to_none_is_tested_with_is_none_and_prepared_for_graphs():
     assert fake.log == []                                  # do_bench only resets grads
     with pytest.raises(TypeError, match="grad_to_none must be an iterable"):
         do_bench(spin, grad_to_none=3)
+
+
+# ------------------------------------------------------------------ issue 47: FlashInfer's
+# other timers, the CPU fallback said, the module's names
+
+FLASHINFER = (bench_gpu_time, bench_gpu_time_with_cupti, bench_gpu_time_with_cuda_event,
+              bench_gpu_time_with_cudagraph)
+
+def _params(f):
+    import inspect
+    return [(p.name, None if p.default is p.empty else p.default)
+            for p in inspect.signature(f).parameters.values()
+            if p.kind is p.POSITIONAL_OR_KEYWORD]
+
+
+# flashinfer-python 0.7.4, flashinfer/testing/utils.py (fn has no default: None here)
+_COMMON = [("fn", None), ("dry_run_iters", None), ("repeat_iters", None),
+           ("dry_run_time_ms", 25), ("repeat_time_ms", 100)]
+_L2 = [("l2_flush", None), ("l2_flush_size_mb", None), ("l2_flush_device", None)]
+_INPUTS = [("input_args", ()), ("input_kwargs", None), ("cold_l2_cache", True),
+           ("aggregate_op", max)]
+FLASHINFER_0_7_4 = {
+    "bench_gpu_time": _COMMON + _L2 + [("sleep_after_run", False), ("enable_cupti", False),
+                                       ("use_cuda_graph", False),
+                                       ("num_iters_within_graph", 10)] + _INPUTS,
+    "bench_gpu_time_with_cuda_event": _COMMON + _L2 + [("sleep_after_run", False)] + _INPUTS,
+    "bench_gpu_time_with_cudagraph": _COMMON + [("num_iters_within_graph", 10)] + _L2 +
+    [("sleep_after_run", False)] + _INPUTS,
+    "bench_gpu_time_with_cupti": _COMMON + _L2 + [("sleep_after_run", False),
+                                                  ("use_cuda_graph", False)] + _INPUTS,
+}
+
+
+def test_flashinfer_signatures_are_0_7_4s():
+    for f in FLASHINFER:
+        assert _params(f) == FLASHINFER_0_7_4[f.__name__], f.__name__
+
+
+def test_flashinfer_signatures_match_the_vendored_file_where_present():
+    """Against FlashInfer's own file where a checkout has it (.whl/, git-ignored), read with
+    ast: no torch needed."""
+    import ast
+    from pathlib import Path
+    src = Path(kt.__file__).resolve().parents[1] / ".whl/flashinfer/flashinfer_testing_utils.py"
+    if not src.is_file():
+        pytest.skip(f"{src} is not here")
+    tree = ast.parse(src.read_text())
+    for node in tree.body:
+        if isinstance(node, ast.FunctionDef) and node.name in FLASHINFER_0_7_4:
+            names = [a.arg for a in node.args.args]
+            defaults = [None] * (len(names) - len(node.args.defaults)) + [
+                ast.literal_eval(d) if not isinstance(d, ast.Name) else eval(d.id)
+                for d in node.args.defaults]
+            assert list(zip(names, defaults)) == FLASHINFER_0_7_4[node.name], node.name
+
+
+@pytest.mark.parametrize("f", FLASHINFER, ids=lambda f: f.__name__)
+def test_flashinfer_dropins_return_per_iteration_milliseconds(f):
+    calls = []
+
+    def kernel(a, scale=1.0):
+        calls.append(1)
+        spin(1e-3)
+        return a * scale
+
+    a = np.ones(16)
+    times = f(kernel, dry_run_iters=2, repeat_iters=12, input_args=(a,),
+              input_kwargs={"scale": 2.0}, cold_l2_cache=False)
+    assert isinstance(times, list) and len(times) == 12
+    assert all(isinstance(t, float) and t >= 1.0 for t in times)
+    assert len(calls) >= 2 + 12
+    free = f(kernel, input_args=(a,), repeat_time_ms=20, dry_run_time_ms=2, cold_l2_cache=False)
+    assert len(free) >= 10 and min(free) >= 1.0
+    r = f(kernel, input_args=(a,), repeat_iters=10, dry_run_iters=1, return_result=True,
+          flush_bytes=1 << 20)
+    assert r.cold_cache["mode"] == "flush" and r.n == 10 and r.device == "cpu"
+    assert f(kernel, input_args=(a,), repeat_iters=0) == []
+
+
+def test_bench_gpu_time_dispatches_as_flashinfer(monkeypatch):
+    seen = []
+    monkeypatch.setattr(kt, "_flashinfer", lambda where, mode, fn, budget, cold, sleep, args,
+                        kwargs, calls, ret, opts: seen.append((mode, calls, cold)) or [])
+    bench_gpu_time(spin)
+    bench_gpu_time(spin, use_cuda_graph=True, num_iters_within_graph=4, cold_l2_cache=False)
+    bench_gpu_time(spin, enable_cupti=True)
+    bench_gpu_time(spin, enable_cupti=True, use_cuda_graph=True)
+    with pytest.warns(DeprecationWarning, match="l2_flush_device are deprecated"):
+        bench_gpu_time(spin, l2_flush=False)
+    assert seen == [("events", None, (True, None)), ("graph", 4, (False, None)),
+                    ("cupti", None, (True, None)), ("graph", None, (True, None)),
+                    ("events", None, (False, None))]
+    with pytest.raises(ValueError, match="num_iters_within_graph must be a positive integer"):
+        bench_gpu_time(spin, use_cuda_graph=True, num_iters_within_graph=0)
+
+
+def test_flashinfer_flags_as_kbench_options_on_a_gpu():
+    """What each timer asks kbench for on a GPU device (no GPU needed to read it)."""
+    small, big = (np.ones(16),), (np.ones(1 << 19),)            # 128 B and 4 MiB
+    assert kt._fi_timer("events", True, small, "cuda:0", None) == \
+        {"cold_cache": "flush", "mode": "events"}
+    assert kt._fi_timer("cupti", False, small, "cuda:0", None) == \
+        {"cold_cache": None, "mode": "cupti"}
+    # cudagraph: rotating copies where the positional inputs suit it, else a flush between
+    # replays of one call each; hot: num_iters_within_graph calls per replay
+    assert kt._fi_timer("graph", True, big, "cuda:0", 10) == \
+        {"cold_cache": "rotate", "mode": "graph", "unroll": 10}
+    assert kt._fi_timer("graph", True, small, "cuda:0", 10) == \
+        {"cold_cache": "flush", "mode": "graph"}
+    assert kt._fi_timer("graph", False, small, "cuda:0", 10) == \
+        {"cold_cache": None, "mode": "graph", "unroll": 10}
+    assert kt._fi_timer("graph", True, big, "cpu", 10) == {"cold_cache": "flush"}
+    assert kt._fi_flush(None, None, None, True, 1) == (True, None)
+    with pytest.warns(DeprecationWarning):
+        assert kt._fi_flush(None, 8, "cuda", True, 1) == (True, 8 << 20)
+
+
+def test_cudagraph_dropin_deprecations_and_ignored_flags():
+    with pytest.warns(DeprecationWarning, match="For CUDA graphs, cold_l2_cache uses rotating"):
+        r = bench_gpu_time_with_cudagraph(spin, repeat_iters=3, dry_run_iters=0, l2_flush=False,
+                                          return_result=True)
+    assert r.cold_cache["mode"] == "none"
+    for f in FLASHINFER:
+        with pytest.warns(UserWarning, match=f"{f.__name__}: sleep_after_run is not supported"):
+            f(spin, repeat_iters=2, dry_run_iters=0, sleep_after_run=True, cold_l2_cache=False)
+    with pytest.raises(TypeError, match="num_iters_within_graph must be a non-negative integer"):
+        bench_gpu_time_with_cudagraph(spin, num_iters_within_graph=2.5)
+
+
+def test_the_cpu_fallback_is_said_once_per_process(monkeypatch):
+    monkeypatch.setattr(kt, "_cpu_fallback_said", False)
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        do_bench(spin, warmup=0, rep=0, device="cpu", **HOT)       # the CPU asked for: quiet
+        bench_gpu_time(spin, repeat_iters=2, device="cpu", cold_l2_cache=False)
+    assert not [w for w in caught if w.category is CpuFallbackWarning]
+    with pytest.warns(CpuFallbackWarning) as said:
+        bench_gpu_time(spin, repeat_iters=2, cold_l2_cache=False)
+    (w,) = [w for w in said if w.category is CpuFallbackWarning]
+    assert issubclass(CpuFallbackWarning, UserWarning) and w.filename == __file__
+    msg = str(w.message)
+    assert msg.startswith("kbench.testing.bench_gpu_time: no CUDA device (")
+    assert "CPU times, not GPU kernel times" in msg and "device='cpu'" in msg
+    assert "\n" not in msg and "Tried" not in msg
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        for f in (do_bench, do_bench_cudagraph):
+            f(spin, rep=0)
+        for f in FLASHINFER:
+            f(spin, repeat_iters=2, cold_l2_cache=False)
+    assert not [w for w in caught if w.category is CpuFallbackWarning]
+
+
+def test_a_triton_script_on_a_cpu_host_is_told_once(tmp_path):
+    script = tmp_path / "bench_matmul.py"
+    script.write_text("import numpy as np\n"
+                      "from kbench.testing import do_bench, bench_gpu_time\n"
+                      "a = np.ones((64, 64))\n"
+                      "for _ in range(3):\n"
+                      "    print(do_bench(lambda: a @ a, rep=5))\n"
+                      "print(len(bench_gpu_time(lambda: a @ a, repeat_iters=3)))\n")
+    p = subprocess.run([sys.executable, str(script)], capture_output=True, text=True,
+                       timeout=120)
+    assert p.returncode == 0, p.stderr
+    assert p.stderr.count("CpuFallbackWarning: kbench.testing.do_bench: no CUDA device") == 1
+    assert p.stderr.count("CpuFallbackWarning") == 1, p.stderr
+    # a CI can refuse it (-W cannot name it: -W is read before site-packages is on sys.path)
+    strict = tmp_path / "strict.py"
+    strict.write_text("import warnings\nfrom kbench.testing import CpuFallbackWarning\n"
+                      "warnings.simplefilter('error', CpuFallbackWarning)\n"
+                      + script.read_text())
+    p = subprocess.run([sys.executable, str(strict)], capture_output=True, text=True,
+                       timeout=120)
+    assert p.returncode != 0 and "CpuFallbackWarning: kbench.testing.do_bench" in p.stderr
+
+
+def test_the_module_lists_only_what_it_offers():
+    assert dir(kt) == sorted(kt.__all__)
+    assert not {"Any", "Callable", "np", "functools", "annotations", "warnings"} & set(dir(kt))
+    assert all(callable(getattr(kt, name)) for name in kt.__all__)
+    assert set(kt.__all__) >= {f.__name__ for f in FLASHINFER} | {"do_bench",
+                                                                   "do_bench_cudagraph"}

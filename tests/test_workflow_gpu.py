@@ -42,6 +42,28 @@ def test_cupti_dropin_gives_exactly_repeat_iters_kernel_times(torch):
     assert r.extra["mode"] == "cupti" and r.n == 12 and r.cold_cache["mode"] == "flush"
 
 
+def test_flashinfer_timers_map_to_kbench_modes(torch):
+    """bench_gpu_time's dispatch (issue 47): events, graph (rotating copies of 16 MB inputs,
+    or hot), cupti; exactly repeat_iters times each, in milliseconds, without a CPU fallback."""
+    import warnings
+    from kbench.testing import (CpuFallbackWarning, bench_gpu_time,
+                                bench_gpu_time_with_cuda_event, bench_gpu_time_with_cudagraph)
+    a = torch.randn(2048, 2048, device="cuda")
+    cases = [(bench_gpu_time_with_cuda_event, {}, "events", "flush"),
+             (bench_gpu_time_with_cudagraph, {}, "graph", "rotate"),
+             (bench_gpu_time_with_cudagraph, {"cold_l2_cache": False}, "graph", "none"),
+             (bench_gpu_time, {}, "events", "flush"),
+             (bench_gpu_time, {"use_cuda_graph": True}, "graph", "rotate"),
+             (bench_gpu_time, {"enable_cupti": True}, "cupti", "flush")]
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", CpuFallbackWarning)
+        for f, flags, mode, cold in cases:
+            times = f(torch.matmul, input_args=(a, a), repeat_iters=12, dry_run_iters=2, **flags)
+            assert len(times) == 12 and all(0 < t < 100 for t in times), (f.__name__, flags)
+            r = f(torch.matmul, input_args=(a, a), repeat_iters=12, return_result=True, **flags)
+            assert (r.extra["mode"], r.cold_cache["mode"]) == (mode, cold), (f.__name__, flags)
+
+
 def test_ab_and_sweep_on_gpu_kernels(torch):
     import kbench
     x = torch.randn(1 << 22, device="cuda")

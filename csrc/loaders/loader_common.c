@@ -233,11 +233,12 @@ int kb_raise_call_error(PyObject *type, const char *expr, long code, const char 
     const char *slash = file ? strrchr(file, '/') : NULL;
     const char *fname = slash ? slash + 1 : (file ? file : "?");
 
+    /* The source line is for developers (.where), not the message users read (kbench info). */
     /* some libraries (CUPTI 13) answer the description query with the name again */
     if (desc != NULL && desc[0] != '\0' && strcmp(desc, name) != 0)
-        msg = PyUnicode_FromFormat("%s failed: %s (%s) [%s:%d]", expr, name, desc, fname, line);
+        msg = PyUnicode_FromFormat("%s failed: %s (%s)", expr, name, desc);
     else
-        msg = PyUnicode_FromFormat("%s failed: %s [%s:%d]", expr, name, fname, line);
+        msg = PyUnicode_FromFormat("%s failed: %s", expr, name);
     if (msg == NULL)
         goto error;
     exc = PyObject_CallOneArg(type, msg);
@@ -250,6 +251,10 @@ int kb_raise_call_error(PyObject *type, const char *expr, long code, const char 
         goto error;
     Py_CLEAR(val);
     if ((val = PyUnicode_FromString(name)) == NULL || PyObject_SetAttrString(exc, "name", val) < 0)
+        goto error;
+    Py_CLEAR(val);
+    if ((val = PyUnicode_FromFormat("%s:%d", fname, line)) == NULL ||
+        PyObject_SetAttrString(exc, "where", val) < 0)
         goto error;
     Py_CLEAR(val);
     PyErr_SetObject(type, exc);

@@ -149,10 +149,7 @@ static void cuda_open(kb_gpu_libs *g)
         kb_sb_printf(&msg,
                      CUDA_LIB " (the NVIDIA driver's CUDA library) could not be opened. Tried:\n"
                      "%s"
-                     "Install the NVIDIA driver, which provides " CUDA_LIB "; in a container, "
-                     "start it with the NVIDIA Container Toolkit (e.g. docker run --gpus all); "
-                     "or put the directory holding " CUDA_LIB " on LD_LIBRARY_PATH before "
-                     "starting Python.",
+                     KB_DRIVER_FIX,
                      tried.s ? tried.s : "  (out of memory recording the attempts)\n");
         kb_sb_free(&tried);
         kb_lib_failed(&g->cuda_lib, &msg);

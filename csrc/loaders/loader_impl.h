@@ -43,10 +43,18 @@ void kb_lib_failed(kb_lib *lib, kb_strbuf *msg);
 /* Raise st->LibraryNotFound with the remembered message. Always returns NULL. */
 void *kb_lib_raise(PyObject *m, const kb_lib *lib);
 
-/* Raise `type` with "<expr> failed: <name> (<desc>) [file:line]" (desc may be NULL) and set
- * .call, .code, .name on the instance. Always -1. */
+/* Raise `type` with "<expr> failed: <name> (<desc>)" (desc may be NULL) and set .call, .code,
+ * .name and .where ("<file>.c:<line>", for developers: kept out of the message) on the
+ * instance. Always -1. */
 int kb_raise_call_error(PyObject *type, const char *expr, long code, const char *name,
                         const char *desc, const char *file, int line);
+
+/* What to do when a library of the NVIDIA driver (libcuda, libnvidia-ml) is missing: one text
+ * for both, so that a report listing both says it once. */
+#define KB_DRIVER_FIX                                                                          \
+    "Install the NVIDIA driver, which provides libcuda.so.1 and libnvidia-ml.so.1; in a "       \
+    "container, start it with the NVIDIA Container Toolkit (e.g. docker run --gpus all); or "  \
+    "put the directory holding them on LD_LIBRARY_PATH before starting Python."
 
 /* dlopen flags for every library: resolve now so a broken install fails at load, and keep the
  * symbols private to kbench. */

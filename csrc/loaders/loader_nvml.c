@@ -90,10 +90,7 @@ static void nvml_open(kb_gpu_libs *g)
         kb_sb_printf(&msg,
                      NVML_LIB " (the NVIDIA management library: clocks, power, temperature) "
                      "could not be opened. Tried:\n%s"
-                     "Install the NVIDIA driver, which provides " NVML_LIB "; in a container, "
-                     "start it with the NVIDIA Container Toolkit (e.g. docker run --gpus all); "
-                     "or put the directory holding " NVML_LIB " on LD_LIBRARY_PATH before "
-                     "starting Python.",
+                     KB_DRIVER_FIX,
                      tried.s ? tried.s : "  (out of memory recording the attempts)\n");
         kb_sb_free(&tried);
         kb_lib_failed(&g->nvml_lib, &msg);

@@ -1,7 +1,8 @@
 /* loader_nvrtc.c -- libnvrtc, the runtime CUDA C++ compiler (kbench's own kernels: the gate,
  * the cache flush). Any NVRTC that knows the GPU's architecture will do, so a copy already in the
- * process (torch, cupy) is used first, then the versioned sonames, then the toolkit directories
- * and the directories of CUDA libraries already loaded (pip wheels keep libnvrtc beside them). */
+ * process (torch, cupy) is used first, then the versioned sonames, then $CUDA_HOME, then the pip
+ * wheels on sys.path (nvidia-cuda-nvrtc: nvidia/cu13/lib for CUDA 13, nvidia/cuda_nvrtc/lib for
+ * CUDA 12), then the directories of CUDA libraries already loaded and the default toolkit. */
 #define _GNU_SOURCE
 #include "loader_impl.h"
 
@@ -9,6 +10,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 
 static const char *const nvrtc_sonames[] = {"libnvrtc.so.13", "libnvrtc.so.12", "libnvrtc.so"};
 #define N_SONAMES (sizeof nvrtc_sonames / sizeof nvrtc_sonames[0])
@@ -62,6 +64,44 @@ static void *open_in_dir(const char *dir, kb_strbuf *tried)
     return NULL;
 }
 
+/* Where the nvidia-cuda-nvrtc wheels put libnvrtc, under a sys.path entry. */
+static const char *const wheel_dirs[] = {"nvidia/cu13/lib", "nvidia/cuda_nvrtc/lib"};
+#define N_WHEEL_DIRS (sizeof wheel_dirs / sizeof wheel_dirs[0])
+
+static int is_dir(const char *path)
+{
+    struct stat sb;
+    return stat(path, &sb) == 0 && S_ISDIR(sb.st_mode);
+}
+
+/* Try the wheels' directories under each sys.path entry; only those that exist are tried (and
+ * listed). Called with the GIL held, as every kb_nvrtc caller is; a sys.path entry that is not
+ * a str, or not encodable, is skipped. */
+static void *open_in_wheels(kb_strbuf *tried)
+{
+    PyObject *path = PySys_GetObject("path");            /* borrowed; NULL: no sys.path */
+    if (path == NULL || !PyList_Check(path))
+        return NULL;
+    for (Py_ssize_t i = 0; i < PyList_GET_SIZE(path); i++) {
+        PyObject *entry = PyList_GET_ITEM(path, i);
+        const char *base = PyUnicode_Check(entry) ? PyUnicode_AsUTF8(entry) : NULL;
+        if (base == NULL) {
+            PyErr_Clear();
+            continue;
+        }
+        for (size_t k = 0; k < N_WHEEL_DIRS; k++) {
+            char dir[4096];
+            int n = snprintf(dir, sizeof dir, "%s%s%s", base, base[0] ? "/" : "", wheel_dirs[k]);
+            if (n <= 0 || (size_t)n >= sizeof dir || !is_dir(dir))
+                continue;
+            void *h = open_in_dir(dir, tried);
+            if (h != NULL)
+                return h;
+        }
+    }
+    return NULL;
+}
+
 /* Try the directory of an already-loaded CUDA library (kb_find_loaded's stem). */
 static void *open_beside_loaded(const char *stem, kb_strbuf *tried)
 {
@@ -99,6 +139,8 @@ static void *nvrtc_search(kb_strbuf *tried, int *from_process)
         if ((h = open_in_dir(dir, tried)) != NULL)
             return h;
     }
+    if ((h = open_in_wheels(tried)) != NULL)
+        return h;
     if ((h = open_beside_loaded("libcudart", tried)) != NULL)
         return h;
     if ((h = open_beside_loaded("libcupti", tried)) != NULL)
@@ -137,8 +179,10 @@ static void nvrtc_open(kb_gpu_libs *g)
                      "libnvrtc (NVIDIA's runtime CUDA compiler, needed to build kbench's own "
                      "kernels) could not be opened. Tried:\n%s"
                      "Install the CUDA toolkit's NVRTC (e.g. the cuda-nvrtc package) or the "
-                     "nvidia-cuda-nvrtc pip package (nvidia-cuda-nvrtc-cu12 for CUDA 12), set "
-                     "CUDA_HOME to a toolkit holding lib64/libnvrtc.so, or import torch first.",
+                     "nvidia-cuda-nvrtc pip package into this Python (nvidia-cuda-nvrtc-cu12 for "
+                     "CUDA 12; kbench looks in nvidia/cu13/lib and nvidia/cuda_nvrtc/lib under "
+                     "each sys.path entry), set CUDA_HOME to a toolkit holding "
+                     "lib64/libnvrtc.so, or import torch first.",
                      tried.s ? tried.s : "  (out of memory recording the attempts)\n");
         kb_sb_free(&tried);
         kb_lib_failed(&g->nvrtc_lib, &msg);

@@ -13,6 +13,8 @@
  *   KB_FAKE_BUSES=c1,c3   one device per entry, with that PCI bus (hipDeviceGetPCIBusId gives
  *                         "0000:<bus>:00.0"); default one device on bus c1
  *   KB_FAKE_NO_L2=1       the L2 size attribute is unknown (hipErrorInvalidValue)
+ *   KB_FAKE_INIT_ERROR=n  hipInit fails with code n (101: hipErrorInvalidDevice, as on a host
+ *                         with ROCm installed and no AMD GPU)
  *   KB_FAIL=<hipCall>[:n[:k]]  that call fails with hipErrorUnknown after n successful calls
  *                         (default 0), k times (default: every call from then on). A failed
  *                         hipStreamEndCapture leaves the stream capturing, as a runtime may.
@@ -89,7 +91,11 @@ static uint64_t now_ns(void)
 static int capturing;
 static long launches;
 
-EXPORT hipError_t hipInit(unsigned int f) { return 0; }
+EXPORT hipError_t hipInit(unsigned int f)
+{
+    const char *e = getenv("KB_FAKE_INIT_ERROR");
+    return e != NULL && *e != '\0' ? (hipError_t)strtoul(e, NULL, 10) : 0;
+}
 EXPORT const char *hipGetErrorName(hipError_t e)
 {
     return e == 0     ? "hipSuccess"

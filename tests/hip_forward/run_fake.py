@@ -38,7 +38,7 @@ def err(f):
                 "notes": list(getattr(e, "__notes__", []))}
 """
 
-KNOBS = ("KB_FAIL", "KB_FAKE_BUSES", "KB_FAKE_NO_L2", "KB_FAKE_NO_WAIT", "KB_FAKE_FULL_QUEUE",
+KNOBS = ("KB_FAIL", "KB_FAKE_BUSES", "KB_FAKE_NO_L2", "KB_FAKE_INIT_ERROR", "KB_FAKE_NO_WAIT", "KB_FAKE_FULL_QUEUE",
          "KB_FAKE_RSMI_BUSES", "KB_FAKE_RSMI_NO_PCI", "KB_FAKE_RSMI_NO_TEMP",
          "KB_FAKE_RSMI_NO_POWER", "KB_FAKE_RSMI_LAYOUT", "KB_FAKE_RSMI_INIT_MS")
 
