@@ -1,5 +1,7 @@
 #!/usr/bin/env bash
-# Device runs, batched: bash scripts/gpu_check.sh tests|bench|all|regime|final|ttf|check|soak|last|leak|gpusoak|breadth|hostcpu|ci|nearlimit
+# Device runs, batched: bash scripts/gpu_check.sh budget|tests|bench|all|regime|final|ttf|check|soak|last|leak|gpusoak|breadth|hostcpu|ci|nearlimit
+#   budget: time to a figure with the default budget (first bench, 9 bf16 shapes, the GEMM A/B),
+#           the budget CI calibration, the GPU tests, the ceilings per precision, the drop-in
 #   check: the GPU tests (pytest -m gpu), then time to a figure (as ttf)
 #   ci: benchmarks/gpu_ci_calibration.py (how often each run's CI holds the other runs' median:
 #       two capped GEMMs and two adds, CI_RUNS runs each, and a CI_LONG_S run of each GEMM);
@@ -86,7 +88,7 @@ fi
 $PY -c "import kbench._core as c; print('HAVE_CUDA', c.HAVE_CUDA)" || exit 1
 { echo "commit ${KBENCH_GIT_COMMIT:-$(git rev-parse HEAD 2>/dev/null)} (checkout's own HEAD: $(git rev-parse --short HEAD 2>/dev/null))"
   nvidia-smi --query-gpu=name,uuid,driver_version,clocks.sm,clocks.mem,power.draw,power.limit,temperature.gpu,memory.used --format=csv 2>&1
-} | tee "$OUT/env.txt"
+} | tee "$([ "$mode" = budget ] && echo "$LOGS" || echo "$OUT")/env.txt"
 if [ "$mode" = tests ] || [ "$mode" = all ]; then
   echo "== info"; $PY -m kbench info 2>&1 | tee "$OUT/info.txt" | tail -8
   echo "== peaks"; timeout 150 $PY -m kbench peaks --seconds 2 2>&1 | tee "$OUT/peaks.txt"
@@ -259,6 +261,24 @@ for m in ('cupti', 'events', 'graph'):
   [ "$rest" -gt 15 ] && timeout "$rest" $PY -m pytest -v -p no:cacheprovider -rfE --tb=line --timeout=60 -m gpu tests/ \
     --deselect tests/test_distributed_gpu.py -k "not (stream_passed or graph_mode or names_its_regime or burst_batches)" \
     2>&1 | tee -a "$OUT/pytest_gpu.log" | grep -E "FAILED|ERROR|passed|failed" | head -30
+fi
+if [ "$mode" = budget ]; then
+  # issue 44's record in one call, most needed first: time to a figure (first bench, the 9-shape
+  # sweep, the GEMM A/B) with kbench's new defaults against do_bench; the CI calibration of the
+  # default (burst) on a capped GEMM and an add; the GPU tests; the ceilings and the drop-in
+  echo "== time to a figure: first bench, 9 shapes, A/B (defaults)"
+  timeout 150 $PY benchmarks/gpu_time_to_figure.py --sections first,shapes,ab \
+    --out "$OUT/gpu_time_to_figure.json" --md "$OUT/gpu_time_to_figure.md" 2>&1 | tail -28
+  echo "== CI calibration of the default budget"
+  timeout "${CAL_S:-110}" $PY benchmarks/ci_budget_calibration.py --device cuda --runs 10 --gap-s 1 \
+    --cases "bf16 mm 4096x28672x4096,add 64M f32" --regimes default \
+    --out "$OUT/gpu_ci_budget.json" --md "$OUT/gpu_ci_budget.md" 2>&1 | tail -6
+  gpu_tests
+  echo "== ceilings per precision"
+  timeout "${CEIL_S:-100}" $PY benchmarks/gpu_ceilings.py --out "$OUT/gpu_ceilings.json" \
+    --md "$LOGS/gpu_ceilings.md" 2>&1 | tail -3; cat "$LOGS/gpu_ceilings.md" 2>/dev/null | head -40
+  echo "== drop-in bench_gpu_time against FlashInfer's"
+  timeout 40 $PY benchmarks/gpu_dropin_flashinfer.py --out "$OUT/gpu_dropin_flashinfer.json" 2>&1 | tail -4
 fi
 if [ "$mode" = bench ] || [ "$mode" = all ]; then
   # the notebook's peak line and the % of peak: measured, unless this GPU's ceilings are cached
