@@ -59,7 +59,10 @@ def run_kbench(a, b, c, **kw) -> Dict[str, Any]:
             "warmup_stable": st.get("warmup_stable"), "sampling_s": st["sampling_s"],
             "bench_wall_s": st.get("wall_s"), "flush_s": cc.get("flush_s"),
             "flush_warmup_s": cc.get("flush_warmup_s"), "flush_setup_s": cc.get("setup_s"),
-            "flush_bytes": cc.get("flush_bytes"), "time_row": next(
+            "flush_bytes": cc.get("flush_bytes"),
+            "host_busy": (r.extra.get("host_load") or {}).get("busy"),
+            "host_others_cpus": (r.extra.get("host_load") or {}).get("others_cpus"),
+            "time_row": next(
                 (ln.split(":", 1)[1].strip() for ln in repr(r).splitlines()
                  if ln.strip().startswith("Time:")), None)}
 
@@ -300,7 +303,28 @@ def main(argv: Optional[List[str]] = None) -> int:
     ap.add_argument("--stem", default="cpu_time_to_figure",
                     help="the result files' name, without .json/.md (another host's run)")
     ap.add_argument("--no-pytest-benchmark", action="store_true")
+    ap.add_argument("--busy", action="store_true",
+                    help="a second process spins on a core for the whole run (a busy host)")
     args = ap.parse_args(argv)
+    hog = None
+    if args.busy:
+        import multiprocessing as mp
+        hog = mp.Process(target=_spin, daemon=True)
+        hog.start()
+    try:
+        return _run(args)
+    finally:
+        if hog is not None:
+            hog.terminate()
+            hog.join()
+
+
+def _spin() -> None:
+    while True:
+        pass
+
+
+def _run(args: argparse.Namespace) -> int:
     try:
         import pytest_benchmark  # noqa: F401
         with_pb = not args.no_pytest_benchmark
@@ -338,7 +362,7 @@ def main(argv: Optional[List[str]] = None) -> int:
                        "flush_bytes": rounds[0]["kbench"]["flush_bytes"],
                        "python": sys.version.split()[0], "numpy": np.__version__,
                        "commit": (git.get("commit") or "unknown")[:7]},
-           "first_bench_in_process": first, "rounds": rounds}
+           "first_bench_in_process": first, "rounds": rounds, "busy_process": args.busy}
     res["reading"] = reading(res)
     res["stem"] = args.stem
     out = Path(args.out_dir)

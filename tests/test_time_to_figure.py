@@ -224,7 +224,9 @@ def test_a_figure_that_swings_during_the_run_says_so():
     the samples' order shows it, the CI is wider than the independent one, the Wall row says
     how many independent samples the run is worth, and a run the cap stopped says why."""
     swing = schedule(lambda i: 0.1 * MS * (1 + 0.1 * math.sin(i / 100)))
-    r = kbench.bench(swing, device="cpu", warmup_s=0.01, max_time_s=0.6, cold_cache=None)
+    # a precision asked for (target=): the cap that stops short of it warns
+    r = kbench.bench(swing, device="cpu", warmup_s=0.01, max_time_s=0.6, cold_cache=None,
+                     target=0.005)
     assert r.n >= 128 and r.stats["ci_inflation"] > 2.0
     plain = _core.summarize(r.samples, ordered=False)
     assert r.stats["rel_ci_halfwidth"] > plain["rel_ci_halfwidth"]
@@ -270,7 +272,7 @@ def test_a_run_whose_flushes_took_most_of_its_time_says_so():
     # which a precision stop is possible fit in 0.1 s
     llc = _core.cpu_cache_info()["llc_bytes"]
     r = kbench.bench(np.sum, np.ones(10), device="cpu", max_time_s=0.1, warmup_s=0.01,
-                     flush_bytes=max(2 * llc, 128 << 20))
+                     flush_bytes=max(2 * llc, 128 << 20), target=0.005)
     assert r.stop["stop"] == "time_cap" and r.n < _core.CI_MIN_SAMPLES
     share = r.cold_cache["flush_s"] / r.stop["sampling_s"]
     assert share > 0.5
