@@ -19,6 +19,8 @@ from typing import Any, Dict, NamedTuple, Optional
 BUSY_OTHER_CPUS = 0.25
 #: Steal time, as a share of the host's CPU time, from which the host counts as busy.
 BUSY_STEAL_SHARE = 0.02
+#: /proc/stat counts in clock ticks (10 ms at the usual 100 Hz): a shorter run reads noise.
+MIN_READ_S = 0.1
 
 
 class Reading(NamedTuple):
@@ -57,7 +59,7 @@ def finish(before: Optional[Reading], stat_path: str = "/proc/stat") -> Optional
         return None
     wall = after.wall_s - before.wall_s
     ticks = after.total_ticks - before.total_ticks
-    if wall <= 0 or ticks <= 0:
+    if wall < MIN_READ_S or ticks <= 0:
         return None
     hz = os.sysconf("SC_CLK_TCK") if hasattr(os, "sysconf") else 100
     cpus = ticks / hz / wall                  # the host's CPUs, as /proc/stat counts them

@@ -2,6 +2,7 @@
 import multiprocessing as mp
 import os
 import sys
+import time
 
 import numpy as np
 import pytest
@@ -34,8 +35,10 @@ def test_others_cpu_time_and_steal_are_read_from_two_snapshots(tmp_path, monkeyp
     assert "BUSY: other processes used 1.00 of 2 CPUs" in hostload.text(load)
 
 
-def test_an_unreadable_stat_is_no_reading(tmp_path):
+def test_an_unreadable_stat_or_a_run_too_short_to_read_is_no_reading(tmp_path):
     assert hostload.finish(hostload.start(), str(tmp_path / "missing")) is None
+    # under MIN_READ_S the clock ticks of /proc/stat say nothing
+    assert hostload.finish(hostload.start()) is None
     assert hostload.finish(None) is None and hostload.text(None) == ""
 
 
@@ -54,8 +57,10 @@ def test_a_cpu_bench_beside_a_busy_process_says_the_host_was_busy():
     hog.start()
     try:
         assert ready.wait(10)
-        a = np.ones(1 << 16)
-        r = kbench.bench(np.sum, a, cold_cache=None, memory=False)
+        # a call whose time varies by 2x: the budget, not the target, ends the run
+        r = kbench.bench(lambda: time.sleep(0.0005 + 0.0005 * (time.perf_counter_ns() % 7) / 7),
+                         cold_cache=None, memory=False)
+        assert r.stop["wall_s"] >= hostload.MIN_READ_S
     finally:
         hog.terminate()
         hog.join()
