@@ -198,7 +198,11 @@ def _to_array(x: Any, what: str) -> Tuple[np.ndarray, Optional[str], str]:
             raise TypeError(f"compare: {what} ({type(x).__name__}) could not be read through "
                             f"DLPack ({e}); copy it to host memory first") from e
         return _from_numpy(arr)
-    arr = np.asarray(x)
+    try:
+        arr = np.asarray(x)
+    except ValueError as e:     # ragged nested lists: numpy's message names neither side
+        raise ValueError(f"compare: {what} ({type(x).__name__}) is not a rectangular array of "
+                         f"numbers (ragged nested lists?): {e}") from e
     if arr.dtype.kind in "OUSV":    # str, bytes, objects: no numbers to compare
         raise TypeError(f"compare: {what} is not numeric: {type(x).__name__} ({x!r:.60}) reads "
                         f"as a numpy array of dtype {arr.dtype}")
@@ -325,6 +329,10 @@ def compare(out: Any, ref: Any, rtol: Optional[float] = None, atol: Optional[flo
     against the rule, as a last axis of 2 in ``shape`` and ``worst_index``, at the tolerances
     of the parts' format.
     """
+    if not isinstance(equal_nan, (bool, np.bool_)):
+        # bool("no") is True: a word or a number here would silently pass NaN against NaN
+        raise TypeError(f"compare: equal_nan must be True or False, got "
+                        f"{type(equal_nan).__name__} ({equal_nan!r:.60})")
     a, a_kind, a_name = _to_array(out, "out")
     b, b_kind, b_name = _to_array(ref, "ref")
     if a.shape != b.shape and not broadcast:

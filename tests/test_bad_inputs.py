@@ -283,6 +283,18 @@ COMPARE_CASES = [
      r"shape \(4,\) and ref shape \(5,\)"),
     ("assert_close on a mismatch", lambda: kbench.assert_close(A, A + 1), AssertionError,
      "Comparison FAILED"),
+    # bool("no") is True: these passed NaN against NaN
+    ("equal_nan a word", lambda: kbench.compare(A, A, equal_nan="no"), TypeError,
+     r"equal_nan must be True or False, got str \('no'\)"),
+    ("equal_nan a digit", lambda: kbench.compare(A, A, equal_nan="0"), TypeError,
+     "equal_nan must be True or False, got str"),
+    ("equal_nan an int", lambda: kbench.assert_close(A, A, equal_nan=1), TypeError,
+     "equal_nan must be True or False, got int"),
+    # numpy's "inhomogeneous shape" message said neither compare nor which side
+    ("ragged out", lambda: kbench.compare([[1, 2], [3]], [[1, 2], [3, 4]]), ValueError,
+     r"compare: out \(list\) is not a rectangular array"),
+    ("ragged ref", lambda: kbench.compare([[1, 2], [3, 4]], [[1, 2], [3]]), ValueError,
+     r"compare: ref \(list\) is not a rectangular array"),
 ]
 
 
@@ -290,6 +302,12 @@ COMPARE_CASES = [
                          ids=[c[0] for c in COMPARE_CASES])
 def test_compare_refuses(call, error, match):
     raises(call, error, match)
+
+
+def test_compare_takes_numpy_bools_for_equal_nan():
+    nan = np.array([np.nan, 1.0])
+    assert kbench.compare(nan, nan.copy(), equal_nan=np.bool_(True)).ok
+    assert not kbench.compare(nan, nan.copy(), equal_nan=np.bool_(False)).ok
 
 
 # ------------------------------------------------------------------ kbench.ab
