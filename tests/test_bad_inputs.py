@@ -156,6 +156,19 @@ BENCH_CASES = [
      r"shape \(64,\) and ref shape \(5,\)"),
     ("check: negative rtol", bench(np.cumsum, A, check=np.cumsum(A), rtol=-1), ValueError,
      "rtol must be finite and >= 0"),
+    # a tolerance without a check was ignored without a word: nothing was checked
+    ("rtol without check", bench(np.cumsum, A, rtol=0.1), ValueError,
+     r"rtol=0\.1 came without check="),
+    ("atol without check", bench(np.cumsum, A, atol=0), ValueError,
+     r"atol=0 came without check="),
+    ("rtol and atol without check", bench(np.cumsum, A, rtol=0.1, atol=1e-3), ValueError,
+     r"rtol=0\.1 and atol=0\.001 came without check="),
+    # OverflowError "int too large to convert to float", naming neither
+    ("bytes 10**400", bench(np.sum, A, bytes=10**400), ValueError,
+     r"bytes must be a non-negative number of bytes per call that fits a float, got an int "
+     r"of 401 digits"),
+    ("flops 10**400", bench(np.sum, A, flops=10**400), ValueError,
+     "flops must be a non-negative number of flops per call that fits a float"),
     # target=True ran at 1.0 (a 100% CI), warmup_s=True for 1 s
     ("target bool", bench(np.sum, A, target=True), TypeError, "target must be a number, got bool"),
     ("warmup_s bool", bench(np.sum, A, warmup_s=True), TypeError,

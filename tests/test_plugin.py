@@ -283,6 +283,9 @@ def test_disable_refuses_the_options_that_timing_refuses(pytester, run):
         def test_async(kbench):
             kbench(later, np.ones(3))
 
+        def test_rtol_without_check(kbench):
+            kbench(f, np.ones(3), rtol=0.1)
+
         def test_nothing_was_called():
             assert calls == []
 
@@ -292,7 +295,7 @@ def test_disable_refuses_the_options_that_timing_refuses(pytester, run):
             assert r.disabled and r.output.tolist() == [1.0, 1.0, 1.0]
     """)
     res = run("--kbench-disable")
-    res.assert_outcomes(passed=2, failed=6)
+    res.assert_outcomes(passed=2, failed=7)
     res.stdout.fnmatch_lines([
         "*TypeError: kbench.bench: unexpected options for the CPU backend: [[]'max_tme_s'[]]*"
         "did you mean 'max_time_s'?*",
@@ -300,7 +303,8 @@ def test_disable_refuses_the_options_that_timing_refuses(pytester, run):
         "*ValueError: mode 'graph' needs a CUDA device*",
         "*ValueError: kbench.bench: device must be 'auto', 'cpu' or 'cuda[[]:N[]]', got 'tpu'*",
         "*TypeError: kbench.bench: bytes must be a number of bytes per call, got str*",
-        "*TypeError: kbench.bench: * is an async function*"])
+        "*TypeError: kbench.bench: * is an async function*",
+        "*ValueError: kbench.bench: * rtol=0.1 came without check=*"])
 
 
 def test_wrong_answer_fails_before_timing_when_enabled(pytester, run):
