@@ -682,7 +682,9 @@ def test_host_timer_step_is_learned_and_a_zero_width_ci_is_not_reported_as_preci
 
 
 @pytest.mark.parametrize("value", ["-1", "99999999999999999999", "10000000000000000000", "1.5M",
-                                   "1T", "garbage", "0", "32 M", "0x100", "2048G"])
+                                   "1T", "garbage", "0", "32 M", "0x100", "2048G",
+                                   # implausible: KBENCH_LLC_BYTES=1 flushed 64 B, called cold
+                                   "1", "4096", "63k", "65G", "1024G"])
 def test_bad_llc_override_is_refused_naming_the_variable_and_value(monkeypatch, value):
     monkeypatch.setenv("KBENCH_LLC_BYTES", value)
     pattern = f"KBENCH_LLC_BYTES='{value}' is not a cache size"
@@ -696,8 +698,8 @@ def test_bad_llc_override_is_refused_naming_the_variable_and_value(monkeypatch, 
     assert kbench.bench(np.sum, np.ones(10), **FAST).n > 0
 
 
-@pytest.mark.parametrize("value,expect", [("4096", 4096), ("32k", 32 << 10), ("3M", 3 << 20),
-                                          ("1G", 1 << 30), ("1024G", 1 << 40)])
+@pytest.mark.parametrize("value,expect", [("65536", 65536), ("64k", 64 << 10), ("3M", 3 << 20),
+                                          ("1G", 1 << 30), ("64G", 64 << 30)])
 def test_good_llc_override_parses_exactly(monkeypatch, value, expect):
     monkeypatch.setenv("KBENCH_LLC_BYTES", value)
     assert _core.cpu_cache_info()["llc_bytes"] == expect
