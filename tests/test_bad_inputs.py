@@ -426,6 +426,20 @@ def test_result_load_refuses_naming_the_file(content, error, match, tmp_path):
     assert str(path) in str(e)
 
 
+def test_result_to_json_into_a_missing_directory_names_the_path_given(tmp_path):
+    # the error named mkstemp's temporary file, r.json.u6hy0rto.tmp, a name the caller never saw
+    r = kbench.bench(np.sum, A, **FAST)
+    path = tmp_path / "missing" / "r.json"
+    with pytest.raises(FileNotFoundError) as ei:
+        r.to_json(str(path))
+    assert ei.value.filename == str(path) and ".tmp" not in str(ei.value)
+    assert f"No such directory {path.parent}" in str(ei.value)
+    with pytest.raises(IsADirectoryError) as ei:
+        r.to_json(str(tmp_path))
+    assert ei.value.filename == str(tmp_path) and ".tmp" not in str(ei.value)
+    assert not list(tmp_path.parent.glob("*.tmp"))
+
+
 def test_result_with_a_bytes_name_still_serialises():
     """A Result built by hand with a bytes name (bench refuses one) must not break to_json."""
     r = kbench.bench(np.sum, A, **FAST)
