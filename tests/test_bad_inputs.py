@@ -497,6 +497,11 @@ BAD_FILES = [
      "stats.median is '1ms', not a number"),
     ("samples a string", json.dumps({**GOOD, "samples_s": "1,2"}).encode(),
      "'samples_s' is not a list of numbers"),
+    # counted as an overlapping CI: any regression passed as "within noise"
+    ("stats removed", json.dumps({k: v for k, v in GOOD.items() if k != "stats"}).encode(),
+     "no 'stats'"),
+    ("CI removed", json.dumps({**GOOD, "stats": {"median": 1e-3}}).encode(),
+     "stats.ci_low is missing"),
 ]
 
 

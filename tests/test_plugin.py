@@ -400,6 +400,32 @@ def test_a_baseline_with_a_nan_median_fails_the_session(pytester, run):
                               "FAILED: *1 with an invalid median*"])
 
 
+def test_a_baseline_without_stats_is_a_usage_error_naming_the_field(pytester, run):
+    # its missing CI counted as overlapping: a run 3.5x slower passed --kbench-fail=8%
+    pytester.makepyfile(kbp_bench_test=BENCH_TESTS)
+    assert run("--kbench-save=base.json", "--kbench-max-time=0.1").ret == 0
+    doc = json.loads(pytester.path.joinpath("base.json").read_text())
+    del doc["results"]["kbp_bench_test.py::test_kernel"]["stats"]
+    pytester.path.joinpath("base.json").write_text(json.dumps(doc))
+    res = run("--kbench-compare=base.json", "--kbench-fail=8%", "--kbench-max-time=0.1",
+              slow=True)
+    assert res.ret == pytest.ExitCode.USAGE_ERROR
+    res.stderr.fnmatch_lines(["ERROR: --kbench-compare: base.json, result "
+                              "'kbp_bench_test.py::test_kernel': no 'stats' *"])
+
+
+def test_a_baseline_median_of_a_picosecond_fails_the_session(pytester, run):
+    pytester.makepyfile(kbp_bench_test=BENCH_TESTS)
+    assert run("--kbench-save=base.json", "--kbench-max-time=0.1").ret == 0
+    doc = json.loads(pytester.path.joinpath("base.json").read_text())
+    doc["results"]["kbp_bench_test.py::test_kernel"]["stats"].update(
+        median=1e-12, ci_low=0.9e-12, ci_high=1.1e-12)
+    pytester.path.joinpath("base.json").write_text(json.dumps(doc))
+    res = run("--kbench-compare=base.json", "--kbench-fail=8%", "--kbench-max-time=0.1")
+    assert res.ret == 1, res.stdout.str()
+    res.stdout.fnmatch_lines(["*INVALID (baseline median is 1e-12 s, not a plausible time*"])
+
+
 # -- review fixes: empty sessions, interrupted saves, shared temp files, xdist, option checks
 
 def test_a_session_where_no_benchmark_ran_fails_the_compare_gate(pytester, run):
