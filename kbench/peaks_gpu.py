@@ -9,7 +9,6 @@ kbench.bench imports it.
 """
 from __future__ import annotations
 
-import json
 import os
 import time
 from importlib import resources
@@ -17,7 +16,7 @@ from typing import Any, Dict
 
 from . import _core
 from .bench import bench as _bench
-from .peaks import gpu_peaks_path
+from .peaks import gpu_peaks_path, save_peaks
 
 
 def _kernel_source(name: str) -> str:
@@ -75,9 +74,8 @@ def measure_gpu_peaks(device: int = 0, copy_bytes: int = 2 << 30, save: bool = T
                             "shape": [n, n, n], "data": "randn, seed 0"}
     out["regime"] = "burst"
     out["source"] = f"kbench peaks on {info.get('name')}, burst regime ({gpu_peaks_path(info)})"
-    if save:
-        with open(gpu_peaks_path(info), "w") as f:
-            json.dump(out, f, indent=1)
+    if save:        # through a new file and a rename: a FIFO at the path would block open()
+        save_peaks(out, gpu_peaks_path(info))
     return out
 
 
