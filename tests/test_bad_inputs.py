@@ -185,21 +185,49 @@ def test_bench_refuses(call, error, match):
     raises(call, error, match)
 
 
-@pytest.mark.parametrize("count", [4097, 300_000, 10**12])
-def test_a_factory_count_past_the_rotation_limit_is_refused_before_building_sets(count):
+@pytest.mark.parametrize("past", [1, 300_000, 10**12])
+def test_a_factory_count_past_the_rotation_limit_is_refused_before_building_sets(past):
     # each set is built up front: 10**12 of them ran until the OOM killer stopped the process
+    from kbench.coldcache import max_rotation_sets
+    limit = max_rotation_sets()         # 4096, more on a last-level cache past 32 MiB
+    count = limit + past
     calls = []
 
     def factory(i):
         calls.append(i)
-        if len(calls) > 4096:
+        if len(calls) > limit:
             raise RuntimeError("built past the limit")
         return (A,)
 
-    with pytest.raises(ValueError, match=rf"rotate_sets={count} is more than the 4096 argument "
-                                         r"sets a rotation may have \(MAX_ROTATION_SETS\)"):
+    with pytest.raises(ValueError, match=rf"rotate_sets={count} is more than the {limit} "
+                                         r"argument sets a rotation may have "
+                                         r"\(MAX_ROTATION_SETS, scaled to the last-level cache\)"):
         kbench.bench(np.sum, arg_sets=factory, rotate_sets=count, **FAST)
     assert calls == []
+
+
+@pytest.mark.parametrize("llc,limit", [(None, 4096), ("32M", 4096), ("33M", 8192),
+                                       ("320M", 40960), ("1G", 131072)])
+def test_the_rotation_limit_scales_with_the_cache(llc, limit, monkeypatch):
+    # at KBENCH_LLC_BYTES=320M and 1G, 4096 sets refused rotations of sets up to 160 kB and
+    # 512 kB, which a 32 MiB cache rotates out with sets of 17 kB
+    from kbench.coldcache import max_rotation_sets, rotation_count
+    if llc is None:
+        assert max_rotation_sets(0) == max_rotation_sets(16 << 20) == limit
+        return
+    monkeypatch.setenv("KBENCH_LLC_BYTES", llc)
+    assert max_rotation_sets() == limit
+    cache = _core_llc()
+    assert rotation_count(17 << 10, cache) <= limit
+    with pytest.raises(ValueError, match="cannot evict"):
+        rotation_count(7 << 10, cache)
+    assert kbench.bench(np.sum, arg_sets=lambda i: (A,), rotate_sets=limit, cold_cache=None,
+                        warmup_s=0.0, max_time_s=0.05).n > 0
+
+
+def _core_llc():
+    from kbench import _core
+    return int(_core.cpu_cache_info()["llc_bytes"])
 
 
 def test_a_check_callable_that_raises_keeps_its_exception_and_says_where():

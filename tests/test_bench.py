@@ -1,5 +1,6 @@
 """kbench.bench on the CPU: results, cold vs hot, bad inputs, serialisation."""
 import json
+import re
 import time
 
 import numpy as np
@@ -718,12 +719,15 @@ def test_a_flush_smaller_than_the_cache_is_flagged_not_cold():
 
 
 def test_rotation_whose_sets_cannot_evict_the_cache_is_refused():
+    from kbench.coldcache import (_fmt_bytes, check_rotation_footprint, make_rotation_sets,
+                                  max_rotation_sets)
     llc = _core.cpu_cache_info()["llc_bytes"]
-    with pytest.raises(ValueError, match=r"cold_cache='rotate' cannot evict the .* cache: 4096 "
-                                         r"copies .* of 8 B hold 32\.8 kB in all"):
+    most = max_rotation_sets(llc)       # 4096 (32.8 kB of 8 B sets) up to a 32 MiB cache
+    with pytest.raises(ValueError, match=rf"cold_cache='rotate' cannot evict the .* cache: "
+                                         rf"{most} copies .* of 8 B hold "
+                                         rf"{re.escape(_fmt_bytes(most * 8))} in all"):
         kbench.bench(np.sum, np.ones(1), cold_cache="rotate", warmup_s=0.0, max_time_s=0.05)
     # sets big enough to evict it still rotate
-    from kbench.coldcache import check_rotation_footprint, make_rotation_sets
     sets = make_rotation_sets((np.ones(llc // 8),), llc)
     assert sum(s[0].nbytes for s in sets[1:]) >= 2 * llc
     check_rotation_footprint([llc] * 3, llc)                      # two others: 2x the cache
