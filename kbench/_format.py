@@ -1,6 +1,7 @@
 """Units and small text/HTML table helpers shared by the reports."""
 from __future__ import annotations
 
+import errno
 import html
 import os
 import math
@@ -116,8 +117,11 @@ def write_atomic(path: str, text: str, newline: Optional[str] = None) -> None:
     never share a temporary file. The file gets the permissions open(path, "w") would give."""
     import tempfile
     directory = os.path.dirname(os.path.abspath(path))
-    fd, tmp = tempfile.mkstemp(dir=directory, prefix=os.path.basename(path) + ".",
-                               suffix=".tmp")
+    try:
+        fd, tmp = tempfile.mkstemp(dir=directory, prefix=os.path.basename(path) + ".",
+                                   suffix=".tmp")
+    except OSError as e:
+        raise _naming(e, path, directory) from None
     try:
         with os.fdopen(fd, "w", newline=newline) as f:
             f.write(text)
@@ -125,12 +129,23 @@ def write_atomic(path: str, text: str, newline: Optional[str] = None) -> None:
         os.umask(umask)
         os.chmod(tmp, 0o666 & ~umask)      # mkstemp's 0600 would hide a shared baseline
         os.replace(tmp, path)
-    except BaseException:
+    except BaseException as e:
         try:
             os.remove(tmp)
         except OSError:
             pass
+        if isinstance(e, OSError):
+            raise _naming(e, path, directory) from None
         raise
+
+
+def _naming(e: OSError, path: str, directory: str) -> OSError:
+    """e, of the same type and errno, naming the path the caller gave rather than the
+    temporary file beside it (a name the caller never saw)."""
+    reason = e.strerror or str(e)
+    if e.errno == errno.ENOENT and not os.path.isdir(directory):
+        reason = f"No such directory {directory}"
+    return OSError(e.errno, reason, path)   # OSError picks the subclass from errno
 
 
 def load_json_as(path: str, what: str, from_dict: Any) -> Any:

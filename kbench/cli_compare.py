@@ -15,8 +15,11 @@ Verdict rules, per benchmark present in both files, with delta = new median / ol
                     up by name: two session or sweep files of one benchmark each under
                     different names (test_x and test_y) are not compared, and said so; two
                     single Result files are the pair the user chose: compared across names
-  "invalid"         either median is NaN, infinite, zero or negative: not a time; or the new
-                    result has no median at all (the old one lacking it is "no baseline")
+  "invalid"         either median is NaN, infinite, zero or negative: not a time, or outside
+                    0.1 ns .. 1 day per call: not a plausible one; or the new result has no
+                    median at all (the old one lacking it is "no baseline"). In a file, a
+                    result without its stats (median, ci_low, ci_high) or whose CI does not
+                    hold its median is refused when the file is read, naming both
   "not comparable"  figures whose conditions differ by design, not by the code: GPU figures
                     taken in different clock regimes (sustained vs burst: a power-capped kernel
                     differs), or taken with different cold-cache modes (cold_cache "none",
@@ -231,6 +234,26 @@ def _check_result_doc(d: Any, where: str) -> None:
             if not isinstance(obj, dict):
                 raise ValueError(f"kbench compare: {where}: '{'.'.join(path[:i + 1])}' is a "
                                  f"{type(obj).__name__}, not an object")
+    _check_figure(d.get("stats"), where)
+
+
+def _check_figure(stats: Any, where: str) -> None:
+    """The median and its CI, which every verdict reads: present, and the CI around a median
+    that is a time. Missing, the CI counted as overlapping: a run 3.5x slower passed as
+    "within noise". A median that is not a time (NaN, <= 0, implausible) is judged "invalid"
+    by compare_sets, naming it."""
+    if stats is None:
+        raise ValueError(f"kbench compare: {where}: no 'stats' (the median and its confidence "
+                         f"interval, which every verdict reads)")
+    missing = [k for k in ("median", "ci_low", "ci_high") if stats.get(k) is None]
+    if missing:
+        raise ValueError(f"kbench compare: {where}: stats.{missing[0]} is missing (the median "
+                         f"and its confidence interval are needed to tell a change from noise)")
+    med, lo, hi = stats["median"], stats["ci_low"], stats["ci_high"]
+    if _median_problem("", med) is None and not (
+            math.isfinite(lo) and math.isfinite(hi) and lo <= med <= hi):
+        raise ValueError(f"kbench compare: {where}: stats.ci_low .. ci_high is {lo!r} .. "
+                         f"{hi!r}, not a confidence interval around the median {med!r}")
 
 
 def parse_threshold(text: Union[str, float, int, None]) -> float:
@@ -512,10 +535,22 @@ def _median_and_ci(d: Dict[str, Any]):
     return (None if med is None else float(med)), ci
 
 
+# A time per call outside these is no measurement kbench makes: below 0.1 ns is shorter than
+# one clock cycle of any CPU or GPU; above a day, no benchmark repeats the call. A corrupt
+# baseline far too large would pass any regression as "faster".
+_MEDIAN_RANGE_S = (1e-10, 86400.0)
+
+
 def _median_problem(label: str, median: Optional[float]) -> Optional[str]:
     """Why a median is not a usable time (None: missing, which the caller judges)."""
-    if median is not None and not (math.isfinite(median) and median > 0):
+    if median is None:
+        return None
+    if not (math.isfinite(median) and median > 0):
         return f"{label} median is {median!r}"
+    low, high = _MEDIAN_RANGE_S
+    if not low <= median <= high:
+        return (f"{label} median is {median!r} s, not a plausible time per call "
+                f"({low:g} .. {high:g} s)")
     return None
 
 

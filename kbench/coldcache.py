@@ -162,18 +162,36 @@ def clone_arg(obj: Any, memo: Optional[Dict[int, Any]] = None) -> Any:
     return new
 
 
-#: The most argument sets a rotation makes by cloning (more would cost more memory than a flush).
+#: The most argument sets a rotation may have on a cache of up to ROTATION_CACHE_BYTES (each
+#: set is built up front: more would cost more memory and set-up than a flush) ...
 MAX_ROTATION_SETS = 4096
+#: ... and a larger cache scales it, so that the smallest set that can rotate a cache out
+#: (2x the cache over MAX_ROTATION_SETS sets: 16 KiB) is the same on every host. A 1 GiB
+#: last-level cache with 4096 sets needed sets of 512 KiB.
+ROTATION_CACHE_BYTES = 32 << 20
+
+
+def max_rotation_sets(cache_bytes: Optional[int] = None) -> int:
+    """The most argument sets a rotation may have for a cache of `cache_bytes` (None: this
+    host's last-level cache): MAX_ROTATION_SETS, scaled past ROTATION_CACHE_BYTES."""
+    if cache_bytes is None:
+        from . import _core
+        cache_bytes = int(_core.cpu_cache_info()["llc_bytes"])
+    return max(MAX_ROTATION_SETS,
+               MAX_ROTATION_SETS * -(-max(cache_bytes, 0) // ROTATION_CACHE_BYTES))
 
 
 def rotation_count(set_bytes: int, cache_bytes: int, margin: float = 2.0,
-                   minimum: int = 2, maximum: int = MAX_ROTATION_SETS) -> int:
+                   minimum: int = 2, maximum: Optional[int] = None) -> int:
     """Sets needed so that `margin` x cache is exceeded by the sets other than the current one:
     with K sets, K-1 other sets' traffic evicts a set before its next use. ValueError when even
-    `maximum` sets cannot do it: a rotation that small is not cold, and is not run as if it were."""
+    `maximum` sets (default max_rotation_sets(cache_bytes)) cannot do it: a rotation that small
+    is not cold, and is not run as if it were."""
     if set_bytes <= 0:
         raise ValueError("cold_cache='rotate' needs array arguments: the argument set has no "
                          "measurable footprint (pass arrays/tensors, or arg_sets=)")
+    if maximum is None:
+        maximum = max_rotation_sets(cache_bytes)
     k = math.ceil(margin * cache_bytes / set_bytes) + 1
     if k > maximum:
         check_rotation_footprint([set_bytes] * maximum, cache_bytes, margin,
@@ -217,7 +235,7 @@ def _fmt_bytes(n: float) -> str:
 def make_rotation_sets(args: Tuple[Any, ...], cache_bytes: int, margin: float = 2.0,
                        max_bytes: int = 0) -> List[Tuple[Any, ...]]:
     """Clone `args` until the sets exceed margin x cache. `max_bytes` > 0 caps the total.
-    ValueError when MAX_ROTATION_SETS copies cannot exceed it (see check_rotation_footprint)."""
+    ValueError when max_rotation_sets() copies cannot exceed it (see check_rotation_footprint)."""
     per = footprint(args)
     k = rotation_count(per, cache_bytes, margin)
     if max_bytes and per * k > max_bytes:
@@ -236,10 +254,13 @@ def normalize_arg_sets(arg_sets: ArgSets, count: int = 0) -> List[Tuple[Any, ...
         if count <= 0:
             raise ValueError(f"an arg_sets factory needs a count (rotate_sets=) of at least 1, "
                              f"got {count}")
-        if count > MAX_ROTATION_SETS:       # each set is built up front: memory, not a flush
-            raise ValueError(f"rotate_sets={count} is more than the {MAX_ROTATION_SETS} argument "
-                             f"sets a rotation may have (MAX_ROTATION_SETS); use fewer, larger "
-                             f"sets or cold_cache='flush'")
+        # each set is built up front: memory, not a flush. The cache is read only past the
+        # floor, so an ordinary count costs nothing
+        if count > MAX_ROTATION_SETS and count > max_rotation_sets():
+            raise ValueError(f"rotate_sets={count} is more than the {max_rotation_sets()} "
+                             f"argument sets a rotation may have (MAX_ROTATION_SETS, scaled to "
+                             f"the last-level cache); use fewer, larger sets or "
+                             f"cold_cache='flush'")
         sets = [arg_sets(i) for i in range(count)]
     else:
         sets = list(arg_sets)

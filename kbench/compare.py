@@ -198,7 +198,11 @@ def _to_array(x: Any, what: str) -> Tuple[np.ndarray, Optional[str], str]:
             raise TypeError(f"compare: {what} ({type(x).__name__}) could not be read through "
                             f"DLPack ({e}); copy it to host memory first") from e
         return _from_numpy(arr)
-    arr = np.asarray(x)
+    try:
+        arr = np.asarray(x)
+    except ValueError as e:     # ragged nested lists: numpy's message names neither side
+        raise ValueError(f"compare: {what} ({type(x).__name__}) is not a rectangular array of "
+                         f"numbers (ragged nested lists?): {e}") from e
     if arr.dtype.kind in "OUSV":    # str, bytes, objects: no numbers to compare
         raise TypeError(f"compare: {what} is not numeric: {type(x).__name__} ({x!r:.60}) reads "
                         f"as a numpy array of dtype {arr.dtype}")
@@ -249,6 +253,7 @@ class Comparison:
     ref_dtype: str
     tolerance_source: str           # dtype whose defaults were used, or "explicit"
     shape: Tuple[int, ...]          # compared shape; complex inputs add a last axis of 2 (re, im)
+    out_all_nan: bool = False       # every element of out is NaN: most likely never written
 
     def __repr__(self) -> str:
         status = "ok" if self.ok else "FAILED"
@@ -264,12 +269,7 @@ class Comparison:
             ("dtypes", f"out {self.out_dtype}, ref {self.ref_dtype}, shape {self.shape}"),
             ("tolerance", f"rtol={self.rtol:g}, atol={self.atol:g} ({self.tolerance_source})"
                           + (", equal_nan" if self.equal_nan else "")),
-            ("max abs err", _fmt(self.max_abs_err)),
-            ("max rel err", _fmt(self.max_rel_err)
-             + (f" ({self.rel_skipped} elements with ref == 0 skipped)"
-                if self.rel_skipped else "")),
-            ("rel L2 err", _fmt(self.rel_l2)),
-            ("cosine sim", f"{self.cosine:.10g}"),
+        ] + self._magnitude_rows() + [
             ("NaN/Inf mismatch", f"{self.nan_mismatch} NaN, {self.inf_mismatch} Inf"),
         ]
         if self.n_finite != self.n:
@@ -286,11 +286,34 @@ class Comparison:
                          f"|out-ref|={_fmt(diff)} allowed={_fmt(self.worst_tol)}"))
         return rows
 
-    def report(self) -> str:
-        """Multi-line readable summary: verdict, the metrics, and the worst element."""
-        head = ("Comparison OK: all elements within |out - ref| <= atol + rtol*|ref|"
+    def _magnitude_rows(self):
+        """The error magnitudes, or a dash where no pair is finite on both sides: their
+        0 and 1 would then read as a perfect match beside 100% bad elements."""
+        if self.n and not self.n_finite:
+            none = "- (no pair is finite on both sides)"
+            return [("max abs err", none), ("max rel err", none), ("rel L2 err", none),
+                    ("cosine sim", none)]
+        return [
+            ("max abs err", _fmt(self.max_abs_err)),
+            ("max rel err", _fmt(self.max_rel_err)
+             + (f" ({self.rel_skipped} elements with ref == 0 skipped)"
+                if self.rel_skipped else "")),
+            ("rel L2 err", _fmt(self.rel_l2)),
+            ("cosine sim", f"{self.cosine:.10g}"),
+        ]
+
+    def _head(self) -> str:
+        if self.out_all_nan and not self.ok:
+            return ("Comparison FAILED: out is NaN in every element: the output was never "
+                    "written (kbench.bench fills it with NaN before its check), or the kernel "
+                    "wrote only NaN")
+        return ("Comparison OK: all elements within |out - ref| <= atol + rtol*|ref|"
                 if self.ok else
                 "Comparison FAILED: elements outside |out - ref| <= atol + rtol*|ref|")
+
+    def report(self) -> str:
+        """Multi-line readable summary: verdict, the metrics, and the worst element."""
+        head = self._head()
         rows = self._rows()
         width = max(len(k) for k, _ in rows)
         return "\n".join([head] + [f"  {k:<{width}}  {v}" for k, v in rows])
@@ -301,6 +324,8 @@ class Comparison:
         body = "".join(f"<tr><th style='text-align:left'>{html.escape(k)}</th>"
                        f"<td style='text-align:left'>{html.escape(v)}</td></tr>"
                        for k, v in self._rows())
+        if self.out_all_nan and not self.ok:
+            verdict += ": out is NaN in every element (never written?)"
         return (f"<div><b style='color:{color}'>Comparison {verdict}</b>"
                 f"<table>{body}</table></div>")
 
@@ -325,6 +350,10 @@ def compare(out: Any, ref: Any, rtol: Optional[float] = None, atol: Optional[flo
     against the rule, as a last axis of 2 in ``shape`` and ``worst_index``, at the tolerances
     of the parts' format.
     """
+    if not isinstance(equal_nan, (bool, np.bool_)):
+        # bool("no") is True: a word or a number here would silently pass NaN against NaN
+        raise TypeError(f"compare: equal_nan must be True or False, got "
+                        f"{type(equal_nan).__name__} ({equal_nan!r:.60})")
     a, a_kind, a_name = _to_array(out, "out")
     b, b_kind, b_name = _to_array(ref, "ref")
     if a.shape != b.shape and not broadcast:
@@ -364,31 +393,53 @@ def compare(out: Any, ref: Any, rtol: Optional[float] = None, atol: Optional[flo
     rtol, atol = _tolerance("rtol", rtol), _tolerance("atol", atol)
     r = _core.compare(a, b, rtol, atol, equal_nan=bool(equal_nan),
                       out_kind=a_kind, ref_kind=b_kind)
-    if rtol == 0.0 and atol == 0.0 and a.dtype.kind in "iu" and b.dtype.kind in "iu" \
-            and max(a.dtype.itemsize, b.dtype.itemsize) == 8:
+    # a_kind/b_kind: bf16 or fp8 bit patterns in an integer array, values only once decoded
+    if rtol == 0.0 and atol == 0.0 and a_kind is None and b_kind is None and \
+            a.dtype.kind in "iu" and b.dtype.kind in "iu" and \
+            max(a.dtype.itemsize, b.dtype.itemsize) == 8:
         r = _exact_integers(a, b, r)
+    if r["n"] and not r["n_finite"]:
+        r["out_all_nan"] = _all_nan(a, a_kind)
     return Comparison(rtol=float(rtol), atol=float(atol), equal_nan=bool(equal_nan),
                       out_dtype=a_name, ref_dtype=b_name, tolerance_source=source_text, **r)
 
 
+def _all_nan(a: np.ndarray, kind: Optional[str]) -> bool:
+    """Whether every element of a is NaN, read as the C core reads it (bf16/fp8 bit patterns
+    included): compared with itself, exactly its NaNs mismatch."""
+    s = _core.compare(a, a, 0.0, 0.0, out_kind=kind, ref_kind=kind)
+    return s["n"] > 0 and s["nan_mismatch"] == s["n"]
+
+
 def _exact_integers(a: np.ndarray, b: np.ndarray, r: Dict[str, Any]) -> Dict[str, Any]:
     """The C core reads values as doubles, which cannot tell 64-bit integers above 2**53
-    apart (2**63-1 vs 2**63-2, hashes, indices): at zero tolerances, count the elements that
-    differ as integers, and name the first of them as the worst when the doubles saw none."""
+    apart (2**63-1 vs 2**63-2, hashes, indices) and rounds their differences: at zero
+    tolerances, count the elements that differ as integers, and take the worst element and
+    max_abs_err (a Python int then) from the exact differences."""
     ne = np.not_equal(a, b)
     n_bad = int(np.count_nonzero(ne))
-    if n_bad == r["n_bad"]:
+    if n_bad == 0:                      # equal as integers: equal as doubles too
         return r
-    seen = not r["ok"]                  # the doubles found bad elements: their worst is one
-    r = dict(r, ok=False, n_bad=n_bad, frac_bad=n_bad / r["n"] if r["n"] else 0.0)
-    if seen:
-        return r
-    flat = int(np.flatnonzero(ne)[0])
-    index = tuple(int(i) for i in np.unravel_index(flat, ne.shape))
     x, y = np.broadcast_arrays(a, b)
-    diff = np.abs(x[ne].astype(object) - y[ne].astype(object)).max()   # Python ints: exact
-    return dict(r, worst_flat_index=flat, worst_index=index, worst_out=int(x[index]),
-                worst_ref=int(y[index]), worst_tol=0.0, max_abs_err=float(diff))
+    diff = _abs_diff(x[ne], y[ne])
+    worst = int(np.argmax(diff))        # the first of the largest, as the C core keeps it
+    flat = int(np.flatnonzero(ne)[worst])
+    index = tuple(int(i) for i in np.unravel_index(flat, ne.shape))
+    return dict(r, ok=False, n_bad=n_bad, frac_bad=n_bad / r["n"], worst_flat_index=flat,
+                worst_index=index, worst_out=int(x[index]), worst_ref=int(y[index]),
+                worst_tol=0.0, max_abs_err=int(diff[worst]))
+
+
+def _abs_diff(x: np.ndarray, y: np.ndarray) -> np.ndarray:
+    """|x - y| exactly for two integer arrays: in uint64 when both are signed or both
+    unsigned (the difference is below 2**64, and the subtraction wraps to it), else as
+    Python ints (int64 against uint64 can differ by up to 2**64 + 2**63)."""
+    if (x.dtype.kind == "i") != (y.dtype.kind == "i"):
+        return np.abs(x.astype(object) - y.astype(object))
+    wide = np.int64 if x.dtype.kind == "i" else np.uint64
+    x, y = x.astype(wide), y.astype(wide)
+    xu, yu = x.astype(np.uint64), y.astype(np.uint64)
+    return np.where(x >= y, xu - yu, yu - xu)
 
 
 def _tolerance(what: str, v: Any) -> float:

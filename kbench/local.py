@@ -64,7 +64,8 @@ def bench_local(fn: Callable[..., Any], *args: Any,
     c = check_call(fn, args, flops=flops, bytes=bytes, name=name, kwargs=kwargs,
                    flush_bytes=flush_bytes, arg_sets=arg_sets, rotate_sets=rotate_sets,
                    out_arg=out_arg, device=device, cold_cache=cold_cache, mode=mode,
-                   memory=memory, backend_options=backend_options)
+                   memory=memory, backend_options=backend_options, check=check, rtol=rtol,
+                   atol=atol)
     flops, bytes, kwargs, sets, name = c.flops, c.bytes, c.kwargs, c.sets, c.name
     dev, carried, kind, gpu, cold_cache, mode = (c.device, c.carried, c.kind, c.gpu,
                                                  c.cold_cache, c.mode)
@@ -179,7 +180,8 @@ class CheckedCall(NamedTuple):
 def check_call(fn: Callable[..., Any], args: Tuple[Any, ...], *, flops: Any, bytes: Any,
                name: Any, kwargs: Any, flush_bytes: Any, arg_sets: Any, rotate_sets: Any,
                out_arg: Any, device: str, cold_cache: Any, mode: Any, memory: Any,
-               backend_options: Dict[str, Any]) -> CheckedCall:
+               backend_options: Dict[str, Any], check: Any = None, rtol: Any = None,
+               atol: Any = None) -> CheckedCall:
     """Everything kbench.bench refuses before it calls fn, in one place: bench_local runs it
     first, and the pytest plugin's --kbench-disable runs it instead of timing, so a benchmark
     that would fail when timed fails on CPU-only CI too. The loop's own values (max_time_s,
@@ -189,6 +191,7 @@ def check_call(fn: Callable[..., Any], args: Tuple[Any, ...], *, flops: Any, byt
                         f"({fn!r:.60})")
     _refuse_deferred(fn)
     flops, bytes = _count("flops", flops), _count("bytes", bytes)
+    _check_tolerances(check, rtol, atol)
     if name is not None and not isinstance(name, str):
         raise TypeError(f"kbench.bench: name must be a str, got {type(name).__name__} "
                         f"({name!r:.60})")
@@ -220,6 +223,17 @@ def check_call(fn: Callable[..., Any], args: Tuple[Any, ...], *, flops: Any, byt
     _check_cold_options(cold_cache, flush_bytes, arg_sets, rotate_sets)
     return CheckedCall(flops, bytes, kwargs, sets, name or name_of(fn), dev, carried, kind, gpu,
                        cold_cache, mode)
+
+
+def _check_tolerances(check: Any, rtol: Any, atol: Any) -> None:
+    """rtol/atol are the check's tolerances: without check= nothing would use them, and a
+    caller who meant to check the output would get a timing of an unchecked kernel."""
+    given = [f"{k}={v!r:.30}" for k, v in (("rtol", rtol), ("atol", atol)) if v is not None]
+    if given and check is None:
+        raise ValueError(f"kbench.bench: rtol and atol are the correctness check's "
+                         f"tolerances, but {' and '.join(given)} came without check= (a "
+                         f"reference output, or a callable computing it): pass check= or drop "
+                         f"them")
 
 
 def _check_cold_options(cold_cache: Optional[str], flush_bytes: Any, arg_sets: Any,
@@ -314,7 +328,13 @@ def _count(label: str, value: Any) -> Union[int, float, None]:
         raise TypeError(f"kbench.bench: {label} must be a number of {label} per call, got "
                         f"{type(value).__name__} ({value!r:.60})")
     plain = int(value) if isinstance(value, numbers.Integral) else float(value)
-    if not math.isfinite(plain) or plain < 0:
+    try:
+        finite = math.isfinite(plain)
+    except OverflowError:       # an int past float's range: GB/s could not be computed
+        raise ValueError(f"kbench.bench: {label} must be a non-negative number of {label} per "
+                         f"call that fits a float, got an int of {len(str(plain))} digits "
+                         f"({str(plain)[:20]}...)") from None
+    if not finite or plain < 0:
         raise ValueError(f"kbench.bench: {label} must be a non-negative number of {label} per "
                          f"call, got {value!r}")
     return plain

@@ -28,6 +28,7 @@ from __future__ import annotations
 import json
 import math
 import os
+import stat
 import time
 import warnings
 
@@ -57,6 +58,17 @@ KEEP_HIGHER_MARGIN = 0.10
 BEST_MEDIAN_GAP = 0.10
 #: A 1-minute load average above this fraction of the CPUs counts as a busy machine.
 BUSY_LOAD_FRACTION = 0.5
+#: Plausible ceilings, in bytes/s and FLOP/s. A cached figure outside them is a corrupt file,
+#: not a machine: it would put results at 1e10 % of peak, or at 0 %. The floors are 10 MB/s
+#: and 10 MFLOP/s, far below any machine's ceiling but above what a disturbed measurement can
+#: read (`kbench peaks` with a 50 ms budget on a loaded 2-core VM: 1.6 GB/s, 0.32 GFLOP/s,
+#: threads' start-up dominating). The ceilings are 100 TB/s (every HBM stack of a GPU today
+#: sums to ~5-8 TB/s) and 100 PFLOP/s (any single device's dense low-precision peak: ~5).
+PLAUSIBLE_BYTES_PER_S = (1e7, 1e14)
+PLAUSIBLE_FLOPS_PER_S = (1e7, 1e17)
+#: A peaks cache is a few kB: more than this is not one, and is not read (a link to /dev/zero
+#: was read until MemoryError).
+MAX_CACHE_BYTES = 16 << 20
 
 
 class PeaksCacheWarning(UserWarning):
@@ -505,23 +517,102 @@ def gpu_peaks_path(info: dict) -> str:
     return os.path.join(d, f"gpu-peaks-{uuid}.json")
 
 
-#: The GPU peaks record kbench.peaks_gpu writes: 2 measures every precision (fp64 FMA, the
-#: torch GEMMs) and names the absent ones; 1 had fp32 FMA and bf16 GEMM alone.
-GPU_SCHEMA = "kbench.gpu_peaks/2"
-GPU_SCHEMAS_READ = ("kbench.gpu_peaks/1", GPU_SCHEMA)
+#: The GPU peaks record's ceilings (kbench.peaks_gpu), in base units: key -> (label, kind).
+GPU_CEILINGS = {"hbm_bytes_per_s": ("HBM copy", "bytes"),
+                "fp32_flops_per_s": ("fp32 FMA", "flops"),
+                "bf16_flops_per_s": ("bf16 GEMM", "flops")}
 
 
 def load_gpu_peaks(info: dict) -> dict | None:
-    """The cached GPU ceilings of the device `info` describes (cuda_device_info), or None. A
+    """The cached GPU ceilings of the device `info` describes (cuda_device_info), or None.
+    A file that is not a record, or holds an implausible ceiling, is ignored with a warning. A
     record of the older schema (kbench.gpu_peaks/1: fp32 FMA, bf16 GEMM, HBM copy) is read as
     it is: its figures stand, and a precision it lacks reads as not measured, asking for
     `kbench peaks`, which measures every precision again (kbench.ceilings)."""
-    try:
-        with open(gpu_peaks_path(info)) as f:
-            d = json.load(f)
-    except (OSError, ValueError):
+    path = gpu_peaks_path(info)
+    d = _read_cache(path)
+    if not (isinstance(d, dict) and d.get("schema") in GPU_SCHEMAS_READ):
         return None
-    return d if isinstance(d, dict) and d.get("schema") in GPU_SCHEMAS_READ else None
+    for key, (_, kind) in GPU_CEILINGS.items():
+        problem = ceiling_problem(key, d.get(key), kind) if d.get(key) is not None else None
+        if problem:
+            _warn_cache_once(path, problem)
+            return None
+    return d
+
+
+def ceiling_problem(key: str, value: object, kind: str, scale: float = 1.0) -> str | None:
+    """Why `value` (times `scale` in bytes/s or FLOP/s, as `kind` "bytes" or "flops" says) is
+    not a ceiling of a real machine; None when it can be one."""
+    if isinstance(value, bool) or not isinstance(value, (int, float)):
+        return f"{key} is {value!r}, not a number"
+    if not (math.isfinite(value) and value > 0):
+        return f"{key} is {value!r}, not a finite positive number"
+    low, high = PLAUSIBLE_BYTES_PER_S if kind == "bytes" else PLAUSIBLE_FLOPS_PER_S
+    if not low <= value * scale <= high:
+        unit = "GB/s" if kind == "bytes" else "GFLOP/s"
+        return (f"{key} is {value!r}, not a plausible ceiling ({low / 1e9:g} .. "
+                f"{high / 1e9:g} {unit})")
+    return None
+
+
+_NO_CACHE = object()    # _read_cache's "no document" (a file holding JSON's null reads None)
+
+
+def _read_cache(path: str) -> object:
+    """The JSON document in a cache file; _NO_CACHE when there is none. Anything that is not a
+    plausible cache -- not a regular file (a FIFO hung every bench, /dev/zero read until
+    MemoryError), larger than MAX_CACHE_BYTES, unreadable, not JSON, nested past the parser's
+    depth -- is ignored with one warning naming the file."""
+    try:
+        text = _read_regular(path)
+    except (FileNotFoundError, NotADirectoryError):
+        return _NO_CACHE
+    except _NotACache as e:
+        _warn_cache_once(path, str(e))
+        return _NO_CACHE
+    except OSError as e:
+        _warn_cache_once(path, f"cannot be read ({type(e).__name__}: {e.strerror or e})")
+        return _NO_CACHE
+    try:
+        return json.loads(text)
+    except (ValueError, RecursionError) as e:     # not JSON, not UTF-8, or nested too deep
+        _warn_cache_once(path, f"not JSON ({type(e).__name__}: {str(e)[:200]})")
+        return _NO_CACHE
+
+
+class _NotACache(Exception):
+    """A cache path that holds something other than a small regular file."""
+
+
+def _read_regular(path: str) -> bytes:
+    """The bytes of a regular file of at most MAX_CACHE_BYTES. Opened without blocking (a FIFO
+    would wait for a writer) and checked on the open descriptor, so what is read is what was
+    checked."""
+    fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | os.O_CLOEXEC)
+    try:
+        st = os.fstat(fd)
+        if not stat.S_ISREG(st.st_mode):
+            raise _NotACache(f"not a regular file ({_file_kind(st.st_mode)})")
+        if st.st_size > MAX_CACHE_BYTES:
+            raise _NotACache(f"{st.st_size} bytes, larger than a peaks cache can be "
+                             f"({MAX_CACHE_BYTES >> 20} MiB)")
+        with os.fdopen(fd, "rb", closefd=False) as f:
+            data = f.read(MAX_CACHE_BYTES + 1)
+    finally:
+        os.close(fd)
+    if len(data) > MAX_CACHE_BYTES:         # grew while being read
+        raise _NotACache(f"larger than a peaks cache can be ({MAX_CACHE_BYTES >> 20} MiB)")
+    return data
+
+
+def _file_kind(mode: int) -> str:
+    for test, name in ((stat.S_ISFIFO, "a FIFO"), (stat.S_ISCHR, "a character device"),
+                       (stat.S_ISBLK, "a block device"), (stat.S_ISSOCK, "a socket"),
+                       (stat.S_ISDIR, "a directory")):
+        if test(mode):
+            return name
+    return "not a file"
 
 
 def save_peaks(result: dict, path: str | None = None) -> str:
@@ -549,12 +640,11 @@ def peaks_record_problem(d: object) -> str | None:
         older = isinstance(d.get("schema"), int) and 0 < d["schema"] < SCHEMA
         return (f"schema {d.get('schema')!r}, expected {SCHEMA}" +
                 (" (an older kbench's record: this one has more ceilings)" if older else ""))
-    for key in CEILINGS:
-        v = d.get(key)
-        if isinstance(v, bool) or not isinstance(v, (int, float)):
-            return f"{key} is {v!r}, not a number"
-        if not (math.isfinite(v) and v > 0):
-            return f"{key} is {v!r}, not a finite positive number"
+    for key, (_, unit) in CEILINGS.items():
+        problem = ceiling_problem(key, d.get(key), "bytes" if unit == "GB/s" else "flops",
+                                  scale=1e9)
+        if problem:
+            return problem
     for key in ("stream", "metadata", *(detail for _, _, detail in FMA_DTYPES)):
         if key in d and not isinstance(d[key], dict):
             return f"{key} is a {type(d[key]).__name__}, not an object"
@@ -580,16 +670,8 @@ def load_cached_peaks(path: str | None = None) -> dict | None:
     A file that cannot be read or is not a valid record is ignored with one warning
     (PeaksCacheWarning) naming the file and what is wrong."""
     path = path or peaks_cache_path()
-    try:
-        with open(path) as f:
-            result = json.load(f)
-    except (FileNotFoundError, NotADirectoryError):
-        return None
-    except OSError as e:
-        _warn_cache_once(path, f"cannot be read ({type(e).__name__}: {e.strerror or e})")
-        return None
-    except ValueError as e:                   # not JSON, or not UTF-8
-        _warn_cache_once(path, f"not JSON ({type(e).__name__}: {e})")
+    result = _read_cache(path)
+    if result is _NO_CACHE:
         return None
     problem = peaks_record_problem(result)
     if problem:

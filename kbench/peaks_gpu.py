@@ -29,7 +29,7 @@ from typing import Any, Callable, Dict, Optional, Tuple
 from . import _core
 from .bench import bench as _bench
 from .ceilings import LABELS, PRECISIONS
-from .peaks import GPU_SCHEMA, gpu_peaks_path
+from .peaks import GPU_SCHEMA, gpu_peaks_path, save_peaks
 
 #: The GEMMs measured with torch, in order; fp32 here is the fp32 GEMM with TF32 off (the fp32
 #: ceiling is the higher of it and the FMA kernel).
@@ -106,9 +106,8 @@ def measure_gpu_peaks(device: int = 0, copy_bytes: int = 2 << 30, save: bool = T
     out["datasheet"] = lookup(info.get("name"))
     out["regime"] = "burst"
     out["source"] = f"kbench peaks on {info.get('name')}, burst regime ({gpu_peaks_path(info)})"
-    if save:
-        with open(gpu_peaks_path(info), "w") as f:
-            json.dump(out, f, indent=1)
+    if save:        # through a new file and a rename: a FIFO at the path would block open()
+        save_peaks(out, gpu_peaks_path(info))
     return out
 
 

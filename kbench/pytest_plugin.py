@@ -306,7 +306,7 @@ class KbenchFixture:
         from .prepare import check_before_timing, name_of
         if not callable(fn):
             raise TypeError(f"kbench fixture: fn must be callable, got {type(fn).__name__}")
-        args = _check_bench_options(fn, args, flops, bytes, options)
+        args = _check_bench_options(fn, args, flops, bytes, check, options)
         kwargs = dict(options.get("kwargs") or {})
         name = options.get("name") or name_of(fn)
         if check is not None:
@@ -327,7 +327,7 @@ class KbenchFixture:
         return run
 
 
-def _check_bench_options(fn, args, flops, bytes, options) -> Tuple[Any, ...]:
+def _check_bench_options(fn, args, flops, bytes, check, options) -> Tuple[Any, ...]:
     """Under --kbench-disable: what kbench.bench refuses before it calls fn (kbench.local's
     check_call: a misspelt option, a bad cold_cache/mode/device/out_arg, an async fn), so a
     benchmark that would fail when timed fails on CPU-only CI too; returns the arguments of the
@@ -335,7 +335,8 @@ def _check_bench_options(fn, args, flops, bytes, options) -> Tuple[Any, ...]:
     from .bench import bench
     from .local import check_call
     # bench's own binding: its named options, the rest are the backend's (as when timed)
-    given = inspect.signature(bench).bind(fn, *args, flops=flops, bytes=bytes, **options)
+    given = inspect.signature(bench).bind(fn, *args, flops=flops, bytes=bytes, check=check,
+                                          **options)
     given.apply_defaults()
     opt = given.arguments
     return check_call(fn, tuple(opt["args"]), flops=flops, bytes=bytes, name=opt["name"],
@@ -343,7 +344,8 @@ def _check_bench_options(fn, args, flops, bytes, options) -> Tuple[Any, ...]:
                       arg_sets=opt["arg_sets"], rotate_sets=opt["rotate_sets"],
                       out_arg=opt["out_arg"], device=opt["device"],
                       cold_cache=opt["cold_cache"], mode=opt["mode"], memory=opt["memory"],
-                      backend_options=opt["backend_options"]).sets[0]
+                      backend_options=opt["backend_options"], check=check, rtol=opt["rtol"],
+                      atol=opt["atol"]).sets[0]
 
 
 @pytest.fixture

@@ -156,6 +156,19 @@ BENCH_CASES = [
      r"shape \(64,\) and ref shape \(5,\)"),
     ("check: negative rtol", bench(np.cumsum, A, check=np.cumsum(A), rtol=-1), ValueError,
      "rtol must be finite and >= 0"),
+    # a tolerance without a check was ignored without a word: nothing was checked
+    ("rtol without check", bench(np.cumsum, A, rtol=0.1), ValueError,
+     r"rtol=0\.1 came without check="),
+    ("atol without check", bench(np.cumsum, A, atol=0), ValueError,
+     r"atol=0 came without check="),
+    ("rtol and atol without check", bench(np.cumsum, A, rtol=0.1, atol=1e-3), ValueError,
+     r"rtol=0\.1 and atol=0\.001 came without check="),
+    # OverflowError "int too large to convert to float", naming neither
+    ("bytes 10**400", bench(np.sum, A, bytes=10**400), ValueError,
+     r"bytes must be a non-negative number of bytes per call that fits a float, got an int "
+     r"of 401 digits"),
+    ("flops 10**400", bench(np.sum, A, flops=10**400), ValueError,
+     "flops must be a non-negative number of flops per call that fits a float"),
     # target=True ran at 1.0 (a 100% CI), warmup_s=True for 1 s
     ("target bool", bench(np.sum, A, target=True), TypeError, "target must be a number, got bool"),
     ("warmup_s bool", bench(np.sum, A, warmup_s=True), TypeError,
@@ -172,21 +185,49 @@ def test_bench_refuses(call, error, match):
     raises(call, error, match)
 
 
-@pytest.mark.parametrize("count", [4097, 300_000, 10**12])
-def test_a_factory_count_past_the_rotation_limit_is_refused_before_building_sets(count):
+@pytest.mark.parametrize("past", [1, 300_000, 10**12])
+def test_a_factory_count_past_the_rotation_limit_is_refused_before_building_sets(past):
     # each set is built up front: 10**12 of them ran until the OOM killer stopped the process
+    from kbench.coldcache import max_rotation_sets
+    limit = max_rotation_sets()         # 4096, more on a last-level cache past 32 MiB
+    count = limit + past
     calls = []
 
     def factory(i):
         calls.append(i)
-        if len(calls) > 4096:
+        if len(calls) > limit:
             raise RuntimeError("built past the limit")
         return (A,)
 
-    with pytest.raises(ValueError, match=rf"rotate_sets={count} is more than the 4096 argument "
-                                         r"sets a rotation may have \(MAX_ROTATION_SETS\)"):
+    with pytest.raises(ValueError, match=rf"rotate_sets={count} is more than the {limit} "
+                                         r"argument sets a rotation may have "
+                                         r"\(MAX_ROTATION_SETS, scaled to the last-level cache\)"):
         kbench.bench(np.sum, arg_sets=factory, rotate_sets=count, **FAST)
     assert calls == []
+
+
+@pytest.mark.parametrize("llc,limit", [(None, 4096), ("32M", 4096), ("33M", 8192),
+                                       ("320M", 40960), ("1G", 131072)])
+def test_the_rotation_limit_scales_with_the_cache(llc, limit, monkeypatch):
+    # at KBENCH_LLC_BYTES=320M and 1G, 4096 sets refused rotations of sets up to 160 kB and
+    # 512 kB, which a 32 MiB cache rotates out with sets of 17 kB
+    from kbench.coldcache import max_rotation_sets, rotation_count
+    if llc is None:
+        assert max_rotation_sets(0) == max_rotation_sets(16 << 20) == limit
+        return
+    monkeypatch.setenv("KBENCH_LLC_BYTES", llc)
+    assert max_rotation_sets() == limit
+    cache = _core_llc()
+    assert rotation_count(17 << 10, cache) <= limit
+    with pytest.raises(ValueError, match="cannot evict"):
+        rotation_count(7 << 10, cache)
+    assert kbench.bench(np.sum, arg_sets=lambda i: (A,), rotate_sets=limit, cold_cache=None,
+                        warmup_s=0.0, max_time_s=0.05).n > 0
+
+
+def _core_llc():
+    from kbench import _core
+    return int(_core.cpu_cache_info()["llc_bytes"])
 
 
 def test_a_check_callable_that_raises_keeps_its_exception_and_says_where():
@@ -283,6 +324,18 @@ COMPARE_CASES = [
      r"shape \(4,\) and ref shape \(5,\)"),
     ("assert_close on a mismatch", lambda: kbench.assert_close(A, A + 1), AssertionError,
      "Comparison FAILED"),
+    # bool("no") is True: these passed NaN against NaN
+    ("equal_nan a word", lambda: kbench.compare(A, A, equal_nan="no"), TypeError,
+     r"equal_nan must be True or False, got str \('no'\)"),
+    ("equal_nan a digit", lambda: kbench.compare(A, A, equal_nan="0"), TypeError,
+     "equal_nan must be True or False, got str"),
+    ("equal_nan an int", lambda: kbench.assert_close(A, A, equal_nan=1), TypeError,
+     "equal_nan must be True or False, got int"),
+    # numpy's "inhomogeneous shape" message said neither compare nor which side
+    ("ragged out", lambda: kbench.compare([[1, 2], [3]], [[1, 2], [3, 4]]), ValueError,
+     r"compare: out \(list\) is not a rectangular array"),
+    ("ragged ref", lambda: kbench.compare([[1, 2], [3, 4]], [[1, 2], [3]]), ValueError,
+     r"compare: ref \(list\) is not a rectangular array"),
 ]
 
 
@@ -290,6 +343,12 @@ COMPARE_CASES = [
                          ids=[c[0] for c in COMPARE_CASES])
 def test_compare_refuses(call, error, match):
     raises(call, error, match)
+
+
+def test_compare_takes_numpy_bools_for_equal_nan():
+    nan = np.array([np.nan, 1.0])
+    assert kbench.compare(nan, nan.copy(), equal_nan=np.bool_(True)).ok
+    assert not kbench.compare(nan, nan.copy(), equal_nan=np.bool_(False)).ok
 
 
 # ------------------------------------------------------------------ kbench.ab
@@ -395,6 +454,20 @@ def test_result_load_refuses_naming_the_file(content, error, match, tmp_path):
     assert str(path) in str(e)
 
 
+def test_result_to_json_into_a_missing_directory_names_the_path_given(tmp_path):
+    # the error named mkstemp's temporary file, r.json.u6hy0rto.tmp, a name the caller never saw
+    r = kbench.bench(np.sum, A, **FAST)
+    path = tmp_path / "missing" / "r.json"
+    with pytest.raises(FileNotFoundError) as ei:
+        r.to_json(str(path))
+    assert ei.value.filename == str(path) and ".tmp" not in str(ei.value)
+    assert f"No such directory {path.parent}" in str(ei.value)
+    with pytest.raises(IsADirectoryError) as ei:
+        r.to_json(str(tmp_path))
+    assert ei.value.filename == str(tmp_path) and ".tmp" not in str(ei.value)
+    assert not list(tmp_path.parent.glob("*.tmp"))
+
+
 def test_result_with_a_bytes_name_still_serialises():
     """A Result built by hand with a bytes name (bench refuses one) must not break to_json."""
     r = kbench.bench(np.sum, A, **FAST)
@@ -452,6 +525,11 @@ BAD_FILES = [
      "stats.median is '1ms', not a number"),
     ("samples a string", json.dumps({**GOOD, "samples_s": "1,2"}).encode(),
      "'samples_s' is not a list of numbers"),
+    # counted as an overlapping CI: any regression passed as "within noise"
+    ("stats removed", json.dumps({k: v for k, v in GOOD.items() if k != "stats"}).encode(),
+     "no 'stats'"),
+    ("CI removed", json.dumps({**GOOD, "stats": {"median": 1e-3}}).encode(),
+     "stats.ci_low is missing"),
 ]
 
 

@@ -1,5 +1,6 @@
 """kbench.bench on the CPU: results, cold vs hot, bad inputs, serialisation."""
 import json
+import re
 import time
 
 import numpy as np
@@ -682,7 +683,9 @@ def test_host_timer_step_is_learned_and_a_zero_width_ci_is_not_reported_as_preci
 
 
 @pytest.mark.parametrize("value", ["-1", "99999999999999999999", "10000000000000000000", "1.5M",
-                                   "1T", "garbage", "0", "32 M", "0x100", "2048G"])
+                                   "1T", "garbage", "0", "32 M", "0x100", "2048G",
+                                   # implausible: KBENCH_LLC_BYTES=1 flushed 64 B, called cold
+                                   "1", "4096", "63k", "65G", "1024G"])
 def test_bad_llc_override_is_refused_naming_the_variable_and_value(monkeypatch, value):
     monkeypatch.setenv("KBENCH_LLC_BYTES", value)
     pattern = f"KBENCH_LLC_BYTES='{value}' is not a cache size"
@@ -696,8 +699,8 @@ def test_bad_llc_override_is_refused_naming_the_variable_and_value(monkeypatch, 
     assert kbench.bench(np.sum, np.ones(10), **FAST).n > 0
 
 
-@pytest.mark.parametrize("value,expect", [("4096", 4096), ("32k", 32 << 10), ("3M", 3 << 20),
-                                          ("1G", 1 << 30), ("1024G", 1 << 40)])
+@pytest.mark.parametrize("value,expect", [("65536", 65536), ("64k", 64 << 10), ("3M", 3 << 20),
+                                          ("1G", 1 << 30), ("64G", 64 << 30)])
 def test_good_llc_override_parses_exactly(monkeypatch, value, expect):
     monkeypatch.setenv("KBENCH_LLC_BYTES", value)
     assert _core.cpu_cache_info()["llc_bytes"] == expect
@@ -716,12 +719,15 @@ def test_a_flush_smaller_than_the_cache_is_flagged_not_cold():
 
 
 def test_rotation_whose_sets_cannot_evict_the_cache_is_refused():
+    from kbench.coldcache import (_fmt_bytes, check_rotation_footprint, make_rotation_sets,
+                                  max_rotation_sets)
     llc = _core.cpu_cache_info()["llc_bytes"]
-    with pytest.raises(ValueError, match=r"cold_cache='rotate' cannot evict the .* cache: 4096 "
-                                         r"copies .* of 8 B hold 32\.8 kB in all"):
+    most = max_rotation_sets(llc)       # 4096 (32.8 kB of 8 B sets) up to a 32 MiB cache
+    with pytest.raises(ValueError, match=rf"cold_cache='rotate' cannot evict the .* cache: "
+                                         rf"{most} copies .* of 8 B hold "
+                                         rf"{re.escape(_fmt_bytes(most * 8))} in all"):
         kbench.bench(np.sum, np.ones(1), cold_cache="rotate", warmup_s=0.0, max_time_s=0.05)
     # sets big enough to evict it still rotate
-    from kbench.coldcache import check_rotation_footprint, make_rotation_sets
     sets = make_rotation_sets((np.ones(llc // 8),), llc)
     assert sum(s[0].nbytes for s in sets[1:]) >= 2 * llc
     check_rotation_footprint([llc] * 3, llc)                      # two others: 2x the cache

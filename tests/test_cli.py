@@ -243,17 +243,35 @@ def test_compare_refuses_a_corrupt_extra_or_metadata_in_one_line(tmp_path, capsy
         assert "bad.json" in err and field in err
 
 
-def test_compare_fails_a_new_result_without_a_median(tmp_path, capsys):
+def _drop_stat(key):
+    return lambda d: d["stats"].pop(key)
+
+
+@pytest.mark.parametrize("edit,field", [
+    (lambda d: (d.pop("stats"), d.pop("samples_s")), "no 'stats'"),
+    (lambda d: d.pop("stats"), "no 'stats'"),
+    (_drop_stat("median"), "stats.median is missing"),
+    (_drop_stat("ci_low"), "stats.ci_low is missing"),
+    (lambda d: d["stats"].__setitem__("ci_high", None), "stats.ci_high is missing"),
+    (lambda d: d["stats"].__setitem__("ci_low", float("nan")),
+     "stats.ci_low .. ci_high is nan .. "),
+    (lambda d: d["stats"].update(ci_low=2e-3, ci_high=3e-3),
+     "not a confidence interval around the median"),
+], ids=["no stats or samples", "no stats", "no median", "no ci_low", "ci_high null",
+        "ci_low nan", "ci beside the median"])
+def test_compare_refuses_a_result_without_its_median_and_ci(tmp_path, capsys, edit, field):
+    """Either side. A baseline whose stats were removed counted its missing CI as overlapping:
+    a run 3.5x slower passed --fail 8% as "within noise" (one without samples either was
+    "no baseline", which passes too)."""
     good = synthetic(tmp_path, "good.json", 1e-3)
-    bare = _edited(tmp_path, good, "bare.json",
-                   lambda d: (d.pop("stats"), d.pop("samples_s")))
-    assert cli("compare", good, bare, "--fail", "8%") == 1
-    out = capsys.readouterr().out
-    assert "INVALID (new has no median)" in out and "baseline has no median" not in out
-    assert cli("compare", good, bare) == 0          # report only
-    # a baseline without one is still "no baseline", named as the baseline's
-    assert cli("compare", bare, good) == 0
-    assert "no baseline (baseline has no median)" in capsys.readouterr().out
+    slower = synthetic(tmp_path, "slower.json", 3.5e-3, seed=1)
+    bad = _edited(tmp_path, good, "bad.json", edit)
+    for pair in ((bad, slower), (good, bad)):
+        assert cli("compare", *pair, "--fail", "8%") == 2
+        err = capsys.readouterr().err
+        assert err.startswith("kbench compare: error: ") and len(err.splitlines()) == 1
+        assert "bad.json" in err and field in err
+    assert cli("compare", good, slower, "--fail", "8%") == 1
 
 
 def test_compare_with_a_baseline_of_other_benchmarks_says_nothing_was_compared(tmp_path,

@@ -167,7 +167,9 @@ def with_median(name, median):
 
 @pytest.mark.parametrize("side,median", [("new", float("nan")), ("new", -1e-3), ("new", 0.0),
                                          ("new", float("inf")), ("old", float("nan")),
-                                         ("old", -2e-3)])
+                                         ("old", -2e-3),
+                                         # not plausible times per call: 1 ps, 11 days
+                                         ("old", 1e-12), ("old", 1e6), ("new", 1e-12)])
 def test_a_nan_or_negative_median_is_invalid_and_fails(side, median):
     good = make_result("k", 1e-3).to_dict()
     old, new = ({"k": with_median("k", median)}, {"k": good}) if side == "old" \

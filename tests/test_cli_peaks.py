@@ -2,7 +2,9 @@
 (unless --replace), a best/median gap is flagged, and an unwritable cache loses no numbers.
 The measurements and the load reader are faked: nothing here loads the machine. A corrupt
 cache is ignored with one warning, and the benches after it work."""
+import contextlib
 import json
+import signal
 
 import numpy as np
 import pytest
@@ -250,3 +252,144 @@ def test_every_error_class_the_readme_names_is_exported():
     assert issubclass(kbench.HipError, kbench.KbenchError)      # every build, CPU-only too
     from kbench.profile import ProfileRun
     assert kbench.ProfileRun is ProfileRun
+
+
+# ------------------------------------------------------------------ caches that are not caches
+
+_READ_CACHE = r"""
+import json, resource, sys, time, warnings
+import numpy as np
+import kbench
+from kbench import peaks
+resource.setrlimit(resource.RLIMIT_AS, (2 << 30, 2 << 30))   # /dev/zero: MemoryError, not OOM
+a = np.ones(1000)
+t0 = time.monotonic()
+with warnings.catch_warnings(record=True) as rec:
+    warnings.simplefilter("always")
+    r = kbench.bench(np.sum, a, bytes=a.nbytes, warmup_s=0.0, max_time_s=0.05, cold_cache=None)
+    cached = peaks.load_cached_peaks()
+print(json.dumps({"s": time.monotonic() - t0, "cached": cached,
+                  "pct": "bandwidth_pct_peak" in r.throughput,
+                  "warnings": [str(w.message) for w in rec
+                               if issubclass(w.category, peaks.PeaksCacheWarning)]}))
+"""
+
+
+def _plant(path, kind):
+    import os
+    if kind == "fifo":
+        os.mkfifo(path)
+    elif kind == "/dev/zero":
+        os.symlink("/dev/zero", path)
+    elif kind == "directory":
+        os.mkdir(path)
+    elif kind == "deep":
+        with open(path, "w") as f:
+            f.write("[" * 200_000 + "]" * 200_000)
+    elif kind == "huge":
+        with open(path, "wb") as f:
+            f.truncate(peaks.MAX_CACHE_BYTES + 1)        # sparse: no disk written
+
+
+@pytest.mark.parametrize("kind,problem", [
+    ("fifo", "not a regular file (a FIFO)"),
+    ("/dev/zero", "not a regular file (a character device)"),
+    ("directory", "not a regular file (a directory)"),
+    ("deep", "not JSON (RecursionError"),
+    ("huge", "larger than a peaks cache can be (16 MiB)"),
+])
+def test_a_cache_path_that_holds_no_small_file_is_ignored_at_once_with_a_warning(
+        kind, problem, tmp_path):
+    """A FIFO hung every bench (open() waits for a writer), a link to /dev/zero read until
+    MemoryError (6-8 s), a 200k-deep JSON raised RecursionError; in a subprocess, so a hang
+    fails the test instead of the suite."""
+    import os
+    import subprocess
+    import sys
+    cache = tmp_path / "cache"
+    cache.mkdir()
+    env = dict(os.environ, KBENCH_CACHE_DIR=str(cache), OPENBLAS_NUM_THREADS="1")
+    path = subprocess.run([sys.executable, "-c", "from kbench import peaks; "
+                           "print(peaks.peaks_cache_path())"], env=env, capture_output=True,
+                          text=True, timeout=60).stdout.strip()
+    _plant(path, kind)
+    try:
+        p = subprocess.run([sys.executable, "-c", _READ_CACHE], env=env, capture_output=True,
+                           text=True, timeout=60)
+    except subprocess.TimeoutExpired:
+        pytest.fail(f"a {kind} as the peaks cache blocked kbench.bench for 60 s")
+    assert p.returncode == 0, p.stderr
+    out = json.loads(p.stdout.splitlines()[-1])
+    assert out["cached"] is None and not out["pct"]
+    assert len(out["warnings"]) == 1, out["warnings"]
+    assert path in out["warnings"][0] and problem in out["warnings"][0]
+    assert out["s"] < 5, out       # /dev/zero was read for 6-8 s
+
+
+@contextlib.contextmanager
+def _fails_if_blocked(seconds):
+    """pytest.fail from SIGALRM: a BaseException, which no `except OSError` (TimeoutError is
+    one) or `except Exception` on the way can swallow."""
+    def blocked(*_):
+        pytest.fail(f"blocked for {seconds} s on the peaks cache")
+    old = signal.signal(signal.SIGALRM, blocked)
+    signal.alarm(seconds)
+    try:
+        yield
+    finally:
+        signal.alarm(0)
+        signal.signal(signal.SIGALRM, old)
+
+
+@pytest.mark.parametrize("kind", ["fifo", "deep"])
+def test_kbench_peaks_measures_past_a_cache_that_is_not_one(fake_peaks, kind, capsys, recwarn):
+    # peaks (and demo, through the same load_cached_peaks) raised a raw RecursionError (deep)
+    # or waited forever (FIFO)
+    import os
+    path = peaks.peaks_cache_path()
+    os.makedirs(os.path.dirname(path), exist_ok=True)
+    _plant(path, kind)
+    with _fails_if_blocked(30):
+        assert peaks.load_cached_peaks() is None
+        assert cli.main(["peaks", "--cpu-only", "--seconds", "0.1"]) == 0
+        assert peaks.load_cached_peaks()["triad_GBps"] == 60.0     # re-measured, rewritten
+    assert [w for w in recwarn if issubclass(w.category, peaks.PeaksCacheWarning)
+            and path in str(w.message)]
+
+
+@pytest.mark.parametrize("key,value,problem", [
+    ("copy_GBps", 1e-6, "copy_GBps is 1e-06, not a plausible ceiling (0.01 .. 100000 GB/s)"),
+    ("triad_GBps", 1e9, "triad_GBps is 1000000000.0, not a plausible ceiling"),
+    ("fma_GFLOPs", 0.001, "fma_GFLOPs is 0.001, not a plausible ceiling (0.01 .. 1e+08 GFLOP/s)"),
+    ("fma_fp32_GFLOPs", 1e12, "fma_fp32_GFLOPs is 1000000000000.0, not a plausible"),
+])
+def test_an_implausible_cached_ceiling_is_ignored_naming_the_file_and_value(
+        key, value, problem, monkeypatch, tmp_path):
+    # 1e-6 GB/s put a result at 12241139388% of its ceiling
+    import kbench
+    monkeypatch.setenv("KBENCH_CACHE_DIR", str(tmp_path))
+    path = peaks.save_peaks({**GOOD, key: value})
+    a = np.ones(1000)
+    with pytest.warns(peaks.PeaksCacheWarning) as rec:
+        r = kbench.bench(np.sum, a, bytes=a.nbytes, flops=a.size, warmup_s=0.0,
+                         max_time_s=0.05, cold_cache=None)
+    msg = str(rec[0].message)
+    assert path in msg and problem in msg
+    assert "bandwidth_pct_peak" not in r.throughput and "compute_pct_peak" not in r.throughput
+
+
+def test_gpu_peaks_cache_with_an_implausible_ceiling_is_ignored(monkeypatch, tmp_path, recwarn):
+    monkeypatch.setenv("KBENCH_CACHE_DIR", str(tmp_path))
+    info = {"uuid": "GPU-test"}
+    good = {"schema": "kbench.gpu_peaks/1", "hbm_bytes_per_s": 3e12, "fp32_flops_per_s": 6e13}
+    peaks.save_peaks(good, peaks.gpu_peaks_path(info))
+    assert peaks.load_gpu_peaks(info)["hbm_bytes_per_s"] == 3e12
+    peaks.save_peaks({**good, "hbm_bytes_per_s": 1e3}, peaks.gpu_peaks_path(info))
+    assert peaks.load_gpu_peaks(info) is None
+    assert any("hbm_bytes_per_s is 1000.0, not a plausible ceiling" in str(w.message)
+               for w in recwarn)
+    _plant(peaks.gpu_peaks_path(info) + ".fifo", "fifo")
+    import os
+    os.replace(peaks.gpu_peaks_path(info) + ".fifo", peaks.gpu_peaks_path(info))
+    with _fails_if_blocked(30):
+        assert peaks.load_gpu_peaks(info) is None

@@ -771,3 +771,69 @@ def test_torch_complex32_is_compared_and_a_quantized_tensor_is_named():
     with pytest.raises(TypeError, match=r"compare: ref is a torch tensor of dtype torch.quint8 "
                                         r".*dequantize"):
         compare(torch.ones(3), q)
+
+
+def test_64_bit_integer_differences_past_2_53_are_exact():
+    # max_abs_err was the doubles' 2**60, the worst element chosen by rounded differences
+    c = compare(np.array([2**60 + 1, 5]), np.array([0, 5]))
+    assert c.max_abs_err == 2**60 + 1 and isinstance(c.max_abs_err, int)
+    assert "max abs err       1152921504606846977" in c.report()
+    # rounded, both differences read 2**63 and the first was the worst
+    c = compare(np.array([2**63 - 2, 2**63 - 1], np.uint64), np.array([0, 0], np.uint64))
+    assert c.worst_index == (1,) and c.max_abs_err == 2**63 - 1
+    c = compare(np.array([-2**63, 1]), np.array([2**63 - 1, 1]))
+    assert c.max_abs_err == 2**64 - 1 and c.n_bad == 1
+    c = compare(np.array([-2**63]), np.array([2**64 - 1], np.uint64))
+    assert c.max_abs_err == 2**64 - 1 + 2**63
+
+
+@pytest.mark.parametrize("fmt", ["bfloat16", "float8_e4m3fn", "float8_e5m2"])
+@pytest.mark.parametrize("ints", [np.int64, np.uint64])
+def test_bf16_and_fp8_against_64_bit_integers_compare_values_not_bit_patterns(fmt, ints):
+    # at rtol=atol=0 the exact-integer path compared bf16's bit patterns (0x3f80) with 1
+    ml = pytest.importorskip("ml_dtypes")
+    values = np.array([0, 1, 2, 3, 4, 8, 16], ints)
+    low = values.astype(getattr(ml, fmt))
+    assert compare(low, values, rtol=0, atol=0).ok
+    assert compare(values, low, rtol=0, atol=0).ok
+    c = compare(low, values + 1, rtol=0, atol=0)
+    assert c.n_bad == values.size and c.max_abs_err == 1.0
+
+
+def test_an_output_that_was_never_written_is_said_first_without_a_perfect_score():
+    # bad elements 100% beside max abs err 0 and cosine sim 1
+    c = compare(np.full(8, np.nan), np.arange(8.0))
+    assert c.out_all_nan and not c.ok
+    text = c.report()
+    head = text.splitlines()[0]
+    assert "out is NaN in every element" in head and "never written" in head
+    assert re.search(r"max abs err +- \(no pair is finite", text)
+    assert re.search(r"cosine sim +- \(no pair is finite", text)
+    assert not re.search(r"cosine sim +1", text) and not re.search(r"max abs err +0", text)
+    assert "never written" in c._repr_html_()
+
+
+def test_an_output_never_written_through_bench_check_says_so():
+    import kbench
+
+    def writes_nothing(out, x):
+        return None
+
+    x = np.arange(16.0)
+    with pytest.raises(AssertionError, match="out is NaN in every element") as e:
+        kbench.bench(writes_nothing, np.empty(16), x, out_arg=0, check=x, warmup_s=0.0,
+                     max_time_s=0.05, cold_cache=None)
+    assert "cosine sim        1" not in str(e.value)
+
+
+def test_a_partly_written_or_nan_reference_is_not_called_unwritten():
+    ml = pytest.importorskip("ml_dtypes")
+    half = np.array([np.nan, 1.0])
+    assert not compare(half, np.ones(2)).out_all_nan
+    c = compare(np.ones(2), np.full(2, np.nan))
+    assert not c.out_all_nan and "never written" not in c.report()
+    # read as the C core reads it: bf16 NaN bit patterns
+    c = compare(np.full(3, np.nan, ml.bfloat16), np.ones(3))
+    assert c.out_all_nan and "never written" in c.report()
+    assert "never written" not in compare(np.full(2, np.nan), np.full(2, np.nan),
+                                          equal_nan=True).report()

@@ -504,3 +504,32 @@ def test_option_values_compare_by_value():
     assert _same_key(1) == _same_key(1.0) == _same_key(np.int64(1)) == _same_key(np.float32(1))
     assert _same_key(True) != _same_key(1) and _same_key("1") != _same_key(1)
     assert _same_key(None) != _same_key("auto")
+
+
+@pytest.mark.parametrize("kind", ["file", "read-only directory", "under a file"])
+def test_a_dist_dir_that_cannot_hold_the_markers_is_named(kind, tmp_path, monkeypatch):
+    # a bare NotADirectoryError / PermissionError named neither KBENCH_DIST_DIR nor kbench
+    import os
+    import kbench.distributed as kd
+    from kbench import KbenchError
+    base = tmp_path / "dist"
+    if kind == "file":
+        base.write_text("x")
+    elif kind == "under a file":
+        (tmp_path / "f").write_text("x")
+        base = tmp_path / "f" / "dist"
+    else:
+        base.mkdir()
+        base.chmod(0o500)
+        if os.geteuid() == 0:       # root writes there anyway: answer as for anyone else
+            real = os.access
+            monkeypatch.setattr(os, "access", lambda p, mode, **kw: False if str(p) == str(base)
+                                else real(p, mode, **kw))
+    monkeypatch.setenv("KBENCH_DIST_DIR", str(base))
+    opts = dict(device="cpu", cold_cache=None, min_samples=20, max_samples=20, warmup_s=0.0)
+    with pytest.raises(KbenchError, match=rf"KBENCH_DIST_DIR='{base}': .*it must be a "
+                                          r"writable directory") as ei:
+        kd.bench(np.sum, np.ones(100), group=SoloComm(), **opts)
+    assert isinstance(ei.value, kd.DistributedError)
+    monkeypatch.setenv("KBENCH_DIST_DIR", str(tmp_path / "made" / "on" / "demand"))
+    assert kd.bench(np.sum, np.ones(100), group=SoloComm(), **opts).n == 20

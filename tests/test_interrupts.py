@@ -6,6 +6,7 @@ both processes) and its CPU time then, makes the same kind of call again and pri
 with out=) never runs the interpreter's own signal check, so only kbench's checks can stop it.
 """
 import os
+import signal
 import subprocess
 import sys
 import textwrap
@@ -89,6 +90,14 @@ CASES = {
         r = _core.host_timer_info(time.monotonic_ns, calls=10)
         print("NEXT OK", int(r["call_overhead_min_ns"] >= 0) , flush=True)
     """,
+    # kbench peaks' FMA ceiling: one call of 2^40 iterations is hours of C on two threads
+    # (a call sized for `kbench peaks --seconds 30` ran 0.7 s past Ctrl-C)
+    "fma loop": """
+        from kbench import _core
+        go()
+        interrupted(lambda: _core.fma_loop(1 << 40, threads=2))
+        print("NEXT OK", int(_core.fma_loop(1 << 10, threads=2) > 0), flush=True)
+    """,
     # 10^5 resamples of 10^5 samples: 10^10 draws, minutes of C with the GIL released
     "bootstrap": """
         from kbench import _core
@@ -124,3 +133,49 @@ def test_sigint_stops_the_loop_within_half_a_second_and_the_next_call_works(case
         f"{case}: KeyboardInterrupt came {latency:.3f} s after SIGINT ({cpu:.3f} s of CPU)"
     next_ok = [ln for ln in lines if ln.startswith("NEXT OK ")]
     assert next_ok and int(next_ok[0].split()[2]) > 0, f"{case}: next call failed:\n{out}\n{err}"
+
+
+# The FMA phase, once kbench peaks has reached it: a marker from a wrapper around peaks._fma.
+PEAKS_IN_FMA = """
+import sys
+from kbench import cli, peaks
+fma = peaks._fma
+def marked(*a, **k):
+    print("FMA", flush=True)
+    return fma(*a, **k)
+peaks._fma = marked
+sys.exit(cli.main(["peaks", "--cpu-only", "--seconds", "300"]))
+"""
+
+
+@pytest.mark.parametrize("when", ["after 1 s", "in the FMA loop"])
+def test_kbench_peaks_exits_130_soon_after_ctrl_c(when, tmp_path):
+    """At --seconds 300 one timed FMA call is 6 s of C (a tenth of its share): with no signal
+    check inside it, Ctrl-C waited for it to end. 'after 1 s' is the issue's own case
+    (`kbench peaks --seconds 30`, STREAM or its set-up at that moment)."""
+    env = dict(os.environ, KBENCH_CACHE_DIR=str(tmp_path), PYTHONUNBUFFERED="1")
+    if when == "after 1 s":
+        argv = [sys.executable, "-m", "kbench", "peaks", "--cpu-only", "--seconds", "30"]
+    else:
+        argv = [sys.executable, "-c", PEAKS_IN_FMA]
+    proc = subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                            env=env)
+    try:
+        if when == "after 1 s":
+            time.sleep(1.0)
+        else:
+            assert proc.stdout.readline().strip() == "FMA", proc.stderr.read()
+            time.sleep(7.0)         # past the calibration (~5 s), into the 6 s timed calls
+        sent = time.monotonic()
+        proc.send_signal(signal.SIGINT)
+        try:
+            _, err = proc.communicate(timeout=30)
+        except subprocess.TimeoutExpired:
+            pytest.fail("kbench peaks ignored SIGINT for 30 s")
+        waited = time.monotonic() - sent
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
+    assert proc.returncode == 130 and "kbench peaks: interrupted" in err, err
+    assert waited < 2.0, f"kbench peaks exited {waited:.2f} s after SIGINT"

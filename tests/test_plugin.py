@@ -283,6 +283,9 @@ def test_disable_refuses_the_options_that_timing_refuses(pytester, run):
         def test_async(kbench):
             kbench(later, np.ones(3))
 
+        def test_rtol_without_check(kbench):
+            kbench(f, np.ones(3), rtol=0.1)
+
         def test_nothing_was_called():
             assert calls == []
 
@@ -292,7 +295,7 @@ def test_disable_refuses_the_options_that_timing_refuses(pytester, run):
             assert r.disabled and r.output.tolist() == [1.0, 1.0, 1.0]
     """)
     res = run("--kbench-disable")
-    res.assert_outcomes(passed=2, failed=6)
+    res.assert_outcomes(passed=2, failed=7)
     res.stdout.fnmatch_lines([
         "*TypeError: kbench.bench: unexpected options for the CPU backend: [[]'max_tme_s'[]]*"
         "did you mean 'max_time_s'?*",
@@ -300,7 +303,8 @@ def test_disable_refuses_the_options_that_timing_refuses(pytester, run):
         "*ValueError: mode 'graph' needs a CUDA device*",
         "*ValueError: kbench.bench: device must be 'auto', 'cpu' or 'cuda[[]:N[]]', got 'tpu'*",
         "*TypeError: kbench.bench: bytes must be a number of bytes per call, got str*",
-        "*TypeError: kbench.bench: * is an async function*"])
+        "*TypeError: kbench.bench: * is an async function*",
+        "*ValueError: kbench.bench: * rtol=0.1 came without check=*"])
 
 
 def test_wrong_answer_fails_before_timing_when_enabled(pytester, run):
@@ -394,6 +398,32 @@ def test_a_baseline_with_a_nan_median_fails_the_session(pytester, run):
     assert res.ret == 1, res.stdout.str()
     res.stdout.fnmatch_lines(["*kbp_bench_test.py::test_kernel*INVALID (baseline median is nan)*",
                               "FAILED: *1 with an invalid median*"])
+
+
+def test_a_baseline_without_stats_is_a_usage_error_naming_the_field(pytester, run):
+    # its missing CI counted as overlapping: a run 3.5x slower passed --kbench-fail=8%
+    pytester.makepyfile(kbp_bench_test=BENCH_TESTS)
+    assert run("--kbench-save=base.json", "--kbench-max-time=0.1").ret == 0
+    doc = json.loads(pytester.path.joinpath("base.json").read_text())
+    del doc["results"]["kbp_bench_test.py::test_kernel"]["stats"]
+    pytester.path.joinpath("base.json").write_text(json.dumps(doc))
+    res = run("--kbench-compare=base.json", "--kbench-fail=8%", "--kbench-max-time=0.1",
+              slow=True)
+    assert res.ret == pytest.ExitCode.USAGE_ERROR
+    res.stderr.fnmatch_lines(["ERROR: --kbench-compare: base.json, result "
+                              "'kbp_bench_test.py::test_kernel': no 'stats' *"])
+
+
+def test_a_baseline_median_of_a_picosecond_fails_the_session(pytester, run):
+    pytester.makepyfile(kbp_bench_test=BENCH_TESTS)
+    assert run("--kbench-save=base.json", "--kbench-max-time=0.1").ret == 0
+    doc = json.loads(pytester.path.joinpath("base.json").read_text())
+    doc["results"]["kbp_bench_test.py::test_kernel"]["stats"].update(
+        median=1e-12, ci_low=0.9e-12, ci_high=1.1e-12)
+    pytester.path.joinpath("base.json").write_text(json.dumps(doc))
+    res = run("--kbench-compare=base.json", "--kbench-fail=8%", "--kbench-max-time=0.1")
+    assert res.ret == 1, res.stdout.str()
+    res.stdout.fnmatch_lines(["*INVALID (baseline median is 1e-12 s, not a plausible time*"])
 
 
 # -- review fixes: empty sessions, interrupted saves, shared temp files, xdist, option checks

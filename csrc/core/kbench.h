@@ -535,7 +535,7 @@ void kb_warm_every_set(kb_loop_config *cfg, Py_ssize_t n_sets);
 /* ------------------------------------------------------------------ coldcache.c */
 
 /* Size in bytes of the largest (last-level) CPU cache into *bytes: $KBENCH_LLC_BYTES when set
- * (digits with an optional K, M or G suffix, at most 1 TiB; anything else is a ValueError
+ * (digits with an optional K, M or G suffix, 64 KiB .. 64 GiB; anything else is a ValueError
  * naming the variable and its value), else sysfs, else sysconf; 0 when unknown. */
 int kb_cpu_llc_bytes(kb_state *st, size_t *bytes);
 

@@ -222,11 +222,16 @@ static void affinity_llc(kb_state *st, const cpu_mask *m, sysfs_llc *out)
     memo->llc = *out;
 }
 
-#define KB_LLC_MAX_BYTES (1ull << 40)   /* 1 TiB: past any cache, and 2x it still fits */
+/* The plausible range of a last-level cache. Below 64 KiB no CPU kbench runs on has one, and
+ * a tiny value (KBENCH_LLC_BYTES=1) would flush 64 B and still call the figure cold. 64 GiB is
+ * past the largest (1152 MiB of L3 on a 3D V-Cache EPYC; 64 GB of HBM as a memory-side cache
+ * on a Xeon Max), and twice it still fits the flush buffer's 1 TiB ceiling. */
+#define KB_LLC_MIN_BYTES (1ull << 16)
+#define KB_LLC_MAX_BYTES (1ull << 36)
 
-/* $KBENCH_LLC_BYTES: digits with an optional K, M or G suffix (powers of 1024), 1 B .. 1 TiB.
- * No sign, no fraction, no other suffix: a value that does not parse exactly would size the
- * flush wrongly and still be called cold. */
+/* $KBENCH_LLC_BYTES: digits with an optional K, M or G suffix (powers of 1024), 64 KiB ..
+ * 64 GiB. No sign, no fraction, no other suffix: a value that does not parse exactly would
+ * size the flush wrongly and still be called cold. */
 static int parse_llc_env(const char *s, size_t *bytes)
 {
     unsigned long long v = 0;
@@ -244,11 +249,18 @@ static int parse_llc_env(const char *s, size_t *bytes)
     case 'G': case 'g': shift = 30; p++; break;
     default: break;
     }
-    if (digits == 0 || *p != '\0' || !ok || v == 0 || v > (KB_LLC_MAX_BYTES >> shift)) {
+    if (digits == 0 || *p != '\0') {
         PyErr_Format(PyExc_ValueError,
                      "KBENCH_LLC_BYTES='%.100s' is not a cache size: give a whole number of "
-                     "bytes from 1 to 1 TiB, optionally with a K, M or G suffix (e.g. 33554432 "
-                     "or 32M), or unset it to read the size from sysfs", s);
+                     "bytes, optionally with a K, M or G suffix (e.g. 33554432 or 32M), or unset "
+                     "it to read the size from sysfs", s);
+        return -1;
+    }
+    if (!ok || v > (KB_LLC_MAX_BYTES >> shift) || (v << shift) < KB_LLC_MIN_BYTES) {
+        PyErr_Format(PyExc_ValueError,
+                     "KBENCH_LLC_BYTES='%.100s' is not a cache size a CPU has: give 64K to 64G "
+                     "(a flush sized from it would not evict the cache, or would not fit), or "
+                     "unset it to read the size from sysfs", s);
         return -1;
     }
     *bytes = (size_t)(v << shift);

@@ -136,7 +136,8 @@ def bench(fn: Callable[..., Any], *args: Any, group: Any = "auto",
             # us). Burst is a regime that holds without bridges; the result names it, and
             # kbench compare keeps it apart from sustained figures.
             bench_options.setdefault("regime", "burst")
-        profile_mode = _check_locally(fn, args, kwargs, name, out_arg, bench_options)
+        profile_mode = _check_locally(fn, args, kwargs, name, out_arg,
+                                      dict(bench_options, check=check, rtol=rtol, atol=atol))
     except Exception as e:
         local_error = e
     try:
@@ -151,8 +152,8 @@ def bench(fn: Callable[..., Any], *args: Any, group: Any = "auto",
                                         out_arg, check_before_timing)
         _sync_devices()
         ranks.barrier("before timing")          # and before capture, in mode='graph'
-        result = bench_local(fn, *args, kwargs=kwargs, name=name, out_arg=out_arg,
-                             rtol=rtol, atol=atol, _ranks=ranks,
+        # the check ran above, agreed: its tolerances are not the timed run's
+        result = bench_local(fn, *args, kwargs=kwargs, name=name, out_arg=out_arg, _ranks=ranks,
                              _pre_sample=ranks.pre_sample if barrier else None,
                              **bench_options)
     except BaseException as e:
@@ -196,7 +197,8 @@ def _check_locally(fn: Any, args: Any, kwargs: Dict[str, Any], name: str, out_ar
                    kwargs=a["kwargs"], flush_bytes=a["flush_bytes"], arg_sets=a["arg_sets"],
                    rotate_sets=a["rotate_sets"], out_arg=a["out_arg"], device=a["device"],
                    cold_cache=a["cold_cache"], mode=a["mode"], memory=a["memory"],
-                   backend_options=a["backend_options"])
+                   backend_options=a["backend_options"], check=a["check"], rtol=a["rtol"],
+                   atol=a["atol"])
     why = _profile.wanted(a["profile"], c.device)
     # what turned it on, not its value (each rank's profiler path may differ)
     return why.split("=", 1)[0] if why else "timed"

@@ -73,19 +73,41 @@ def remove_stale_markers(base: str, older_than_s: float = _STALE_S) -> List[str]
     return gone
 
 
+def _base_problem(base: str, what: str) -> str:
+    where = ("KBENCH_DIST_DIR" if os.environ.get("KBENCH_DIST_DIR")
+             else "the temporary directory (set KBENCH_DIST_DIR)")
+    return (f"kbench.distributed: {where}={base!r}: {what}; it must be a writable directory "
+            f"(on a file system every node shares, for multi-node jobs)")
+
+
+def _check_base(base: str) -> None:
+    """DistributedError naming KBENCH_DIST_DIR when `base` cannot hold the stage markers (a
+    file or a read-only directory raised a bare NotADirectoryError/PermissionError). A missing
+    one is made, as before."""
+    if os.path.exists(base) and not os.path.isdir(base):
+        raise DistributedError(_base_problem(base, "not a directory"))
+    if os.path.isdir(base) and not os.access(base, os.W_OK | os.X_OK):
+        raise DistributedError(_base_problem(base, "not writable"))
+
+
 class StageMarkers:
     """One marker file per rank: '<seq> <unix time> <stage>' (see the module docstring)."""
 
     def __init__(self, comm: Communicator, timeout_s: float = DEFAULT_TIMEOUT_S):
         base = os.environ.get("KBENCH_DIST_DIR") or tempfile.gettempdir()
+        _check_base(base)      # before the broadcast: a rank refused alone, not at the first write
         token = comm.bcast_str(uuid.uuid4().hex[:16] if comm.rank == 0 else "", timeout_s)
         self.dir = os.path.join(base, f"kbench-dist-{token}")
         if comm.rank == 0:
             remove_stale_markers(base)
-        os.makedirs(self.dir, exist_ok=True)
         self.rank, self.world = comm.rank, comm.world
-        self._fd: Optional[int] = os.open(self._path(self.rank),
-                                          os.O_CREAT | os.O_RDWR | os.O_TRUNC, 0o644)
+        try:
+            os.makedirs(self.dir, exist_ok=True)
+            self._fd: Optional[int] = os.open(self._path(self.rank),
+                                              os.O_CREAT | os.O_RDWR | os.O_TRUNC, 0o644)
+        except OSError as e:
+            raise DistributedError(_base_problem(base, f"cannot write the stage markers in "
+                                                       f"{self.dir}: {e.strerror or e}")) from e
         self.seq, self.stage = 0, "set-up"
         self.write(0, "set-up")
 
