@@ -517,10 +517,15 @@ def gpu_peaks_path(info: dict) -> str:
     return os.path.join(d, f"gpu-peaks-{uuid}.json")
 
 
+#: The GPU peaks record kbench.peaks_gpu writes: 2 measures every precision (fp64 FMA, the
+#: torch GEMMs) and names the absent ones; 1 had fp32 FMA and bf16 GEMM alone.
+GPU_SCHEMA = "kbench.gpu_peaks/2"
+GPU_SCHEMAS_READ = ("kbench.gpu_peaks/1", GPU_SCHEMA)
 #: The GPU peaks record's ceilings (kbench.peaks_gpu), in base units: key -> (label, kind).
 GPU_CEILINGS = {"hbm_bytes_per_s": ("HBM copy", "bytes"),
-                "fp32_flops_per_s": ("fp32 FMA", "flops"),
-                "bf16_flops_per_s": ("bf16 GEMM", "flops")}
+                **{f"{p}_flops_per_s": (p, "flops")
+                   for p in ("fp64", "fp64_tc", "fp32", "tf32", "fp16", "bf16", "fp8_e4m3",
+                             "fp8_e5m2", "int8", "fp4")}}
 
 
 def load_gpu_peaks(info: dict) -> dict | None:

@@ -267,7 +267,7 @@ if [ "$mode" = budget ]; then
   # sweep, the GEMM A/B) with kbench's new defaults against do_bench; the CI calibration of the
   # default (burst) on a capped GEMM and an add; the GPU tests; the ceilings and the drop-in
   echo "== time to a figure: first bench, 9 shapes, A/B (defaults)"
-  timeout 150 $PY benchmarks/gpu_time_to_figure.py --sections first,shapes,ab \
+  timeout "${TTF_S:-150}" $PY benchmarks/gpu_time_to_figure.py --sections first,shapes,ab \
     --out "$OUT/gpu_time_to_figure.json" --md "$OUT/gpu_time_to_figure.md" 2>&1 | tail -28
   echo "== CI calibration of the default budget"
   timeout "${CAL_S:-110}" $PY benchmarks/ci_budget_calibration.py --device cuda --runs 10 --gap-s 1 \
@@ -278,7 +278,7 @@ if [ "$mode" = budget ]; then
   timeout "${CEIL_S:-100}" $PY benchmarks/gpu_ceilings.py --out "$OUT/gpu_ceilings.json" \
     --md "$LOGS/gpu_ceilings.md" 2>&1 | tail -3; cat "$LOGS/gpu_ceilings.md" 2>/dev/null | head -40
   echo "== drop-in bench_gpu_time against FlashInfer's"
-  timeout 40 $PY benchmarks/gpu_dropin_flashinfer.py --out "$OUT/gpu_dropin_flashinfer.json" 2>&1 | tail -4
+  timeout "${DROPIN_S:-40}" $PY benchmarks/gpu_dropin_flashinfer.py --out "$OUT/gpu_dropin_flashinfer.json" 2>&1 | tail -4
 fi
 if [ "$mode" = bench ] || [ "$mode" = all ]; then
   # the notebook's peak line and the % of peak: measured, unless this GPU's ceilings are cached
