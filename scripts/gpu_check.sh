@@ -273,12 +273,12 @@ if [ "$mode" = budget ]; then
   timeout "${CAL_S:-110}" $PY benchmarks/ci_budget_calibration.py --device cuda --runs 10 --gap-s 1 \
     --cases "bf16 mm 4096x28672x4096,add 64M f32" --regimes default \
     --out "$OUT/gpu_ci_budget.json" --md "$OUT/gpu_ci_budget.md" 2>&1 | tail -6
-  gpu_tests
   echo "== ceilings per precision"
   timeout "${CEIL_S:-100}" $PY benchmarks/gpu_ceilings.py --out "$OUT/gpu_ceilings.json" \
     --md "$LOGS/gpu_ceilings.md" 2>&1 | tail -3; cat "$LOGS/gpu_ceilings.md" 2>/dev/null | head -40
   echo "== drop-in bench_gpu_time against FlashInfer's"
   timeout "${DROPIN_S:-40}" $PY benchmarks/gpu_dropin_flashinfer.py --out "$OUT/gpu_dropin_flashinfer.json" 2>&1 | tail -4
+  gpu_tests
 fi
 if [ "$mode" = bench ] || [ "$mode" = all ]; then
   # the notebook's peak line and the % of peak: measured, unless this GPU's ceilings are cached
