@@ -265,7 +265,7 @@ def reading(res: Dict[str, Any]) -> str:
     spread = med([x["iqr_over_median"] for x in kb]) / 1.349
     need = (1.96 * 1.2533 * spread / 0.005) ** 2
     per_sample = med([x["sampling_s"] / x["n"] for x in kb])
-    capped = sum(x["stop"] == "time_cap" for x in kb)
+    capped = sum(x["stop"] in ("time_cap", "budget") for x in kb)
     gap = cold / warm - 1
     parts = [
         f"Reading (computed from this run). Each cold sample pays a {flush_mb:.0f} MB flush "
@@ -283,8 +283,9 @@ def reading(res: Dict[str, Any]) -> str:
         f"The spread of single calls (IQR/1.349 over the median) is {spread * 100:.1f}%: a "
         f"0.5% CI of the median needs about {need:.0f} samples, {need * per_sample:.1f} s at "
         f"{per_sample * 1e3:.1f} ms a sample (flush and call), if the samples are "
-        f"independent (the CI widens by the inflation their order shows); the cap is "
-        f"{kb[0]['max_time_s']:.0f} s, and {capped} of {len(kb)} rounds stopped there.",
+        f"independent (the CI widens by the inflation their order shows); the default's "
+        f"budget is {kb[0]['max_time_s']:g} s of sampling, and {capped} of {len(kb)} rounds "
+        f"stopped there, stating the CI they reached.",
         "Warm-up ends once a window of >= 5 calls (and >= 5 ms) is no more than 2% faster than "
         "the window before it, and sampling ends at the stop rule's first met check, so the "
         "remaining cost is samples x (flush + call): only a quieter machine (fewer samples) or "

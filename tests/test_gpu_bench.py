@@ -49,7 +49,7 @@ def test_keep_busy_bridges_fill_the_gaps_and_are_never_attributed(x):
 
     # enough samples for several timed sub-batches: a bridge is counted by the one after it
     on = kbench.bench(spin_and_add, device="cuda", mode="cupti", cold_cache="flush",
-                      min_samples=300, **FAST)
+                      min_samples=300, regime="sustained", **FAST)
     kb = on.extra["keep_busy"]
     assert kb["enabled"] is True and kb["bridges"] >= 1, kb
     assert kb["iterations"] >= kb["bridges"] and kb["gpu_s"] > 0
@@ -64,14 +64,14 @@ def test_keep_busy_bridges_fill_the_gaps_and_are_never_attributed(x):
     # flush (which lengthens later kernels' records)
     assert on.extra["cupti_flushes"]["forced"] == 0 < on.extra["cupti_flushes"]["default"]
     off = kbench.bench(spin_and_add, device="cuda", mode="cupti", cold_cache="flush",
-                       keep_busy=False, min_samples=300, **FAST)
+                       keep_busy=False, min_samples=300, regime="sustained", **FAST)
     assert off.extra["keep_busy"]["bridges"] == 0
     assert off.extra["kernels_per_call"] == kpc
     # what the bridges are for: less idle GPU between batches
     assert on.extra["between_batches"]["mean_s"] < off.extra["between_batches"]["mean_s"]
     # events mode bridges too, and still times the same work
     ev = kbench.bench(spin_and_add, device="cuda", mode="events", cold_cache="flush",
-                      min_samples=300, **FAST)
+                      min_samples=300, regime="sustained", **FAST)
     assert ev.extra["keep_busy"]["bridges"] >= 1 and ev.median >= on.median * 0.97
 
 
@@ -117,7 +117,8 @@ def test_work_forked_onto_a_second_stream_counts_once():
 
 def test_warm_up_waits_for_the_clock_and_the_clocks_cover_the_timed_part(x):
     a = torch.randn(8192, 8192, device="cuda", dtype=torch.bfloat16)
-    r = kbench.bench(torch.matmul, a, a, mode="events", cold_cache=None, max_time_s=0.5)
+    r = kbench.bench(torch.matmul, a, a, mode="events", cold_cache=None, max_time_s=0.5,
+                     regime="sustained")
     settle = r.extra["clock_settle"]
     # judged from NVML samples of the callable's own warm-up: settled, or gave up at the limit
     assert settle["settled"] in (True, False)
@@ -142,7 +143,7 @@ def test_warm_up_waits_for_the_clock_and_the_clocks_cover_the_timed_part(x):
     assert isinstance(r.extra["busy_warmup_s"], float) and r.extra["busy_warmup_s"] >= 0
     # settle_max_s=0 judges nothing and says so
     r0 = kbench.bench(torch.matmul, a, a, mode="events", cold_cache=None, max_time_s=0.3,
-                      settle_max_s=0.0)
+                      settle_max_s=0.0, regime="sustained")
     assert r0.extra["clock_settle"]["settled"] is None
     assert not any("had not settled" in w for w in r0.warnings)
 
@@ -152,8 +153,8 @@ def test_a_kernel_under_no_limit_keeps_the_samples_it_took_while_settling(x):
     settle ran timed batches, and those the readings show at the settled clock (all of them
     for a load nothing limits) open its sampling: counted once in the Time row."""
     y = torch.empty_like(x)
-    kbench.bench(torch.mul, x, 2.0, kwargs={"out": y}, max_time_s=0.2)
-    r = kbench.bench(torch.mul, x, 2.0, kwargs={"out": y}, max_time_s=0.2)
+    kbench.bench(torch.mul, x, 2.0, kwargs={"out": y}, max_time_s=0.2, regime="sustained")
+    r = kbench.bench(torch.mul, x, 2.0, kwargs={"out": y}, max_time_s=0.2, regime="sustained")
     settle = r.extra["clock_settle"]
     assert settle["settled"] is True and not settle["min_sampling_s"]   # nothing limits it
     assert settle["samples_while_settling"] > 0
@@ -168,7 +169,8 @@ def test_the_raw_cuda_record_has_every_key_with_its_type(x):
     # a format/argument mismatch in the C result builder once shifted these keys silently
     raw = _core.measure_cuda(torch.mul, ((x, 2.0),), None, mode="cupti",
                              stream=torch.cuda.current_stream().cuda_stream, device=0,
-                             warmup_s=0.05, max_time_s=0.2, busy_warmup_s=0.01)
+                             warmup_s=0.05, max_time_s=0.2, busy_warmup_s=0.01,
+                             regime="sustained")
     cu = raw["cuda"]
     assert all(isinstance(k, str) for k in cu)
     assert cu["device"] == 0 and cu["backend"] == "cupti"
@@ -469,7 +471,7 @@ def test_a_callable_that_raises_in_a_keep_busy_bridge(x):
         n.update(calls=0, raise_at=raise_at)
         with pytest.raises(RuntimeError, match="planted") as ei:
             kbench.bench(gemm, device="cuda", mode="cupti", cold_cache="flush", warmup_s=0.2,
-                         max_time_s=1.0, settle_max_s=0.0)
+                         max_time_s=1.0, settle_max_s=0.0, regime="sustained")
         notes = " ".join(getattr(ei.value, "__notes__", []))
         if "untimed keep-busy" in notes:
             break

@@ -20,8 +20,19 @@ def gemm():
     return lambda: a @ a
 
 
+def test_the_default_regime_is_burst_for_every_entry_point(gemm):
+    """bench, ab and the drop-ins default to burst (csrc/cuda/cuda_options.c), and a default
+    bench stops within its budget."""
+    r = kbench.bench(gemm, device="cuda")
+    assert r.extra["regime"]["name"] == "burst" and "burst" in str(r)
+    assert r.stop["stop"] in ("precision", "budget")
+    assert r.stop["sampling_s"] < 3 * kbench._core.LOOP_DEFAULTS["max_time_s"]
+    ab = kbench.ab({"a": gemm, "b": gemm}, device="cuda", trials=6)
+    assert all(t[k].extra["regime"]["name"] == "burst" for t in ab.trials for k in t)
+
+
 def test_a_result_names_its_regime_and_whether_it_held(gemm):
-    r = kbench.bench(gemm, device="cuda", max_time_s=2.0)
+    r = kbench.bench(gemm, device="cuda", max_time_s=2.0, regime="sustained")
     reg = r.extra["regime"]
     assert reg["name"] == "sustained" and isinstance(reg["held"], bool)
     assert "Regime" in str(r) and "sustained" in str(r)
@@ -51,7 +62,8 @@ def test_an_unknown_regime_is_refused_by_name(gemm):
     with pytest.raises(ValueError, match="regime must be 'sustained' or 'burst'"):
         kbench.bench(gemm, device="cuda", regime="turbo", max_time_s=0.2)
     # and the process goes on
-    assert kbench.bench(gemm, device="cuda", max_time_s=0.3, settle_max_s=0).median > 0
+    assert kbench.bench(gemm, device="cuda", max_time_s=0.3, settle_max_s=0,
+                        regime="sustained").median > 0
 
 
 def test_a_load_that_a_limit_reaches_only_once_timed_settles_again():
@@ -86,7 +98,8 @@ def test_a_load_that_a_limit_reaches_only_once_timed_settles_again():
         return torch.add(x[:n], x[:n], out=out[:n])
 
     time.sleep(1.1)         # nothing carried from the tests before: the adds settle afresh
-    r = kbench.bench(light_then_heavy, device="cuda", target=0.001, max_time_s=4.0)
+    r = kbench.bench(light_then_heavy, device="cuda", target=0.001, max_time_s=4.0,
+                     regime="sustained")
     settle, reg = r.extra["clock_settle"], r.extra["regime"]
     assert settle["resettle_reason"] in ("sw_power_cap", "hw_power_brake", "hw_slowdown",
                                          "sw_thermal", "hw_thermal"), settle
