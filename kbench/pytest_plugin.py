@@ -389,6 +389,10 @@ def _write_session(path: str, config: pytest.Config, results: Dict[str, Any]) ->
     write_atomic(path, json.dumps(doc, indent=1, allow_nan=True))
 
 
+#: the key of pytest's closing line that counts the benchmarks the gate failed
+GATE_FAILED_STAT = "kbench gate failed"
+
+
 def session_failed(state: _State, cmp: Any) -> bool:
     """Slower or invalid with a time threshold (--kbench-fail), or nothing compared at all (a
     baseline of other benchmarks, or the wrong file, checks nothing), or more peak memory
@@ -491,6 +495,11 @@ def pytest_terminal_summary(terminalreporter, exitstatus: int, config: pytest.Co
         failing = session_failed(state, cmp)
         tr.write_line(("FAILED: " if failing else "") + cmp.summary(),
                       red=bool(failing), green=not failing)
+        if failing:
+            # pytest's own closing line ("2 passed in 3.1s") counts tests only: the gate's
+            # failure goes into it too, so the line agrees with the exit status
+            failed = [d for d in cmp.deltas if d.verdict in ("slower", "invalid")]
+            tr.stats.setdefault(GATE_FAILED_STAT, []).extend(failed or [cmp])
         for line in cmp.notes + cmp.harness_lines() + cmp.environment_lines():
             tr.write_line(line, yellow=True)
     if state.saved:

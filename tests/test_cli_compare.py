@@ -471,3 +471,27 @@ def test_environment_lines_are_per_benchmark_where_they_differ_and_absent_where_
     odd = {"a": _with_metadata(make_result("a", 1e-3), gpu="H200", frameworks=[1])}
     assert compare_sets(bare, odd).environment_lines() == []
     assert compare_sets(odd, odd).environment_lines() == []
+
+
+def _doc_on_host(median, busy):
+    """A result dict with a tight CI, taken on a busy or quiet host."""
+    return {"name": "k", "device": "cpu", "backend": "host",
+            "stats": {"median": median, "ci_low": median * 0.99, "ci_high": median * 1.01,
+                      "n": 100, "rel_ci_halfwidth": 0.01},
+            "stop": {"stop": "budget"}, "cold_cache": {"mode": "flush"},
+            "extra": {"host_load": {"busy": busy, "others_cpus": 1.0 if busy else 0.0,
+                                    "steal_share": 0.0, "cpus": 2}}}
+
+
+def test_a_busy_host_is_named_and_judges_only_what_it_cannot_explain():
+    """On a busy host the figures move tens of % between runs: a +20% pair is 'busy host'
+    (named, not a failure), a planted 2x is still 'slower'; quiet, +20% is 'slower'."""
+    from kbench.cli_compare import BUSY_HOST_THRESHOLD, compare_sets
+    base = {"k": _doc_on_host(1e-3, busy=False)}
+    for busy in (True, False):
+        d = compare_sets(base, {"k": _doc_on_host(1.2e-3, busy=busy)}, 0.08).deltas[0]
+        assert d.verdict == ("busy host" if busy else "slower"), d
+        assert ("busy host: slowdowns up to +50%" in d.note) is busy
+        assert d.failure is (not busy)
+    planted = compare_sets(base, {"k": _doc_on_host(2e-3, busy=True)}, 0.08).deltas[0]
+    assert 1.0 > BUSY_HOST_THRESHOLD and planted.verdict == "slower" and planted.failure

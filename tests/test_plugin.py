@@ -88,6 +88,9 @@ def test_compare_fails_on_planted_regression_and_passes_unchanged(pytester, run)
     assert slow.ret == 1, slow.stdout.str()
     slow.stdout.fnmatch_lines(["*kbp_bench_test.py::test_kernel*+*%*SLOWER*",
                                "FAILED: 1 of 1 benchmarks slower than baseline beyond 8%*"])
+    # pytest's own closing line says so too, not only the exit status
+    slow.stdout.re_match_lines([r".*1 passed, 1 kbench gate failed in .*"])
+    assert "kbench gate failed" not in same.stdout.str()
 
     report_only = run("--kbench-compare=base.json", "--kbench-fail=off", slow=True)
     assert report_only.ret == 0
