@@ -81,4 +81,7 @@ def text(load: Optional[Dict[str, Any]]) -> str:
     if not load["busy"]:
         return f"quiet: {said}"
     return (f"BUSY: {said}; the CI is this run's, and on a busy host the next run can read "
-            f"elsewhere (compare versions with kbench.ab, whose paired trials cancel it)")
+            f"elsewhere (compare versions with kbench.ab, whose paired trials cancel it); a "
+            f"call that runs a thread pool (BLAS, OpenMP) waits for its preempted threads: a "
+            f"384^3 matmul on 2 cores read 2-6x its quiet time beside one busy process, so "
+            f"size the pool to the free cores (OPENBLAS_NUM_THREADS, OMP_NUM_THREADS)")
