@@ -202,8 +202,8 @@ class Run:
         f3 = lambda v: "-" if v is None else f"{v:.3f}"              # noqa: E731
         lines = [f"# Time to a figure: kbench vs do_bench and FlashInfer ({r.get('gpu', '?')})", "",
                  f"commit {r.get('commit')}, torch {r.get('torch')}, triton {r.get('triton')}, "
-                 f"kbench defaults (CUPTI, cold L2, sustained regime, 0.5% CI; the row "
-                 f"marked burst: regime='burst'). "
+                 f"kbench defaults (CUPTI, cold L2, burst regime, 0.5% CI or the 0.3 s "
+                 f"sampling budget, whichever first). "
                  f"FlashInfer: {r.get('flashinfer')}.", "",
                  f"Ran on: {environment_text(r.get('environment'))}.", "",
                  f"- first bench in the process: {f2(s['first_bench_s'], ' s')} "
@@ -238,7 +238,27 @@ class Run:
                 f"{f3(c.get('overhead_s'))} | {f3(c.get('cupti_setup_s'))} | {regime} |")
         return "\n".join(lines) + "\n"
 
+    def print_shapes(self) -> None:
+        """The 9-shape sweep's wall per tool, each shape's figure, and the A/B verdicts."""
+        tools = sorted({c["tool"] for c in self.rows("shapes")})
+        if tools:
+            print("\nshape" + " " * 25 + "".join(f"{t[:16]:>18}" for t in tools))
+            for sh in SHAPES:
+                cs = [next((c for c in self.rows("shapes", t) if c["case"] == shape_name(sh)),
+                           {}) for t in tools]
+                print(f"{shape_name(sh):30}" + "".join(
+                    f"{c['figure_us']:>9.2f}us {c['wall_s']:>5.2f}s" if "figure_us" in c
+                    else f"{'-':>18}" for c in cs))
+            print("sweep wall: " + ", ".join(
+                f"{t} {self.total('shapes', t):.2f} s" if self.total("shapes", t) is not None
+                else f"{t} -" for t in tools))
+        for c in self.rows("ab"):
+            print(f"ab {c['case']}: " + (c.get("error") or c.get("skipped") or
+                  f"{c['verdict']} (median delta {c['figure_us']:+.2f}%, CI "
+                  f"{c['ci_pct'][0]:+.2f}..{c['ci_pct'][1]:+.2f}%) in {c['wall_s']:.2f} s"))
+
     def print_table(self) -> None:
+        self.print_shapes()
         s = self.summary()
         tools = ("kbench", "do_bench", "flashinfer")
         print("\ncase                         " + "".join(f"{t + ' (s)':>16}" for t in tools)
@@ -341,6 +361,12 @@ def flashinfer_child(utils_path: Optional[str]) -> None:
     torch.cuda.synchronize()
     case("single", f"{GEMM_NAME} (flashinfer)", lambda: torch.matmul(a, b))
     case("single", f"{GEMM_NAME} (flashinfer again)", lambda: torch.matmul(a, b))
+    for s in SHAPES:
+        m, n, k = s
+        x2 = torch.randn(m, k, device="cuda", dtype=torch.bfloat16)
+        w2 = torch.randn(k, n, device="cuda", dtype=torch.bfloat16)
+        o2 = torch.empty(m, n, device="cuda", dtype=torch.bfloat16)
+        case("shapes", shape_name(s), lambda x2=x2, w2=w2, o2=o2: torch.mm(x2, w2, out=o2))
     print(json.dumps({"source": source, "rows": rows}))
 
 
@@ -398,8 +424,10 @@ def main() -> None:
                     help=f"which of {','.join(SECTIONS)} to run (default: all)")
     ap.add_argument("--kbench-opts", default="{}",
                     help="JSON of options added to every kbench call of shapes and ab")
-    ap.add_argument("--skip-tools", default="kbench sustained",
-                    help="comma-separated shape rows to leave out")
+    ap.add_argument("--skip-tools", default="kbench burst,kbench sustained",
+                    help="comma-separated shape rows to leave out (kbench's default is the "
+                         "burst regime, so its own row is that regime's; 'kbench sustained' "
+                         "adds the opt-in regime, about 3 s a capped shape)")
     args = ap.parse_args()
     if args.flashinfer_child:
         flashinfer_child(args.flashinfer_utils)

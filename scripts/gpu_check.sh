@@ -41,18 +41,23 @@ PY=${PY:-python3}
 mode=${1:-all}
 # benchmarks/gpu_time_to_figure.py, with FlashInfer's CUPTI timer where .whl/flashinfer was
 # carried (scripts/fetch_flashinfer_timer.sh: its timer's file and the cupti-python wheel)
-time_to_figure() {
-  local fi=()
+# FI: the arguments that give gpu_time_to_figure.py FlashInfer's timer (empty without it)
+flashinfer_args() {
+  FI=()
   if [ -f .whl/flashinfer/flashinfer_testing_utils.py ]; then
-    fi=(--flashinfer-utils .whl/flashinfer/flashinfer_testing_utils.py)
+    FI=(--flashinfer-utils .whl/flashinfer/flashinfer_testing_utils.py)
     rm -rf "$LOGS/fi_site"
     # a wheel is a zip: unpacked with its dist-info, which FlashInfer reads for the version
     if $PY -m zipfile -e .whl/flashinfer/cupti_python-*.whl "$LOGS/fi_site" > "$LOGS/fi_unpack.log" 2>&1; then
-      fi+=(--flashinfer-site "$LOGS/fi_site")
+      FI+=(--flashinfer-site "$LOGS/fi_site")
     else
       echo "cupti-python did not unpack (FlashInfer falls back to CUDA events):"; tail -3 "$LOGS/fi_unpack.log"
     fi
   fi
+}
+time_to_figure() {
+  flashinfer_args
+  local fi=(${FI[@]+"${FI[@]}"})
   timeout 150 $PY benchmarks/gpu_time_to_figure.py --budget-s 80 ${fi[@]+"${fi[@]}"} \
     --out "$OUT/h200_time_to_figure.json" --md "$OUT/h200_time_to_figure.md" \
     --traces "$OUT/h200_time_to_figure_traces.json" 2>&1 | tail -18
@@ -267,7 +272,9 @@ if [ "$mode" = budget ]; then
   # sweep, the GEMM A/B) with kbench's new defaults against do_bench; the CI calibration of the
   # default (burst) on a capped GEMM and an add; the GPU tests; the ceilings and the drop-in
   echo "== time to a figure: first bench, 9 shapes, A/B (defaults)"
-  timeout "${TTF_S:-150}" $PY benchmarks/gpu_time_to_figure.py --sections first,shapes,ab \
+  flashinfer_args
+  timeout "${TTF_S:-150}" $PY benchmarks/gpu_time_to_figure.py --sections first,shapes,ab,flashinfer \
+    ${FI[@]+"${FI[@]}"} \
     --out "$OUT/gpu_time_to_figure.json" --md "$OUT/gpu_time_to_figure.md" 2>&1 | tail -28
   echo "== CI calibration of the default budget"
   timeout "${CAL_S:-110}" $PY benchmarks/ci_budget_calibration.py --device cuda --runs 10 --gap-s 1 \
