@@ -405,8 +405,10 @@ class Comparison:
         n = self.compared
         reg = self.regressions
         thr = f"{100 * self.threshold:g}%"
+        # no threshold: a delta counts once the CIs are apart ("beyond 0%" read as a cut-off)
+        beyond = f" beyond {thr}" if self.threshold > 0 else ""
         if reg:
-            text = (f"{len(reg)} of {n} benchmarks slower than {self.old_label} beyond {thr}: "
+            text = (f"{len(reg)} of {n} benchmarks slower than {self.old_label}{beyond}: "
                     + ", ".join(d.key for d in reg))
         elif not n:
             # a baseline of other benchmarks (or none) checks nothing: say so, not "none slower"
@@ -419,16 +421,16 @@ class Comparison:
                     f"{self.new_label} ({what})")
         else:
             nc = len(self.not_comparable)
-            text = (f"no benchmark slower than {self.old_label} beyond {thr} ({n} compared"
+            text = (f"no benchmark slower than {self.old_label}{beyond} ({n} compared"
                     + (f", {nc} not comparable" if nc else "") + ")")
         unresolved = self.unresolved_slower
         if unresolved:
-            text += (f"; {len(unresolved)} slower beyond {thr} by the medians but not resolved "
+            text += (f"; {len(unresolved)} slower{beyond} by the medians but not resolved "
                      f"(their CIs overlap: run longer, or compare in one process with kbench.ab): "
                      + ", ".join(d.key for d in unresolved))
         busy = [d for d in self.deltas if d.verdict == "busy host"]
         if busy:
-            text += (f"; {len(busy)} slower beyond {thr} on a busy host, within the "
+            text += (f"; {len(busy)} slower{beyond} on a busy host, within the "
                      f"+{100 * BUSY_HOST_THRESHOLD:.0f}% the host can explain (not judged: "
                      f"re-run on a quiet host): " + ", ".join(d.key for d in busy))
         bad = self.invalid
@@ -692,11 +694,13 @@ def compare_sets(old: ResultSet, new: ResultSet, threshold: float = 0.0,
             verdict = "unchanged"
         notes = []
         if overlap and abs(delta) > threshold:
-            # the runs' own CI half-widths, as summarize reported them
-            widths = [(d.get("stats") or {}).get("rel_ci_halfwidth") for d in (od, nd)]
-            known = all(isinstance(w, (int, float)) and math.isfinite(w) for w in widths)
-            notes.append("CIs overlap" + (": +-{:.1f}% and +-{:.1f}%".format(
-                *(100 * w for w in widths)) if known else ""))
+            # the runs' own CIs, in the one format every table uses (fmt_ci: two sides where
+            # the order-statistic CI is lopsided)
+            from ._format import fmt_ci
+            cis = [fmt_ci(med, *ci) if ci is not None else "-"
+                   for med, ci in ((old_med, old_ci), (new_med, new_ci))]
+            notes.append("CIs overlap" + (f": {cis[0]} and {cis[1]}"
+                                          if "-" not in (cis[0], cis[1]) else ""))
         if _where(od) != _where(nd):
             notes.append(f"{_where(od)} -> {_where(nd)}")
         wo, wn = _world(od), _world(nd)

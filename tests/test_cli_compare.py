@@ -58,8 +58,11 @@ def test_a_slower_median_inside_wide_cis_is_said_to_be_unresolved():
     by = {d.key: d for d in cmp.deltas}
     w = by["w"]
     assert w.verdict == "within noise" and w.delta > 0.08 and cmp.ok
-    half = [side["w"]["stats"]["rel_ci_halfwidth"] * 100 for side in (old, new)]
-    assert w.note == f"CIs overlap: +-{half[0]:.1f}% and +-{half[1]:.1f}%"
+    # the CIs in the format of every other table (fmt_ci), not a second one
+    from kbench._format import fmt_ci
+    cis = [fmt_ci(*(side["w"]["stats"][k] for k in ("median", "ci_low", "ci_high")))
+           for side in (old, new)]
+    assert w.note == f"CIs overlap: {cis[0]} and {cis[1]}"
     assert [d.key for d in cmp.unresolved_slower] == ["w"]      # q: same, within noise
     text = cmp.summary()
     assert text.startswith("no benchmark slower than baseline beyond 8% (2 compared); 1 slower "
@@ -495,3 +498,17 @@ def test_a_busy_host_is_named_and_judges_only_what_it_cannot_explain():
         assert d.failure is (not busy)
     planted = compare_sets(base, {"k": _doc_on_host(2e-3, busy=True)}, 0.08).deltas[0]
     assert 1.0 > BUSY_HOST_THRESHOLD and planted.verdict == "slower" and planted.failure
+
+
+def test_without_a_threshold_the_summary_names_no_cut_off():
+    """`kbench compare` without --fail compares at threshold 0: a delta counts once the CIs
+    are apart, and the summary says so rather than "beyond 0%"."""
+    from kbench.cli_compare import compare_sets
+    base = {"k": _doc_on_host(1e-3, busy=False)}
+    same = compare_sets(base, {"k": _doc_on_host(1e-3, busy=False)}, 0.0).summary()
+    slow = compare_sets(base, {"k": _doc_on_host(1.5e-3, busy=False)}, 0.0).summary()
+    assert "beyond 0%" not in same + slow
+    assert same.startswith("no benchmark slower than baseline (1 compared")
+    assert slow.startswith("1 of 1 benchmarks slower than baseline: k")
+    assert "beyond 8%" in compare_sets(base, {"k": _doc_on_host(1.5e-3, busy=False)},
+                                       0.08).summary()
