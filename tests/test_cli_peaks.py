@@ -358,9 +358,9 @@ def test_kbench_peaks_measures_past_a_cache_that_is_not_one(fake_peaks, kind, ca
 
 
 @pytest.mark.parametrize("key,value,problem", [
-    ("copy_GBps", 1e-6, "copy_GBps is 1e-06, not a plausible ceiling (0.01 .. 100000 GB/s)"),
+    ("copy_GBps", 1e-6, "copy_GBps is 1e-06, not a plausible ceiling (0.001 .. 100000 GB/s)"),
     ("triad_GBps", 1e9, "triad_GBps is 1000000000.0, not a plausible ceiling"),
-    ("fma_GFLOPs", 0.001, "fma_GFLOPs is 0.001, not a plausible ceiling (0.01 .. 1e+08 GFLOP/s)"),
+    ("fma_GFLOPs", 1e-4, "fma_GFLOPs is 0.0001, not a plausible ceiling (0.001 .. 1e+08 GFLOP/s)"),
     ("fma_fp32_GFLOPs", 1e12, "fma_fp32_GFLOPs is 1000000000000.0, not a plausible"),
 ])
 def test_an_implausible_cached_ceiling_is_ignored_naming_the_file_and_value(
