@@ -1,7 +1,6 @@
 """Units and small text/HTML table helpers shared by the reports."""
 from __future__ import annotations
 
-import errno
 import html
 import os
 import math
@@ -143,6 +142,7 @@ def _naming(e: OSError, path: str, directory: str) -> OSError:
     """e, of the same type and errno, naming the path the caller gave rather than the
     temporary file beside it (a name the caller never saw)."""
     reason = e.strerror or str(e)
+    import errno        # here, not at import: `import kbench` stays light (test_cli)
     if e.errno == errno.ENOENT and not os.path.isdir(directory):
         reason = f"No such directory {directory}"
     return OSError(e.errno, reason, path)   # OSError picks the subclass from errno

@@ -550,7 +550,8 @@ def test_info_finds_nvrtc_in_the_pip_wheel(tmp_path, layout, soname):
     lib = tmp_path / layout / soname
     lib.parent.mkdir(parents=True)
     subprocess.run([shutil.which("gcc"), "-shared", "-fPIC", "-o", str(lib),
-                    str(REPO / "tests" / "fake_cuda" / "fake_libnvrtc.c")], check=True)
+                    str(Path(__file__).resolve().parent / "fake_cuda" / "fake_libnvrtc.c")],
+                   check=True)     # beside this file: the wheel's suite runs from a copy
     out = _info(_info_env(PYTHONPATH=os.pathsep.join([str(tmp_path), str(REPO)])))
     (line,) = [ln for ln in out.splitlines() if ln.startswith("  nvrtc ")]
     assert line == f"  nvrtc  found: {lib}", out
