@@ -187,10 +187,14 @@ def test_settling_again_asks_the_backend_at_least_every_tenth_of_a_second():
                            _resettle=resettle)
     assert r["resettle_dropped"] > 0 and r["stop"] == "iter_cap"
     k = asked_at[-1] - asked_at[-2]
-    assert k >= 50                   # the batch that ended the state: over 0.5 s of slow calls
+    cap = int(0.1 / 0.01) + 1        # 0.1 s of 10 ms calls
+    # the batch that ended the state ran n/16 slow calls, n the samples at the flip (~750-950,
+    # as the warm-up's share of the first 1000 calls varies: 47-60 calls seen): well past the
+    # cap, so a second settle in batches of its size would be asked every ~0.5 s
+    assert k >= 3 * cap, k
     between = [b - a for a, b in zip(second, second[1:])]
     # at most 0.1 s of 10 ms calls between questions (before: k, a question every ~0.6 s)
-    assert between and max(between) <= int(0.1 / 0.01) + 1, (k, between)
+    assert between and max(between) <= cap, (k, between)
     assert len(second) >= 4          # 0.4 s of settling asked about every 0.1 s
 
 
