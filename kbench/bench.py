@@ -40,7 +40,7 @@ def bench(fn: Callable[..., Any], *args: Any,
           group: Any = None,
           dist_timeout_s: Optional[float] = None,
           **backend_options: Any) -> Result:
-    """Benchmark ``fn(*args, **kwargs)``; see the README for every option.
+    """Benchmark ``fn(*args, **kwargs)``; every option, its default and meaning: docs/guide.md (the option table).
 
     flops/bytes: the operation's theoretical FLOPs and bytes per call (each input read once,
     each output written once), for GFLOP/s and GB/s. cold_cache: "flush" (write 2x the
