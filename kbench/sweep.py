@@ -267,6 +267,7 @@ def _worker_died(case: Dict[str, Any], procs: List[Any]) -> Exception:
 def _stop_workers(pool: Any) -> None:
     """Terminate a ProcessPoolExecutor's workers and shut it down without waiting for them."""
     procs = list((getattr(pool, "_processes", None) or {}).values())
+    manager = getattr(pool, "_executor_manager_thread", None)
     for p in procs:
         try:
             p.terminate()
@@ -276,8 +277,17 @@ def _stop_workers(pool: Any) -> None:
         pool.shutdown(wait=False, cancel_futures=True)
     except Exception:
         pass
-    # reap them (a terminated worker exits at once; SIGKILL one that does not), so none is
-    # left behind as a zombie or a stray process
+    # The pool's manager thread sees the worker die and reaps it. Wait for that thread rather
+    # than race it: with two threads in waitpid() on one child, the loser reads ECHILD as
+    # "still running" while the winner waits for the GIL to record the exit code, so the
+    # worker would look alive (to multiprocessing.active_children() too) after this returns.
+    if manager is not None:
+        try:
+            manager.join(1.0)
+        except Exception:
+            pass
+    # then reap what it left (a terminated worker exits at once; SIGKILL one that does not), so
+    # none is left behind as a zombie or a stray process
     for p in procs:
         try:
             p.join(0.5)
