@@ -33,6 +33,8 @@ Verdict rules, per benchmark present in both files, with delta = new median / ol
                     every pair is "not comparable" compared nothing and fails as such. A
                     result without a regime or a cold-cache mode (the
                     CPU's regime, older files) is not judged on it.
+A baseline saved over several sessions (pytest --kbench-save-append; kbench.baseline) gives
+its median of session medians and, as its interval, the range its sessions' CIs covered.
 "slower" is a regression; "slower" and "invalid" are failures (the plugin fails the session on
 them, and so does `kbench compare --fail`). A "within noise" whose median is slower beyond the
 threshold is not a failure, but the note gives both CIs and the summary names it as not
@@ -64,6 +66,7 @@ from typing import Any, Dict, List, Optional, Union
 
 from ._format import fmt_bytes, fmt_time, html_table, text_table
 from .metadata import environment_changes
+from .baseline import check_sessions, figure as session_range
 from .provenance import different
 
 SESSION_SCHEMA = "kbench.session/1"
@@ -238,6 +241,7 @@ def _check_result_doc(d: Any, where: str) -> None:
                 raise ValueError(f"kbench compare: {where}: '{'.'.join(path[:i + 1])}' is a "
                                  f"{type(obj).__name__}, not an object")
     _check_figure(d.get("stats"), where)
+    check_sessions(d, where)
 
 
 def _check_figure(stats: Any, where: str) -> None:
@@ -532,6 +536,11 @@ def memory_verdict(old: Optional[Dict[str, Any]], new: Optional[Dict[str, Any]],
 
 
 def _median_and_ci(d: Dict[str, Any]):
+    several = session_range(d)
+    if several is not None:
+        # a baseline of several sessions: their median of medians, and the range their CIs
+        # covered, which holds the between-session movement one session's CI does not see
+        return several[0], several[1]
     st = d.get("stats") or {}
     med = st.get("median")
     if med is None and d.get("samples_s"):
@@ -710,6 +719,11 @@ def compare_sets(old: ResultSet, new: ResultSet, threshold: float = 0.0,
         flush = _flush_size_note(od, nd)
         if flush:
             notes.append(flush)
+        several = session_range(od)
+        if several is not None:
+            from ._format import fmt_time
+            notes.append(f"{old_label}: {several[2]} sessions, their CIs span "
+                         f"{fmt_time(several[1][0])} .. {fmt_time(several[1][1])}")
         if busy:
             notes.append(f"{' and '.join(busy)} on a busy host: slowdowns up to "
                          f"+{100 * BUSY_HOST_THRESHOLD:.0f}% are not judged")

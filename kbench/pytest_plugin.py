@@ -111,6 +111,9 @@ class _State:
     disabled: bool = False
     max_time_s: Optional[float] = None
     save_partial: bool = False      # --kbench-save-partial: save a session that stopped early
+    append: bool = False            # --kbench-save-append: add the session to the saved one
+    saved_before: Any = None        # that baseline, read at configure time
+    append_notes: List[str] = field(default_factory=list)
     results: Dict[str, Any] = field(default_factory=dict)   # key -> Result
     keys: set = field(default_factory=set)      # every key given out (timed, profiled, disabled)
     baseline: Any = None            # --kbench-compare's results, read at configure time
@@ -134,6 +137,12 @@ def pytest_addoption(parser: pytest.Parser) -> None:
                     help="with --kbench-save: save even when the session stopped early "
                          "(Ctrl-C, -x/--maxfail); by default such a session leaves the saved "
                          "file as it was, not replaced by the benchmarks that ran")
+    group.addoption("--kbench-save-append", action="store_true", default=False,
+                    help="with --kbench-save: add this session to the baseline already in PATH "
+                         "(the last 10 sessions of each benchmark are kept) instead of "
+                         "replacing it; the gate then judges against the range the sessions "
+                         "covered, which holds the movement between sessions that one "
+                         "session's CI does not see. A session on a busy host is not added")
     group.addoption("--kbench-compare", metavar="PATH", default=None,
                     help="compare each benchmark's median with the one saved in PATH (by test "
                          "node id) and print a table of deltas")
@@ -194,12 +203,32 @@ def pytest_configure(config: pytest.Config) -> None:
             raise pytest.UsageError(f"--kbench-compare: {_unprefixed(e)}") from None
     if save is not None:
         _check_save_path(save)
+    append = config.getoption("kbench_save_append")
+    saved_before = None
+    if append:
+        if save is None:
+            raise pytest.UsageError("--kbench-save-append needs --kbench-save=PATH: the "
+                                    "baseline to add this session to")
+        if os.path.exists(save):
+            from .cli_compare import load_results
+            # read now: a file that is not a baseline fails before the tests run, not after
+            try:
+                saved_before = load_results(save)
+                with open(save) as f:
+                    schema = json.load(f).get("schema")
+            except (OSError, ValueError) as e:
+                raise pytest.UsageError(f"--kbench-save-append: {_unprefixed(e)}") from None
+            if schema != SESSION_SCHEMA:
+                raise pytest.UsageError(f"--kbench-save-append: {save} is not a pytest session "
+                                        f"baseline (schema {schema!r}, expected "
+                                        f"{SESSION_SCHEMA!r}): nothing to add this session to")
     config.stash[_STATE_KEY] = _State(save=save, compare=compare, baseline=baseline,
                                       threshold=threshold,
                                       mem_threshold=mem_threshold,
                                       disabled=config.getoption("kbench_disable"),
                                       max_time_s=max_time,
-                                      save_partial=config.getoption("kbench_save_partial"))
+                                      save_partial=config.getoption("kbench_save_partial"),
+                                      append=append, saved_before=saved_before)
 
 
 def _under_xdist(config: pytest.Config) -> bool:
@@ -377,10 +406,28 @@ def _session_metadata(config: pytest.Config) -> Dict[str, Any]:
     return md
 
 
-def _write_session(path: str, config: pytest.Config, results: Dict[str, Any]) -> None:
-    doc = {"schema": SESSION_SCHEMA,
-           "results": {k: r.to_dict() for k, r in results.items()},
-           "metadata": _session_metadata(config)}
+def _appended(before: Any, results: Dict[str, Dict[str, Any]],
+              notes: List[str]) -> Dict[str, Dict[str, Any]]:
+    """The results to save when this session is added to the baseline `before`: each
+    benchmark carries its sessions; a benchmark this session did not run keeps its entry."""
+    from .baseline import append_session
+    from .provenance import different
+    out = {k: dict(v) for k, v in (before or {}).items()}
+    for key, new in results.items():
+        old = out.get(key)
+        changes = different(old, new) if old is not None else []
+        out[key], why = append_session(old, new, changes)
+        if why:
+            notes.append(f"{key}: {why}")
+    return out
+
+
+def _write_session(path: str, config: pytest.Config, results: Dict[str, Any],
+                   state: Optional[_State] = None) -> None:
+    docs = {k: r.to_dict() for k, r in results.items()}
+    if state is not None and state.append:
+        docs = _appended(state.saved_before, docs, state.append_notes)
+    doc = {"schema": SESSION_SCHEMA, "results": docs, "metadata": _session_metadata(config)}
     from ._format import write_atomic
     directory = os.path.dirname(os.path.abspath(path))
     os.makedirs(directory, exist_ok=True)
@@ -421,7 +468,7 @@ def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
                            f"{state.save} left as it was (--kbench-save-partial saves them)")
     elif state.save:
         try:
-            _write_session(state.save, session.config, state.results)
+            _write_session(state.save, session.config, state.results, state)
             state.saved = state.save
         except OSError as e:        # e.g. the disk filled or the directory went away
             state.save_error = f"--kbench-save: cannot write {state.save}: {e.strerror or e}"
@@ -503,6 +550,12 @@ def pytest_terminal_summary(terminalreporter, exitstatus: int, config: pytest.Co
         for line in cmp.notes + cmp.harness_lines() + cmp.environment_lines():
             tr.write_line(line, yellow=True)
     if state.saved:
-        tr.write_line(f"kbench: saved {len(state.results)} result(s) to {state.saved}")
+        if state.append:
+            tr.write_line(f"kbench: added this session's {len(state.results)} result(s) to "
+                          f"{state.saved}")
+            for line in state.append_notes:
+                tr.write_line(f"kbench: --kbench-save-append: {line}", yellow=True)
+        else:
+            tr.write_line(f"kbench: saved {len(state.results)} result(s) to {state.saved}")
     if state.save_note:
         tr.write_line(f"kbench: --kbench-save: {state.save_note}", yellow=True)

@@ -33,6 +33,24 @@ def test_others_cpu_time_and_steal_are_read_from_two_snapshots(tmp_path, monkeyp
     assert load["others_cpus"] == pytest.approx(1.0, abs=0.05)
     assert load["steal_share"] == 0.0 and load["busy"] is True
     assert "BUSY: other processes used 1.00 of 2 CPUs" in hostload.text(load)
+    # 0.5 CPUs of ours beside 1.0 of theirs fits on 2 cores: not oversubscribed
+    assert load["own_cpus"] == pytest.approx(0.5) and load["oversubscribed"] is False
+    assert "OVERSUBSCRIBED" not in hostload.text(load)
+
+
+def test_a_thread_pool_wider_than_the_free_cores_is_named_oversubscribed(tmp_path, monkeypatch):
+    hz = os.sysconf("SC_CLK_TCK")
+    before = hostload.Reading(wall_s=100.0, busy_ticks=1000, steal_ticks=0,
+                              total_ticks=5000, own_s=1.0)
+    # one second on 2 CPUs, both busy: 1.5 CPU-seconds ours (a 2-thread pool), 0.5 another's
+    monkeypatch.setattr(hostload.time, "perf_counter", lambda: 101.0)
+    monkeypatch.setattr(hostload.os, "times",
+                        lambda: os.times_result((2.4, 0.1, 0.0, 0.0, 0.0)))
+    path = _stat(tmp_path, 1000 + 2 * hz, 0, 5000 - 1000, 0)
+    load = hostload.finish(before, path)
+    assert load["busy"] is True and load["oversubscribed"] is True
+    assert "OVERSUBSCRIBED: this call ran 1.50 CPUs of threads where the others left 1.50" \
+        in hostload.text(load)
 
 
 def test_an_unreadable_stat_or_a_run_too_short_to_read_is_no_reading(tmp_path):

@@ -588,3 +588,100 @@ def test_profile_mode_keeps_the_documented_guard_and_fails_no_gate(pytester, run
     res.stdout.fnmatch_lines(["*1 benchmark(s) ran once for a profiler*",
                               "*nothing timed, so nothing was saved or compared*"])
     assert "no benchmark ran" not in res.stdout.str()
+
+
+# ------------------------------------------------------------ a baseline over several sessions
+
+def _session_doc(medians, ci=0.05, busy=False):
+    """A session baseline whose one benchmark carries `medians` as its sessions."""
+    res = {"name": "kernel", "stats": {"median": medians[-1], "ci_low": medians[-1] * (1 - ci),
+                                       "ci_high": medians[-1] * (1 + ci)},
+           "extra": {"host_load": {"busy": busy}}}
+    if len(medians) > 1:
+        res["sessions"] = [{"median": m, "ci_low": m * (1 - ci), "ci_high": m * (1 + ci)}
+                           for m in medians]
+    return {"schema": "kbench.session/1", "results": {"t.py::test_k": res}}
+
+
+def _current(median, ci=0.05):
+    return {"t.py::test_k": {"name": "kernel", "stats": {"median": median,
+                                                         "ci_low": median * (1 - ci),
+                                                         "ci_high": median * (1 + ci)}}}
+
+
+def test_a_baseline_of_several_sessions_judges_against_the_range_they_covered():
+    """One session at 1.00 ms (CI +-5%) fails a 1.14 ms run at 8%; sessions that ranged
+    0.85 .. 1.10 ms take it as within noise, and still fail a 2x."""
+    from kbench.cli_compare import compare_sets, load_results
+    one = load_results(_session_doc([1e-3]))
+    several = load_results(_session_doc([0.85e-3, 1e-3, 1.1e-3]))
+    assert compare_sets(one, _current(1.14e-3), 0.08).deltas[0].verdict == "slower"
+    d = compare_sets(several, _current(1.14e-3), 0.08).deltas[0]
+    assert d.verdict == "within noise"
+    assert d.old_median == pytest.approx(1e-3)             # the median of the session medians
+    assert "3 sessions, their CIs span 807.500 us .. 1.1550 ms" in d.note
+    assert compare_sets(several, _current(2e-3), 0.08).deltas[0].verdict == "slower"
+
+
+@pytest.mark.parametrize("sessions, named", [
+    ([], "not a non-empty list"),
+    ([{"median": 1e-3, "ci_low": 0.9e-3}], "needs a finite median, ci_low and ci_high"),
+    ([{"median": 1e-3, "ci_low": 1.1e-3, "ci_high": 1.2e-3}], "not a confidence interval"),
+    (["1e-3"], "sessions[0] is a str"),
+])
+def test_a_malformed_sessions_list_is_refused_naming_it(sessions, named):
+    from kbench.cli_compare import load_results
+    doc = _session_doc([1e-3])
+    doc["results"]["t.py::test_k"]["sessions"] = sessions
+    with pytest.raises(ValueError, match=r"result 't.py::test_k'.*" + named.replace("[", r"\[")):
+        load_results(doc)
+
+
+def test_append_adds_quiet_sessions_restarts_on_a_new_harness_and_skips_a_busy_one():
+    from kbench.baseline import SESSIONS_KEPT, append_session
+    old = _session_doc([1e-3, 1.1e-3])["results"]["t.py::test_k"]
+    new = _current(0.9e-3)["t.py::test_k"]
+    out, why = append_session(old, new, [])
+    assert why is None and [s["median"] for s in out["sessions"]] == [1e-3, 1.1e-3, 0.9e-3]
+    out, why = append_session(old, new, ["different callable (a -> b)"])
+    assert [s["median"] for s in out["sessions"]] == [0.9e-3] and "sessions restarted" in why
+    busy = dict(new, extra={"host_load": {"busy": True}})
+    out, why = append_session(old, busy, [])
+    assert why == "host busy: this session not added"
+    assert [s["median"] for s in out["sessions"]] == [1e-3, 1.1e-3]
+    for _ in range(2 * SESSIONS_KEPT):
+        old, _ = append_session(old, new, [])
+    assert len(old["sessions"]) == SESSIONS_KEPT
+
+
+def test_save_append_accumulates_sessions_that_the_gate_then_reads(pytester, run):
+    pytester.makepyfile(kbp_bench_test=BENCH_TESTS)
+    skipped = 0
+    for i in range(4):
+        res = run("--kbench-save=base.json", "--kbench-save-append", subprocess=True)
+        assert res.ret == 0, res.stdout.str()
+        res.stdout.fnmatch_lines(["*added this session's 1 result(s) to base.json*"])
+        # a session on a busy host is said and left out (the first starts the file whatever)
+        skipped += "host busy: this session not added" in res.stdout.str()
+    doc = json.loads((pytester.path / "base.json").read_text())
+    entry = doc["results"]["kbp_bench_test.py::test_kernel"]
+    assert len(entry["sessions"]) == 4 - skipped
+    if len(entry["sessions"]) < 2:
+        pytest.skip("the host was busy in 3 of 4 sessions: no range to gate against")
+    assert all(s["ci_low"] <= s["median"] <= s["ci_high"] for s in entry["sessions"])
+    slow = run("--kbench-compare=base.json", "--kbench-fail=8%", slow=True, subprocess=True)
+    assert slow.ret == 1, slow.stdout.str()
+    slow.stdout.fnmatch_lines([f"*{len(entry['sessions'])} sessions, their CIs span*"])
+
+
+def test_save_append_needs_save_and_a_session_file(pytester, run):
+    pytester.makepyfile(kbp_bench_test=BENCH_TESTS)
+    res = run("--kbench-save-append")
+    assert res.ret == pytest.ExitCode.USAGE_ERROR
+    res.stderr.fnmatch_lines(["*--kbench-save-append needs --kbench-save=PATH*"])
+    (pytester.path / "one.json").write_text(json.dumps(
+        {"schema": "kbench.result/1", "name": "k",
+         "stats": {"median": 1e-3, "ci_low": 9e-4, "ci_high": 1.1e-3}}))
+    res = run("--kbench-save=one.json", "--kbench-save-append")
+    assert res.ret == pytest.ExitCode.USAGE_ERROR
+    res.stderr.fnmatch_lines(["*one.json is not a pytest session baseline*"])

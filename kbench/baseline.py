@@ -1,0 +1,93 @@
+"""kbench.baseline: a gate baseline taken over several sessions.
+
+One session's CI says how well that session pinned its own median. It does not see what moves
+between sessions: where the allocator placed the arrays, which core the scheduler chose, the
+turbo state of the moment. On a 2-core VM, a cold 16 MB np.add and a 384^3 matmul moved -18%
+to +16% between quiet pytest sessions whose CIs were +-5%, so an 8% gate against one session
+failed unchanged code 2 times in 10. ``pytest --kbench-save=PATH --kbench-save-append`` adds a
+session to the baseline already in PATH; the gate then judges the current figure against the
+range the baseline's sessions covered (their CIs' envelope), and against its median of
+medians.
+"""
+from __future__ import annotations
+
+import math
+import statistics
+from typing import Any, Dict, List, Optional, Tuple
+
+#: The sessions kept per benchmark: the latest ones. More only widen the envelope with age.
+SESSIONS_KEPT = 10
+
+
+def session_figure(d: Dict[str, Any]) -> Dict[str, Any]:
+    """One session's figure as a baseline keeps it: median, CI, when, and the host's state."""
+    st = d.get("stats") or {}
+    load = (d.get("extra") or {}).get("host_load") or {}
+    return {"median": st.get("median"), "ci_low": st.get("ci_low"), "ci_high": st.get("ci_high"),
+            "created": (d.get("metadata") or {}).get("created"),
+            "host_busy": bool(load.get("busy"))}
+
+
+def sessions_of(d: Optional[Dict[str, Any]]) -> List[Dict[str, Any]]:
+    """The sessions a saved result holds (an empty list: one session, the result itself)."""
+    s = (d or {}).get("sessions")
+    return s if isinstance(s, list) else []
+
+
+def check_sessions(d: Dict[str, Any], where: str) -> None:
+    """A malformed sessions list is refused, naming the entry: a gate must not read a figure
+    that is not one (a missing CI would count as overlapping and pass anything)."""
+    s = d.get("sessions")
+    if s is None:
+        return
+    if not isinstance(s, list) or not s:
+        raise ValueError(f"kbench compare: {where}: 'sessions' is not a non-empty list of "
+                         f"session figures")
+    for i, e in enumerate(s):
+        if not isinstance(e, dict):
+            raise ValueError(f"kbench compare: {where}: sessions[{i}] is a {type(e).__name__}, "
+                             f"not an object")
+        vals = [e.get(k) for k in ("median", "ci_low", "ci_high")]
+        if not all(isinstance(v, (int, float)) and not isinstance(v, bool) and math.isfinite(v)
+                   for v in vals):
+            raise ValueError(f"kbench compare: {where}: sessions[{i}] needs a finite median, "
+                             f"ci_low and ci_high, got {vals!r}")
+        med, lo, hi = vals
+        if not (0 < lo <= med <= hi):
+            raise ValueError(f"kbench compare: {where}: sessions[{i}]: ci_low .. ci_high is "
+                             f"{lo!r} .. {hi!r}, not a confidence interval around the median "
+                             f"{med!r}")
+
+
+def figure(d: Dict[str, Any]) -> Optional[Tuple[float, List[float], int]]:
+    """(median of the sessions' medians, [lowest ci_low, highest ci_high], sessions) where the
+    result holds two or more sessions; None where it holds one."""
+    s = sessions_of(d)
+    if len(s) < 2:
+        return None
+    med = statistics.median(float(e["median"]) for e in s)
+    return med, [min(float(e["ci_low"]) for e in s), max(float(e["ci_high"]) for e in s)], len(s)
+
+
+def append_session(old: Optional[Dict[str, Any]], new: Dict[str, Any],
+                   harness_changes: List[str]) -> Tuple[Dict[str, Any], Optional[str]]:
+    """The result to save for one benchmark when this session is added to a baseline: the new
+    result, carrying the old sessions and its own (the last SESSIONS_KEPT), and a note on why
+    a session was not added (None when both were)."""
+    out = dict(new)
+    mine = session_figure(new)
+    if old is None:
+        out["sessions"] = [mine]
+        return out, None
+    before = sessions_of(old) or [session_figure(old)]
+    if harness_changes:
+        # another callable, script or arguments: the old sessions timed something else
+        out["sessions"] = [mine]
+        return out, "harness changed (" + "; ".join(harness_changes) + "): sessions restarted"
+    if mine["host_busy"]:
+        # a busy host's figure would stretch the range every later run is judged against
+        keep = dict(old)
+        keep["sessions"] = before[-SESSIONS_KEPT:]
+        return keep, "host busy: this session not added"
+    out["sessions"] = (before + [mine])[-SESSIONS_KEPT:]
+    return out, None
