@@ -1,12 +1,13 @@
 """Does the pytest gate pass unchanged code and fail a planted 2x, on a quiet and a busy host?
 
 A user's benchmark module (an f32 matmul 384^3 and a 16 MB np.add, each checked) is saved as a
-baseline once on the quiet host, then compared with ``--kbench-fail=8%`` in --sessions fresh
+baseline from --baseline-sessions quiet sessions (--kbench-save-append), then compared with ``--kbench-fail=8%`` in --sessions fresh
 pytest sessions of the unchanged code and --sessions of a planted 2x (each benchmarked call does
 its work twice), first on the quiet host, then with a second process spinning on a core for
 the whole set. Each session's exit status, pytest's closing line and the gate's summary are
 recorded. The goal: unchanged code passes 10 of 10 and the planted 2x fails 10 of 10, quiet and
-busy; a verdict taken on a busy host says so.
+busy; a verdict taken on a busy host says so. Each row runs under numpy's default thread pool
+and under a pool of one thread (the core a busy 2-core host leaves free), baseline included.
 
     python benchmarks/cpu_gate_busy.py --sessions 10 --out benchmarks/results/cpu_gate_busy.json \
         --md benchmarks/results/cpu_gate_busy.md
@@ -56,8 +57,14 @@ def test_add(kbench):
 '''
 
 
-def session(where: str, *args: str, plant: bool = False) -> Dict[str, Any]:
-    env = dict(os.environ, KBENCH_GATE_PLANT="1" if plant else "0")
+#: the thread pools a row can run under: numpy's default, and the pool sized to the one core
+#: a busy 2-core host leaves free (what the OVERSUBSCRIBED warning advises)
+POOLS = {"default": {}, "1 thread": {"OPENBLAS_NUM_THREADS": "1", "OMP_NUM_THREADS": "1",
+                                     "MKL_NUM_THREADS": "1"}}
+
+
+def session(where: str, *args: str, plant: bool = False, pool: str = "default") -> Dict[str, Any]:
+    env = dict(os.environ, KBENCH_GATE_PLANT="1" if plant else "0", **POOLS[pool])
     t = time.perf_counter()
     p = subprocess.run([sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider",
                         "test_gate_module.py", *args], cwd=where, env=env, capture_output=True,
@@ -67,7 +74,8 @@ def session(where: str, *args: str, plant: bool = False) -> Dict[str, Any]:
     rows = [ln for ln in lines if "test_gate_module.py::" in ln]
     return {"rc": p.returncode, "wall_s": time.perf_counter() - t,
             "closing_line": lines[-1] if lines else "", "gate": gate[-1] if gate else "",
-            "rows": rows, "busy_named": "busy host" in p.stdout}
+            "rows": rows, "busy_named": "busy host" in p.stdout,
+            "added": "added this session's" in p.stdout and "not added" not in p.stdout}
 
 
 def spin() -> None:
@@ -78,36 +86,58 @@ def spin() -> None:
 def markdown(res: Dict[str, Any]) -> str:
     out = ["# The pytest gate on a quiet and a busy host (8% threshold)", "",
            f"{res['machine']}; commit {res.get('commit')}; {res['sessions']} sessions per row; "
-           f"baseline saved once on the quiet host.", "",
-           "| host | code | sessions passed (rc 0) | sessions failed (rc 1) | a busy host named "
-           "| wall per session (median) |", "| --- | --- | ---: | ---: | ---: | ---: |"]
+           f"for each thread pool, a baseline of {res['baseline_sessions']} quiet sessions "
+           f"(pytest --kbench-save-append), taken before the rows.", "",
+           "| thread pool | host | code | sessions passed (rc 0) | sessions failed (rc 1) "
+           "| a busy host named | wall per session (median) |",
+           "| --- | --- | --- | ---: | ---: | ---: | ---: |"]
     for row in res["rows"]:
         s = row["sessions"]
         walls = sorted(x["wall_s"] for x in s)
-        out.append(f"| {row['host']} | {row['code']} | {sum(x['rc'] == 0 for x in s)} | "
+        out.append(f"| {row['pool']} | {row['host']} | {row['code']} | "
+                   f"{sum(x['rc'] == 0 for x in s)} | "
                    f"{sum(x['rc'] == 1 for x in s)} | {sum(x['busy_named'] for x in s)} | "
                    f"{walls[len(walls) // 2]:.2f} s |")
     out += ["", "Last session of each row, pytest's closing line and the gate's summary:", ""]
     for row in res["rows"]:
         last = row["sessions"][-1]
-        out.append(f"- {row['host']}, {row['code']}: `{last['closing_line']}`; {last['gate']}")
+        out.append(f"- {row['pool']}, {row['host']}, {row['code']}: `{last['closing_line']}`; "
+                   f"{last['gate']}")
     return "\n".join(out) + "\n"
 
 
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--sessions", type=int, default=10)
+    ap.add_argument("--baseline-sessions", type=int, default=5,
+                    help="quiet sessions the baseline is saved from (--kbench-save-append)")
+    ap.add_argument("--pools", default=",".join(POOLS),
+                    help="comma-separated thread pools to run: " + ", ".join(POOLS))
     ap.add_argument("--out", required=True)
     ap.add_argument("--md")
     args = ap.parse_args()
     import platform
     res: Dict[str, Any] = {"machine": f"{platform.processor() or 'CPU'}, {os.cpu_count()} CPUs",
                            "commit": os.environ.get("KBENCH_GIT_COMMIT"),
-                           "sessions": args.sessions, "rows": []}
+                           "sessions": args.sessions, "baseline_sessions": args.baseline_sessions,
+                           "rows": [], "baselines": {}}
+    for pool in args.pools.split(","):
+        run_pool(pool, args, res)
+    with open(args.out, "w") as f:
+        json.dump(res, f, indent=1)
+    if args.md:
+        with open(args.md, "w") as f:
+            f.write(markdown(res))
+    return 0
+
+
+def run_pool(pool: str, args: argparse.Namespace, res: Dict[str, Any]) -> None:
     with tempfile.TemporaryDirectory() as where:
         with open(os.path.join(where, "test_gate_module.py"), "w") as f:
             f.write(MODULE)
-        res["baseline"] = session(where, "--kbench-save=base.json")
+        res["baselines"][pool] = [session(where, "--kbench-save=base.json",
+                                          "--kbench-save-append", pool=pool)
+                                  for _ in range(args.baseline_sessions)]
         for host in ("quiet", "busy"):
             hog = mp.Process(target=spin, daemon=True) if host == "busy" else None
             if hog:
@@ -117,20 +147,16 @@ def main() -> int:
                     runs: List[Dict[str, Any]] = []
                     for _ in range(args.sessions):
                         runs.append(session(where, "--kbench-compare=base.json",
-                                            "--kbench-fail=8%", plant=plant))
-                    res["rows"].append({"host": host, "code": code, "sessions": runs})
-                    print(f"{host:5} {code:10} passed {sum(r['rc'] == 0 for r in runs)}/"
-                          f"{len(runs)}; last: {runs[-1]['closing_line']}", flush=True)
+                                            "--kbench-fail=8%", plant=plant, pool=pool))
+                    res["rows"].append({"pool": pool, "host": host, "code": code,
+                                        "sessions": runs})
+                    print(f"{pool:8} {host:5} {code:10} passed "
+                          f"{sum(r['rc'] == 0 for r in runs)}/{len(runs)}; last: "
+                          f"{runs[-1]['closing_line']}", flush=True)
             finally:
                 if hog:
                     hog.terminate()
                     hog.join()
-    with open(args.out, "w") as f:
-        json.dump(res, f, indent=1)
-    if args.md:
-        with open(args.md, "w") as f:
-            f.write(markdown(res))
-    return 0
 
 
 if __name__ == "__main__":

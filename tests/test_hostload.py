@@ -53,6 +53,22 @@ def test_a_thread_pool_wider_than_the_free_cores_is_named_oversubscribed(tmp_pat
         in hostload.text(load)
 
 
+def test_a_pool_on_every_core_is_oversubscribed_on_a_quiet_host_too(tmp_path, monkeypatch):
+    """2 threads on 2 cores beside a daemon's 0.1 CPU: not busy, but any preemption stalls
+    the pool (a 384^3 matmul moved +-30% between quiet sessions)."""
+    hz = os.sysconf("SC_CLK_TCK")
+    before = hostload.Reading(wall_s=100.0, busy_ticks=1000, steal_ticks=0,
+                              total_ticks=5000, own_s=1.0)
+    monkeypatch.setattr(hostload.time, "perf_counter", lambda: 101.0)
+    monkeypatch.setattr(hostload.os, "times",
+                        lambda: os.times_result((2.8, 0.1, 0.0, 0.0, 0.0)))
+    path = _stat(tmp_path, 1000 + 2 * hz, 0, 5000 - 1000, 0)
+    load = hostload.finish(before, path)
+    assert load["busy"] is False and load["oversubscribed"] is True
+    text = hostload.text(load)
+    assert text.startswith("quiet: ") and "OVERSUBSCRIBED: this call ran 1.90 CPUs" in text
+
+
 def test_an_unreadable_stat_or_a_run_too_short_to_read_is_no_reading(tmp_path):
     assert hostload.finish(hostload.start(), str(tmp_path / "missing")) is None
     # under MIN_READ_S the clock ticks of /proc/stat say nothing
