@@ -4,7 +4,10 @@ from typing import Any, Callable, Dict, List, Optional, Sequence, Tuple, Union
 
 HAVE_CUDA: int
 HAVE_HIP: int   # the HIP backend is built with the GPU backends (0 under KBENCH_NO_CUDA=1)
-LOOP_DEFAULTS: dict[str, Any]   # the timing loop's defaults (csrc/core/measure.c): the only place they are written
+# the option schema (csrc/core/kb_schema.h): one dict per option of the C core -- name, type,
+# default, with_target, choices, min, max, min_open, max_open, backends, layer, doc
+OPTION_SCHEMA: Tuple[Dict[str, Any], ...]
+LOOP_DEFAULTS: dict[str, Any]   # the timing loop's defaults, from the schema's loop rows
 CI_MIN_SAMPLES: int             # the 'ci' rule stops from this many samples on (their order judged)
 CUDA_HEADERS_VERSION: int
 # what the build compiled: backends ("host"[, "cuda"]), cuda_version (CUDA_VERSION of cuda.h),

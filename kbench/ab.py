@@ -24,6 +24,7 @@ from typing import Any, Callable, Dict, List, Optional, Sequence, Tuple, Union
 import numpy as np
 
 from ._format import dump_json, fmt_time, html_table, load_json_as, text_table
+from .options import bench_docstring_section
 from .result import Result
 
 AB_SCHEMA = "kbench.ab/1"
@@ -320,3 +321,8 @@ def ab(arms: Arms, *args: Any, trials: int = 10, ci_level: float = 0.95,
                                          ci_level=ci_level, same_sign=same, verdict=verdict))
     return ABResult(arms=[n for n, _ in pairs], trials=trial_results, orders=orders,
                     comparisons=comparisons, options=dict(opts, trials=trials))
+
+
+# kbench.bench's options, which ab passes to every trial, from the one schema (kbench.options)
+ab.__doc__ = (f"{ab.__doc__.rstrip()}\n\n"
+              f"{bench_docstring_section('kbench.bench options, passed to every trial')}\n")

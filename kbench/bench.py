@@ -9,6 +9,7 @@ from __future__ import annotations
 from typing import Any, Callable, Dict, Optional, Union
 
 from .local import bench_local
+from .options import bench_docstring_section
 from .prepare import BENCH_DEFAULTS
 from .result import Result
 
@@ -40,20 +41,12 @@ def bench(fn: Callable[..., Any], *args: Any,
           group: Any = None,
           dist_timeout_s: Optional[float] = None,
           **backend_options: Any) -> Result:
-    """Benchmark ``fn(*args, **kwargs)``; every option, its default and meaning: docs/guide.md (the option table).
+    """Benchmark ``fn(*args, **kwargs)``: check it, then time it, and return a Result.
 
-    flops/bytes: the operation's theoretical FLOPs and bytes per call (each input read once,
-    each output written once), for GFLOP/s and GB/s. cold_cache: "flush" (write 2x the
-    last-level cache before each sample, outside the timed region), "rotate" (cycle through
-    argument sets whose footprint exceeds the cache) or None (hot). check: a reference output,
-    or a callable computing it from the same arguments; the output must match it (rtol/atol,
-    defaults per dtype) before anything is timed. The output is what fn returns, or the
-    argument named by out_arg (a position in args, or a keyword of kwargs) for a kernel that
-    writes in place and returns None, or kwargs["out"]; it is poisoned (NaN) before the check.
-    memory: measure the peak memory of one untimed call (kbench.memory). profile: run once for
-    a profiler instead of timing (kbench.profile; None: KBENCH_PROFILE=1, or a GPU case under
-    a profiler's CUDA_INJECTION64_PATH). group: time on every rank of a torch ProcessGroup or
-    mpi4py communicator ('auto': the initialised one), MAX per sample (kbench.distributed).
+    With check=, the output must match the reference before anything is timed. The output is
+    what fn returns, or the argument named by out_arg (a position in args, or a keyword of
+    kwargs) for a kernel that writes in place and returns None, or kwargs["out"]; it is
+    poisoned (NaN) before the check, so an output fn never writes cannot pass.
     """
     # every parameter but fn, args, group and the backend's options, as given
     given = {k: v for k, v in locals().items()
@@ -63,3 +56,8 @@ def bench(fn: Callable[..., Any], *args: Any,
         return bench_on_ranks(fn, *args, group=group, dist_timeout_s=dist_timeout_s, **given,
                               **backend_options)
     return bench_local(fn, *args, **given, **backend_options)
+
+
+# the option list, from the one schema per layer (kbench.options): it cannot drift from the
+# defaults and ranges the parsers use
+bench.__doc__ = f"{bench.__doc__.rstrip()}\n\n{bench_docstring_section()}\n"

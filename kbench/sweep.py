@@ -39,6 +39,7 @@ import numpy as np
 
 from ._format import (dump_json, fmt_bytes, fmt_pct, fmt_rate, fmt_time, html_table,
                       load_json_as, text_table, write_atomic)
+from .options import bench_docstring_section
 from .result import Result
 
 _ROW_KEYS = ("name", "median_s", "ci_low_s", "ci_high_s", "rel_ci", "samples", "bytes_per_s",
@@ -662,3 +663,8 @@ def sweep(factory: Callable[..., Any], axes: Dict[str, Sequence[Any]], *,
         results.append(r)
     return SweepResult(axes=axes, cases=cases, results=results, isolate=isolate,
                        options=dict(bench_options), factory_name=what)
+
+
+# kbench.bench's options, which sweep passes to every case, from the one schema (kbench.options)
+sweep.__doc__ = (f"{sweep.__doc__.rstrip()}\n\n"
+                 f"{bench_docstring_section('kbench.bench options, passed to every case')}\n")

@@ -11,6 +11,7 @@
 #ifndef KBENCH_WATCHDOG_H
 #define KBENCH_WATCHDOG_H
 
+#include "kb_schema.h"
 #include <pthread.h>
 #include <stdint.h>
 
@@ -28,13 +29,8 @@ typedef struct {
 
 /* Start the thread for `flag` (already allocated, set to 0). 0, or an errno from
  * pthread_create (no Python: the caller raises). */
-/* The longest timeout the options accept (11.6 days: a gate held longer is a hang, not a
- * measurement); the watchdog clamps any longer wait to it too. */
-#define KB_GATE_TIMEOUT_MAX_S 1e6
-/* The most launches one gated batch may queue, in every backend: a launch queue holds about
- * 1-2k, and a gated batch past it waits on the watchdog every time (and sets up as many event
- * pairs, before anything runs). */
-#define KB_GATE_BATCH_MAX 4096
+/* KB_GATE_TIMEOUT_MAX_S, the longest timeout the options accept, is the option schema's
+ * (kb_schema.h): the watchdog clamps any longer wait to it too. */
 
 int kb_watchdog_start(kb_watchdog *w, volatile uint32_t *flag, double timeout_s);
 /* The gate was closed at `generation`: arm the timeout. */

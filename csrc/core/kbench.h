@@ -35,6 +35,8 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "kb_schema.h"
+
 #define KB_EXPORT __attribute__((visibility("default")))
 
 /* ------------------------------------------------------------------ state */
@@ -220,8 +222,8 @@ typedef struct {
     Py_ssize_t min_samples;     /* never stop before this many samples (default 10) */
     Py_ssize_t max_samples;     /* iteration cap (default 100000) */
     double max_time_s;          /* sampling time, wall clock: the budget (default
-                                 * KB_BUDGET_S) or, with an explicit target, the cap
-                                 * (KB_TARGET_MAX_TIME_S) */
+                                 * max_time_s's default) or, with an explicit target, the
+                                 * cap (its with_target, kb_schema.h) */
     int budget;                 /* no target given: max_time_s is a budget, and a run it stops
                                  * states the CI it reached (KB_STOP_BUDGET), no warning */
     double target;              /* criterion target (default 0.005 = 0.5% rel. CI half-width) */
@@ -336,6 +338,7 @@ int kb_loop_config_parse(PyObject *kw, kb_loop_config *cfg);
 /* _core.LOOP_DEFAULTS: the loop's defaults, for Python code that needs a value it was not
  * given (module exec). */
 int kb_loop_module_init(PyObject *m);
+int kb_schema_module_init(PyObject *m);     /* schema.c: OPTION_SCHEMA */
 int kb_loop_run(kb_backend *b, const kb_loop_config *cfg, kb_loop_result *res);
 void kb_loop_result_free(kb_loop_result *res);
 

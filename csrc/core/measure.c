@@ -16,24 +16,12 @@
 #include <string.h>
 
 
-/* The longest warm-up and sampling time an option may ask for: past these a value is a mistake
- * (1e300, a unit slip), not a plan, and a loop that runs for it cannot be told from a hang. */
-#define KB_MAX_WARMUP_S 3600.0
-#define KB_MAX_TIME_S 86400.0
+/* The loop's options, their defaults and ranges: the option schema's rows (kb_schema.h). */
 
-/* The default contract: a figure in a bounded time, its CI stated. Sampling stops at the
- * target or after KB_BUDGET_S, whichever comes first (a backend's sampling floor still holds:
- * a capped sustained load samples >= 1 s), and the warm-up's limit is KB_BUDGET_WARMUP_S. A
- * caller who asks for a precision (target=) waits for it, up to KB_TARGET_MAX_TIME_S. */
-#define KB_BUDGET_S 0.3
-#define KB_BUDGET_WARMUP_S 0.25
-#define KB_TARGET_MAX_TIME_S 10.0
-#define KB_TARGET_WARMUP_S 1.0
-
-/* Pop kw[key] as a finite double in [lo, hi] (lo excluded when lo_open). Absent: *out untouched. */
-static int pop_double(PyObject *kw, const char *key, double *out, double lo, int lo_open,
-                      double hi)
+/* Pop kw[spec's name] as a finite double in the row's range. Absent: *out untouched. */
+static int pop_double(PyObject *kw, const kb_opt_spec *spec, double *out)
 {
+    const char *key = spec->name;
     if (kw == NULL)
         return 0;
     PyObject *v = PyDict_GetItemString(kw, key); /* borrowed */
@@ -55,10 +43,13 @@ static int pop_double(PyObject *kw, const char *key, double *out, double lo, int
                          Py_TYPE(v)->tp_name);
         return -1;
     }
-    if (!isfinite(d) || (lo_open ? d <= lo : d < lo) || d > hi) {
+    int lo_open = (spec->bounds & KB_LO_OPEN) != 0, hi_open = (spec->bounds & KB_HI_OPEN) != 0;
+    double lo = spec->lo, hi = spec->hi;
+    if (!isfinite(d) || (lo_open ? d <= lo : d < lo) || (hi_open ? d >= hi : d > hi)) {
         char bounds[64];   /* PyErr_Format has no %g */
         if (isfinite(hi))
-            snprintf(bounds, sizeof bounds, "%s %g and <= %g", lo_open ? ">" : ">=", lo, hi);
+            snprintf(bounds, sizeof bounds, "%s %g and %s %g", lo_open ? ">" : ">=", lo,
+                     hi_open ? "<" : "<=", hi);
         else
             snprintf(bounds, sizeof bounds, "%s %g and finite", lo_open ? ">" : ">=", lo);
         PyErr_Format(PyExc_ValueError, "%s must be %s, got %R", key, bounds, v);
@@ -68,10 +59,12 @@ static int pop_double(PyObject *kw, const char *key, double *out, double lo, int
     return PyDict_DelItemString(kw, key);
 }
 
-/* Pop kw[key] as an integer >= lo: a Python int or anything with __index__ (numpy integers),
- * never a bool or a float. Absent: *out untouched. */
-static int pop_count(PyObject *kw, const char *key, Py_ssize_t *out, Py_ssize_t lo)
+/* Pop kw[spec's name] as an integer >= the row's lowest: a Python int or anything with
+ * __index__ (numpy integers), never a bool or a float. Absent: *out untouched. */
+static int pop_count(PyObject *kw, const kb_opt_spec *spec, Py_ssize_t *out)
 {
+    const char *key = spec->name;
+    Py_ssize_t lo = (Py_ssize_t)spec->lo;
     if (kw == NULL)
         return 0;
     PyObject *v = PyDict_GetItemString(kw, key);
@@ -92,20 +85,20 @@ static int pop_count(PyObject *kw, const char *key, Py_ssize_t *out, Py_ssize_t 
     return PyDict_DelItemString(kw, key);
 }
 
-/* The loop's defaults, written here and only here: Python reads them as _core.LOOP_DEFAULTS. */
+/* The loop's defaults: the schema's, so Python's _core.LOOP_DEFAULTS reads the same. */
 static void loop_config_defaults(kb_loop_config *cfg)
 {
-    cfg->warmup_s = KB_BUDGET_WARMUP_S;
-    cfg->warmup_min = 1;
-    cfg->warmup_tol = 0.02;
-    cfg->min_samples = 10;
-    cfg->max_samples = 100000;
-    cfg->max_time_s = KB_BUDGET_S;
+    cfg->warmup_s = KB_DEFAULT(warmup_s);
+    cfg->warmup_min = (Py_ssize_t)KB_DEFAULT(warmup_min);
+    cfg->warmup_tol = KB_DEFAULT(warmup_tol);
+    cfg->min_samples = (Py_ssize_t)KB_DEFAULT(min_samples);
+    cfg->max_samples = (Py_ssize_t)KB_DEFAULT(max_samples);
+    cfg->max_time_s = KB_DEFAULT(max_time_s);
     cfg->budget = 1;
-    cfg->target = 0.005;
-    cfg->ci_level = 0.95;
-    strcpy(cfg->criterion, "ci");
-    cfg->batch_max = 1 << 20;
+    cfg->target = KB_DEFAULT(target);
+    cfg->ci_level = KB_DEFAULT(ci_level);
+    snprintf(cfg->criterion, sizeof cfg->criterion, "%s", KB_SPEC(criterion)->text);
+    cfg->batch_max = (Py_ssize_t)KB_DEFAULT(batch_max);
 }
 
 /* _after_fork_in_child(): a forked child starts with the lock free. A thread of the parent
@@ -129,16 +122,7 @@ static PyMethodDef loop_methods[] = {
 
 int kb_loop_module_init(PyObject *m)
 {
-    kb_loop_config cfg;
-    loop_config_defaults(&cfg);
-    PyObject *d = Py_BuildValue("{s:d,s:n,s:d,s:n,s:n,s:d,s:d,s:d,s:s,s:n,s:d,s:d}",
-                                "warmup_s", cfg.warmup_s, "warmup_min", cfg.warmup_min,
-                                "warmup_tol", cfg.warmup_tol, "min_samples", cfg.min_samples,
-                                "max_samples", cfg.max_samples, "max_time_s", cfg.max_time_s,
-                                "target", cfg.target, "ci_level", cfg.ci_level, "criterion",
-                                cfg.criterion, "batch_max", cfg.batch_max,
-                                "max_time_s_with_target", KB_TARGET_MAX_TIME_S,
-                                "warmup_s_with_target", KB_TARGET_WARMUP_S);
+    PyObject *d = kb_schema_defaults(KB_ON_ALL, 1);
     if (d == NULL)
         return -1;
     int rc = PyModule_AddObjectRef(m, "LOOP_DEFAULTS", d);
@@ -153,26 +137,20 @@ int kb_loop_config_parse(PyObject *kw, kb_loop_config *cfg)
     int target_given = kw != NULL && PyDict_GetItemString(kw, "target") != NULL;
     if (target_given) {     /* a precision asked for: waited for, up to the old cap */
         cfg->budget = 0;
-        cfg->max_time_s = KB_TARGET_MAX_TIME_S;
-        cfg->warmup_s = KB_TARGET_WARMUP_S;
+        cfg->max_time_s = KB_SPEC(max_time_s)->with_target;
+        cfg->warmup_s = KB_SPEC(warmup_s)->with_target;
     }
     if (kb_ranks_parse(kw, cfg) < 0 ||
-        pop_double(kw, "warmup_s", &cfg->warmup_s, 0.0, 0, KB_MAX_WARMUP_S) < 0 ||
-        pop_count(kw, "warmup_min", &cfg->warmup_min, 0) < 0 ||
-        pop_double(kw, "warmup_tol", &cfg->warmup_tol, 0.0, 0, 1.0) < 0 ||
-        pop_count(kw, "min_samples", &cfg->min_samples, 1) < 0 ||
-        pop_count(kw, "max_samples", &cfg->max_samples, 1) < 0 ||
-        pop_double(kw, "max_time_s", &cfg->max_time_s, 0.0, 1, KB_MAX_TIME_S) < 0 ||
-        pop_double(kw, "target", &cfg->target, 0.0, 1, INFINITY) < 0 ||
-        pop_double(kw, "ci_level", &cfg->ci_level, 0.0, 1, INFINITY) < 0 ||
-        pop_count(kw, "batch_max", &cfg->batch_max, 1) < 0)
+        pop_double(kw, KB_SPEC(warmup_s), &cfg->warmup_s) < 0 ||
+        pop_count(kw, KB_SPEC(warmup_min), &cfg->warmup_min) < 0 ||
+        pop_double(kw, KB_SPEC(warmup_tol), &cfg->warmup_tol) < 0 ||
+        pop_count(kw, KB_SPEC(min_samples), &cfg->min_samples) < 0 ||
+        pop_count(kw, KB_SPEC(max_samples), &cfg->max_samples) < 0 ||
+        pop_double(kw, KB_SPEC(max_time_s), &cfg->max_time_s) < 0 ||
+        pop_double(kw, KB_SPEC(target), &cfg->target) < 0 ||
+        pop_double(kw, KB_SPEC(ci_level), &cfg->ci_level) < 0 ||
+        pop_count(kw, KB_SPEC(batch_max), &cfg->batch_max) < 0)
         return -1;
-    if (cfg->ci_level >= 1.0) {
-        char got[32];
-        snprintf(got, sizeof got, "%g", cfg->ci_level);
-        PyErr_Format(PyExc_ValueError, "ci_level must be in (0, 1), got %s", got);
-        return -1;
-    }
     if (cfg->min_samples > cfg->max_samples) {
         PyErr_Format(PyExc_ValueError, "min_samples (%zd) must not exceed max_samples (%zd)",
                      cfg->min_samples, cfg->max_samples);

@@ -203,8 +203,6 @@ typedef struct {
 /* The callable's own warm-up on CUDA: the busy kernel has brought the clocks up, so it needs
  * only its caches, allocator and JIT warm: at most this long (the loop's warmup_s is clamped,
  * and the result says so), at least this many calls. */
-/* The busy kernel's longest warm-up (an hour: past it a typo, not a warm-up). */
-#define KB_BUSY_WARMUP_MAX_S 3600.0
 #define KB_CUDA_CALLABLE_WARMUP_MAX_S 0.1
 #define KB_CUDA_CALLABLE_WARMUP_MIN 3
 

@@ -10,58 +10,73 @@
 #include <math.h>
 #include <stdio.h>
 
+/* The schema's defaults (kb_schema.h), so _core.CUDA_DEFAULTS and the parser agree. */
 static void cuda_options_defaults(kb_cuda_options *o)
 {
-    *o = (kb_cuda_options){.stream = NULL, .device = 0, .mode = KB_GPU_EVENTS,
-                           .cold = KB_COLD_NONE, .flush_bytes = 0, .unroll = 1.0, .gate = 1,
-                           .keep_busy = 1, .gate_batch = 32, .gate_timeout_s = 1.0,
-                           .busy_warmup_s = -1.0, .cupti_allow_foreign = 0, .sample_clocks = 1,
-                           .clock_period_s = 0.005, .settle_max_s = 4.0,
-                           .regime = KB_REGIME_BURST, .pre_sample = NULL};
+    *o = (kb_cuda_options){
+        .stream = NULL, .device = (int)KB_DEFAULT(device), .mode = (kb_gpu_mode)KB_DEFAULT(mode),
+        .cold = KB_COLD_NONE, .flush_bytes = (Py_ssize_t)KB_DEFAULT(flush_bytes),
+        .unroll = KB_DEFAULT(unroll), .gate = KB_DEFAULT(gate) != 0.0,
+        .keep_busy = KB_DEFAULT(keep_busy) != 0.0,
+        .gate_batch = (Py_ssize_t)KB_DEFAULT(gate_batch),
+        .gate_timeout_s = KB_DEFAULT(gate_timeout_s), .busy_warmup_s = -1.0 /* None */,
+        .cupti_allow_foreign = KB_DEFAULT(cupti_allow_foreign) != 0.0,
+        .sample_clocks = KB_DEFAULT(sample_clocks) != 0.0,
+        .clock_period_s = KB_DEFAULT(clock_period_s), .settle_max_s = KB_DEFAULT(settle_max_s),
+        .regime = (kb_regime)KB_DEFAULT(regime), .pre_sample = NULL};
 }
 
 int kb_cuda_options_module_init(PyObject *m)
 {
-    kb_cuda_options o;
-    cuda_options_defaults(&o);
-    PyObject *d = Py_BuildValue(
-        "{s:i,s:s,s:O,s:n,s:d,s:O,s:O,s:n,s:d,s:O,s:O,s:O,s:d,s:d,s:s,s:O,s:d,s:n}", "device",
-        o.device, "mode", "events", "cold", Py_None, "flush_bytes", o.flush_bytes, "unroll",
-        o.unroll, "gate", o.gate ? Py_True : Py_False, "keep_busy",
-        o.keep_busy ? Py_True : Py_False, "gate_batch", o.gate_batch, "gate_timeout_s",
-        o.gate_timeout_s, "busy_warmup_s", Py_None, "cupti_allow_foreign",
-        o.cupti_allow_foreign ? Py_True : Py_False, "sample_clocks",
-        o.sample_clocks ? Py_True : Py_False, "clock_period_s", o.clock_period_s,
-        "settle_max_s", o.settle_max_s, "regime",
-        o.regime == KB_REGIME_BURST ? "burst" : "sustained", "pre_sample", Py_None,
-        "callable_warmup_max_s", KB_CUDA_CALLABLE_WARMUP_MAX_S, "callable_warmup_min",
-        (Py_ssize_t)KB_CUDA_CALLABLE_WARMUP_MIN);
+    PyObject *d = kb_schema_defaults(KB_ON_CUDA, 0);
     if (d == NULL)
         return -1;
-    int rc = PyModule_AddObjectRef(m, "CUDA_DEFAULTS", d);
+    /* the callable path's warm-up bounds: constants of the backend, not options */
+    PyObject *wmax = PyFloat_FromDouble(KB_CUDA_CALLABLE_WARMUP_MAX_S);
+    PyObject *wmin = PyLong_FromSsize_t((Py_ssize_t)KB_CUDA_CALLABLE_WARMUP_MIN);
+    int rc = (wmax && wmin && PyDict_SetItemString(d, "cold", Py_None) == 0 &&
+              PyDict_SetItemString(d, "pre_sample", Py_None) == 0 &&
+              PyDict_SetItemString(d, "callable_warmup_max_s", wmax) == 0 &&
+              PyDict_SetItemString(d, "callable_warmup_min", wmin) == 0)
+                 ? PyModule_AddObjectRef(m, "CUDA_DEFAULTS", d) : -1;
+    Py_XDECREF(wmax);
+    Py_XDECREF(wmin);
     Py_DECREF(d);
     return rc;
 }
 
-/* One of two names: *out = 0 for a, 1 for b; None keeps the default when none_ok. */
-static int opt_choice(PyObject *opts, const char *key, const char *a, const char *b, int none_ok,
-                      int *out)
+/* A choice option, by the schema's row: *out = the index of the name given among the row's
+ * choices; None keeps the default when none_ok. */
+static int opt_choice(PyObject *opts, const kb_opt_spec *spec, int none_ok, int *out)
 {
     PyObject *v;
-    int present = kb_opt_take(opts, key, &v);
+    int present = kb_opt_take(opts, spec->name, &v);
     if (present <= 0)
         return present;
-    int rc = 0;
-    if (PyUnicode_Check(v) && PyUnicode_CompareWithASCIIString(v, a) == 0)
-        *out = 0;
-    else if (PyUnicode_Check(v) && PyUnicode_CompareWithASCIIString(v, b) == 0)
-        *out = 1;
-    else if (!(none_ok && v == Py_None)) {
-        PyErr_Format(PyExc_ValueError, "%s must be '%s' or '%s', got %R", key, a, b, v);
+    int rc = 0, k = -1;
+    if (PyUnicode_Check(v)) {
+        const char *text = PyUnicode_AsUTF8(v);
+        if (text == NULL)
+            rc = -1;
+        else
+            k = kb_spec_choice(spec, text);
+    }
+    if (k >= 0)
+        *out = k;
+    else if (rc == 0 && !(none_ok && v == Py_None)) {
+        char names[96];
+        kb_spec_choices_text(spec, names, sizeof names);
+        PyErr_Format(PyExc_ValueError, "%s must be %s, got %R", spec->name, names, v);
         rc = -1;
     }
     Py_DECREF(v);
     return rc;
+}
+
+/* A number option by the schema's row: its name and range. */
+static int opt_float(PyObject *opts, const kb_opt_spec *s, double *out)
+{
+    return kb_opt_float(opts, W, s->name, out, s->lo, (s->bounds & KB_LO_OPEN) != 0, s->hi);
 }
 
 static int opt_stream(PyObject *opts, kb_cuda_options *o)
@@ -96,26 +111,25 @@ int kb_cuda_options_parse(PyObject *opts, int fn_is_graph, Py_ssize_t n_sets,
     int mode = o->mode, regime = o->regime;
     if (opt_stream(opts, o) < 0 ||
         kb_opt_count(opts, W, "device", &device, 0, PY_SSIZE_T_MAX) < 0 ||
-        kb_opt_count(opts, W, "flush_bytes", &o->flush_bytes, 0, PY_SSIZE_T_MAX) < 0 ||
-        kb_opt_count(opts, W, "gate_batch", &o->gate_batch, 1, KB_GATE_BATCH_MAX) < 0 ||
-        /* past 1e6 s the watchdog's deadline overflowed time_t and the thread spun */
-        kb_opt_float(opts, W, "gate_timeout_s", &o->gate_timeout_s, 0.0, 1,
-                     KB_GATE_TIMEOUT_MAX_S) < 0 ||
-        kb_opt_float(opts, W, "busy_warmup_s", &o->busy_warmup_s, 0.0, 0,
-                     KB_BUSY_WARMUP_MAX_S) < 0 ||
-        kb_opt_float(opts, W, "unroll", &o->unroll, 1.0, 0, INFINITY) < 0 ||
-        kb_opt_float(opts, W, "clock_period_s", &o->clock_period_s, 0.0, 1, INFINITY) < 0 ||
-        kb_opt_float(opts, W, "settle_max_s", &o->settle_max_s, 0.0, 0, INFINITY) < 0 ||
+        kb_opt_count(opts, W, "flush_bytes", &o->flush_bytes, (Py_ssize_t)KB_SPEC(flush_bytes)->lo,
+                     kb_spec_count_hi(KB_SPEC(flush_bytes))) < 0 ||
+        kb_opt_count(opts, W, "gate_batch", &o->gate_batch, (Py_ssize_t)KB_SPEC(gate_batch)->lo,
+                     kb_spec_count_hi(KB_SPEC(gate_batch))) < 0 ||
+        opt_float(opts, KB_SPEC(gate_timeout_s), &o->gate_timeout_s) < 0 ||
+        opt_float(opts, KB_SPEC(busy_warmup_s), &o->busy_warmup_s) < 0 ||
+        opt_float(opts, KB_SPEC(unroll), &o->unroll) < 0 ||
+        opt_float(opts, KB_SPEC(clock_period_s), &o->clock_period_s) < 0 ||
+        opt_float(opts, KB_SPEC(settle_max_s), &o->settle_max_s) < 0 ||
         kb_opt_bool(opts, "gate", &o->gate) < 0 || kb_opt_bool(opts, "keep_busy", &o->keep_busy) < 0 ||
         kb_opt_bool(opts, "cupti_allow_foreign", &o->cupti_allow_foreign) < 0 ||
         kb_opt_bool(opts, "sample_clocks", &o->sample_clocks) < 0 ||
-        opt_choice(opts, "mode", "events", "cupti", 0, &mode) < 0 ||
-        opt_choice(opts, "regime", "sustained", "burst", 1, &regime) < 0 ||
+        opt_choice(opts, KB_SPEC(mode), 0, &mode) < 0 ||
+        opt_choice(opts, KB_SPEC(regime), 1, &regime) < 0 ||
         opt_pre_sample(opts, o) < 0 || kb_pop_cold_mode(opts, &o->cold) < 0)
         return -1;
-    if (device > 63) {
-        PyErr_Format(PyExc_ValueError, "measure_cuda: device must be a CUDA ordinal 0..63, "
-                                       "got %zd", device);
+    if (device > kb_spec_count_hi(KB_SPEC(device))) {
+        PyErr_Format(PyExc_ValueError, "measure_cuda: device must be a CUDA ordinal 0..%zd, "
+                                       "got %zd", kb_spec_count_hi(KB_SPEC(device)), device);
         return -1;
     }
     o->device = (int)device;

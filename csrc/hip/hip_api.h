@@ -87,7 +87,7 @@ void kb_hip_restore_device(const kb_hip_api *hip, int prev);
 /* hip_options.c: a device argument of `func` (measure_hip, hip_graph_capture,
  * hip_device_info): an int, not a bool, in 0..KB_HIP_MAX_DEVICE (CUDA's range), else TypeError
  * or ValueError naming func and device: a value past int is refused, never truncated. */
-#define KB_HIP_MAX_DEVICE 63
+#define KB_HIP_MAX_DEVICE KB_MAX_DEVICE     /* the option schema's (kb_schema.h) */
 int kb_hip_device_arg(PyObject *v, const char *func, int *out);
 
 #endif /* KBENCH_HIP_API_H */

@@ -64,15 +64,24 @@ static int opt_pre_sample(PyObject *opts, kb_hip_options *o)
 
 int kb_hip_options_parse(PyObject *opts, kb_hip_options *o)
 {
-    *o = (kb_hip_options){.stream = 0, .device = 0, .flush_bytes = 0, .gate_batch = 32,
-                          .gate_timeout_s = 1.0, .unroll = 1.0, .gate = 1, .pre_sample = NULL};
+    /* the schema's defaults and ranges (kb_schema.h), as measure_cuda's */
+    *o = (kb_hip_options){.stream = 0, .device = (int)KB_DEFAULT(device),
+                          .flush_bytes = (Py_ssize_t)KB_DEFAULT(flush_bytes),
+                          .gate_batch = (Py_ssize_t)KB_DEFAULT(gate_batch),
+                          .gate_timeout_s = KB_DEFAULT(gate_timeout_s),
+                          .unroll = KB_DEFAULT(unroll), .gate = KB_DEFAULT(gate) != 0.0,
+                          .pre_sample = NULL};
+    const kb_opt_spec *fb = KB_SPEC(flush_bytes), *gb = KB_SPEC(gate_batch),
+                      *gt = KB_SPEC(gate_timeout_s), *un = KB_SPEC(unroll);
     if (opt_stream(opts, o) < 0 || opt_device(opts, o) < 0 ||
-        kb_opt_count(opts, W, "flush_bytes", &o->flush_bytes, 0, PY_SSIZE_T_MAX) < 0 ||
-        kb_opt_count(opts, W, "gate_batch", &o->gate_batch, 1, KB_GATE_BATCH_MAX) < 0 ||
-        /* the watchdog's bound (kb_watchdog.h), as measure_cuda's */
-        kb_opt_float(opts, W, "gate_timeout_s", &o->gate_timeout_s, 0.0, 1,
-                     KB_GATE_TIMEOUT_MAX_S) < 0 ||
-        kb_opt_float(opts, W, "unroll", &o->unroll, 1.0, 0, INFINITY) < 0 ||
+        kb_opt_count(opts, W, fb->name, &o->flush_bytes, (Py_ssize_t)fb->lo,
+                     kb_spec_count_hi(fb)) < 0 ||
+        kb_opt_count(opts, W, gb->name, &o->gate_batch, (Py_ssize_t)gb->lo,
+                     kb_spec_count_hi(gb)) < 0 ||
+        kb_opt_float(opts, W, gt->name, &o->gate_timeout_s, gt->lo,
+                     (gt->bounds & KB_LO_OPEN) != 0, gt->hi) < 0 ||
+        kb_opt_float(opts, W, un->name, &o->unroll, un->lo, (un->bounds & KB_LO_OPEN) != 0,
+                     un->hi) < 0 ||
         kb_opt_bool(opts, "gate", &o->gate) < 0 || opt_pre_sample(opts, o) < 0) {
         kb_hip_options_fini(o);
         return -1;
