@@ -11,7 +11,7 @@ from typing import Any as _Any
 
 from . import _core  # noqa: F401  (kbench._core, eagerly: submodules shadow lazy names)
 from ._core import (CaptureError, CudaError, CuptiBusy, CuptiError, HipError, KbenchError,
-                    LibraryNotFound, NvmlError, NvrtcError)
+                    LibraryNotFound, NvmlError, NvrtcError, RocmSmiError)
 from .bench import bench
 from .ab import ABResult, ab
 from .compare import Comparison, assert_close, compare
@@ -46,7 +46,8 @@ def release_cupti() -> bool:
 __all__ = ["bench", "release_cupti", "compare", "assert_close", "Result", "Comparison", "ab", "sweep",
            "ABResult", "SweepResult",
            "KbenchError", "LibraryNotFound", "CudaError", "CaptureError", "CuptiError",
-           "CuptiBusy", "NvmlError", "NvrtcError", "HipError", "ProfileRun", "__version__"]
+           "CuptiBusy", "NvmlError", "NvrtcError", "HipError", "RocmSmiError", "ProfileRun",
+           "__version__"]
 
 # Loaded on first attribute access, to keep `import kbench` light.
 _LAZY = {

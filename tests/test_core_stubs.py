@@ -103,3 +103,20 @@ def test_stubs_name_the_parameters_the_docstrings_name():
     assert not drift, "\n".join(drift)
     assert checked >= 30            # most of the core documents its signature; a parser that
                                     # finds none must not pass by checking nothing
+
+
+def test_every_exception_of_the_core_has_its_stub_and_is_exported():
+    """The C list (KB_EXCEPTIONS, kbench.h) is the one place the types are written: each has a
+    class stub with the same bases, and kbench exports it."""
+    tree = ast.parse(PYI.read_text())
+    classes = {n.name: [ast.unparse(b) for b in n.bases] for n in tree.body
+               if isinstance(n, ast.ClassDef)}
+    errors = [name for name, obj in vars(_core).items()
+              if isinstance(obj, type) and issubclass(obj, _core.KbenchError)]
+    assert len(errors) >= 10
+    for name in errors:
+        t = getattr(_core, name)
+        bases = [b.__name__ for b in t.__bases__]
+        assert classes.get(name) == bases, f"_core.pyi: class {name}{classes.get(name)} " \
+                                           f"against the core's {bases}"
+        assert getattr(kbench, name, None) is t and name in kbench.__all__, name

@@ -43,17 +43,30 @@
 
 struct kb_gpu_libs; /* loader.h: the lazily loaded GPU library tables */
 
+/* kbench's exceptions, written once: X(name, parent, also, doc). parent: the exception of
+ * this list it derives from (RuntimeError for KbenchError); also: the address of a second
+ * base (&PyExc_OSError) or NULL. Parents come before their children. module.c creates, visits and clears them from
+ * this list; kbench/__init__.py exports them all, in every build. */
+#define KB_EXCEPTIONS(X)                                                                        \
+    X(KbenchError, RuntimeError, NULL, "Base class of every kbench error.")                              \
+    X(LibraryNotFound, KbenchError, &PyExc_OSError,                                              \
+      "A GPU library (libcuda, libcupti, libnvidia-ml, libnvrtc) could not be opened; the "   \
+      "message names the paths tried.")                                                        \
+    X(CudaError, KbenchError, NULL, "A CUDA driver API call failed; the message names the call.") \
+    X(CaptureError, CudaError, NULL,                                                            \
+      "CUDA stream capture failed (for example the callable synchronized during capture); "   \
+      "the stream was restored.")                                                              \
+    X(CuptiError, KbenchError, NULL, "A CUPTI call failed; the message names the call.")       \
+    X(CuptiBusy, CuptiError, NULL,                                                              \
+      "CUPTI is owned by another profiler (torch.profiler, nsys, ncu).")                       \
+    X(NvmlError, KbenchError, NULL, "An NVML call failed.")                                    \
+    X(NvrtcError, KbenchError, NULL, "NVRTC failed to compile a kernel; the message has its log.") \
+    X(HipError, KbenchError, NULL, "A HIP runtime call failed; the message names the call.")   \
+    X(RocmSmiError, KbenchError, NULL, "A ROCm SMI call failed.")
+
+#define KB_EXCEPTION_MEMBER(name, ...) PyObject *name;
 typedef struct {
-    PyObject *KbenchError;      /* base class of every kbench exception (RuntimeError) */
-    PyObject *LibraryNotFound;  /* a GPU library could not be opened (KbenchError, OSError) */
-    PyObject *CudaError;        /* a CUDA driver API call failed */
-    PyObject *CaptureError;     /* stream capture failed, e.g. a sync inside capture (CudaError) */
-    PyObject *CuptiError;       /* a CUPTI call failed */
-    PyObject *CuptiBusy;        /* CUPTI is owned by another profiler (CuptiError) */
-    PyObject *NvmlError;        /* an NVML call failed */
-    PyObject *NvrtcError;       /* NVRTC failed to compile a kernel */
-    PyObject *HipError;         /* a HIP runtime call failed (csrc/hip) */
-    PyObject *RocmSmiError;     /* a ROCm SMI call failed */
+    KB_EXCEPTIONS(KB_EXCEPTION_MEMBER)
     struct kb_gpu_libs *gpu;    /* NULL until a GPU library is first asked for */
     struct kb_hip_libs *hip;    /* csrc/hip/hip_api.h: NULL until HIP or ROCm SMI is asked for */
     void *cuda_primary[64];     /* CUcontext: primary contexts kbench retained, kept while the

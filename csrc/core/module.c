@@ -7,6 +7,9 @@
  */
 #define KB_NUMPY_IMPORT
 #include "kbench.h"
+
+#include <stddef.h>
+#include <string.h>
 #include "kb_regime.h"
 #include "kb_numpy.h"
 
@@ -36,6 +39,20 @@ static PyObject *bases_of(PyObject *a, PyObject *b)
 {
     return b ? PyTuple_Pack(2, a, b) : PyTuple_Pack(1, a);
 }
+
+/* The exceptions of the list (kbench.h), as rows: where each lives in the module state. */
+typedef struct {
+    const char *name, *parent;
+    PyObject **also;
+    const char *doc;
+    size_t at;
+} kb_exception_row;
+#define KB_EXCEPTION_ROW(name_, parent_, also_, doc_)                                          \
+    {#name_, #parent_, also_, doc_, offsetof(kb_state, name_)},
+static const kb_exception_row exception_rows[] = {KB_EXCEPTIONS(KB_EXCEPTION_ROW)};
+#undef KB_EXCEPTION_ROW
+
+static PyObject **state_slot(kb_state *st, size_t at) { return (PyObject **)((char *)st + at); }
 
 /* kbench._core.BUILD: what this build compiled and from which headers (setup.py passes
  * KB_BUILD_HEADERS, where cuda.h and cupti.h came from). */
@@ -88,50 +105,19 @@ static int core_exec(PyObject *m)
 
     import_array1(-1);
 
-    st->KbenchError = new_error(m, "KbenchError", PyExc_RuntimeError,
-                                "Base class of every kbench error.");
-    if (st->KbenchError == NULL)
-        goto error;
-    if ((bases = bases_of(st->KbenchError, PyExc_OSError)) == NULL)
-        goto error;
-    st->LibraryNotFound = new_error(m, "LibraryNotFound", bases,
-                                    "A GPU library (libcuda, libcupti, libnvidia-ml, libnvrtc) "
-                                    "could not be opened; the message names the paths tried.");
-    Py_CLEAR(bases);
-    if (st->LibraryNotFound == NULL)
-        goto error;
-    st->CudaError = new_error(m, "CudaError", st->KbenchError,
-                              "A CUDA driver API call failed; the message names the call.");
-    if (st->CudaError == NULL)
-        goto error;
-    st->CaptureError = new_error(m, "CaptureError", st->CudaError,
-                                 "CUDA stream capture failed (for example the callable "
-                                 "synchronized during capture); the stream was restored.");
-    if (st->CaptureError == NULL)
-        goto error;
-    st->CuptiError = new_error(m, "CuptiError", st->KbenchError,
-                               "A CUPTI call failed; the message names the call.");
-    if (st->CuptiError == NULL)
-        goto error;
-    st->CuptiBusy = new_error(m, "CuptiBusy", st->CuptiError,
-                              "CUPTI is owned by another profiler (torch.profiler, nsys, ncu).");
-    if (st->CuptiBusy == NULL)
-        goto error;
-    st->NvmlError = new_error(m, "NvmlError", st->KbenchError, "An NVML call failed.");
-    if (st->NvmlError == NULL)
-        goto error;
-    /* in every build, as CudaError is: kbench/__init__.py exports them all */
-    st->HipError = new_error(m, "HipError", st->KbenchError,
-                             "A HIP runtime call failed; the message names the call.");
-    if (st->HipError == NULL)
-        goto error;
-    st->RocmSmiError = new_error(m, "RocmSmiError", st->KbenchError, "A ROCm SMI call failed.");
-    if (st->RocmSmiError == NULL)
-        goto error;
-    st->NvrtcError = new_error(m, "NvrtcError", st->KbenchError,
-                               "NVRTC failed to compile a kernel; the message has its log.");
-    if (st->NvrtcError == NULL)
-        goto error;
+    for (size_t k = 0; k < sizeof exception_rows / sizeof exception_rows[0]; k++) {
+        const kb_exception_row *r = &exception_rows[k];
+        PyObject *base = PyExc_RuntimeError;
+        for (size_t j = 0; j < k; j++)         /* a parent comes before its children */
+            if (strcmp(exception_rows[j].name, r->parent) == 0)
+                base = *state_slot(st, exception_rows[j].at);
+        if ((bases = bases_of(base, r->also ? *r->also : NULL)) == NULL)
+            goto error;
+        *state_slot(st, r->at) = new_error(m, r->name, bases, r->doc);
+        Py_CLEAR(bases);
+        if (*state_slot(st, r->at) == NULL)
+            goto error;
+    }
 
     if (kb_clock_module_init(m) < 0 || kb_stats_module_init(m) < 0 ||
         kb_criterion_module_init(m) < 0 || kb_measure_host_module_init(m) < 0 ||
@@ -171,32 +157,18 @@ error:
 static int core_traverse(PyObject *m, visitproc visit, void *arg)
 {
     kb_state *st = kb_get_state(m);
-    Py_VISIT(st->KbenchError);
-    Py_VISIT(st->LibraryNotFound);
-    Py_VISIT(st->CudaError);
-    Py_VISIT(st->CaptureError);
-    Py_VISIT(st->CuptiError);
-    Py_VISIT(st->CuptiBusy);
-    Py_VISIT(st->NvmlError);
-    Py_VISIT(st->NvrtcError);
-    Py_VISIT(st->HipError);
-    Py_VISIT(st->RocmSmiError);
+#define KB_EXCEPTION_VISIT(name, ...) Py_VISIT(st->name);
+    KB_EXCEPTIONS(KB_EXCEPTION_VISIT)
+#undef KB_EXCEPTION_VISIT
     return 0;
 }
 
 static int core_clear(PyObject *m)
 {
     kb_state *st = kb_get_state(m);
-    Py_CLEAR(st->KbenchError);
-    Py_CLEAR(st->LibraryNotFound);
-    Py_CLEAR(st->CudaError);
-    Py_CLEAR(st->CaptureError);
-    Py_CLEAR(st->CuptiError);
-    Py_CLEAR(st->CuptiBusy);
-    Py_CLEAR(st->NvmlError);
-    Py_CLEAR(st->NvrtcError);
-    Py_CLEAR(st->HipError);
-    Py_CLEAR(st->RocmSmiError);
+#define KB_EXCEPTION_CLEAR(name, ...) Py_CLEAR(st->name);
+    KB_EXCEPTIONS(KB_EXCEPTION_CLEAR)
+#undef KB_EXCEPTION_CLEAR
     return 0;
 }
 
