@@ -114,6 +114,9 @@ def cmd_demo(args: argparse.Namespace) -> int:
     print(text_table(HEADERS, rows))
     for line in _legend(peaks_used):
         print(f"  {line}")
+    host = _host_load_line(results, labels)
+    if host:
+        print(f"  {host}")
     for key, r in results.items():
         for w in r.warnings:
             print(f"  note [{labels.get(key, key)}]: {w}")
@@ -121,6 +124,34 @@ def cmd_demo(args: argparse.Namespace) -> int:
         _write_session(args.json, results)
         print(f"results written to {args.json}")
     return 0
+
+
+def _host_load_line(results: Dict[str, Any], labels: Dict[str, str]) -> Optional[str]:
+    """One line naming the cases that ran on a busy host or oversubscribed it, and why their
+    figures may read elsewhere (a 384^3 matmul read 20.6 ms cold against 0.6 ms hot, and the
+    pool, not the cache, made it); None when none did. The advice is the Host load row's
+    (kbench.hostload.text), which a printed result shows."""
+    busy, over = [], []
+    for key, r in results.items():
+        load = (getattr(r, "extra", None) or {}).get("host_load") or {}
+        if load.get("busy"):
+            busy.append((labels.get(key, key), load))
+        if load.get("oversubscribed"):
+            over.append((labels.get(key, key), load))
+    if not busy and not over:
+        return None
+    parts = []
+    if busy:
+        worst = max(busy, key=lambda c: c[1]["others_cpus"])[1]
+        parts.append(f"BUSY during {', '.join(c for c, _ in busy)} (other processes used up to "
+                     f"{worst['others_cpus']:.2f} of {worst['cpus']} CPUs: the next run can read "
+                     f"elsewhere)")
+    if over:
+        parts.append(f"OVERSUBSCRIBED during {', '.join(c for c, _ in over)} (the call's thread "
+                     f"pool wanted more CPUs than the others left it, and its time includes "
+                     f"waiting for preempted threads)")
+    return ("host load: " + "; ".join(parts)
+            + "; a printed result's Host load row says what to do")
 
 
 def _write_session(path: str, results: Dict[str, Any]) -> None:

@@ -53,15 +53,38 @@ kbench.compare(approx, ref)"""),
 and nothing is timed):"""),
     ("code", """r = kbench.bench(np.cumsum, x, check=np.cumsum, cold_cache=None, **quick)
 r.correctness["ok"], r.median"""),
-    ("md", """## A/B: is the candidate faster?
+    ("md", """## Save, reload, compare files
 
-`kbench.ab` interleaves short benchmarks of both arms, alternating the order from trial to
-trial, and gives a verdict when the confidence interval of the median paired delta excludes
-zero; the table says how many pairs agree in sign."""),
+Results serialise to JSON with their metadata, and `kbench.Result.load` reads them back.
+`kbench compare OLD NEW` (or `kbench.cli_compare.compare_files`) prints the deltas with verdicts.
+It judges only figures taken the same way: the hot figure against the cold one is "not
+comparable" (the cache, not the code, made the difference), reported and never judged. It also
+notes that the two came from different cells: a cell's source is the harness that made its
+figure, as a script's is."""),
+    ("code", """import os, tempfile
+from kbench.cli_compare import compare_files
+
+tmp = tempfile.mkdtemp()
+hot.to_json(os.path.join(tmp, "hot.json"))
+cold.to_json(os.path.join(tmp, "cold.json"))
+reloaded = kbench.Result.load(os.path.join(tmp, "cold.json"))
+print("reloaded:", reloaded.name, reloaded.cold_cache["mode"], reloaded.median == cold.median)
+print(compare_files(os.path.join(tmp, "hot.json"), os.path.join(tmp, "cold.json"),
+                    threshold="5%"))"""),
+    ("md", """## Did my change make it slower? `kbench.ab`, both versions in one cell
+
+Not by benching the code again in another cell, or later, and comparing with the first figure:
+on a shared host (a laptop, a CI runner, a VM) other processes, the core the scheduler picks
+and the clock move a CPU figure between runs by more than either run's CI, which sees only its
+own samples (on a 2-core VM, quiet sessions of a 16 MB add and a 384^3 matmul moved -18%..+16%
+with CIs of +-5%), so two separate runs are not compared at a few %. `kbench.ab` runs both
+versions in one cell, in interleaved trials whose order alternates (A B, B A, ...), so drift
+hits both alike; it gives a verdict only when the CI of the median paired delta excludes zero,
+and the table says how many pairs agree in sign."""),
     ("code", """a = rng.random(1 << 16)
 b = rng.random(1 << 16)
-# one pass without a temporary (einsum) against multiply-then-sum; both single-threaded
-ab = kbench.ab({"baseline": lambda: (a * b).sum(), "candidate": lambda: np.einsum("i,i->", a, b)},
+# before the change: multiply, then sum (a temporary); after: einsum, one pass; both 1 thread
+ab = kbench.ab({"before": lambda: (a * b).sum(), "after": lambda: np.einsum("i,i->", a, b)},
                trials=6, cold_cache=None, warmup_s=0.02, max_time_s=0.15)
 ab"""),
     ("md", """## Sweep: throughput against size
@@ -80,23 +103,6 @@ s = kbench.sweep(copy_case, axes={"n": [1 << 12, 1 << 15, 1 << 18, 1 << 21],
 s"""),
     ("code", """s.plot(x="n", y="bytes_per_s");"""),
     ("code", """print(s.to_markdown())"""),
-    ("md", """## Save, reload, compare runs
-
-Results serialise to JSON with their metadata; `kbench compare OLD NEW` (or
-`kbench.cli_compare.compare_files`) prints the deltas with verdicts. Two runs of the same
-cold-cache mode compare; a hot figure against a cold one is "not comparable" (the cache, not
-the code, made the difference), and the second table says so."""),
-    ("code", """import os, tempfile
-from kbench.cli_compare import compare_files
-
-tmp = tempfile.mkdtemp()
-cold.to_json(os.path.join(tmp, "cold.json"))
-again = kbench.bench(np.sum, x, bytes=x.nbytes, flops=x.size, cold_cache="flush", **quick)
-again.to_json(os.path.join(tmp, "cold_again.json"))
-print(compare_files(os.path.join(tmp, "cold.json"), os.path.join(tmp, "cold_again.json"),
-                    threshold="5%"))
-hot.to_json(os.path.join(tmp, "hot.json"))
-print(compare_files(os.path.join(tmp, "hot.json"), os.path.join(tmp, "cold.json"), threshold="5%"))"""),
 ]
 
 GPU = [

@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Device runs, batched: bash scripts/gpu_check.sh budget|tests|bench|all|regime|final|ttf|check|soak|last|leak|gpusoak|breadth|hostcpu|ci|nearlimit
+# Device runs, batched: bash scripts/gpu_check.sh budget|tests|bench|all|regime|final|ttf|check|soak|last|leak|gpusoak|breadth|hostcpu|ci|nearlimit|docs
 #   budget: time to a figure with the default budget (first bench, 9 bf16 shapes, the GEMM A/B),
 #           the budget CI calibration, the GPU tests, the ceilings per precision, the drop-in
 #   check: the GPU tests (pytest -m gpu), then time to a figure (as ttf)
@@ -24,7 +24,10 @@
 #          benchmarks/gpu_time_to_figure.py (with FlashInfer's timer where .whl/flashinfer is
 #          carried: scripts/fetch_flashinfer_timer.sh)
 #   tests: build, kbench info, kbench peaks, the whole pytest suite (GPU tests included)
-#   bench: build, benchmarks/gpu_agreement.py, the vLLM-style drop-in script twice, the GPU notebook
+#   bench: build, benchmarks/gpu_agreement.py, the vLLM-style drop-in script twice, the GPU notebook,
+#          the docs' GPU blocks (as docs)
+#   docs: the code blocks of docs/*.md marked <!-- gpu --> (tests/test_docs_blocks.py runs the
+#         others on the CPU and writes these out), each run with $PY
 #   regime: build, kbench peaks, the GPU tests, benchmarks/gpu_regime.py (figures against the
 #          GPU's history, both regimes; graph-cold) and a pytest regression gate re-run three
 #          times against its own baseline
@@ -74,6 +77,20 @@ gpu_tests() {
   echo "== GPU tests (pytest -m gpu)"
   timeout "${GPU_TESTS_S:-210}" $PY -m pytest -q -rfEs --tb=short --timeout=120 -m gpu tests/ 2>&1 \
     | tee "$OUT/h200_pytest_gpu.log" | grep -E "^(FAILED|ERROR)|^E |passed|failed" | head -30
+}
+# the docs' code blocks marked <!-- gpu -->, written out by tests/test_docs_blocks.py with their
+# page's files beside them; python blocks run with $PY, bash blocks with bash
+docs_gpu_blocks() {
+  echo "== docs: the code blocks marked <!-- gpu -->"
+  rm -rf "$LOGS/docs_gpu"
+  $PY tests/test_docs_blocks.py --emit-gpu "$LOGS/docs_gpu" > "$LOGS/docs_gpu.list" 2> "$LOGS/docs_gpu.err" \
+    || { echo "could not write them out:"; tail -3 "$LOGS/docs_gpu.err"; return; }
+  local f rc run
+  while read -r f; do
+    case "$f" in *.py) run=($PY "$f") ;; *) run=(bash "$f") ;; esac
+    (cd "$LOGS/docs_gpu" && timeout "${DOCS_BLOCK_S:-120}" "${run[@]}") > "$f.log" 2>&1
+    rc=$?; echo "$(basename "$f") rc=$rc"; [ $rc = 0 ] || tail -8 "$f.log"
+  done < "$LOGS/docs_gpu.list"
 }
 # TTF=1 adds time to a figure to a mode
 time_to_figure_if_asked() {
@@ -169,6 +186,9 @@ if [ "$mode" = nearlimit ]; then
   (cd benchmarks && timeout "${NEAR_LIMIT_S:-220}" $PY gpu_near_limit.py --out "$OUT/h200_near_limit.json" \
     --md "$OUT/h200_near_limit.md" 2>&1 | tail -40)
   time_to_figure_if_asked
+fi
+if [ "$mode" = docs ]; then
+  docs_gpu_blocks
 fi
 if [ "$mode" = ttf ]; then
   echo "== time to a figure"
@@ -297,6 +317,7 @@ if [ "$mode" = bench ] || [ "$mode" = all ]; then
   KBENCH_DROPIN=kbench timeout 120 $PY benchmarks/gpu_dropin_vllm.py --out "$OUT" 2>&1 | tail -6
   echo "== GPU notebook"
   timeout 120 $PY notebooks/run_notebook_as_script.py notebooks/gpu_kernels.ipynb "$OUT/gpu_notebook.png" > "$LOGS/gpu_notebook.log" 2>&1; echo "notebook rc=$?"; tail -3 "$LOGS/gpu_notebook.log"
+  docs_gpu_blocks
   echo "== agreement"
   timeout 380 $PY benchmarks/gpu_agreement.py --out "$OUT/h200_agreement.json" --md "$OUT/h200_agreement.md" \
     2>&1 | tee "$LOGS/agreement.log" | tail -22
