@@ -7,7 +7,8 @@ bytes, the process's RSS and glibc's malloc'd bytes in use (mallinfo2). Flat aft
 round is the bar. The same figures are read before a mode's first bench and after its last
 round with CUPTI released (kbench.release_cupti(), the detach a sweep gets 1 s after its last
 bench): what is in use after the release and was not before was kept past the detach. On the
-H200 that is libcupti's own (NOTES.md, "What stays in use after a soak").
+H200 that is libcupti's own (docs/design/gpu-timers.md, "What stays in use after a
+soak").
 
     python benchmarks/gpu_soak.py --benches 1000 --rounds 4 --out benchmarks/results/h200_soak.json
 
@@ -21,7 +22,8 @@ events and CUPTI never traces a graph launch: flat there and growing in 'graph' 
 in CUPTI's tracing of graph replays, growing in both puts it in the capture path;
 'graph@eager_events' times the replays with CUPTI as 'graph' does, but graph mode's eager
 estimate (which sets the unroll) with CUDA events (at 5c802cb it halved graph mode's growth:
-the probe's 2000 launches before each capture, with CUPTI attached, were most of it; NOTES.md).
+the probe's 2000 launches before each capture, with CUPTI attached, were most of it;
+docs/design/gpu-timers.md).
 """
 from __future__ import annotations
 

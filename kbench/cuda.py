@@ -480,7 +480,7 @@ def _check_after(post: Any, args: Tuple[Any, ...], check: Any, rtol: Any, atol: 
 # Graph mode's eager probe: a median to size the unroll (an integer in 1..100) and, on CUPTI,
 # the activity of a few calls to compare with the replays'. A handful of calls tells both, and
 # every launch and CUPTI read it makes costs host memory libcupti keeps once the process has
-# captured a graph (NOTES.md, "What stays in use after a soak").
+# captured a graph (docs/design/gpu-timers.md, "What stays in use after a soak").
 # Five calls flat: at 5-50 (a 5% target) its batches of one or two were most of the gap between
 # a graph bench's 84 CUPTI reads and a cupti bench's 34 on the H200.
 EAGER_PROBE_LOOP = dict(warmup_s=0.0, min_samples=5, max_samples=5, max_time_s=0.05,

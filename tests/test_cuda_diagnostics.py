@@ -294,7 +294,7 @@ def test_graph_modes_eager_probe_is_a_handful_of_calls(monkeypatch):
     # (the floor's 0.3 s loop at a 1% target) ran its 2000-call cap on every graph bench, 75 ms
     # each, and with CUPTI attached those launches before the capture grew host memory 76 KB a
     # bench (benchmarks/gpu_soak.py); at 5-50 calls (5% target) its batches were most of a graph
-    # bench's 84 CUPTI reads, and libcupti keeps 72 B of each (NOTES.md)
+    # bench's 84 CUPTI reads, and libcupti keeps 72 B of each (docs/design/gpu-timers.md)
     fake = _FloorCore()
     seen = {}
 

@@ -154,4 +154,4 @@ def test_kbench_imports_form_no_circle():
     cycle = find_cycle(import_graph())
     assert cycle is None, ("kbench's imports run in a circle: " + " -> ".join(cycle) +
                            ". Move what the lower module needs down, into a module that "
-                           "imports neither (see NOTES.md, 'Import layers').")
+                           "imports neither (see docs/design/architecture.md, 'Import layers').")

@@ -405,7 +405,8 @@ typedef struct {
                              * power (a first snapshot 0.05 s in, 91%), and an unlimited load's
                              * power crept <= 2% over 8 s from a cool H200 while a capped one's
                              * average is held at 98.5% of the limit: 0.9 / 0.96 x 1.02 < 0.985
-                             * (NOTES.md, Carried settle) */
+                             * (docs/design/clock-regimes.md, Late
+                             * headroom) */
     double recover_window_s;    /* burst: readings that must show no limit before a batch */
     double recover_avg_frac;    /* burst: averaged power at most this share of the limit */
     double carry_max_gap_s;     /* a settled state is carried to a load that starts within this

@@ -449,7 +449,8 @@ static int on_watchdog(cuda_ctx *c, int warmup, int settling)
  * cold and hot, 4-6 long runs each on two GPUs) every 10 ms stretch of a run had its median
  * within one step of all the runs' pooled median, while 5 ms stretches were two steps off in
  * 16% (a 1-element add, cold), and the rule stopping at its 128 samples (~9 ms cold, ~3 ms
- * hot) read two steps off in 2 of 4 runs. NOTES.md, Stepped figures. */
+ * hot) read two steps off in 2 of 4 runs. docs/design/gpu-timers.md,
+ * Stepped figures. */
 static void note_timestamp_steps(cuda_ctx *c, kb_backend *b, const double *out, Py_ssize_t n)
 {
     double sum = 0.0;
@@ -483,8 +484,8 @@ static void note_timestamp_steps(cuda_ctx *c, kb_backend *b, const double *out, 
 /* Samples whose timer fields wait for one collection: CUPTI flushes once per loop batch (or
  * per this many samples of a long one) instead of once per gated sub-batch (500-700 flushes a
  * default-length bench of a small kernel on the H200), and libcupti keeps 72 B of host memory
- * per flush (NOTES.md). The bound keeps the records held between flushes (CUPTI's buffers,
- * the trace's arrays) to a few MB. */
+ * per flush (docs/design/gpu-timers.md). The bound keeps the records held between flushes
+ * (CUPTI's buffers, the trace's arrays) to a few MB. */
 #define KB_DEFER_MAX 8192
 
 /* The loop's batch of n: sub-batches of at most gate_cap (in burst, of BURST_BATCH_S GPU time,

@@ -10,7 +10,7 @@
  * lengthens the records of the kernels that run after it: an empty kernel read 608 ns instead
  * of 545 on an H200 with a forced flush after every burst, at every position in the burst and
  * whatever the idle time after the flush, while a default flush (flag 0) after the same bursts
- * left it at 545 (NOTES.md, "Reading a batch without a forced flush"). The default flush returns only buffers whose
+ * left it at 545 (docs/design/gpu-timers.md, "Reading a batch without a forced flush"). The default flush returns only buffers whose
  * records are all complete, so the loop ends each batch with a sentinel: kbench's empty kernel
  * launched under its own id. Records go into the buffer in launch order, so when the sentinel's
  * record came back, every iteration's did. Only when it did not (the buffer also holds work
@@ -18,7 +18,7 @@
  * their kernel, memcpy and memset records are switched off while they are queued
  * (kb_cupti_device_records); their API records are complete at once.
  * KBENCH_CUPTI_BRIDGE_RECORDS=on leaves them on (a diagnosis: every bridged batch is then read
- * with a forced flush; NOTES.md).
+ * with a forced flush; docs/design/gpu-timers.md).
  *
  * CUPTI's buffer callbacks carry no user pointer, so the one active trace of the process is
  * reachable from a static; a second concurrent trace is refused as CuptiBusy.
@@ -26,7 +26,7 @@
  * At the end CUPTI is detached (cuptiFinalize, from the exit callsite of a driver call, as
  * CUPTI documents) when kbench was its only client: disabling the activity kinds and
  * unsubscribing leave CUPTI attached, and every later launch in the process then cost up to
- * 1.7x its host time on the H200 (NOTES.md, "CUPTI detach and linger"). Not when another tool
+ * 1.7x its host time on the H200 (docs/design/gpu-timers.md, "CUPTI detach and linger"). Not when another tool
  * configured CUPTI (a foreign subscriber, or torch.profiler's timestamp callback): finalizing
  * would tear down its state. KBENCH_CUPTI_DETACH=0 keeps CUPTI attached.
  *
