@@ -118,7 +118,9 @@ def regime_verdict(*, regime: str = ..., clocks_locked: bool = ..., settled: Opt
 
 # measure.c / measure_host.c
 def measure_host(fn: Callable[..., Any], arg_sets: Tuple[Tuple[Any, ...], ...],
-                 kwargs: Optional[Dict[str, Any]] = ..., **options: Any) -> Dict[str, Any]: ...
+                 kwargs: Optional[Dict[str, Any]] = ..., *, cold: Optional[str] = ...,
+                 flush_bytes: int = ..., pre_sample: Optional[Callable[[], Any]] = ...,
+                 ranks: Any = ..., **loop: Any) -> Dict[str, Any]: ...
 
 # choices.c: kbench.bench's cold_cache and mode for backend 'host', 'cuda' or 'hip', checked
 # before anything runs; returned as given, ValueError naming the parameter and its values

@@ -58,14 +58,14 @@ def _inside(row):
 
 
 LOOP = [r for r in _core.OPTION_SCHEMA if r["layer"] == "loop" and r["type"] != "str"]
-GPU_CUDA = [r for r in _core.OPTION_SCHEMA if r["layer"] == "gpu" and "cuda" in r["backends"]
+GPU_CUDA = [r for r in _core.OPTION_SCHEMA if r["layer"] == "backend" and "cuda" in r["backends"]
             and r["type"] not in ("str", "bool")]
 
 
 def test_every_row_is_complete_and_its_default_is_in_its_range():
     assert len(ROWS) == len(_core.OPTION_SCHEMA), "an option is written twice"
     for r in _core.OPTION_SCHEMA:
-        assert r["doc"] and r["backends"] and r["layer"] in ("loop", "gpu"), r
+        assert r["doc"] and r["backends"] and r["layer"] in ("loop", "backend"), r
         d = r["default"]
         if r["type"] == "str":
             assert d in r["choices"], r
@@ -137,7 +137,7 @@ def test_measure_cuda_choices_and_defaults_are_the_rows():
         with pytest.raises(ValueError, match=" or ".join(repr(c) for c in ROWS[name]["choices"])):
             _core.measure_cuda(_noop, ((),), None, stream=0, **{name: "none-of-them"})
     for r in _core.OPTION_SCHEMA:
-        if r["layer"] == "gpu" and "cuda" in r["backends"]:
+        if r["layer"] == "backend" and "cuda" in r["backends"]:
             assert _core.CUDA_DEFAULTS[r["name"]] == r["default"], r["name"]
 
 
@@ -149,14 +149,15 @@ def _pyi_keywords(function):
     raise AssertionError(f"{function} is not in _core.pyi")
 
 
-@pytest.mark.parametrize("function, backend", [("measure_cuda", "cuda"), ("measure_hip", "hip")])
+@pytest.mark.parametrize("function, backend", [("measure_cuda", "cuda"), ("measure_hip", "hip"),
+                                               ("measure_host", "host")])
 def test_the_pyi_names_every_gpu_row_of_its_backend(function, backend):
     named = _pyi_keywords(function)
-    rows = {r["name"] for r in _core.OPTION_SCHEMA if r["layer"] == "gpu"
+    rows = {r["name"] for r in _core.OPTION_SCHEMA if r["layer"] == "backend"
             and backend in r["backends"]}
     assert rows <= named, f"{function} in _core.pyi lacks {sorted(rows - named)}"
     others = named - rows - {"fn", "arg_sets", "kwargs", "graphs", "stream", "cold",
-                             "pre_sample"}
+                             "pre_sample", "ranks"}
     assert not others, f"{function} in _core.pyi names options the schema lacks: {others}"
 
 
@@ -222,3 +223,15 @@ def test_no_c_file_restates_a_default_the_schema_holds():
                 text = open(os.path.join(d, f)).read()
                 assert not pattern.search(text), f"{f} restates a default: " \
                     f"{pattern.search(text).group(0)}"
+
+
+@pytest.mark.parametrize("function", ["measure_host", "measure_cuda", "measure_hip"])
+def test_the_measure_functions_docstrings_restate_no_default(function):
+    """Their docstrings stated warmup_s=1.0, max_time_s=10.0 and settle_max_s=3.0 long after
+    the defaults had moved: they point to the schema instead."""
+    fn = getattr(_core, function, None)
+    if fn is None:
+        pytest.skip(f"{function} is not in this build")
+    for name in ROWS:
+        m = re.search(rf"\b{name}=((?:[0-9'\"-]|True|False)[^,)]*)", fn.__doc__)
+        assert m is None, f"{function}'s docstring restates {name}={m.group(1)}"

@@ -70,14 +70,14 @@
     X(batch_max, KB_T_COUNT, 1 << 20, NULL, NULL, 1.0, INFINITY, 0u, NAN, KB_ON_ALL,           \
       "most calls in one timed batch")
 
-/* The GPU backends' options (cuda_options.c, hip_options.c). */
+/* The measure functions' own options (cuda_options.c, hip_options.c, measure_host.c). */
 #define KB_GPU_OPTIONS(X)                                                                       \
     X(device, KB_T_COUNT, 0, NULL, NULL, 0.0, KB_MAX_DEVICE, 0u, NAN, KB_ON_GPU,               \
       "the device ordinal")                                                                    \
     X(mode, KB_T_CHOICE, 0, "events", "events|cupti", 0.0, 0.0, 0u, NAN, KB_ON_CUDA,           \
       "measure_cuda's timer; kbench.bench passes the one its mode= resolved to")              \
-    X(flush_bytes, KB_T_COUNT, 0, NULL, NULL, 0.0, INFINITY, 0u, NAN, KB_ON_GPU,               \
-      "bytes a cold flush writes (0: twice the L2)")                                           \
+    X(flush_bytes, KB_T_COUNT, 0, NULL, NULL, 0.0, INFINITY, 0u, NAN, KB_ON_ALL,               \
+      "bytes a cold flush writes (0: twice the last-level cache, or L2)")                      \
     X(unroll, KB_T_FLOAT, 1.0, NULL, NULL, 1.0, INFINITY, 0u, NAN, KB_ON_GPU,                  \
       "calls of the operation per call of fn (a graph's unroll): times are per operation")    \
     X(gate, KB_T_BOOL, 1, NULL, NULL, 0.0, 1.0, 0u, NAN, KB_ON_GPU,                            \

@@ -119,7 +119,7 @@ static PyObject *row_dict(const kb_opt_spec *s, int loop)
                           with_target, "choices", choices, "min", lo, "max", hi, "min_open",
                           (s->bounds & KB_LO_OPEN) ? Py_True : Py_False, "max_open",
                           (s->bounds & KB_HI_OPEN) ? Py_True : Py_False, "backends", on,
-                          "layer", loop ? "loop" : "gpu", "doc", s->doc);
+                          "layer", loop ? "loop" : "backend", "doc", s->doc);
     Py_XDECREF(choices);
     Py_XDECREF(dflt);
     Py_XDECREF(with_target);

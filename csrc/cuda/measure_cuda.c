@@ -268,7 +268,7 @@ static void step_teardown(cuda_ctx *c, PyObject *out)
     kb_cuda_options_fini(&c->opt);
 }
 
-/* measure_cuda(fn, arg_sets, kwargs=None, *, stream, <options: CUDA_DEFAULTS>, <loop config>) */
+/* measure_cuda(fn, arg_sets, kwargs=None, *, stream, <options: kb_schema.h>, <loop config>) */
 static PyObject *measure_cuda(PyObject *m, PyObject *args, PyObject *kw)
 {
     cuda_ctx c;
@@ -301,13 +301,14 @@ done:
 
 static PyMethodDef cuda_methods[] = {
     {"measure_cuda", (PyCFunction)(void (*)(void))measure_cuda, METH_VARARGS | METH_KEYWORDS,
-     "measure_cuda(fn, arg_sets, kwargs=None, *, stream, device=0, mode='events'|'cupti', "
-     "cold=None|'flush'|'rotate', flush_bytes=0, unroll=1, gate=True, keep_busy=True, "
-     "gate_batch=32, gate_timeout_s=1.0, busy_warmup_s=None, cupti_allow_foreign=False, "
-     "sample_clocks=True, clock_period_s=0.005, settle_max_s=3.0, "
-     "regime='sustained'|'burst', pre_sample=None, <loop config>) -> dict\n\n"
+     "measure_cuda(fn, arg_sets, kwargs=None, *, stream, device=..., mode=..., "
+     "cold=None|'flush'|'rotate', flush_bytes=..., unroll=..., gate=..., keep_busy=..., "
+     "gate_batch=..., gate_timeout_s=..., busy_warmup_s=..., cupti_allow_foreign=..., "
+     "sample_clocks=..., clock_period_s=..., settle_max_s=..., regime=..., pre_sample=None, "
+     "<loop options>) -> dict\n\n"
      "Time fn(*arg_sets[i % len]) (or launches of a CudaGraph fn) on a CUDA stream. The "
-     "defaults are _core.CUDA_DEFAULTS (written once, in csrc/cuda/cuda_options.c). "
+     "defaults and ranges are _core.OPTION_SCHEMA's (csrc/core/kb_schema.h; the timer's as "
+     "_core.CUDA_DEFAULTS). "
      "busy_warmup_s=None: the loop's warmup_s, run only where no settle rule judges the load "
      "(no NVML clocks, burst) and the GPU was not busy a moment ago; the callable's own "
      "warm-up is then at most "

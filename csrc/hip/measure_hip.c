@@ -252,8 +252,7 @@ static PyObject *hip_report(const hip_ctx *c)
                        "is the HIP-event time of one graph replay divided by the calls in it");
 }
 
-/* measure_hip(graphs, *, stream, device=0, cold=None, flush_bytes=0, gate=True, gate_batch=32,
- *             gate_timeout_s=1.0, unroll=1, pre_sample=None, <loop config>) -> dict */
+/* measure_hip(graphs, *, stream, <options: kb_schema.h>, pre_sample=None, <loop config>) -> dict */
 static PyObject *measure_hip(PyObject *m, PyObject *args, PyObject *kw)
 {
     PyObject *graphs, *opts = NULL, *out = NULL;
@@ -310,8 +309,9 @@ done:
 
 static PyMethodDef measure_hip_methods[] = {
     {"measure_hip", (PyCFunction)(void (*)(void))measure_hip, METH_VARARGS | METH_KEYWORDS,
-     "measure_hip(graphs, *, stream, device=0, cold=None, flush_bytes=0, gate=True, "
-     "gate_batch=32, gate_timeout_s=1.0, unroll=1, pre_sample=None, <loop options>) -> dict\n\n"
+     "measure_hip(graphs, *, stream, device=..., cold=None, flush_bytes=..., gate=..., "
+     "gate_batch=..., gate_timeout_s=..., unroll=..., pre_sample=None, <loop options>) -> "
+     "dict\n\nThe defaults and ranges are _core.OPTION_SCHEMA's (csrc/core/kb_schema.h). "
      "Time replays of the HipGraphs (cycled in order) with HIP events, in the shared loop. "
      "cold='flush' memsets flush_bytes before each replay, outside the timed interval. "
      "device: a HIP ordinal 0..63; gate_timeout_s: > 0, at most 1e6 s; pre_sample: a callable "

@@ -6,6 +6,7 @@
  * vectorcall. The loop in measure.c decides how many iterations to run.
  */
 #include "kbench.h"
+#include "kb_options.h"
 
 #include <stdlib.h>
 #include <string.h>
@@ -120,7 +121,7 @@ static int host_resettle(kb_backend *b)
     return again;
 }
 
-/* measure_host(fn, arg_sets, kwargs=None, *, cold=None, flush_bytes=0, <loop config>) -> dict */
+/* measure_host(fn, arg_sets, kwargs=None, *, cold=None, flush_bytes, <loop config>) -> dict */
 /* A test hook from the options: a new reference into *out (left NULL when absent). */
 static int pop_test_hook(PyObject *opts, const char *key, PyObject **out)
 {
@@ -178,19 +179,12 @@ static PyObject *measure_host(PyObject *self, PyObject *args, PyObject *kw)
     opts = kw ? PyDict_Copy(kw) : PyDict_New();
     if (opts == NULL)
         return NULL;
-    Py_ssize_t flush_bytes = 0;
-    PyObject *v = PyDict_GetItemString(opts, "flush_bytes");
-    if (v != NULL) {
-        flush_bytes = PyLong_AsSsize_t(v);
-        if (flush_bytes == -1 && PyErr_Occurred())
-            goto error;
-        if (flush_bytes < 0) {
-            PyErr_Format(PyExc_ValueError, "flush_bytes must be >= 0, got %zd", flush_bytes);
-            goto error;
-        }
-        if (PyDict_DelItemString(opts, "flush_bytes") < 0)
-            goto error;
-    }
+    /* the schema's row (kb_schema.h): its default, its range, the message the GPU's gives */
+    const kb_opt_spec *fb = KB_SPEC(flush_bytes);
+    Py_ssize_t flush_bytes = (Py_ssize_t)fb->num;
+    if (kb_opt_count(opts, "measure_host", fb->name, &flush_bytes, (Py_ssize_t)fb->lo,
+                     kb_spec_count_hi(fb)) < 0)
+        goto error;
     if (pop_hooks(opts, &ctx) < 0)
         goto error;
     if (kb_pop_cold_mode(opts, &ctx.cold) < 0 || kb_finish_options(opts, "measure_host", &cfg) < 0)
@@ -270,10 +264,11 @@ error:
 
 static PyMethodDef host_methods[] = {
     {"measure_host", (PyCFunction)(void (*)(void))measure_host, METH_VARARGS | METH_KEYWORDS,
-     "measure_host(fn, arg_sets, kwargs=None, *, cold=None|'flush'|'rotate', flush_bytes=0, "
-     "warmup_s=1.0, warmup_min=1, warmup_tol=0.02, min_samples=10, max_samples=100000, max_time_s=10.0, "
-     "target=0.005, ci_level=0.95, criterion='ci', batch_max, pre_sample=None, ranks=None) -> dict\n\n"
-     "Time calls fn(*arg_sets[i % len(arg_sets)], **kwargs) with the host clock. pre_sample() "
+     "measure_host(fn, arg_sets, kwargs=None, *, cold=None|'flush'|'rotate', flush_bytes=..., "
+     "pre_sample=None, ranks=None, <loop options>) -> dict\n\n"
+     "Time calls fn(*arg_sets[i % len(arg_sets)], **kwargs) with the host clock. The defaults "
+     "and ranges of flush_bytes and the loop options (warmup_s, max_time_s, target, ...) are "
+     "_core.OPTION_SCHEMA's (csrc/core/kb_schema.h). pre_sample() "
      "runs before every call, untimed (a multi-rank barrier); ranks= is a rank reducer "
      "(kbench.distributed): samples become per-sample maxima across ranks."},
     {NULL, NULL, 0, NULL},
