@@ -158,6 +158,96 @@ static int pop_hooks(PyObject *opts, host_ctx *ctx)
     return 0;
 }
 
+/* Parse: the options dict (a copy of kw) into ctx and cfg, each checked once. */
+static int host_parse(PyObject *opts, PyObject *arg_sets, host_ctx *ctx, kb_loop_config *cfg,
+                      Py_ssize_t *flush_bytes)
+{
+    /* the schema's row (kb_schema.h): its default, its range, the message the GPU's gives */
+    const kb_opt_spec *fb = KB_SPEC(flush_bytes);
+    *flush_bytes = (Py_ssize_t)fb->num;
+    if (kb_opt_count(opts, "measure_host", fb->name, flush_bytes, (Py_ssize_t)fb->lo,
+                     kb_spec_count_hi(fb)) < 0 ||
+        pop_hooks(opts, ctx) < 0 || kb_pop_cold_mode(opts, &ctx->cold) < 0 ||
+        kb_finish_options(opts, "measure_host", cfg) < 0)
+        return -1;
+    kb_warm_every_set(cfg, PyTuple_GET_SIZE(arg_sets));
+    if (ctx->cold == KB_COLD_ROTATE && PyTuple_GET_SIZE(arg_sets) < 2) {
+        PyErr_SetString(PyExc_ValueError,
+                        "cold='rotate' needs at least 2 argument sets to rotate through");
+        return -1;
+    }
+    return 0;
+}
+
+/* Set up the flush (cold='flush'): its buffer and first pass, timed apart as setup_ns.
+ * *evicts: 0 for a flush smaller than the last-level cache, kept (it still evicts the inner
+ * caches) but not called cold: the result says so among its warnings (kbench.local). */
+static int host_flush_setup(PyObject *self, host_ctx *ctx, Py_ssize_t flush_bytes, int *evicts,
+                            uint64_t *setup_ns)
+{
+    *evicts = 1;
+    *setup_ns = 0;
+    if (ctx->cold != KB_COLD_FLUSH)
+        return 0;
+    size_t llc = 0;
+    if (kb_cpu_llc_bytes(kb_get_state(self), &llc) < 0)
+        return -1;
+    size_t bytes = flush_bytes ? (size_t)flush_bytes : 2 * llc;
+    if (flush_bytes && (size_t)flush_bytes < llc)
+        *evicts = 0;
+    /* the first pass faults the buffer's pages in (about 8x a later pass) */
+    uint64_t s0 = kb_now_ns();
+    if (kb_cpu_flusher_init(&ctx->flusher, bytes) < 0 || kb_cpu_flush_first(&ctx->flusher) < 0)
+        return -1;
+    *setup_ns = kb_now_ns() - s0;
+    return 0;
+}
+
+/* Run the shared loop with the host clock, one measuring loop at a time: two benches on the
+ * CPU at once would time each other. */
+static int host_run(PyObject *self, host_ctx *ctx, kb_loop_config *cfg, kb_loop_result *res)
+{
+    kb_backend backend = {.name = "host", .ctx = ctx, .run_batch = host_run_batch,
+                          .keep_warming = ctx->keep_warming ? host_keep_warming : NULL,
+                          .resettle = ctx->resettle ? host_resettle : NULL,
+                          .resolution_s = kb_clock_step_s(self), .warmup_timed = 1,
+                          .prompt_stop = 1};
+    if (kb_measure_lock_acquire(self) < 0)
+        return -1;
+    int rc = kb_loop_run(&backend, cfg, res);
+    kb_measure_lock_release(self);
+    return rc;
+}
+
+/* The result: the loop's dict, with the cold cache's record and the backend's name. Where a
+ * flush's time went: flush_s while sampling (outside the timed calls, inside the sampling
+ * time), flush_warmup_s while warming up, setup_s before either. */
+static PyObject *host_result(const host_ctx *ctx, const kb_loop_result *res,
+                             const kb_loop_config *cfg, int evicts, uint64_t setup_ns)
+{
+    PyObject *out = kb_loop_result_to_dict(res, cfg);
+    if (out == NULL)
+        return NULL;
+    PyObject *cold = Py_BuildValue("{s:s,s:n,s:n}", "mode",
+                                   ctx->cold == KB_COLD_FLUSH    ? "flush"
+                                   : ctx->cold == KB_COLD_ROTATE ? "rotate"
+                                                                 : "none",
+                                   "flush_bytes", (Py_ssize_t)ctx->flusher.bytes, "arg_sets",
+                                   ctx->n_sets);
+    if (cold != NULL && ctx->cold == KB_COLD_FLUSH &&
+        (kb_dict_set_steal(cold, "evicts", PyBool_FromLong(evicts)) < 0 ||
+         kb_dict_set_steal(cold, "flush_s", PyFloat_FromDouble(ctx->flush_ns[0] * 1e-9)) < 0 ||
+         kb_dict_set_steal(cold, "flush_warmup_s",
+                           PyFloat_FromDouble(ctx->flush_ns[1] * 1e-9)) < 0 ||
+         kb_dict_set_steal(cold, "setup_s", PyFloat_FromDouble(setup_ns * 1e-9)) < 0))
+        Py_CLEAR(cold);     /* an exception is set: kb_dict_set_steal below says so */
+    if (kb_dict_set_steal(out, "cold", cold) < 0 ||
+        kb_dict_set_steal(out, "backend", PyUnicode_FromString("host")) < 0)
+        Py_CLEAR(out);
+    return out;
+}
+
+/* measure_host: parse, set up the flush, run the loop, put the result together. */
 static PyObject *measure_host(PyObject *self, PyObject *args, PyObject *kw)
 {
     PyObject *fn, *arg_sets, *kwargs = Py_None;
@@ -175,85 +265,24 @@ static PyObject *measure_host(PyObject *self, PyObject *args, PyObject *kw)
                             Py_TYPE(fn)->tp_name);
     if (kb_check_arg_sets(arg_sets, kwargs) < 0)
         return NULL;
-
     opts = kw ? PyDict_Copy(kw) : PyDict_New();
     if (opts == NULL)
         return NULL;
-    /* the schema's row (kb_schema.h): its default, its range, the message the GPU's gives */
-    const kb_opt_spec *fb = KB_SPEC(flush_bytes);
-    Py_ssize_t flush_bytes = (Py_ssize_t)fb->num;
-    if (kb_opt_count(opts, "measure_host", fb->name, &flush_bytes, (Py_ssize_t)fb->lo,
-                     kb_spec_count_hi(fb)) < 0)
-        goto error;
-    if (pop_hooks(opts, &ctx) < 0)
-        goto error;
-    if (kb_pop_cold_mode(opts, &ctx.cold) < 0 || kb_finish_options(opts, "measure_host", &cfg) < 0)
-        goto error;
-    kb_warm_every_set(&cfg, PyTuple_GET_SIZE(arg_sets));
-    if (ctx.cold == KB_COLD_ROTATE && PyTuple_GET_SIZE(arg_sets) < 2) {
-        PyErr_SetString(PyExc_ValueError,
-                        "cold='rotate' needs at least 2 argument sets to rotate through");
-        goto error;
-    }
-    int evicts = 1;     /* flush mode: the flush is at least the last-level cache */
-    uint64_t setup_ns = 0;
-    if (ctx.cold == KB_COLD_FLUSH) {
-        size_t llc = 0;
-        if (kb_cpu_llc_bytes(kb_get_state(self), &llc) < 0)
-            goto error;
-        size_t bytes = flush_bytes ? (size_t)flush_bytes : 2 * llc;
-        /* Kept (a smaller flush still evicts the inner caches), but not called cold: the
-         * result says so among its warnings (kbench.local), once per result. */
-        if (flush_bytes && (size_t)flush_bytes < llc)
-            evicts = 0;
-        /* Set-up, reported apart from the flushes: allocating the buffer and its first pass,
-         * which faults its pages in (about 8x a later pass). */
-        uint64_t s0 = kb_now_ns();
-        if (kb_cpu_flusher_init(&ctx.flusher, bytes) < 0 || kb_cpu_flush_first(&ctx.flusher) < 0)
-            goto error;
-        setup_ns = kb_now_ns() - s0;
-    }
 
+    Py_ssize_t flush_bytes = 0;
+    int evicts = 1;
+    uint64_t setup_ns = 0;
+    if (host_parse(opts, arg_sets, &ctx, &cfg, &flush_bytes) < 0 ||
+        host_flush_setup(self, &ctx, flush_bytes, &evicts, &setup_ns) < 0)
+        goto done;
     ctx.fn = fn;
     ctx.arg_sets = arg_sets;
     ctx.kwargs = kwargs == Py_None ? NULL : kwargs;
     ctx.n_sets = PyTuple_GET_SIZE(arg_sets);
-    kb_backend backend = {.name = "host", .ctx = &ctx, .run_batch = host_run_batch,
-                          .keep_warming = ctx.keep_warming ? host_keep_warming : NULL,
-                          .resettle = ctx.resettle ? host_resettle : NULL,
-                          .resolution_s = kb_clock_step_s(self), .warmup_timed = 1,
-                          .prompt_stop = 1};
-    /* One measuring loop at a time: two benches on the CPU at once would time each other. */
-    if (kb_measure_lock_acquire(self) < 0)
-        goto error;
-    int rc = kb_loop_run(&backend, &cfg, &res);
-    kb_measure_lock_release(self);
-    if (rc < 0)
-        goto error;
+    if (host_run(self, &ctx, &cfg, &res) == 0)
+        out = host_result(&ctx, &res, &cfg, evicts, setup_ns);
 
-    out = kb_loop_result_to_dict(&res, &cfg);
-    if (out != NULL) {
-        PyObject *cold = Py_BuildValue("{s:s,s:n,s:n}", "mode",
-                                       ctx.cold == KB_COLD_FLUSH    ? "flush"
-                                       : ctx.cold == KB_COLD_ROTATE ? "rotate"
-                                                                 : "none",
-                                       "flush_bytes", (Py_ssize_t)ctx.flusher.bytes, "arg_sets",
-                                       ctx.n_sets);
-        /* Where a flush's time went: flush_s while sampling (outside the timed calls, inside
-         * the sampling time), flush_warmup_s while warming up, setup_s before either. */
-        if (cold != NULL && ctx.cold == KB_COLD_FLUSH &&
-            (kb_dict_set_steal(cold, "evicts", PyBool_FromLong(evicts)) < 0 ||
-             kb_dict_set_steal(cold, "flush_s", PyFloat_FromDouble(ctx.flush_ns[0] * 1e-9)) < 0 ||
-             kb_dict_set_steal(cold, "flush_warmup_s",
-                               PyFloat_FromDouble(ctx.flush_ns[1] * 1e-9)) < 0 ||
-             kb_dict_set_steal(cold, "setup_s", PyFloat_FromDouble(setup_ns * 1e-9)) < 0))
-            Py_CLEAR(cold);     /* an exception is set: kb_dict_set_steal below says so */
-        if (kb_dict_set_steal(out, "cold", cold) < 0 ||
-            kb_dict_set_steal(out, "backend", PyUnicode_FromString(backend.name)) < 0)
-            Py_CLEAR(out);
-    }
-
-error:
+done:
     kb_loop_result_free(&res);
     kb_cpu_flusher_fini(&ctx.flusher);
     Py_XDECREF(ctx.keep_warming);
