@@ -119,8 +119,13 @@ def regime_verdict(*, regime: str = ..., clocks_locked: bool = ..., settled: Opt
 # measure.c / measure_host.c
 def measure_host(fn: Callable[..., Any], arg_sets: Tuple[Tuple[Any, ...], ...],
                  kwargs: Optional[Dict[str, Any]] = ..., *, cold: Optional[str] = ...,
-                 flush_bytes: int = ..., pre_sample: Optional[Callable[[], Any]] = ...,
+                 flush_bytes: int = ..., evict: Optional[Tuple[Tuple[Any, ...], ...]] = ...,
+                 pre_sample: Optional[Callable[[], Any]] = ...,
                  ranks: Any = ..., **loop: Any) -> Dict[str, Any]: ...
+# evict.c: cold by eviction -- the line flush this CPU runs ("clflushopt", "clflush",
+# "dc civac"; None where none), and one buffer's lines flushed from every cache level
+CPU_EVICT_INSTRUCTION: Optional[str]
+def cpu_evict(buffer: Any) -> int: ...
 
 # choices.c: kbench.bench's cold_cache and mode for backend 'host', 'cuda' or 'hip', checked
 # before anything runs; returned as given, ValueError naming the parameter and its values

@@ -313,3 +313,63 @@ def flag_rotation_sets(cold: Dict[str, Any], sets: Sequence[Sequence[Any]], cach
                         f"arguments {names} ({kw_bytes} bytes) are the same in every set and "
                         f"stay cached, so the figure is not cold; pass them positionally (or in "
                         f"arg_sets) to rotate them")
+
+
+# What an argument may be beside the arrays for kbench to know every array a call reads: the
+# scalars and names that configure it (np.add(a, b, out=c) reads a and b, writes c).
+_PLAIN = (numbers.Number, str, bytes, type(None), np.dtype, type)
+
+
+def visible_operands(fn: Any, sets: Sequence[Tuple[Any, ...]],
+                     kwargs: Optional[Dict[str, Any]]) -> Tuple[Optional[Tuple[Tuple[Any, ...], ...]], str]:
+    """Every array each call reads or writes, when kbench can see them all: (one tuple of
+    contiguous NumPy arrays per argument set, ""), else (None, why not). Evicting their cache
+    lines makes the call cold only if nothing else it reads stays cached, so a callable that
+    can reach arrays kbench does not see (a closure, a partial, a bound object, a Python
+    function's globals) or an argument that is neither an array nor a plain value keeps the
+    write flush."""
+    hidden = _hidden_state(fn)
+    if hidden:
+        return None, hidden
+    per_set: List[Tuple[Any, ...]] = []
+    owner = getattr(fn, "__self__", None)
+    for args in sets:
+        found: List[Any] = [owner] if isinstance(owner, np.ndarray) else []
+        for x in list(args) + list((kwargs or {}).values()):
+            if isinstance(x, np.ndarray):
+                if not (x.flags.c_contiguous or x.flags.f_contiguous):
+                    return None, "a strided array (its lines interleave with others')"
+                found.append(x)
+            elif not isinstance(x, _PLAIN):
+                return None, f"an argument kbench cannot look into ({type(x).__name__})"
+        if not found:
+            return None, "no array among the arguments"
+        per_set.append(tuple(found))
+    return tuple(per_set), ""
+
+
+def _hidden_state(fn: Any) -> str:
+    """Why fn may read arrays that are not among its arguments ('' when it cannot)."""
+    import functools
+    import types
+    if isinstance(fn, functools.partial):
+        return "fn is a functools.partial (its bound arguments)"
+    if isinstance(fn, types.MethodType):
+        return "fn is a bound method (its object)"
+    owner = getattr(fn, "__self__", None)
+    if owner is not None and not isinstance(owner, (types.ModuleType, np.ndarray)):
+        return f"fn is a method of a {type(owner).__name__}"
+    if isinstance(fn, types.FunctionType) and \
+            (fn.__module__ or "").split(".")[0] != "numpy":
+        if fn.__closure__:
+            return "fn is a closure (its captured variables)"
+        # a module-level function reaching arrays through its globals
+        for name in fn.__code__.co_names:
+            if isinstance(fn.__globals__.get(name), np.ndarray):
+                return f"fn reads the global array {name!r}"
+        return ""
+    if isinstance(fn, (np.ufunc, types.BuiltinFunctionType)):
+        return ""
+    if (getattr(fn, "__module__", None) or "").split(".")[0] == "numpy":
+        return ""       # numpy's own dispatchers (np.dot, np.sum) hold no user arrays
+    return f"fn is a {type(fn).__name__} object (its attributes)"

@@ -20,7 +20,8 @@ import numpy as np
 from . import _core
 from ._format import fmt_bytes, fmt_time
 from .ceilings import add_datasheet, ceiling_warnings, cpu_ceilings
-from .coldcache import flag_rotation_sets, make_rotation_sets, normalize_arg_sets
+from .coldcache import (flag_rotation_sets, make_rotation_sets, normalize_arg_sets,
+                        visible_operands)
 from .prepare import (BENCH_DEFAULTS, check_before_timing, choose_device, device_ordinal,
                       name_of, named_output, one_at_a_time)
 from .result import Result, dependence_text, saturation_text
@@ -367,6 +368,11 @@ def _callers_stream(kind: str, backend_options: Dict[str, Any], dev: str,
     return cuda.on_stream(stream, device_ordinal(dev), sets, kwargs)
 
 
+#: the write flush's size past which the host backend evicts the operands' lines instead,
+#: where it sees them all (csrc/core/kbench.h KB_EVICT_FROM_BYTES)
+EVICT_FROM_BYTES = 256 << 20
+
+
 def _run_host(fn, sets, kwargs, cold_cache, flush_bytes, loop):
     caches = _core.cpu_cache_info()
     llc = int(caches["llc_bytes"])
@@ -378,9 +384,15 @@ def _run_host(fn, sets, kwargs, cold_cache, flush_bytes, loop):
                              "pass arg_sets=)")
         # the copies may not take more than half the memory free now
         sets = make_rotation_sets(sets[0], llc, margin=2.0, max_bytes=_available_bytes() // 2)
+    evict, hidden = (visible_operands(fn, sets, kwargs) if cold_cache == "flush"
+                     else (None, ""))
     raw = _core.measure_host(fn, tuple(sets), kwargs or None, cold=cold_cache,
-                             flush_bytes=int(flush_bytes or 0), **loop)
+                             flush_bytes=int(flush_bytes or 0), evict=evict, **loop)
     cold = dict(raw["cold"])
+    if cold.get("method") == "write" and hidden and \
+            int(cold.get("flush_bytes") or 0) > EVICT_FROM_BYTES and not flush_bytes:
+        # a flush this large costs tens of ms a sample: say why it was not an eviction
+        cold["evict_refused"] = hidden
     cold.update(cache_bytes=llc, cache="CPU last-level cache", cache_source=caches["source"])
     if cold_cache in ("flush", "rotate") and caches["source"] == "sysconf":
         warn.append(f"the last-level cache size ({llc} bytes) came from glibc's sysconf, not "
@@ -561,9 +573,11 @@ def _flush_share_note(r: Result) -> str:
         return ""
     known = cc.get("cache") and cc.get("cache_bytes")
     cache = f", the {cc['cache']} {fmt_bytes(cc['cache_bytes'])}" if known else ""
+    what = (f"evicting the operands' {fmt_bytes(cc.get('evict_bytes'))}"
+            if cc.get("method") == "evict" else fmt_bytes(cc.get("flush_bytes")))
     return (f"; the cache flushes took {flush_s / sampling_s:.0%} of the sampling time "
-            f"({fmt_bytes(cc.get('flush_bytes'))} before each sample{cache}), so few samples "
-            f"fit: a larger max_time_s takes more")
+            f"({what} before each sample{cache}), so few samples fit: a larger max_time_s "
+            f"takes more")
 
 
 def _capped_clock_hint(r: Result) -> str:

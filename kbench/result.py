@@ -401,7 +401,15 @@ class Result:
                                    f"{self.extra['device_from']}"])
         cc = self.cold_cache
         mode = cc.get("mode", "none")
-        detail = {"flush": f"flush {fmt_bytes(cc.get('flush_bytes'))} before each sample",
+        flush = (f"evict the operands' {fmt_bytes(cc.get('evict_bytes'))} ({cc.get('instruction')}"
+                 f" on each line) before each sample, where a flush would write "
+                 f"{fmt_bytes(cc.get('flush_bytes'))}; what fn reads beyond its arguments "
+                 f"would stay cached, and kbench saw none"
+                 if cc.get("method") == "evict" else
+                 f"flush {fmt_bytes(cc.get('flush_bytes'))} before each sample"
+                 + (f" (not an eviction of the operands' lines: {cc['evict_refused']})"
+                    if cc.get("evict_refused") else ""))
+        detail = {"flush": flush,
                   "rotate": f"rotate {cc.get('arg_sets')} argument sets, "
                             f"{fmt_bytes(cc.get('footprint_bytes'))} in all",
                   }.get(mode, "hot: no flush, no rotation")

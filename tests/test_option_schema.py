@@ -157,7 +157,7 @@ def test_the_pyi_names_every_gpu_row_of_its_backend(function, backend):
             and backend in r["backends"]}
     assert rows <= named, f"{function} in _core.pyi lacks {sorted(rows - named)}"
     others = named - rows - {"fn", "arg_sets", "kwargs", "graphs", "stream", "cold",
-                             "pre_sample", "ranks"}
+                             "pre_sample", "ranks", "evict"}
     assert not others, f"{function} in _core.pyi names options the schema lacks: {others}"
 
 

@@ -569,6 +569,29 @@ void kb_cpu_flush(kb_cpu_flusher *f);                        /* GIL-free */
 int kb_cpu_flush_first(kb_cpu_flusher *f);
 void kb_cpu_flusher_fini(kb_cpu_flusher *f);
 
+/* ------------------------------------------------------------------ evict.c */
+
+/* A write flush past this many bytes is replaced by evicting the operands' lines where kbench
+ * sees every array fn reads: at ~13 GB/s (the 2-core VM) 256 MiB is 20 ms a sample, and the
+ * 0.3 s budget would hold about ten samples of a flush of twice a 128 MiB cache. */
+#define KB_EVICT_FROM_BYTES ((size_t)256 << 20)
+
+typedef struct {
+    Py_buffer *views;       /* every set's operands, held for the run */
+    Py_ssize_t *first;      /* set k's views: views[first[k] .. first[k + 1]) */
+    Py_ssize_t n_sets, n_views;
+    size_t bytes;           /* the largest set's operand bytes */
+} kb_cpu_evictor;
+
+/* "clflushopt", "clflush" or "dc civac": the line flush this CPU runs; NULL where none. */
+const char *kb_cpu_evict_instruction(void);
+/* per_set: a tuple with one tuple of contiguous buffers per argument set. -1 + exception. */
+int kb_cpu_evict_check(PyObject *per_set, Py_ssize_t n_sets);    /* its shape only */
+int kb_cpu_evictor_init(kb_cpu_evictor *e, PyObject *per_set, Py_ssize_t n_sets);
+void kb_cpu_evict_set(const kb_cpu_evictor *e, Py_ssize_t k);    /* GIL-free */
+void kb_cpu_evictor_fini(kb_cpu_evictor *e);
+int kb_evict_module_init(PyObject *m);
+
 /* ------------------------------------------------------------------ helpers */
 
 /* d[key] = value, stealing value; a NULL value means an exception is already set (pyutil.c). */

@@ -122,6 +122,7 @@ static int core_exec(PyObject *m)
     if (kb_clock_module_init(m) < 0 || kb_stats_module_init(m) < 0 ||
         kb_criterion_module_init(m) < 0 || kb_measure_host_module_init(m) < 0 ||
         kb_loop_module_init(m) < 0 || kb_schema_module_init(m) < 0 ||
+        kb_evict_module_init(m) < 0 ||
         kb_coldcache_module_init(m) < 0 || kb_compare_module_init(m) < 0 ||
         kb_cpu_kernels_module_init(m) < 0 || kb_steady_module_init(m) < 0 ||
         kb_regime_module_init(m) < 0 ||

@@ -23,6 +23,7 @@ typedef struct {
     Py_ssize_t next_set;    /* rotation cursor */
     kb_cold_mode cold;
     kb_cpu_flusher flusher;
+    kb_cpu_evictor evictor; /* cold by eviction: used when evictor.n_sets > 0 */
     Py_ssize_t iteration;   /* iterations run so far, warm-up included (for error messages) */
     uint64_t next_signal_check_ns;  /* host clock time of the next PyErr_CheckSignals */
     uint64_t flush_ns[2];   /* time spent flushing: [0] while sampling, [1] while warming up */
@@ -38,7 +39,10 @@ static int host_run_batch(kb_backend *b, Py_ssize_t n, double *out, int warmup)
         if (c->cold == KB_COLD_FLUSH) {
             uint64_t f0 = kb_now_ns();
             Py_BEGIN_ALLOW_THREADS
-            kb_cpu_flush(&c->flusher);
+            if (c->evictor.n_sets > 0)
+                kb_cpu_evict_set(&c->evictor, c->next_set);     /* the set called next */
+            else
+                kb_cpu_flush(&c->flusher);
             Py_END_ALLOW_THREADS
             c->flush_ns[warmup != 0] += kb_now_ns() - f0;
         }
@@ -158,10 +162,17 @@ static int pop_hooks(PyObject *opts, host_ctx *ctx)
     return 0;
 }
 
-/* Parse: the options dict (a copy of kw) into ctx and cfg, each checked once. */
+/* Parse: the options dict (a copy of kw) into ctx and cfg, each checked once. *evict: the
+ * operands kbench.coldcache saw (a new reference, NULL when not given or None). */
 static int host_parse(PyObject *opts, PyObject *arg_sets, host_ctx *ctx, kb_loop_config *cfg,
-                      Py_ssize_t *flush_bytes)
+                      Py_ssize_t *flush_bytes, PyObject **evict)
 {
+    if (kb_opt_take(opts, "evict", evict) < 0)
+        return -1;
+    if (*evict == Py_None)
+        Py_CLEAR(*evict);
+    if (*evict != NULL && kb_cpu_evict_check(*evict, PyTuple_GET_SIZE(arg_sets)) < 0)
+        return -1;
     /* the schema's row (kb_schema.h): its default, its range, the message the GPU's gives */
     const kb_opt_spec *fb = KB_SPEC(flush_bytes);
     *flush_bytes = (Py_ssize_t)fb->num;
@@ -181,9 +192,11 @@ static int host_parse(PyObject *opts, PyObject *arg_sets, host_ctx *ctx, kb_loop
 
 /* Set up the flush (cold='flush'): its buffer and first pass, timed apart as setup_ns.
  * *evicts: 0 for a flush smaller than the last-level cache, kept (it still evicts the inner
- * caches) but not called cold: the result says so among its warnings (kbench.local). */
-static int host_flush_setup(PyObject *self, host_ctx *ctx, Py_ssize_t flush_bytes, int *evicts,
-                            uint64_t *setup_ns)
+ * caches) but not called cold: the result says so among its warnings (kbench.local). A write
+ * flush past KB_EVICT_FROM_BYTES that the caller did not size becomes an eviction of the
+ * operands' lines, where kbench saw them all (evict) and the CPU has a line flush. */
+static int host_flush_setup(PyObject *self, host_ctx *ctx, Py_ssize_t flush_bytes,
+                            PyObject *evict, int *evicts, uint64_t *setup_ns)
 {
     *evicts = 1;
     *setup_ns = 0;
@@ -193,6 +206,11 @@ static int host_flush_setup(PyObject *self, host_ctx *ctx, Py_ssize_t flush_byte
     if (kb_cpu_llc_bytes(kb_get_state(self), &llc) < 0)
         return -1;
     size_t bytes = flush_bytes ? (size_t)flush_bytes : 2 * llc;
+    if (evict != NULL && !flush_bytes && bytes > KB_EVICT_FROM_BYTES &&
+        kb_cpu_evict_instruction() != NULL) {
+        ctx->flusher.bytes = bytes;     /* what the write flush would have written */
+        return kb_cpu_evictor_init(&ctx->evictor, evict, ctx->n_sets);
+    }
     if (flush_bytes && (size_t)flush_bytes < llc)
         *evicts = 0;
     /* the first pass faults the buffer's pages in (about 8x a later pass) */
@@ -235,7 +253,14 @@ static PyObject *host_result(const host_ctx *ctx, const kb_loop_result *res,
                                    "flush_bytes", (Py_ssize_t)ctx->flusher.bytes, "arg_sets",
                                    ctx->n_sets);
     if (cold != NULL && ctx->cold == KB_COLD_FLUSH &&
-        (kb_dict_set_steal(cold, "evicts", PyBool_FromLong(evicts)) < 0 ||
+        (kb_dict_set_steal(cold, "method", PyUnicode_FromString(
+                               ctx->evictor.n_sets > 0 ? "evict" : "write")) < 0 ||
+         (ctx->evictor.n_sets > 0 &&
+          (kb_dict_set_steal(cold, "evict_bytes",
+                             PyLong_FromSize_t(ctx->evictor.bytes)) < 0 ||
+           kb_dict_set_steal(cold, "instruction",
+                             PyUnicode_FromString(kb_cpu_evict_instruction())) < 0)) ||
+         kb_dict_set_steal(cold, "evicts", PyBool_FromLong(evicts)) < 0 ||
          kb_dict_set_steal(cold, "flush_s", PyFloat_FromDouble(ctx->flush_ns[0] * 1e-9)) < 0 ||
          kb_dict_set_steal(cold, "flush_warmup_s",
                            PyFloat_FromDouble(ctx->flush_ns[1] * 1e-9)) < 0 ||
@@ -270,21 +295,22 @@ static PyObject *measure_host(PyObject *self, PyObject *args, PyObject *kw)
         return NULL;
 
     Py_ssize_t flush_bytes = 0;
+    PyObject *evict = NULL;
     int evicts = 1;
     uint64_t setup_ns = 0;
-    if (host_parse(opts, arg_sets, &ctx, &cfg, &flush_bytes) < 0 ||
-        host_flush_setup(self, &ctx, flush_bytes, &evicts, &setup_ns) < 0)
-        goto done;
     ctx.fn = fn;
     ctx.arg_sets = arg_sets;
     ctx.kwargs = kwargs == Py_None ? NULL : kwargs;
     ctx.n_sets = PyTuple_GET_SIZE(arg_sets);
-    if (host_run(self, &ctx, &cfg, &res) == 0)
+    int ok = host_parse(opts, arg_sets, &ctx, &cfg, &flush_bytes, &evict) == 0 &&
+             host_flush_setup(self, &ctx, flush_bytes, evict, &evicts, &setup_ns) == 0;
+    Py_XDECREF(evict);      /* the evictor holds the buffers it needs */
+    if (ok && host_run(self, &ctx, &cfg, &res) == 0)
         out = host_result(&ctx, &res, &cfg, evicts, setup_ns);
 
-done:
     kb_loop_result_free(&res);
     kb_cpu_flusher_fini(&ctx.flusher);
+    kb_cpu_evictor_fini(&ctx.evictor);
     Py_XDECREF(ctx.keep_warming);
     Py_XDECREF(ctx.resettle);
     Py_XDECREF(opts);
@@ -294,10 +320,12 @@ done:
 static PyMethodDef host_methods[] = {
     {"measure_host", (PyCFunction)(void (*)(void))measure_host, METH_VARARGS | METH_KEYWORDS,
      "measure_host(fn, arg_sets, kwargs=None, *, cold=None|'flush'|'rotate', flush_bytes=..., "
-     "pre_sample=None, ranks=None, <loop options>) -> dict\n\n"
+     "evict=None, pre_sample=None, ranks=None, <loop options>) -> dict\n\n"
      "Time calls fn(*arg_sets[i % len(arg_sets)], **kwargs) with the host clock. The defaults "
      "and ranges of flush_bytes and the loop options (warmup_s, max_time_s, target, ...) are "
-     "_core.OPTION_SCHEMA's (csrc/core/kb_schema.h). pre_sample() "
+     "_core.OPTION_SCHEMA's (csrc/core/kb_schema.h). evict: one tuple of contiguous buffers "
+     "per argument set, every array fn reads (kbench.coldcache.visible_operands): a flush "
+     "past 256 MiB that flush_bytes did not size evicts their lines instead. pre_sample() "
      "runs before every call, untimed (a multi-rank barrier); ranks= is a rank reducer "
      "(kbench.distributed): samples become per-sample maxima across ranks."},
     {NULL, NULL, 0, NULL},
