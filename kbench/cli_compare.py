@@ -624,7 +624,8 @@ def _incomparable(od: Dict[str, Any], nd: Dict[str, Any]) -> List[str]:
     ho, hn = _cold(od).get("method"), _cold(nd).get("method")
     if mo == mn == "flush" and ho and hn and ho != hn:
         # writing a buffer leaves the cache full of dirty lines the timed call writes back;
-        # evicting the operands' lines leaves none: a cold add read 5-10% apart by method
+        # evicting the operands' lines leaves none: a cold 1 MB add read 0.13 ms evicted,
+        # 0.17-0.20 ms write-flushed (hot 0.044; benchmarks/results/cpu_cold_methods.md)
         why.append(f"cold cache by {ho} -> by {hn} (a write flush's dirty lines are written "
                    f"back during the timed call, an eviction's are not)")
     if mo and mn and mo != mn:

@@ -1,10 +1,12 @@
 /* evict.c -- cold by eviction: flush the cache lines of the arrays a call reads, instead of
  * writing a buffer twice the last-level cache.
  *
- * The write flush costs its bytes every sample: 2x a 1 GiB cache is a 2.1 GB write, and a
- * 16 MB np.add bench then took 9.3 s for 10 samples on the 2-core VM. A line flush (clflushopt,
- * clflush; dc civac on arm64) costs the operands' bytes, whatever the cache's size, and leaves
- * no dirty flush lines for the timed call to write back. It only reaches the memory kbench
+ * The write flush costs its bytes every sample: 2x a 1 GiB cache is a 2.1 GB write (140 ms
+ * on the 2-core VM), and a 16 MB np.add bench took 7.4 s for 10 samples (CI +-7%). A line
+ * flush (clflushopt, clflush; dc civac on arm64) costs the operands' bytes whatever the
+ * cache's size (1.4 ms for the add's 50 MB): 0.43 s, 82 samples, +-1.9%. It leaves no dirty
+ * flush lines for the timed call to write back: a cold 1 MB add read 0.13 ms evicted, 0.17-0.20
+ * ms after a write flush, 0.044 ms hot (benchmarks/results/cpu_cold_methods.md). It only reaches the memory kbench
  * can see, so kbench.coldcache.visible_operands hands over the arrays only when fn reads
  * nothing else; otherwise the write flush runs.
  */
