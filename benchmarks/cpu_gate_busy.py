@@ -74,7 +74,8 @@ def session(where: str, *args: str, plant: bool = False, pool: str = "default") 
     rows = [ln for ln in lines if "test_gate_module.py::" in ln]
     return {"rc": p.returncode, "wall_s": time.perf_counter() - t,
             "closing_line": lines[-1] if lines else "", "gate": gate[-1] if gate else "",
-            "rows": rows, "busy_named": "busy host" in p.stdout,
+            "rows": rows, "busy_named": "busy host" in p.stdout or "busy or" in p.stdout,
+            "oversubscribed_named": "oversubscribed:" in p.stdout,
             "added": "added this session's" in p.stdout and "not added" not in p.stdout}
 
 
@@ -89,14 +90,15 @@ def markdown(res: Dict[str, Any]) -> str:
            f"for each thread pool, a baseline of {res['baseline_sessions']} quiet sessions "
            f"(pytest --kbench-save-append), taken before the rows.", "",
            "| thread pool | host | code | sessions passed (rc 0) | sessions failed (rc 1) "
-           "| a busy host named | wall per session (median) |",
-           "| --- | --- | --- | ---: | ---: | ---: | ---: |"]
+           "| a busy host named | oversubscribed named | wall per session (median) |",
+           "| --- | --- | --- | ---: | ---: | ---: | ---: | ---: |"]
     for row in res["rows"]:
         s = row["sessions"]
         walls = sorted(x["wall_s"] for x in s)
         out.append(f"| {row['pool']} | {row['host']} | {row['code']} | "
                    f"{sum(x['rc'] == 0 for x in s)} | "
                    f"{sum(x['rc'] == 1 for x in s)} | {sum(x['busy_named'] for x in s)} | "
+                   f"{sum(x.get('oversubscribed_named', False) for x in s)} | "
                    f"{walls[len(walls) // 2]:.2f} s |")
     out += ["", "Last session of each row, pytest's closing line and the gate's summary:", ""]
     for row in res["rows"]:

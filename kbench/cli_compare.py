@@ -12,8 +12,9 @@ Verdict rules, per benchmark present in both files, with delta = new median / ol
   "within noise"    the intervals overlap: no difference is resolved, whatever the delta
   "unchanged"       the intervals do not overlap but |delta| <= threshold
   "busy host"       slower beyond the threshold but by at most +50%, with either figure taken
-                    on a busy host (Result.extra["host_load"], kbench.hostload): what the host
-                    moves between runs is not judged; a larger slowdown is still "slower"
+                    on a busy host or oversubscribed by its own thread pool
+                    (Result.extra["host_load"], kbench.hostload): what the host moves between
+                    runs is not judged; a larger slowdown is still "slower"
   "no baseline"     only in the new file;  "not run": only in the old file. Benchmarks pair
                     up by name: two session or sweep files of one benchmark each under
                     different names (test_x and test_y) are not compared, and said so; two
@@ -589,8 +590,15 @@ def _world(d: Optional[Dict[str, Any]]) -> int:
 BUSY_HOST_THRESHOLD = 0.5
 
 
+def _host_load(d: Optional[Dict[str, Any]]) -> Dict[str, Any]:
+    return (((d or {}).get("extra") or {}).get("host_load") or {})
+
+
 def _host_busy(d: Optional[Dict[str, Any]]) -> bool:
-    return bool((((d or {}).get("extra") or {}).get("host_load") or {}).get("busy"))
+    """Busy, or oversubscribed by the call's own thread pool: either moves a CPU figure by
+    tens of % between sessions (a 2-thread matmul on 2 cores: -30..+36% quiet)."""
+    load = _host_load(d)
+    return bool(load.get("busy") or load.get("oversubscribed"))
 
 
 def _regime(d: Optional[Dict[str, Any]]) -> Dict[str, Any]:
@@ -731,9 +739,15 @@ def compare_sets(old: ResultSet, new: ResultSet, threshold: float = 0.0,
             from ._format import fmt_time
             notes.append(f"{old_label}: {several[2]} sessions, their CIs span "
                          f"{fmt_time(several[1][0])} .. {fmt_time(several[1][1])}")
+        over = [lab for lab, d in ((old_label, od), (new_label, nd))
+                if _host_load(d).get("oversubscribed")]
+        if over:
+            notes.append(f"{' and '.join(over)} oversubscribed: the call's thread pool filled "
+                         f"the cores (size it to the free ones: OPENBLAS_NUM_THREADS, "
+                         f"OMP_NUM_THREADS)")
         if busy:
-            notes.append(f"{' and '.join(busy)} on a busy host: slowdowns up to "
-                         f"+{100 * BUSY_HOST_THRESHOLD:.0f}% are not judged")
+            notes.append(f"{' and '.join(busy)} on a busy or oversubscribed host: slowdowns "
+                         f"up to +{100 * BUSY_HOST_THRESHOLD:.0f}% are not judged")
         unheld = [lab for lab, r in ((old_label, _regime(od)), (new_label, _regime(nd)))
                   if r.get("held") is False]
         if unheld:

@@ -685,3 +685,17 @@ def test_save_append_needs_save_and_a_session_file(pytester, run):
     res = run("--kbench-save=one.json", "--kbench-save-append")
     assert res.ret == pytest.ExitCode.USAGE_ERROR
     res.stderr.fnmatch_lines(["*one.json is not a pytest session baseline*"])
+
+
+
+@pytest.mark.parametrize("slower, verdict", [(1.3, "busy host"), (2.0, "slower")])
+def test_an_oversubscribed_figure_gets_the_busy_hosts_allowance_and_says_why(slower, verdict):
+    """A 2-thread BLAS pool on 2 cores moved -30..+36% between quiet sessions: such a figure is
+    judged as a busy host's (up to +50% not judged), and the row names the pool."""
+    from kbench.cli_compare import compare_sets, load_results
+    base = load_results(_session_doc([1e-3]))
+    cur = _current(1e-3 * slower)
+    cur["t.py::test_k"]["extra"] = {"host_load": {"busy": False, "oversubscribed": True}}
+    d = compare_sets(base, cur, 0.08).deltas[0]
+    assert d.verdict == verdict
+    assert "current oversubscribed: the call's thread pool filled the cores" in d.note
