@@ -12,7 +12,10 @@ from kbench import _core, metadata, peaks
 
 # Lengths around the vector widths (2, 4, 8 doubles) and the 8-element thread grain, plus
 # one big enough that every thread gets a vector body and a scalar tail.
-LENGTHS = [0, 1, 2, 3, 7, 8, 9, 15, 16, 17, 63, 1000, 100_003]
+LENGTHS = [0, 1, 2, 3, 7, 8, 9, 15, 16, 17, 63, 1000, 100_003,
+           # the STREAM kernels run in blocks of 2^17 elements: one past a block, and
+           # several blocks a thread with a short last one
+           (1 << 17) + 1, 7 * (1 << 17) + 5]
 
 
 @pytest.fixture
