@@ -229,14 +229,20 @@ def _gpu_demo(args: argparse.Namespace, results: Dict[str, Any], labels: Dict[st
 
 
 def cmd_peaks(args: argparse.Namespace) -> int:
+    """Exit 1 when the CPU measurement was disturbed and so not cached (kbench.peaks' rule)."""
     from .peaks import measure_cpu_peaks, peaks_table
+    rc = 0
     if not args.gpu_only:
         d = measure_cpu_peaks(seconds=args.seconds, replace=args.replace)
         print(peaks_table(d))
+        sys.stdout.flush()              # the table, then why it is refused
         for w in d.get("warnings", []):
-            print(f"kbench peaks: warning: {w}", file=sys.stderr)
+            kind = "error" if w == d.get("not_saved") else "warning"
+            print(f"kbench peaks: {kind}: {w}", file=sys.stderr)
         if d.get("saved_to"):
             print(f"saved to {d['saved_to']}")
+        if d.get("refused"):
+            rc = 1
     if not args.cpu_only:
         from . import cuda
         if cuda.available():
@@ -245,7 +251,7 @@ def cmd_peaks(args: argparse.Namespace) -> int:
         elif args.gpu_only:
             print("no CUDA device: nothing to measure", file=sys.stderr)
             return 1
-    return 0
+    return rc
 
 
 def _measure_gpu_peaks_kept(measure_gpu_peaks: Any, device: int) -> Dict[str, Any]:
@@ -467,7 +473,8 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     pk.add_argument("--replace", action="store_true",
                     help="store the new CPU ceilings even when the cached ones are much higher "
                          "(by default a much higher cached ceiling is kept: a busy machine "
-                         "measures low)")
+                         "measures low). A measurement taken on a busy machine, or whose "
+                         "repeats disagree, is never stored: kbench peaks exits 1")
     pk.set_defaults(func=cmd_peaks)
     i = sub.add_parser("info", help="machine, caches, timer, GPU libraries found")
     i.add_argument("--json", action="store_true", help="print everything as one JSON object")

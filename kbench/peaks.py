@@ -19,9 +19,32 @@ Results are cached as JSON in ``$KBENCH_CACHE_DIR`` (default ``~/.cache/kbench``
 warning) a file that is not a valid peaks record.
 
 A ceiling measured low (a busy machine, a noisy neighbour) makes every later result look too
-good, so ``measure_cpu_peaks`` checks the machine's load before it measures, flags repeats
-whose best and median disagree, and keeps a cached ceiling that is much higher than the new
-one unless asked to replace it (``replace=True``, ``kbench peaks --replace``).
+good: on a 2-core host beside one busy process, `kbench peaks` cached a CPU ceiling whose best
+and median repeats were 112% apart, and one add then read 57% or 89% of peak depending on which
+run's cache it met. So a measurement is cached only when nothing disturbed it:
+
+* no other process was running as it began (``machine_load``, ``busy_machine_problem``);
+* while it ran, other processes used under BUSY_OTHER_CPUS (a quarter of a CPU: the rule of a
+  bench's Host load row, ``kbench.hostload``);
+* each ceiling's best repeat is at most REFUSE_GAP (50%) above its median;
+* float32 FMA is not slower than float64, and every ceiling is plausible (``ceiling_problem``).
+
+Otherwise the result says why under "refused", nothing is written, and the cached ceilings, if
+any, stay in use (`kbench peaks` prints the reasons and exits 1); ``replace`` does not override
+it. The figures behind the bounds, from 2 cores of a VM (AMD EPYC) running `kbench peaks
+--seconds 5`: on 12 quiet runs (no other process, others under 0.05 CPU) the STREAM repeats'
+best stood 5-46% above their median and FMA's 0-17%, and the best itself moved between 26.5 and
+37.5 GB/s (copy) from run to run: the VM's memory bus is shared with neighbours that no reading
+here sees. Runs beside busy processes spread 1-94%, and the issue's 112%. So a gap over
+BEST_MEDIAN_GAP (10%) is a warning (this ceiling is uncertain), over REFUSE_GAP a refusal; the
+load readings catch the busy runs whose repeats agree (one, with others at 0.29 CPU, read FMA
+float32 at 124 GFLOP/s against a quiet 200, its repeats 5% apart). Neither the 1-minute load
+average nor steal time refuses: five back-to-back quiet runs raised the load average from 0.68
+to 1.11 by themselves, and steal read 0.8-1.6% on quiet and busy runs alike.
+
+An undisturbed measurement that reads lower than the cache by more than KEEP_HIGHER_MARGIN
+keeps the cached ceiling unless asked to replace it (``replace=True``, ``kbench peaks
+--replace``): with run-to-run moves like the VM's, the cache keeps the highest quiet figure.
 """
 from __future__ import annotations
 
@@ -32,7 +55,7 @@ import stat
 import time
 import warnings
 
-from . import _core
+from . import _core, hostload
 from .metadata import _hostname, collect_host_metadata, cpu_caches
 
 SCHEMA = 2          # 2: the FMA ceiling per precision (1 had one, float64, named "FMA")
@@ -54,10 +77,12 @@ FMA_DTYPES = (("float64", "fma_GFLOPs", "fma"), ("float32", "fma_fp32_GFLOPs", "
 #: A cached ceiling this much above the new measurement is kept (unless replace=True): a
 #: machine does not get 10% slower by itself, a busy one measures low.
 KEEP_HIGHER_MARGIN = 0.10
-#: Best and median of the repeats further apart than this mean the repeats were disturbed.
+#: A best repeat this far above the median: a warning, the ceiling is uncertain ...
 BEST_MEDIAN_GAP = 0.10
-#: A 1-minute load average above this fraction of the CPUs counts as a busy machine.
-BUSY_LOAD_FRACTION = 0.5
+#: ... and this far: refused (the module's docstring has the figures).
+REFUSE_GAP = 0.50
+#: Other processes using this many CPUs while the ceilings are measured: refused.
+BUSY_OTHER_CPUS = hostload.BUSY_OTHER_CPUS
 #: Plausible ceilings, in bytes/s and FLOP/s. A cached figure outside them is a corrupt file,
 #: not a machine: it would put results at 1e10 % of peak, or at 0 %. The floors are 1 MB/s
 #: and 1 MFLOP/s, far below any machine's ceiling but under what a disturbed measurement can
@@ -179,15 +204,27 @@ def _rates(amount: float, times_ns: list[int]) -> dict:
     return {"best": amount / best_ns, "median": amount / median_ns}
 
 
+#: The STREAM arrays are filled this many elements (1 MiB) at a time: Python checks for Ctrl-C
+#: between two. One np.full of 512 MiB, faulting in pages a VM had not backed yet, ran 0.8 s of C.
+FILL_BLOCK = 1 << 17
+
+
+def _touched(n: int, value: float):
+    """np.full(n, value), filled FILL_BLOCK elements at a time: every page is faulted in before
+    timing (page faults are not measured), and Ctrl-C is heard within one block."""
+    import numpy as np
+    x = np.empty(n)
+    for i in range(0, n, FILL_BLOCK):
+        x[i:i + FILL_BLOCK] = value
+    return x
+
+
 def _stream(threads: int, array_bytes: int, budget_s: float, min_repeats: int,
             max_repeats: int) -> dict:
-    import numpy as np
-
     n = max(array_bytes // 8, 1)
-    # Touch every page before timing (np.full) so that page faults are not measured.
-    a = np.full(n, 1.0)
-    b = np.full(n, 2.0)
-    c = np.full(n, 0.5)
+    a = _touched(n, 1.0)
+    b = _touched(n, 2.0)
+    c = _touched(n, 0.5)
     out = {"array_elems": n, "array_bytes": n * 8}
     kernels = {
         "copy": (16 * n, lambda: _core.stream_copy(c, a, threads=threads)),
@@ -357,37 +394,51 @@ def machine_load() -> dict:
 
 
 def busy_machine_problem(load: dict) -> str | None:
-    """Why a machine with this ``machine_load()`` is too busy to measure ceilings, or None."""
-    parts = []
-    load1, cpus = load.get("load1"), load.get("cpus") or 1
-    if load1 is not None and load1 > BUSY_LOAD_FRACTION * cpus:
-        parts.append(f"1-minute load average {load1:.2f} on {cpus} CPUs")
+    """Why a machine with this ``machine_load()`` is too busy to measure ceilings, or None:
+    another process is running. The load average is not asked: it counts the last minute,
+    `kbench peaks`' own previous run included."""
     running = load.get("running") or []
-    if running:
-        shown = ", ".join(running[:5]) + (f" and {len(running) - 5} more" if len(running) > 5
-                                          else "")
-        parts.append(f"{len(running)} other process(es) running: {shown}")
-    if not parts:
+    if not running:
         return None
-    return ("the machine is busy (" + "; ".join(parts) + "): ceilings measured now read low, "
-            "and every % of peak against them reads high; re-run `kbench peaks` when it is "
-            "quiet")
+    shown = ", ".join(running[:5]) + (f" and {len(running) - 5} more" if len(running) > 5
+                                      else "")
+    return (f"the machine is busy ({len(running)} other process(es) running: {shown}): "
+            f"ceilings measured now read low, and every % of peak against them reads high")
 
 
-def _gap_problems(stream: dict, fmas: dict) -> list[str]:
-    """A large gap between the best and the median repeat: the repeats were disturbed."""
-    out = []
+def busy_during_problem(during: dict | None) -> str | None:
+    """Why the host's load while the ceilings were measured (``hostload.finish``) disturbed
+    them, or None (quiet, or unknown). Steal time is named but does not refuse: it read the
+    same on quiet and busy runs (the module's docstring)."""
+    if not during or during.get("others_cpus", 0.0) < BUSY_OTHER_CPUS:
+        return None
+    return (f"other processes used {during['others_cpus']:.2f} of {during['cpus']} CPUs while "
+            f"the ceilings were measured (steal {100 * during['steal_share']:.1f}%): they "
+            f"shared the cores and the memory bus, so the ceilings read low")
+
+
+def _gap_problems(stream: dict, fmas: dict) -> tuple[list[str], list[str]]:
+    """(refusals, warnings): a best repeat more than REFUSE_GAP above the median refuses the
+    measurement, more than BEST_MEDIAN_GAP is a warning."""
+    refused, warned = [], []
     figures = [(f"STREAM {k}", stream.get(k) or {}, "best_GBps", "median_GBps", "GB/s")
                for k in ("copy", "triad")]
     figures += [(f"FMA {dtype}", fma, "best_GFLOPs", "median_GFLOPs", "GFLOP/s")
                 for dtype, fma in fmas.items()]
     for label, d, best_key, median_key, unit in figures:
         best, median = d.get(best_key), d.get(median_key)
-        if best and median and best > median * (1 + BEST_MEDIAN_GAP):
-            out.append(f"{label}: best repeat {best:.3g} {unit} but median {median:.3g} {unit} "
-                       f"({100 * (best / median - 1):.0f}% apart): the repeats disagree, so the "
-                       f"machine or its clocks were disturbed; re-run `kbench peaks`")
-    return out
+        if not (best and median and best > median * (1 + BEST_MEDIAN_GAP)):
+            continue
+        said = (f"{label}: best repeat {best:.3g} {unit} but median {median:.3g} {unit} "
+                f"({100 * (best / median - 1):.0f}% apart")
+        if best > median * (1 + REFUSE_GAP):
+            refused.append(f"{said}, more than {100 * REFUSE_GAP:.0f}%): half the repeats ran "
+                           f"a third slower than the best or more, so they shared the machine "
+                           f"or its memory bus, and the best may have too")
+        else:
+            warned.append(f"{said}): the repeats disagree, so this ceiling is uncertain (a "
+                          f"run more than {100 * REFUSE_GAP:.0f}% apart is refused)")
+    return refused, warned
 
 
 def _dtype_problem(fmas: dict) -> str | None:
@@ -399,9 +450,22 @@ def _dtype_problem(fmas: dict) -> str | None:
     f32 = (fmas.get("float32") or {}).get("best_GFLOPs")
     if f64 and f32 and f32 < f64 * (1 - KEEP_HIGHER_MARGIN):
         return (f"FMA float32 {f32:.3g} GFLOP/s under float64 {f64:.3g} GFLOP/s: float32 runs "
-                f"at least as fast on any vector unit, so the machine was disturbed; not saved "
-                f"(every % of peak against it would read high): re-run `kbench peaks`")
+                f"at least as fast on any vector unit, so the machine was disturbed")
     return None
+
+
+def _refused_note(path: str) -> str:
+    """What a refused measurement leaves in place: the cache at `path`, or no ceiling."""
+    cached = load_cached_peaks(path)
+    if cached is not None:
+        when = (cached.get("metadata") or {}).get("timestamp_utc") or "at an unknown time"
+        kept = f"the cached ceilings in {path} (measured {when}) stay in use"
+    else:
+        kept = (f"no ceiling is cached ({path}), so results carry no % of peak until one "
+                f"is measured")
+    return (f"not saved: the checks above refuse this measurement as a ceiling (one measured "
+            f"low puts every later % of peak too high); {kept}. Re-run `kbench peaks` when the "
+            f"machine is quiet")
 
 
 def _keep_higher_cached(result: dict, cached: dict) -> list[str]:
@@ -429,16 +493,21 @@ def measure_cpu_peaks(seconds: float = 5.0, threads: int | None = None, *,
     """Measure STREAM copy/triad bandwidth and FMA throughput on `threads` threads (default: every
     CPU this process may use). `seconds` is the timing budget (allocating and touching the arrays
     comes on top); `array_bytes` overrides the size of each of the three STREAM arrays (default
-    ``default_array_bytes()``). With `save`, the result is also written to ``peaks_cache_path()``;
-    a cached ceiling more than 10% above the new one is kept unless `replace`. A cache that
-    cannot be written is a warning, not an error: the measured numbers are returned.
+    ``default_array_bytes()``). With `save`, the result is also written to ``peaks_cache_path()``
+    unless the measurement was disturbed ("refused": see the module's rule; the cache is then
+    left as it is, whatever `replace` says); a cached ceiling more than 10% above the new one is
+    kept unless `replace`. A cache that cannot be written is a warning, not an error: the
+    measured numbers are returned.
 
     Returns {"copy_GBps", "triad_GBps", "fma_GFLOPs" (float64), "fma_fp32_GFLOPs" (best of
     repeats each), "stream": {...}, "fma": {...}, "fma_fp32": {...}, "threads", "llc_bytes",
     "llc_source", "seconds", "metadata", "schema",
-    "load" (machine_load() before measuring), "native" (bf16/fp16 GEMM ceilings where the CPU has
-    native instructions for them, else why none), "warnings" (busy machine, best/median gaps,
-    ceilings kept, not saved), "kept_from_cache", "saved_to" (path or None)}.
+    "load" (machine_load() before measuring), "host_load" (hostload.finish() over the
+    measurement, None where unknown), "native" (bf16/fp16 GEMM ceilings where the CPU has
+    native instructions for them, else why none), "refused" (why this measurement is no
+    ceiling: empty when it is one), "not_saved" (with `save`, what a refusal left in place),
+    "warnings" (the refusals, not_saved, ceilings kept, an unwritable cache),
+    "kept_from_cache", "saved_to" (path or None)}.
     GB are 1e9 bytes.
     """
     if seconds <= 0:
@@ -455,12 +524,13 @@ def measure_cpu_peaks(seconds: float = 5.0, threads: int | None = None, *,
         raise ValueError(f"array_bytes must be >= 8, got {array_bytes}")
 
     load = machine_load()
-    problems = [p for p in [busy_machine_problem(load)] if p]
     started = time.perf_counter()
+    before = hostload.start()
     stream = _stream(threads, array_bytes, seconds * 0.6, min_repeats, max_repeats)
     fmas = {dtype: _fma(threads, seconds * 0.4 / len(FMA_DTYPES), min_repeats, max_repeats,
                         dtype) for dtype, _, _ in FMA_DTYPES}
     native = _native(seconds * 0.2, min_repeats, max_repeats, fmas["float32"]["best_GFLOPs"])
+    during = hostload.finish(before)
     result = {
         "schema": SCHEMA,
         "copy_GBps": stream["copy"]["best_GBps"],
@@ -477,15 +547,22 @@ def measure_cpu_peaks(seconds: float = 5.0, threads: int | None = None, *,
         **{detail: fmas[dtype] for dtype, _, detail in FMA_DTYPES},
         "metadata": collect_host_metadata(),
         "load": load,
+        "host_load": during,
         "native": native,               # bf16/fp16 where the CPU has instructions for them
     }
-    problems += _gap_problems(stream, fmas)
-    inconsistent = _dtype_problem(fmas)
-    if inconsistent:
-        problems.append(inconsistent)
-    result["warnings"] = problems       # saved with the record: a busy run stays marked
+    refused = [p for p in [busy_machine_problem(load), busy_during_problem(during)] if p]
+    gaps_refused, gaps_warned = _gap_problems(stream, fmas)
+    refused += gaps_refused
+    refused += [p for p in [_dtype_problem(fmas), peaks_record_problem(result)] if p]
+    result["refused"] = refused
+    problems = refused + gaps_warned
+    result["warnings"] = problems       # saved with the record: gap warnings, ceilings kept
     result["saved_to"] = None
-    if save and not inconsistent:
+    result["not_saved"] = None          # why a refused measurement was not cached, in words
+    if save and refused:
+        result["not_saved"] = _refused_note(peaks_cache_path())
+        problems.append(result["not_saved"])
+    elif save:
         path = peaks_cache_path()
         cached = load_cached_peaks(path)
         if cached is not None and not replace:
@@ -726,4 +803,7 @@ def peaks_table(d: dict) -> str:
         label, unit = CEILINGS[key]
         lines.append(f"ceiling kept: {label} {kept['cached']:.3g} {unit} from the cache "
                      f"(measured now: {kept['measured']:.3g} {unit})")
+    if d.get("refused"):
+        lines.append(f"NOT A CEILING: refused for {len(d['refused'])} reason(s) (in the "
+                     f"warnings), so not cached")
     return "\n".join(lines)

@@ -1,9 +1,12 @@
-"""`kbench peaks` and its cache: a busy machine is named, a much higher cached ceiling is kept
-(unless --replace), a best/median gap is flagged, and an unwritable cache loses no numbers.
-The measurements and the load reader are faked: nothing here loads the machine. A corrupt
-cache is ignored with one warning, and the benches after it work."""
+"""`kbench peaks` and its cache: a measurement taken on a busy machine, or whose best and
+median repeats disagree, is refused (not cached, the quiet cache kept, exit 1), a much higher
+cached ceiling is kept (unless --replace), and an unwritable cache loses no numbers. The
+measurements and both load readers (before and during) are faked: nothing here loads the
+machine or depends on its load. A corrupt cache is ignored with one warning, and the benches
+after it work."""
 import contextlib
 import json
+import os
 import signal
 
 import numpy as np
@@ -12,6 +15,9 @@ import pytest
 from kbench import cli, peaks
 
 QUIET = {"load1": 0.05, "cpus": 8, "running": []}
+#: hostload.finish()'s reading over a quiet measurement
+QUIET_DURING = {"others_cpus": 0.02, "own_cpus": 2.0, "steal_share": 0.0, "cpus": 2,
+                "loadavg_1m": 0.1, "wall_s": 5.0, "busy": False, "oversubscribed": False}
 
 
 def fake_stream(copy=(50.0, 49.0), triad=(60.0, 59.0)):
@@ -39,6 +45,8 @@ def fake_peaks(monkeypatch, tmp_path):
     """A quiet machine, a fresh cache directory, measurements that return set numbers."""
     monkeypatch.setenv("KBENCH_CACHE_DIR", str(tmp_path / "cache"))
     monkeypatch.setattr(peaks, "machine_load", lambda: dict(QUIET))
+    monkeypatch.setattr(peaks.hostload, "start", lambda: "before")
+    monkeypatch.setattr(peaks.hostload, "finish", lambda before: dict(QUIET_DURING))
     monkeypatch.setattr(peaks, "collect_host_metadata", lambda: {"timestamp_utc": "now"})
     monkeypatch.setattr(peaks, "_stream", fake_stream())
     monkeypatch.setattr(peaks, "_fma", fake_fma())
@@ -51,9 +59,10 @@ def measure(**kw):
 
 def test_a_quiet_machine_measures_without_warnings_and_saves(fake_peaks):
     d = measure()
-    assert d["warnings"] == []
+    assert d["warnings"] == [] and d["refused"] == [] and d["not_saved"] is None
     assert d["saved_to"] == peaks.peaks_cache_path()
     assert peaks.load_cached_peaks()["triad_GBps"] == 60.0
+    assert d["host_load"] == QUIET_DURING
 
 
 def test_a_busy_machine_is_named_in_a_warning(fake_peaks):
@@ -61,19 +70,20 @@ def test_a_busy_machine_is_named_in_a_warning(fake_peaks):
                                                        "running": ["stress (4242)"]})
     d = measure(save=False)
     busy = [w for w in d["warnings"] if "machine is busy" in w]
-    assert len(busy) == 1
-    assert "1-minute load average 7.50 on 2 CPUs" in busy[0]
-    assert "stress (4242)" in busy[0] and "re-run `kbench peaks`" in busy[0]
+    assert len(busy) == 1 and d["refused"] == busy
+    assert "1 other process(es) running: stress (4242)" in busy[0]
     assert d["load"]["load1"] == 7.5
 
 
 @pytest.mark.parametrize("load,busy", [
     ({"load1": 0.9, "cpus": 2, "running": []}, False),
-    ({"load1": 1.1, "cpus": 2, "running": []}, True),
+    # the load average counts the last minute, kbench peaks' own last run included: five
+    # back-to-back quiet runs on 2 cores raised it from 0.68 to 1.11
+    ({"load1": 1.1, "cpus": 2, "running": []}, False),
     ({"load1": None, "cpus": 2, "running": []}, False),
     ({"load1": 0.0, "cpus": 64, "running": ["python (1)"]}, True),
 ])
-def test_busy_rule_load_average_over_half_the_cpus_or_another_running_process(load, busy):
+def test_busy_rule_another_running_process(load, busy):
     assert (peaks.busy_machine_problem(load) is not None) == busy
 
 
@@ -121,8 +131,10 @@ def test_a_large_gap_between_best_and_median_is_flagged(fake_peaks):
     fake_peaks.setattr(peaks, "_stream", fake_stream(copy=(80.0, 50.0)))
     fake_peaks.setattr(peaks, "_fma", fake_fma(best=100.0, median=95.0))   # 5%: fine
     d = measure(save=False)
-    assert len(d["warnings"]) == 1
-    assert "STREAM copy: best repeat 80 GB/s but median 50 GB/s (60% apart)" in d["warnings"][0]
+    assert len(d["warnings"]) == 1 and d["refused"] == d["warnings"]
+    assert "STREAM copy: best repeat 80 GB/s but median 50 GB/s (60% apart, more than 50%)" \
+        in d["warnings"][0]
+    assert d["not_saved"] is None               # save=False: nothing was to be saved
 
 
 def test_float32_measured_under_float64_is_flagged_and_not_saved(fake_peaks):
@@ -135,7 +147,7 @@ def test_float32_measured_under_float64_is_flagged_and_not_saved(fake_peaks):
     fake_peaks.setattr(peaks, "_fma", fma)
     r = measure()
     assert r["saved_to"] is None and peaks.load_cached_peaks(peaks.peaks_cache_path()) is None
-    assert any("float32 5.7 GFLOP/s under float64 36" in w for w in r["warnings"])
+    assert any("float32 5.7 GFLOP/s under float64 36" in w for w in r["refused"])
     assert r["fma_fp32_GFLOPs"] == 5.7          # the numbers are still returned
 
 
@@ -153,13 +165,157 @@ def test_cli_peaks_prints_the_numbers_and_the_warnings(fake_peaks, tmp_path, cap
     blocker = tmp_path / "a_file"
     blocker.write_text("")
     fake_peaks.setenv("KBENCH_CACHE_DIR", str(blocker / "cache"))
-    fake_peaks.setattr(peaks, "machine_load", lambda: {"load1": 9.0, "cpus": 2, "running": []})
     assert cli.main(["peaks", "--cpu-only", "--seconds", "0.1"]) == 0
     out, err = capsys.readouterr()
     assert "50.00 GB/s" in out and "60.00 GB/s" in out          # the numbers survive
-    assert "kbench peaks: warning: the machine is busy" in err
     assert "kbench peaks: warning: not saved: cannot write" in err
     assert "Traceback" not in err
+
+
+# ------------------------------------------------------------------ disturbed: refused
+
+BUSY_BEFORE = {"load1": 1.9, "cpus": 2, "running": ["python3 (4242)"]}
+
+
+def seed_quiet_cache(fake_peaks):
+    """A quiet measurement, cached: what a disturbed one must leave as it is."""
+    d = measure()
+    assert d["saved_to"] and not d["refused"]
+    with open(d["saved_to"], "rb") as f:
+        return d["saved_to"], f.read()
+
+
+def test_the_issues_ceiling_112_percent_apart_is_refused_and_the_quiet_cache_stays(fake_peaks):
+    # the issue: beside one busy process on 2 cores, triad's best and median were 112% apart,
+    # the record was cached, and one add then read 57% or 89% of peak by which cache it met
+    path, quiet = seed_quiet_cache(fake_peaks)
+    fake_peaks.setattr(peaks, "_stream", fake_stream(triad=(38.2, 18.0)))
+    d = measure()
+    assert d["saved_to"] is None
+    assert d["refused"] == ["STREAM triad: best repeat 38.2 GB/s but median 18 GB/s (112% "
+                            "apart, more than 50%): half the repeats ran a third slower than "
+                            "the best or more, so they shared the machine or its memory bus, "
+                            "and the best may have too"]
+    assert d["not_saved"].startswith("not saved: the checks above refuse this measurement "
+                                     "as a ceiling")
+    assert f"the cached ceilings in {path} (measured now) stay in use" in d["not_saved"]
+    assert d["warnings"] == d["refused"] + [d["not_saved"]]
+    with open(path, "rb") as f:
+        assert f.read() == quiet                # byte for byte
+    assert peaks.load_cached_peaks()["triad_GBps"] == 60.0
+
+
+@pytest.mark.parametrize("best,warned,refused", [
+    (55.0, False, False), (55.1, True, False),      # 10%: a warning, still cached
+    (75.0, True, False), (75.1, True, True),        # 50%: refused
+])
+def test_the_best_median_bounds_warn_at_ten_percent_refuse_at_fifty(fake_peaks, best, warned,
+                                                                    refused):
+    # quiet runs on a 2-core VM: 5-46% for STREAM (its memory bus is shared with other VMs);
+    # beside a busy process up to 94%, and the issue's 112%
+    fake_peaks.setattr(peaks, "_stream", fake_stream(copy=(best, 50.0)))
+    d = measure()
+    assert bool(d["refused"]) == refused
+    assert any("ceiling is uncertain (a run more than 50% apart is refused)" in w
+               for w in d["warnings"]) == (warned and not refused)
+    assert (d["saved_to"] is None) == refused
+    assert (peaks.load_cached_peaks() is None) == refused
+
+
+@pytest.mark.parametrize("load", [
+    BUSY_BEFORE,
+    {"load1": 0.0, "cpus": 2, "running": ["stress (7)"]},      # running now, no history yet
+])
+def test_a_machine_busy_as_it_begins_is_refused_even_with_replace(fake_peaks, load):
+    path, quiet = seed_quiet_cache(fake_peaks)
+    fake_peaks.setattr(peaks, "machine_load", lambda: dict(load))
+    # the busy run measures low but its repeats agree: only the load reading can tell
+    fake_peaks.setattr(peaks, "_stream", fake_stream(copy=(25.0, 24.5), triad=(30.0, 29.5)))
+    for replace in (False, True):
+        d = measure(replace=replace)
+        assert d["saved_to"] is None and len(d["refused"]) == 1
+        assert d["refused"][0].startswith("the machine is busy (")
+        with open(path, "rb") as f:
+            assert f.read() == quiet
+
+
+@pytest.mark.parametrize("others,refused", [(1.0, True), (0.25, True), (0.24, False)])
+def test_a_machine_that_got_busy_while_measuring_is_refused(fake_peaks, others, refused):
+    # a process that starts after the check before: the reading over the run names it. One
+    # such run (others 0.29 CPU) read FMA float32 at 124 GFLOP/s against a quiet 200, its
+    # repeats 5% apart: no other check saw it
+    path, quiet = seed_quiet_cache(fake_peaks)
+    fake_peaks.setattr(peaks.hostload, "finish",
+                       lambda before: {**QUIET_DURING, "others_cpus": others, "busy": True})
+    d = measure()
+    assert (d["saved_to"] is None) == refused and len(d["refused"]) == refused
+    if refused:
+        assert f"other processes used {others:.2f} of 2 CPUs while the ceilings were " \
+               f"measured (steal 0.0%)" in d["refused"][0]
+        with open(path, "rb") as f:
+            assert f.read() == quiet
+
+
+def test_steal_time_and_the_load_average_alone_do_not_refuse(fake_peaks):
+    # both read the same on quiet and busy runs of a VM (steal 0.8-1.6%), and the load
+    # average counts kbench peaks' own last minute
+    fake_peaks.setattr(peaks, "machine_load", lambda: {"load1": 1.9, "cpus": 2, "running": []})
+    fake_peaks.setattr(peaks.hostload, "finish",
+                       lambda before: {**QUIET_DURING, "steal_share": 0.05, "busy": True})
+    d = measure()
+    assert d["refused"] == [] and d["saved_to"] == peaks.peaks_cache_path()
+
+
+def test_the_reading_during_the_run_is_hostloads(tmp_path):
+    # busy_during_problem reads what hostload.finish returns: one other CPU's worth of ticks
+    from kbench import hostload
+    before = hostload._read()
+    assert before is not None                   # Linux: /proc/stat
+    hz = os.sysconf("SC_CLK_TCK")
+    fake = tmp_path / "stat"
+    busy = before.busy_ticks + 2 * hz           # this process's CPU time is ~0 over it
+    fake.write_text(f"cpu {busy} 0 0 {before.total_ticks - before.busy_ticks - before.steal_ticks}"
+                    f" 0 0 0 {before.steal_ticks} 0 0\n")
+    shifted = before._replace(wall_s=before.wall_s - 2.0,
+                              total_ticks=before.total_ticks - 2 * hz)
+    during = hostload.finish(shifted, stat_path=str(fake))
+    assert during["busy"] and during["others_cpus"] == pytest.approx(1.0, abs=0.1)
+    assert "other processes used 1.0" in peaks.busy_during_problem(during)
+    assert peaks.BUSY_OTHER_CPUS == hostload.BUSY_OTHER_CPUS      # a bench's rule
+    assert peaks.busy_during_problem(None) is None
+    assert peaks.busy_during_problem(QUIET_DURING) is None
+
+
+def test_an_implausible_measured_ceiling_is_refused(fake_peaks):
+    fake_peaks.setattr(peaks, "_stream", fake_stream(copy=(1e-7, 1e-7)))
+    d = measure()
+    assert d["saved_to"] is None
+    assert any("copy_GBps is 1e-07, not a plausible ceiling" in w for w in d["refused"])
+    assert "no ceiling is cached" in d["not_saved"]
+    assert peaks.load_cached_peaks() is None
+
+
+def test_cli_peaks_refuses_a_disturbed_measurement_exit_1(fake_peaks, capsys):
+    path, quiet = seed_quiet_cache(fake_peaks)
+    fake_peaks.setattr(peaks, "machine_load", lambda: dict(BUSY_BEFORE))
+    fake_peaks.setattr(peaks, "_stream", fake_stream(triad=(38.2, 18.0)))
+    assert cli.main(["peaks", "--cpu-only", "--seconds", "0.1"]) == 1
+    out, err = capsys.readouterr()
+    assert "38.20 GB/s" in out                  # the numbers are shown, marked
+    assert "NOT A CEILING: refused for 2 reason(s) (in the warnings), so not cached" in out
+    assert "saved to" not in out
+    lines = err.splitlines()
+    assert lines[0].startswith("kbench peaks: warning: the machine is busy (1 other "
+                               "process(es) running: python3 (4242))")
+    assert lines[1].startswith("kbench peaks: warning: STREAM triad: best repeat 38.2 GB/s")
+    assert lines[2].startswith("kbench peaks: error: not saved: ")
+    assert f"the cached ceilings in {path}" in lines[2] and len(lines) == 3
+    with open(path, "rb") as f:
+        assert f.read() == quiet
+    # --replace stores a lower quiet measurement, never a refused one
+    assert cli.main(["peaks", "--cpu-only", "--seconds", "0.1", "--replace"]) == 1
+    with open(path, "rb") as f:
+        assert f.read() == quiet
 
 
 def test_cli_peaks_keeps_the_cached_ceiling_unless_replace(fake_peaks, capsys):

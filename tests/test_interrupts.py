@@ -138,6 +138,85 @@ def test_sigint_stops_the_loop_within_half_a_second_and_the_next_call_works(case
     assert next_ok and int(next_ok[0].split()[2]) > 0, f"{case}: next call failed:\n{out}\n{err}"
 
 
+# kbench peaks' STREAM phase, where SIGINT took 0.27 s to stop: the arrays' set-up (np.full of
+# 512 MiB, faulting in pages a VM had not backed, ran 0.8 s of C) and each kernel call, one pass
+# over arrays sized to 4x the last-level cache. The brief is 0.1 s. The calls run over arrays
+# that map one 256 MiB memfd 64 times over: 16 GiB of addresses, a pass of seconds on any
+# machine (as over 16 GiB arrays), in 256 MiB of memory.
+STREAM_LATENCY_S = 0.1   # per thread: the child's CPU time counts both threads' work
+STREAM_THREADS = 2
+STREAM_PRELUDE = """
+import ctypes, mmap, os
+from kbench import _core, peaks
+def aliased(piece=256 << 20, copies=64):
+    libc = ctypes.CDLL(None, use_errno=True)
+    libc.mmap.restype = ctypes.c_void_p
+    libc.mmap.argtypes = [ctypes.c_void_p, ctypes.c_size_t, ctypes.c_int, ctypes.c_int,
+                          ctypes.c_int, ctypes.c_long]
+    fd = os.memfd_create("kbench-test-stream")
+    os.ftruncate(fd, piece)
+    total = piece * copies
+    base = libc.mmap(None, total, 0, mmap.MAP_PRIVATE | mmap.MAP_ANONYMOUS, -1, 0)  # reserve
+    assert base is not None and base != ctypes.c_void_p(-1).value, os.strerror(ctypes.get_errno())
+    MAP_FIXED = 0x10                                    # Linux's; the mmap module lacks it
+    for off in range(0, total, piece):
+        got = libc.mmap(base + off, piece, mmap.PROT_READ | mmap.PROT_WRITE,
+                        mmap.MAP_SHARED | MAP_FIXED, fd, 0)
+        assert got == base + off, os.strerror(ctypes.get_errno())
+    os.close(fd)
+    return np.ctypeslib.as_array((ctypes.c_double * (total // 8)).from_address(base))
+"""
+STREAM_CASES = {
+    # SIGINT 50 ms in: inside the first 1 GiB array's fill
+    "stream set-up": (0.05, """
+        go()
+        interrupted(lambda: peaks._stream(THREADS, 1 << 30, 3000.0, 3, 10**9))
+    """),
+    # the same memory as destination and source: allowed, and it stays zero
+    "stream copy": (SIGNAL_AFTER_S, """
+        x = aliased()
+        go()
+        interrupted(lambda: _core.stream_copy(x, x, threads=THREADS))
+    """),
+    "stream triad": (SIGNAL_AFTER_S, """
+        x = aliased()
+        go()
+        interrupted(lambda: _core.stream_triad(x, x, x, 3.0, threads=THREADS))
+    """),
+}
+STREAM_NEXT = """
+r = peaks._stream(THREADS, 1 << 20, 0.01, 3, 5)
+print("NEXT OK", r["copy"]["repeats"], flush=True)
+"""
+
+
+@pytest.mark.skipif(not hasattr(os, "memfd_create"), reason="memfd_create: Linux")
+@pytest.mark.parametrize("case", sorted(STREAM_CASES))
+def test_sigint_stops_kbench_peaks_stream_phase_within_a_tenth_of_a_second(case,
+                                                                          interrupt_child):
+    after_s, body = STREAM_CASES[case]
+    code = (PRELUDE + STREAM_PRELUDE + textwrap.dedent(body) + STREAM_NEXT).replace(
+        "THREADS", str(STREAM_THREADS))
+    proc = subprocess.Popen([sys.executable, "-c", code], stdout=subprocess.PIPE,
+                            stderr=subprocess.PIPE, text=True,
+                            env=dict(os.environ, PYTHONUNBUFFERED="1"))
+
+    def ready():
+        line = proc.stdout.readline()
+        assert line.strip() == "GO", f"child did not start: {line!r} {proc.stderr.read()}"
+        time.sleep(after_s)
+
+    out, err, latency, cpu = interrupt_child(proc, ready, cpu=True)
+    # CPU time, not wall: a loaded host stretches the wall time, not the work done
+    assert 0 <= cpu < STREAM_LATENCY_S * STREAM_THREADS, \
+        f"{case}: the child ran {cpu:.3f} s of CPU on {STREAM_THREADS} threads after SIGINT " \
+        f"before KeyboardInterrupt ({latency:.3f} s of wall time)"
+    assert 0 <= latency < WALL_LATENCY_S, \
+        f"{case}: KeyboardInterrupt came {latency:.3f} s after SIGINT ({cpu:.3f} s of CPU)"
+    next_ok = [ln for ln in out.splitlines() if ln.startswith("NEXT OK ")]
+    assert next_ok and int(next_ok[0].split()[2]) >= 3, f"{case}: next call failed:\n{out}\n{err}"
+
+
 # The FMA phase, once kbench peaks has reached it: a marker from a wrapper around peaks._fma.
 PEAKS_IN_FMA = """
 import sys

@@ -17,8 +17,9 @@
  * __builtin_cpu_supports -- which also lets fma_loop_isa() say exactly which variant runs.
  *
  * Work is split over `threads` pthreads (the caller's thread does the first chunk); the GIL is
- * released around all of it. The FMA loop, sized by time (seconds per call), runs in blocks and
- * takes the GIL back every 10 ms to check for Ctrl-C.
+ * released around all of it. Each thread runs its chunk in blocks of ~1 ms or less, and the
+ * caller's thread takes the GIL back every 10 ms to check for Ctrl-C (kb_interrupt), so a call
+ * over a large array or of many iterations stops within about 10 ms of it.
  */
 #include "kbench.h"
 
@@ -111,6 +112,59 @@ static void set_thread_error(int rc)
 {
     errno = rc;
     PyErr_SetFromErrnoWithFilename(PyExc_OSError, "pthread_create");
+}
+
+/* ------------------------------------------------------------------ Ctrl-C inside a call */
+
+/* A call with the GIL released hears of Ctrl-C only when it returns: an FMA call sized to a
+ * tenth of `kbench peaks --seconds 30` ran 0.7 s past it, and a STREAM call is one pass over
+ * arrays sized to 4x the last-level cache (3 x 512 MiB: 50-80 ms on a 2-core VM, twice that
+ * beside another process, more with a larger cache). So the kernels run in blocks; between two,
+ * every thread looks at `stop`, and the caller's thread (chunk 0) runs the signal handlers
+ * every KB_SIGNAL_CHECK_S. The GIL is taken back only for that check: ~1 us per 10 ms. */
+#define KB_SIGNAL_CHECK_S 0.01
+
+typedef struct {
+    PyThreadState *released;    /* the caller's thread state while the GIL is released */
+    int stop;                   /* set (atomically) once a signal handler raised: all stop */
+    double next_check_s;        /* kb_now_s() of the caller's next signal check */
+} kb_interrupt;
+
+/* Release the GIL (the caller holds it) and start the clock of the signal checks. */
+static void kb_interrupt_release(kb_interrupt *in)
+{
+    in->stop = 0;
+    in->next_check_s = kb_now_s() + KB_SIGNAL_CHECK_S;
+    in->released = PyEval_SaveThread();
+}
+
+/* Take the GIL back. 1 when a signal handler raised (its exception is set): the work is
+ * incomplete and the caller returns NULL. */
+static int kb_interrupt_reacquire(kb_interrupt *in)
+{
+    PyEval_RestoreThread(in->released);
+    return in->stop;
+}
+
+static int kb_interrupt_stopped(kb_interrupt *in)
+{
+    return __atomic_load_n(&in->stop, __ATOMIC_RELAXED);
+}
+
+/* On the caller's thread (chunk 0) between two blocks, GIL released: at most every
+ * KB_SIGNAL_CHECK_S, take the GIL back to run the signal handlers; when one raised (its
+ * exception stays set), tell every thread to stop. */
+static void kb_interrupt_check(kb_interrupt *in)
+{
+    double now = kb_now_s();
+    if (now < in->next_check_s)
+        return;
+    in->next_check_s = now + KB_SIGNAL_CHECK_S;
+    PyEval_RestoreThread(in->released);
+    int raised = PyErr_CheckSignals() < 0;
+    in->released = PyEval_SaveThread();
+    if (raised)
+        __atomic_store_n(&in->stop, 1, __ATOMIC_RELAXED);
 }
 
 /* ------------------------------------------------------------------ buffers */
@@ -230,22 +284,38 @@ typedef struct {
     double *a;
     const double *b, *c;
     double scalar;
+    kb_interrupt in;
 } stream_args;
+
+/* Threads split on 64-byte boundaries: 8 doubles. */
+#define KB_STREAM_GRAIN 8
+/* Each thread walks its range in blocks of 1 MiB of each array (a multiple of the grain, so no
+ * block but the last has a scalar tail): 0.1-0.3 ms of work at 10 GB/s a thread, against ~10 ns
+ * of checks between two. The blocks follow each other in address order, so the hardware
+ * prefetchers' streams run on across them: the bandwidth is that of one loop. */
+#define KB_STREAM_BLOCK ((size_t)1 << 17)
 
 static void copy_chunk(void *ctx, int chunk, size_t begin, size_t end)
 {
     stream_args *s = ctx;
-    copy_range(s->a + begin, s->b + begin, end - begin);
+    for (size_t lo = begin; lo < end && !kb_interrupt_stopped(&s->in); lo += KB_STREAM_BLOCK) {
+        size_t hi = end - lo > KB_STREAM_BLOCK ? lo + KB_STREAM_BLOCK : end;
+        copy_range(s->a + lo, s->b + lo, hi - lo);
+        if (chunk == 0 && hi < end)
+            kb_interrupt_check(&s->in);
+    }
 }
 
 static void triad_chunk(void *ctx, int chunk, size_t begin, size_t end)
 {
     stream_args *s = ctx;
-    triad_range(s->a + begin, s->b + begin, s->c + begin, s->scalar, end - begin);
+    for (size_t lo = begin; lo < end && !kb_interrupt_stopped(&s->in); lo += KB_STREAM_BLOCK) {
+        size_t hi = end - lo > KB_STREAM_BLOCK ? lo + KB_STREAM_BLOCK : end;
+        triad_range(s->a + lo, s->b + lo, s->c + lo, s->scalar, hi - lo);
+        if (chunk == 0 && hi < end)
+            kb_interrupt_check(&s->in);
+    }
 }
-
-/* Threads split on 64-byte boundaries: 8 doubles. */
-#define KB_STREAM_GRAIN 8
 
 static PyObject *py_stream_copy(PyObject *self, PyObject *args, PyObject *kwds)
 {
@@ -268,10 +338,11 @@ static PyObject *py_stream_copy(PyObject *self, PyObject *args, PyObject *kwds)
         goto error;
 
     stream_args sa = {.a = dst.buf, .b = src.buf};
-    Py_BEGIN_ALLOW_THREADS
+    kb_interrupt_release(&sa.in);
     rc = kb_parallel_for(threads, (size_t)dst.len / sizeof(double), KB_STREAM_GRAIN,
                          copy_chunk, &sa);
-    Py_END_ALLOW_THREADS
+    if (kb_interrupt_reacquire(&sa.in))     /* Ctrl-C: KeyboardInterrupt is set */
+        goto error;
     if (rc != 0) {
         set_thread_error(rc);
         goto error;
@@ -309,10 +380,11 @@ static PyObject *py_stream_triad(PyObject *self, PyObject *args, PyObject *kwds)
         goto error;
 
     stream_args sa = {.a = a.buf, .b = b.buf, .c = c.buf, .scalar = scalar};
-    Py_BEGIN_ALLOW_THREADS
+    kb_interrupt_release(&sa.in);
     rc = kb_parallel_for(threads, (size_t)a.len / sizeof(double), KB_STREAM_GRAIN,
                          triad_chunk, &sa);
-    Py_END_ALLOW_THREADS
+    if (kb_interrupt_reacquire(&sa.in))     /* Ctrl-C: KeyboardInterrupt is set */
+        goto error;
     if (rc != 0) {
         set_thread_error(rc);
         goto error;
@@ -426,45 +498,27 @@ static int fma_dtype_index(const char *dtype)
     return -1;
 }
 
-/* The FMA loop runs in blocks of this many iterations (~1 ms): between two, every thread looks
- * at the stop flag, and the caller's thread checks for Ctrl-C every KB_FMA_SIGNAL_S. A call
- * sized to a tenth of `kbench peaks --seconds 30` ran 0.7 s with no check at all. */
+/* The FMA loop runs in blocks of this many iterations (~1 ms), checking for Ctrl-C between
+ * two (kb_interrupt). */
 #define KB_FMA_BLOCK ((uint64_t)1 << 18)
-#define KB_FMA_SIGNAL_S 0.01
 
 typedef struct {
     double (*kernel)(uint64_t n_iter);
     double *checksums;          /* one per chunk */
-    PyThreadState **released;   /* the caller's thread state, saved while the GIL is released */
-    int stop;                   /* set (atomically) once a signal handler raised: all stop */
-    double next_check_s;        /* kb_now_s() of the caller's next signal check */
+    kb_interrupt in;
 } fma_args;
-
-/* On the caller's thread (chunk 0), GIL released: take the GIL back to run the signal
- * handlers, then release it again. 1 when one raised (its exception stays set). */
-static int fma_signalled(fma_args *f)
-{
-    double now = kb_now_s();
-    if (now < f->next_check_s)
-        return 0;
-    f->next_check_s = now + KB_FMA_SIGNAL_S;
-    PyEval_RestoreThread(*f->released);
-    int raised = PyErr_CheckSignals() < 0;
-    *f->released = PyEval_SaveThread();
-    return raised;
-}
 
 static void fma_chunk(void *ctx, int chunk, size_t begin, size_t end)
 {
     fma_args *f = ctx;
     uint64_t left = (uint64_t)(end - begin);
     double sum = 0.0;
-    while (left > 0 && !__atomic_load_n(&f->stop, __ATOMIC_RELAXED)) {
+    while (left > 0 && !kb_interrupt_stopped(&f->in)) {
         uint64_t n = left < KB_FMA_BLOCK ? left : KB_FMA_BLOCK;
         sum += f->kernel(n);
         left -= n;
-        if (chunk == 0 && left > 0 && fma_signalled(f))
-            __atomic_store_n(&f->stop, 1, __ATOMIC_RELAXED);
+        if (chunk == 0 && left > 0)
+            kb_interrupt_check(&f->in);
     }
     f->checksums[chunk] = sum;
 }
@@ -510,16 +564,15 @@ static PyObject *py_fma_loop(PyObject *self, PyObject *args, PyObject *kwds)
         return NULL;
     }
 
-    PyThreadState *released = PyEval_SaveThread();
-    fma_args fa = {variant->kernel[dt], checksums, &released, 0, kb_now_s() + KB_FMA_SIGNAL_S};
+    fma_args fa = {variant->kernel[dt], checksums};
+    kb_interrupt_release(&fa.in);
     rc = kb_parallel_for(threads, (size_t)n_iter, 1, fma_chunk, &fa);
-    PyEval_RestoreThread(released);
+    if (kb_interrupt_reacquire(&fa.in))     /* Ctrl-C: KeyboardInterrupt is set */
+        goto error;
     if (rc != 0) {
         set_thread_error(rc);
         goto error;
     }
-    if (fa.stop)                /* a signal handler raised (KeyboardInterrupt): it is set */
-        goto error;
     /* Every lane stays near 1.0 by construction; anything else means the kernel is broken. */
     for (int t = 0; t < threads; t++) {
         if (!isfinite(checksums[t])) {
