@@ -266,11 +266,17 @@ def test_steal_time_and_the_load_average_alone_do_not_refuse(fake_peaks):
     assert d["refused"] == [] and d["saved_to"] == peaks.peaks_cache_path()
 
 
-def test_the_reading_during_the_run_is_hostloads(tmp_path):
+def test_the_reading_during_the_run_is_hostloads(tmp_path, monkeypatch):
     # busy_during_problem reads what hostload.finish returns: one other CPU's worth of ticks
     from kbench import hostload
     before = hostload._read()
     assert before is not None                   # Linux: /proc/stat
+    # this process's CPU time and the clock frozen at the first reading: the threads earlier
+    # tests left running must not count as this process's work over the 2 s
+    t = os.times()
+    monkeypatch.setattr(hostload.os, "times", lambda: t)
+    monkeypatch.setattr(hostload.time, "perf_counter", lambda: before.wall_s)
+    before = before._replace(own_s=t.user + t.system)
     hz = os.sysconf("SC_CLK_TCK")
     fake = tmp_path / "stat"
     busy = before.busy_ticks + 2 * hz           # this process's CPU time is ~0 over it
