@@ -421,8 +421,10 @@ def _seconds(text: str) -> float:
         value = float(text)
     except ValueError:
         raise argparse.ArgumentTypeError(f"expected seconds, got {text!r}") from None
-    if not (0 < value <= 86400):        # also refuses nan and inf
-        raise argparse.ArgumentTypeError(f"must be a number of seconds > 0 and <= 86400, "
+    from .options import max_time_cap
+    cap = max_time_cap()
+    if not (0 < value <= cap):          # also refuses nan and inf
+        raise argparse.ArgumentTypeError(f"must be a number of seconds > 0 and <= {cap:g}, "
                                          f"got {text!r}")
     return value
 

@@ -85,6 +85,16 @@ C_ONLY = ("device", "mode", "warmup_min", "warmup_tol", "batch_max", "busy_warmu
           "cupti_allow_foreign", "clock_period_s")
 
 
+def row(name: str) -> Dict[str, Any]:
+    """The C core's row of an option (KeyError: no such option in the schema)."""
+    return next(r for r in _core.OPTION_SCHEMA if r["name"] == name)
+
+
+def max_time_cap() -> float:
+    """The longest max_time_s kbench takes (the schema's bound: a day)."""
+    return float(row("max_time_s")["max"])
+
+
 def _fmt(value: Any) -> str:
     if isinstance(value, str):
         return repr(value)

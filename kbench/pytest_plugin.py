@@ -180,9 +180,11 @@ def pytest_configure(config: pytest.Config) -> None:
     except ValueError as e:
         raise pytest.UsageError(f"--kbench-fail-mem: {e}") from None
     max_time = config.getoption("kbench_max_time")
-    if max_time is not None and not (0 < max_time <= 86400):   # kbench.bench's cap; also nan, inf
+    from .options import max_time_cap
+    cap = max_time_cap()        # kbench.bench's, from the option schema
+    if max_time is not None and not (0 < max_time <= cap):      # also nan, inf
         raise pytest.UsageError(f"--kbench-max-time must be a number of seconds > 0 and "
-                                f"<= 86400, got {max_time}")
+                                f"<= {cap:g}, got {max_time}")
     compare = config.getoption("kbench_compare")
     save = config.getoption("kbench_save")
     if (save or compare) and _under_xdist(config):
