@@ -47,10 +47,12 @@ from setuptools import Extension, setup
 from setuptools.command.build_ext import build_ext
 
 ROOT = Path(__file__).parent
-# The C core's folders: core (module, loop, statistics, stop rules, comparison, the regimes'
-# rules), host (the CPU backend and its cold cache), and the CUDA backend (cuda) with the lazily
-# opened GPU libraries (loaders), both left out only of a KBENCH_NO_CUDA=1 build.
-CORE_DIRS = ("core", "host")
+# The C core's folders: core (module, loop, statistics, stop rules, comparison, the option
+# schema), clocks (the clock regimes' rules and verdicts over NVML samples: GPU judgements, built
+# in every build so their tests run on any host), host (the CPU backend and its cold caches),
+# and the CUDA backend (cuda) with the lazily opened GPU libraries (loaders), both left out only
+# of a KBENCH_NO_CUDA=1 build.
+CORE_DIRS = ("core", "clocks", "host")
 # The HIP backend (hip) needs no HIP header (csrc/hip/hip_api.h declares what it uses), but shares
 # the loaders' helpers, so it builds with the GPU backends and leaves with them under
 # KBENCH_NO_CUDA=1.

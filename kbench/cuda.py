@@ -25,7 +25,7 @@ from .cuda_report import (floor_share, gpu_neighbours, gpu_peaks, kinds,
                           read_cold, read_record, theoretical_bandwidth)
 
 # The clock summary, the GPU's timed/busy fractions and the regime's verdict are C's
-# (_core.clock_summary, timed_fraction, busy_fraction, regime_verdict: csrc/core/regime.c).
+# (_core.clock_summary, timed_fraction, busy_fraction, regime_verdict: csrc/clocks/regime.c).
 __all__ = ["theoretical_bandwidth"]
 
 _floor_cache: Dict[Tuple[str, int, bool], Dict[str, Any]] = {}

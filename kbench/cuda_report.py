@@ -2,7 +2,7 @@
 
 kbench._core.measure_cuda returns the samples and a record of how they were taken (the gate,
 CUPTI's attribution and health, NVML clocks, the settle rule, keep-busy bridges, the regime)
-with C's verdicts on it (csrc/core/regime.c: the clock summary, the GPU's timed and busy
+with C's verdicts on it (csrc/clocks/regime.c: the clock summary, the GPU's timed and busy
 fractions, the power cap, whether the regime held and why). This module copies that record into
 the Result's `extra` fields and phrases the warnings a reader needs. It decides nothing about
 the measurement itself: C has settled every field it reads.

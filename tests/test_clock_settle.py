@@ -1,4 +1,4 @@
-"""The clock regimes' rules (csrc/core/steady.c) over canned NVML traces.
+"""The clock regimes' rules (csrc/clocks/steady.c) over canned NVML traces.
 
 The GPU backend asks these rules, over its live NVML samples, whether the load has reached its
 sustained state (warm-up) or whether the GPU has recovered (burst, before each batch); here the

@@ -1,5 +1,5 @@
 """The CUDA backend's diagnostics (no GPU needed): how much of the sampling time the GPU spent
-in timed iterations, what the sampled clocks say (C's verdicts: csrc/core/regime.c), and how
+in timed iterations, what the sampled clocks say (C's verdicts: csrc/clocks/regime.c), and how
 kbench.cuda turns a record carrying them into the Result's fields and warnings."""
 import pytest
 

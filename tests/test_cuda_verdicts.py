@@ -1,4 +1,4 @@
-"""C's verdicts on a CUDA record (csrc/core/regime.c) through their _core wrappers: the clock
+"""C's verdicts on a CUDA record (csrc/clocks/regime.c) through their _core wrappers: the clock
 summary and its steady rule, the GPU's timed and busy fractions, the power cap, and whether the
 clock regime held -- one test per branch with the verdict spelled out, then degenerate and random
 records, none of which may raise: this code runs in every GPU bench."""

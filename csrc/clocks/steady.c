@@ -1,14 +1,15 @@
 /* steady.c -- when is a GPU in the state a figure claims? The rules of the two clock regimes.
  *
- * Sustained (the default): the kernel under its own continuous load, once the SM clock and the
- * board power have settled -- what a serving system sees. A GPU held back by a power limit does
- * not get there at once. On the H200 (shared/data/h200_gemm_power_ramp.json) a bf16 GEMM's
- * instantaneous power jumps to 720-860 W within 0.1 s of load, the clock falls from 1980 to
- * ~1470 MHz and sw_power_cap is raised by 0.4 s; nvmlDeviceGetPowerUsage, a one-second running
- * average, climbs from 123 W to 690 W over the first second. A rule that reads the average alone
- * sees "low power, full clock" while the clock has already dropped, and a rule judged over
- * readings from before the load (a first call that blocked the host) sees an idle GPU. So the
- * load is settled, judged at the latest reading, when:
+ * Sustained (regime="sustained"; burst is the default): the kernel under its own continuous load,
+ * once the SM clock and the board power have settled -- what a serving system sees. A GPU held
+ * back by a power limit does not get there at once. On the H200
+ * (shared/data/h200_gemm_power_ramp.json) a bf16 GEMM's instantaneous power jumps to 720-860 W
+ * within 0.1 s of load, the clock falls from 1980 to ~1470 MHz and sw_power_cap is raised by 0.4
+ * s; nvmlDeviceGetPowerUsage, a one-second running average, climbs from 123 W to 690 W over the
+ * first second. A rule that reads the average alone sees "low power, full clock" while the clock
+ * has already dropped, and a rule judged over readings from before the load (a first call that
+ * blocked the host) sees an idle GPU. So the load is settled, judged at the latest reading,
+ * when:
  *   - the callable has loaded the GPU for at least min_load_s and two SM clock windows inside
  *     that load agree (rel_tol, at least one 15 MHz step); and
  *   - with instantaneous power (its mean over the load's last averaging window): either it
