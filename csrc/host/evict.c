@@ -176,6 +176,7 @@ static PyObject *cpu_evict(PyObject *self, PyObject *obj)
 
 static PyMethodDef evict_methods[] = {
     {"cpu_evict", cpu_evict, METH_O,
+     "cpu_evict($module, buffer, /)\n--\n\n"
      "cpu_evict(buffer) -> int\n\nFlush a contiguous buffer's cache lines from every cache "
      "level (the host backend's cold_cache='flush' by eviction); returns the bytes covered."},
     {NULL, NULL, 0, NULL},
