@@ -125,6 +125,7 @@ def measure_host(fn: Callable[..., Any], arg_sets: Tuple[Tuple[Any, ...], ...],
 # evict.c: cold by eviction -- the line flush this CPU runs ("clflushopt", "clflush",
 # "dc civac"; None where none), and one buffer's lines flushed from every cache level
 CPU_EVICT_INSTRUCTION: Optional[str]
+CPU_EVICT_FROM_BYTES: int       # a write flush past this evicts the operands' lines instead
 def cpu_evict(buffer: Any, /) -> int: ...
 
 # choices.c: kbench.bench's cold_cache and mode for backend 'host', 'cuda' or 'hip', checked

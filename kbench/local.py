@@ -368,11 +368,6 @@ def _callers_stream(kind: str, backend_options: Dict[str, Any], dev: str,
     return cuda.on_stream(stream, device_ordinal(dev), sets, kwargs)
 
 
-#: the write flush's size past which the host backend evicts the operands' lines instead,
-#: where it sees them all (csrc/core/kbench.h KB_EVICT_FROM_BYTES)
-EVICT_FROM_BYTES = 256 << 20
-
-
 def _run_host(fn, sets, kwargs, cold_cache, flush_bytes, loop):
     caches = _core.cpu_cache_info()
     llc = int(caches["llc_bytes"])
@@ -390,7 +385,7 @@ def _run_host(fn, sets, kwargs, cold_cache, flush_bytes, loop):
                              flush_bytes=int(flush_bytes or 0), evict=evict, **loop)
     cold = dict(raw["cold"])
     if cold.get("method") == "write" and hidden and \
-            int(cold.get("flush_bytes") or 0) > EVICT_FROM_BYTES and not flush_bytes:
+            int(cold.get("flush_bytes") or 0) > _core.CPU_EVICT_FROM_BYTES and not flush_bytes:
         # a flush this large costs tens of ms a sample: say why it was not an eviction
         cold["evict_refused"] = hidden
     cold.update(cache_bytes=llc, cache="CPU last-level cache", cache_source=caches["source"])

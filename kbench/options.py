@@ -28,6 +28,10 @@ class Option(NamedTuple):
 _ALL = ("host", "cuda", "hip")
 _GPU = ("cuda", "hip")
 
+#: the values of mode= each backend takes besides None (its own pick), as choices.c accepts
+#: them (tests/test_option_schema.py holds the two together)
+MODES = {"host": ("host",), "cuda": ("cupti", "events", "graph"), "hip": ("graph",)}
+
 #: kbench.bench's own options (its signature's defaults: kbench.prepare.BENCH_DEFAULTS), and
 #: the GPU modules' Python-side options (kbench.cuda.OPTIONS, kbench.hip.OPTIONS).
 PY_OPTIONS: Tuple[Option, ...] = (
@@ -42,7 +46,8 @@ PY_OPTIONS: Tuple[Option, ...] = (
     Option("out_arg", "None", _ALL, "the argument holding the output of a kernel that returns "
            "None: a position in args or a keyword name"),
     Option("cold_cache", "'flush'", _ALL, "'flush' (write 2x the last-level cache before each "
-           "sample), 'rotate' (cycle argument sets larger than it) or None (hot)",
+           "sample; on the CPU past 256 MiB, evict the lines of the arrays the call reads where "
+           "kbench sees them all), 'rotate' (cycle argument sets larger than it) or None (hot)",
            "'flush', 'rotate', None"),
     Option("flush_bytes", "None", _ALL, "override the flush size (cold_cache='flush'): None is "
            "twice the last-level cache (CPU) or L2 (GPU)", "1 B .. 1 TiB"),
@@ -54,8 +59,10 @@ PY_OPTIONS: Tuple[Option, ...] = (
     Option("name", "None", _ALL, "the result's name (None: fn's module and qualified name)"),
     Option("device", "'auto'", _ALL, "'cpu' or 'cuda[:N]'; 'auto' follows the arguments",
            "'auto', 'cpu', 'cuda[:N]'"),
-    Option("mode", "None", ("cuda",), "GPU timer: 'cupti', 'events' or 'graph'; None picks "
-           "'cupti' where CUPTI is usable, else 'events'", "None, 'cupti', 'events', 'graph'"),
+    Option("mode", "None", _ALL, "the timer: CUDA 'cupti', 'events' or 'graph' (None: 'cupti' "
+           "where CUPTI is usable, else 'events'), HIP 'graph', the CPU 'host'",
+           "None; " + "; ".join(f"{b} " + ", ".join(repr(m) for m in ms)
+                                for b, ms in MODES.items())),
     Option("memory", "True", _ALL, "measure the peak memory of one untimed call (r.memory)"),
     Option("profile", "None", _ALL, "True: run once for a profiler instead of timing; None: "
            "KBENCH_PROFILE=1, or a GPU case under a profiler"),
@@ -85,9 +92,12 @@ C_ONLY = ("device", "mode", "warmup_min", "warmup_tol", "batch_max", "busy_warmu
           "cupti_allow_foreign", "clock_period_s")
 
 
+_ROWS = {r["name"]: r for r in _core.OPTION_SCHEMA}
+
+
 def row(name: str) -> Dict[str, Any]:
     """The C core's row of an option (KeyError: no such option in the schema)."""
-    return next(r for r in _core.OPTION_SCHEMA if r["name"] == name)
+    return _ROWS[name]
 
 
 def max_time_cap() -> float:

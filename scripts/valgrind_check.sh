@@ -6,7 +6,7 @@
 # valgrind: runs an exercise script (measure_host with flush/rotate/none, a raising callable,
 #   every stats function (with and without an order that shows dependence), criterion_check,
 #   clock_settled_at/_carried_at/_since, nvml_refreshes, busy_time, compare on several dtypes and bit-pattern kinds, the
-#   stream/FMA kernels, cpu_flush, the GPU loaders' failing paths) under memcheck with
+#   stream/FMA kernels, cpu_flush, cold by eviction, the GPU loaders' failing paths) under memcheck with
 #   PYTHONMALLOC=malloc, using the in-place build of this tree (it builds nothing). The baseline
 #   is the same valgrind on `python -c "import numpy"`: its reports become a suppression file,
 #   so what is left comes from kbench or the rest of the exercise. Fails when any memory error
@@ -91,6 +91,26 @@ expect(TypeError, _core.measure_host, 3, ((a,),))
 expect(TypeError, _core.measure_host, f, [(a,)])
 expect(TypeError, _core.measure_host, f, ((),), "notadict")
 expect(TypeError, _core.measure_host, f, ([a],))
+# -- cold by eviction (a large cache stood in for by KBENCH_LLC_BYTES): the operands' buffers
+# held for the run and released, a strided one refused part-way, a malformed evict=
+import os
+llc_before = os.environ.get("KBENCH_LLC_BYTES")
+os.environ["KBENCH_LLC_BYTES"] = "1G"
+if _core.CPU_EVICT_INSTRUCTION is not None:
+    r = ok(_core.measure_host, np.add, ((a, b), (b, a)), None, cold="flush",
+           evict=((a, b), (b, a)), **QUICK)
+    assert r["cold"]["method"] == "evict" and r["cold"]["evict_bytes"] == a.nbytes + b.nbytes
+    expect((BufferError, ValueError, TypeError), _core.measure_host, np.add, ((a, b),), None,
+           cold="flush", evict=((a, b[::2]),), **QUICK)
+    assert ok(_core.cpu_evict, a) == a.nbytes
+expect(TypeError, _core.measure_host, np.add, ((a, b),), None, cold="flush", evict=[(a, b)],
+       **QUICK)
+if llc_before is None:
+    del os.environ["KBENCH_LLC_BYTES"]
+else:
+    os.environ["KBENCH_LLC_BYTES"] = llc_before
+# -- the option schema's rows as Python objects
+assert len(_core.OPTION_SCHEMA) >= 20 and _core.LOOP_DEFAULTS["max_time_s"] > 0
 # the loop's settle hooks: a second settle after the samples are dropped, and a raising hook
 asked = []
 r = ok(_core.measure_host, f, ((a,),), None, _keep_warming=lambda e: (e < 0.01, 0.0),

@@ -38,16 +38,21 @@ def test_others_cpu_time_and_steal_are_read_from_two_snapshots(tmp_path, monkeyp
     assert "OVERSUBSCRIBED" not in hostload.text(load)
 
 
-def test_a_thread_pool_wider_than_the_free_cores_is_named_oversubscribed(tmp_path, monkeypatch):
+def _one_second_on_two_busy_cpus(tmp_path, monkeypatch, own_cpu_s):
+    """hostload.finish over one second of a 2-CPU host whose both CPUs were busy, own_cpu_s of
+    it this process's (the rest another's)."""
     hz = os.sysconf("SC_CLK_TCK")
     before = hostload.Reading(wall_s=100.0, busy_ticks=1000, steal_ticks=0,
                               total_ticks=5000, own_s=1.0)
-    # one second on 2 CPUs, both busy: 1.5 CPU-seconds ours (a 2-thread pool), 0.5 another's
     monkeypatch.setattr(hostload.time, "perf_counter", lambda: 101.0)
     monkeypatch.setattr(hostload.os, "times",
-                        lambda: os.times_result((2.4, 0.1, 0.0, 0.0, 0.0)))
-    path = _stat(tmp_path, 1000 + 2 * hz, 0, 5000 - 1000, 0)
-    load = hostload.finish(before, path)
+                        lambda: os.times_result((1.0 + own_cpu_s, 0.0, 0.0, 0.0, 0.0)))
+    return hostload.finish(before, _stat(tmp_path, 1000 + 2 * hz, 0, 5000 - 1000, 0))
+
+
+def test_a_thread_pool_wider_than_the_free_cores_is_named_oversubscribed(tmp_path, monkeypatch):
+    # 1.5 CPU-seconds ours (a 2-thread pool), 0.5 another's
+    load = _one_second_on_two_busy_cpus(tmp_path, monkeypatch, 1.5)
     assert load["busy"] is True and load["oversubscribed"] is True
     assert "OVERSUBSCRIBED: this call ran 1.50 CPUs of threads where the others left 1.50" \
         in hostload.text(load)
@@ -56,14 +61,7 @@ def test_a_thread_pool_wider_than_the_free_cores_is_named_oversubscribed(tmp_pat
 def test_a_pool_on_every_core_is_oversubscribed_on_a_quiet_host_too(tmp_path, monkeypatch):
     """2 threads on 2 cores beside a daemon's 0.1 CPU: not busy, but any preemption stalls
     the pool (a 384^3 matmul moved +-30% between quiet sessions)."""
-    hz = os.sysconf("SC_CLK_TCK")
-    before = hostload.Reading(wall_s=100.0, busy_ticks=1000, steal_ticks=0,
-                              total_ticks=5000, own_s=1.0)
-    monkeypatch.setattr(hostload.time, "perf_counter", lambda: 101.0)
-    monkeypatch.setattr(hostload.os, "times",
-                        lambda: os.times_result((2.8, 0.1, 0.0, 0.0, 0.0)))
-    path = _stat(tmp_path, 1000 + 2 * hz, 0, 5000 - 1000, 0)
-    load = hostload.finish(before, path)
+    load = _one_second_on_two_busy_cpus(tmp_path, monkeypatch, 1.9)
     assert load["busy"] is False and load["oversubscribed"] is True
     text = hostload.text(load)
     assert text.startswith("quiet: ") and "OVERSUBSCRIBED: this call ran 1.90 CPUs" in text

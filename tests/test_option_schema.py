@@ -245,3 +245,17 @@ def test_the_measure_functions_docstrings_restate_no_default(function):
     for name in ROWS:
         m = re.search(rf"\b{name}=((?:[0-9'\"-]|True|False)[^,)]*)", fn.__doc__)
         assert m is None, f"{function}'s docstring restates {name}={m.group(1)}"
+
+
+@pytest.mark.parametrize("backend", sorted(options.MODES))
+def test_the_mode_row_lists_what_check_choices_takes(backend):
+    """kbench.options.MODES (the docs' and help()'s mode row) against choices.c's list: each
+    value is taken, and the list check_choices names when it refuses one is the same."""
+    for mode in (None, *options.MODES[backend]):
+        assert _core.check_choices(backend, "flush", mode) == ("flush", mode)
+    with pytest.raises(ValueError) as e:
+        _core.check_choices(backend, "flush", "none-of-them")
+    named = re.findall(r"'([a-z]+)'", str(e.value).split(", got")[0])
+    assert tuple(named) == options.MODES[backend]
+    with pytest.raises(KeyError):
+        options.row("no_such_option")

@@ -41,17 +41,23 @@ static void flush_plain(const char *p, const char *end)
     _mm_mfence();
 }
 
-const char *kb_cpu_evict_instruction(void)
+/* cpuid once; a race between two first callers writes the same answer */
+static int use_clflushopt(void)
 {
     static int have = -1;
     if (have < 0)
         have = has_clflushopt();
-    return have ? "clflushopt" : "clflush";
+    return have;
+}
+
+const char *kb_cpu_evict_instruction(void)
+{
+    return use_clflushopt() ? "clflushopt" : "clflush";
 }
 
 static void evict_range(const char *p, const char *end)
 {
-    if (kb_cpu_evict_instruction()[7] == 'o')     /* "clflushopt" */
+    if (use_clflushopt())
         flush_opt(p, end);
     else
         flush_plain(p, end);
@@ -191,5 +197,10 @@ int kb_evict_module_init(PyObject *m)
         return -1;
     }
     Py_DECREF(ins);
+    PyObject *from = PyLong_FromSize_t(KB_EVICT_FROM_BYTES);
+    int rc = from == NULL ? -1 : PyModule_AddObjectRef(m, "CPU_EVICT_FROM_BYTES", from);
+    Py_XDECREF(from);
+    if (rc < 0)
+        return -1;
     return PyModule_AddFunctions(m, evict_methods);
 }

@@ -24,6 +24,7 @@ typedef struct {
     kb_cold_mode cold;
     kb_cpu_flusher flusher;
     kb_cpu_evictor evictor; /* cold by eviction: used when evictor.n_sets > 0 */
+    size_t flush_bytes;     /* the write flush's size, or what it would have written */
     Py_ssize_t iteration;   /* iterations run so far, warm-up included (for error messages) */
     uint64_t next_signal_check_ns;  /* host clock time of the next PyErr_CheckSignals */
     uint64_t flush_ns[2];   /* time spent flushing: [0] while sampling, [1] while warming up */
@@ -208,7 +209,7 @@ static int host_flush_setup(PyObject *self, host_ctx *ctx, Py_ssize_t flush_byte
     size_t bytes = flush_bytes ? (size_t)flush_bytes : 2 * llc;
     if (evict != NULL && !flush_bytes && bytes > KB_EVICT_FROM_BYTES &&
         kb_cpu_evict_instruction() != NULL) {
-        ctx->flusher.bytes = bytes;     /* what the write flush would have written */
+        ctx->flush_bytes = bytes;       /* what the write flush would have written */
         return kb_cpu_evictor_init(&ctx->evictor, evict, ctx->n_sets);
     }
     if (flush_bytes && (size_t)flush_bytes < llc)
@@ -217,6 +218,7 @@ static int host_flush_setup(PyObject *self, host_ctx *ctx, Py_ssize_t flush_byte
     uint64_t s0 = kb_now_ns();
     if (kb_cpu_flusher_init(&ctx->flusher, bytes) < 0 || kb_cpu_flush_first(&ctx->flusher) < 0)
         return -1;
+    ctx->flush_bytes = ctx->flusher.bytes;      /* rounded up to whole lines */
     *setup_ns = kb_now_ns() - s0;
     return 0;
 }
@@ -250,7 +252,7 @@ static PyObject *host_result(const host_ctx *ctx, const kb_loop_result *res,
                                    ctx->cold == KB_COLD_FLUSH    ? "flush"
                                    : ctx->cold == KB_COLD_ROTATE ? "rotate"
                                                                  : "none",
-                                   "flush_bytes", (Py_ssize_t)ctx->flusher.bytes, "arg_sets",
+                                   "flush_bytes", (Py_ssize_t)ctx->flush_bytes, "arg_sets",
                                    ctx->n_sets);
     if (cold != NULL && ctx->cold == KB_COLD_FLUSH &&
         (kb_dict_set_steal(cold, "method", PyUnicode_FromString(
