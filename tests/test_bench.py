@@ -1,6 +1,7 @@
 """kbench.bench on the CPU: results, cold vs hot, bad inputs, serialisation."""
 import json
 import re
+import random
 import time
 
 import numpy as np
@@ -927,9 +928,14 @@ def test_the_loop_defaults_are_the_c_cores_own():
     assert r.stop["target"] == d["target"] and r.stats["ci_level"] == d["ci_level"]
 
 
+_jitter = random.Random(0)
+
+
 def _jittery_sleep():
-    """A call whose time varies by a factor of two: no 0.5% CI in a fraction of a second."""
-    time.sleep(0.0005 + 0.0005 * (time.perf_counter_ns() % 7) / 7)
+    """A call whose time varies by up to a factor of two: no 0.5% CI in a fraction of a second.
+    The jitter is continuous: a few discrete sleep lengths let a host whose sleep is exact
+    (16 quiet cores) tie the median's CI to one value, a zero-width CI."""
+    time.sleep(0.0005 * (1.0 + _jitter.random()))
 
 
 def test_without_a_target_the_budget_stops_the_run_and_states_its_ci():
