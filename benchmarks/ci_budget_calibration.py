@@ -26,6 +26,7 @@ import os
 import statistics
 import subprocess
 import sys
+import tempfile
 import time
 from typing import Any, Callable, Dict, List, Optional, Tuple
 
@@ -65,7 +66,12 @@ def one_run(name: str, opts: Dict[str, Any],
     wall = time.perf_counter() - t
     s = r.stats
     regime = (r.extra.get("regime") or {})
+    between = r.extra.get("between_runs") or {}
     return {"median_s": r.median, "ci_low_s": s["ci_low"], "ci_high_s": s["ci_high"],
+            "ci_low_within_s": s.get("ci_low_within", s["ci_low"]),
+            "ci_high_within_s": s.get("ci_high_within", s["ci_high"]),
+            "between_source": between.get("source"), "between_runs": between.get("runs"),
+            "widened": between.get("widened"),
             "n": s["n"], "stop": r.stop.get("stop"), "achieved": r.stop.get("achieved"),
             "serial_vif": s.get("serial_vif"), "vif_saturated": s.get("vif_saturated"),
             "wall_s": wall, "regime": regime.get("name"), "regime_held": regime.get("held"),
@@ -99,9 +105,11 @@ def coverage(rows: List[Dict[str, Any]]) -> Dict[str, Any]:
         return {"runs": 0}
     center = statistics.median(r["median_s"] for r in ok)
     held = sum(r["ci_low_s"] <= center <= r["ci_high_s"] for r in ok)
+    held_within = sum(r["ci_low_within_s"] <= center <= r["ci_high_within_s"] for r in ok)
     meds = [r["median_s"] for r in ok]
     half = [0.5 * (r["ci_high_s"] - r["ci_low_s"]) / r["median_s"] for r in ok]
-    return {"runs": len(ok), "held": held, "median_of_medians_s": center,
+    return {"runs": len(ok), "held": held, "held_within": held_within,
+            "widened": sum(bool(r.get("widened")) for r in ok), "median_of_medians_s": center,
             "spread_pct": 100 * (max(meds) - min(meds)) / center,
             "ci_halfwidth_pct": [100 * min(half), 100 * statistics.median(half), 100 * max(half)],
             "wall_s": [min(r["wall_s"] for r in ok), statistics.median(r["wall_s"] for r in ok),
@@ -118,20 +126,26 @@ def markdown(res: Dict[str, Any]) -> str:
     lines = [f"# Does the default budget's CI hold other runs' median? ({res['device_name']})", "",
              f"commit {res.get('commit')}; {res['runs']} runs per set; procs: fresh processes "
              f"{res['gap_s']} s apart; inproc: back to back in one process. 'held': runs whose "
-             f"95% CI holds the median of the set's medians (goal >= 9 of 10).", "",
-             "| case | options | busy host | set | held | median of medians | spread of medians "
-             "| CI half-width min / median / max | wall min / median / max (s) | stops |",
-             "| --- | --- | --- | --- | ---: | ---: | ---: | --- | --- | --- |"]
+             f"95% CI holds the median of the set's medians (goal >= 9 of 10); each set begins with "
+             f"no run history (KBENCH_RUN_HISTORY: a fresh file), so its first two runs state "
+             f"their own CI alone and the later ones the between-run spread of the runs before "
+             f"them and themselves (kbench.runhistory). 'this run alone': the same count with "
+             f"each run's own CI.", "",
+             "| case | options | busy host | set | held | this run alone | widened | median of "
+             "medians | spread of medians | CI half-width min / median / max | wall min / "
+             "median / max (s) | stops |",
+             "| --- | --- | --- | --- | ---: | ---: | ---: | ---: | ---: | --- | --- | --- |"]
     for c in res["sets"]:
         cv = c["coverage"]
         if not cv.get("runs"):
             lines.append(f"| {c['case']} | {c['opts']} | {c['busy']} | {c['set']} | no run | "
-                         f"| | | | |")
+                         f"| | | | | | |")
             continue
         h = cv["ci_halfwidth_pct"]
         w = cv["wall_s"]
         lines.append(f"| {c['case']} | {json.dumps(c['opts'])} | {c['busy']} | {c['set']} | "
-                     f"{cv['held']}/{cv['runs']} | {cv['median_of_medians_s'] * 1e6:.2f} us | "
+                     f"{cv['held']}/{cv['runs']} | {cv.get('held_within', '-')}/{cv['runs']} | "
+                     f"{cv.get('widened', '-')} | {cv['median_of_medians_s'] * 1e6:.2f} us | "
                      f"{cv['spread_pct']:.2f}% | {h[0]:.2f} / {h[1]:.2f} / {h[2]:.2f}% | "
                      f"{w[0]:.2f} / {w[1]:.2f} / {w[2]:.2f} | {', '.join(cv['stops'])} |")
     return "\n".join(lines) + "\n"
@@ -173,6 +187,7 @@ def main() -> int:
         if args.md:
             with open(args.md, "w") as f:
                 f.write(markdown(res))
+    history_dir = tempfile.mkdtemp(prefix="kbench-ci-budget-")
     for case in cases:
         for regime in regimes:
             opts = {} if regime == "default" else {"regime": regime}
@@ -182,13 +197,17 @@ def main() -> int:
                     hog.start()
                 try:
                     for which in args.sets.split(","):
+                        # each set begins with no run history, as a new user does
+                        os.environ["KBENCH_RUN_HISTORY"] = os.path.join(
+                            history_dir, f"set-{len(res['sets'])}.json")
                         rows = (in_processes(case, opts, args.runs, args.gap_s)
                                 if which == "procs" else in_one_process(case, opts, args.runs))
                         cv = coverage(rows)
                         res["sets"].append({"case": case, "opts": opts, "busy": is_busy,
                                             "set": which, "coverage": cv, "rows": rows})
                         print(f"{case:26} {json.dumps(opts):22} busy={is_busy!s:5} {which:6} "
-                              f"held {cv.get('held')}/{cv.get('runs')} spread "
+                              f"held {cv.get('held')}/{cv.get('runs')} (alone "
+                              f"{cv.get('held_within')}) spread "
                               f"{cv.get('spread_pct', float('nan')):.2f}% CI "
                               f"{cv.get('ci_halfwidth_pct')} wall {cv.get('wall_s')}", flush=True)
                         save()

@@ -160,6 +160,9 @@ def bench_local(fn: Callable[..., Any], *args: Any,
     # where the time went: r.stop's warmup_s and sampling_s are parts of wall_s, this call's
     stop.update({k: raw[k] for k in ("warmup_stable", "warmup_tol") if k in raw},
                 wall_s=time.perf_counter() - t_start)
+    if _ranks is None:      # kbench.distributed states the ranks' MAX, not one rank's run
+        from .runhistory import record
+        record(result)
     return result
 
 

@@ -332,6 +332,11 @@ class Result:
                 if st.get("at_resolution") else
                 f"this run's precision; {saturation_text(s)}" if saturation_text(s) else
                 "the precision of this figure")
+        between = self.extra.get("between_runs") or {}
+        if between.get("widened"):
+            alone = fmt_ci(s.get("median"), s.get("ci_low_within"), s.get("ci_high_within"))
+            what = (f"widened to the spread between runs, {between_runs_text(between)}; this "
+                    f"run alone {alone}")
         rows = [["Wall", f"{fmt_time(s['median'])} median ({counted}; {level}% CI of the "
                          f"median {fmt_time(s['ci_low'])} .. {fmt_time(s['ci_high'])}, "
                          f"{fmt_ci(s.get('median'), s.get('ci_low'), s.get('ci_high'))}: "
@@ -552,6 +557,15 @@ def _ranks_rows(rep: Dict[str, Any]) -> List[List[str]]:
     if topo:
         rows.append(["Topology", topo])
     return rows
+
+
+def between_runs_text(between: Dict[str, Any]) -> str:
+    """Where the between-run spread came from (kbench.runhistory)."""
+    if not between.get("source"):
+        return between.get("why") or "not known"
+    if between["source"] == "this benchmark":
+        return f"from {between['runs']} runs of this benchmark on this machine"
+    return f"from {between['source']}"
 
 
 # The statistics of a result with no samples (DisabledRun, ProfileRun): NaN figures, so code

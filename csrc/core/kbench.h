@@ -97,6 +97,7 @@ static inline kb_state *kb_get_state(PyObject *m) { return (kb_state *)PyModule_
  * calls them in turn. */
 int kb_clock_module_init(PyObject *m);
 int kb_stats_module_init(PyObject *m);
+int kb_between_runs_module_init(PyObject *m);
 int kb_criterion_module_init(PyObject *m);
 int kb_measure_host_module_init(PyObject *m);
 int kb_coldcache_module_init(PyObject *m);

@@ -120,6 +120,7 @@ static int core_exec(PyObject *m)
     }
 
     if (kb_clock_module_init(m) < 0 || kb_stats_module_init(m) < 0 ||
+        kb_between_runs_module_init(m) < 0 ||
         kb_criterion_module_init(m) < 0 || kb_measure_host_module_init(m) < 0 ||
         kb_loop_module_init(m) < 0 || kb_schema_module_init(m) < 0 ||
         kb_evict_module_init(m) < 0 ||

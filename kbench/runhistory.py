@@ -1,0 +1,194 @@
+"""kbench.runhistory: what moves a figure between runs, learned from this machine's runs.
+
+A run's CI of the median says how well that run pinned its own median. It cannot see what
+moves between runs -- where the allocator placed the arrays, the host's load that second, the
+GPU's temperature -- since all of its samples share them. On a 2-core VM the medians of ten
+0.3 s runs of a cold 16 MB np.add spread 18-28% against CIs of +-1-6%; on an H100 those of a
+bf16 GEMM spread 0.22% between fresh processes against CIs of +-0.08%.
+
+So each bench adds its median to the runs of its benchmark on this machine, kept in
+``$KBENCH_CACHE_DIR/runs-<hostname>.json`` (or the file ``KBENCH_RUN_HISTORY`` names; ``off``
+keeps none). A benchmark is the callable (its name and source), the shapes and dtypes of its
+arguments, the device and backend, the timer, the cold-cache method and the clock regime.
+The stated CI then holds at least what the runs' spread says one run's figure may be off by
+(``kbench._core.between_runs``: Student's t times the standard deviation of the log medians);
+a benchmark with fewer than 3 runs takes the pooled spread of this device's other benchmarks
+in the same regime, and with none it states its own run's CI alone, and says so. The stop
+rule still reads the run's own CI: more samples do not shrink what moves between runs.
+"""
+from __future__ import annotations
+
+import hashlib
+import json
+import math
+import os
+import tempfile
+import time
+from typing import Any, Dict, List, Optional, Tuple
+
+from . import _core
+
+#: runs kept per benchmark (the latest) and benchmarks kept per file (the latest used)
+RUNS_KEPT = 20
+BENCHMARKS_KEPT = 500
+#: runs older than this are dropped: a driver, a kernel or the machine's load may have moved
+MAX_AGE_S = 7 * 24 * 3600.0
+#: a median this far from its benchmark's earlier ones (either way) is not the same figure:
+#: one key over other data (a closure's arrays), or a changed kernel; its history restarts
+SAME_FIGURE = 2.0
+#: runs needed for a benchmark's own spread (2 runs give t = 12.7 at 95% from one difference)
+MIN_RUNS = 3
+
+
+def history_path() -> Optional[str]:
+    """The file this process keeps its runs in, or None when KBENCH_RUN_HISTORY=off."""
+    env = os.environ.get("KBENCH_RUN_HISTORY")
+    if env:
+        return None if env.strip().lower() in ("off", "0", "none", "no") else env
+    from .peaks import peaks_cache_path
+    base = os.path.dirname(peaks_cache_path())
+    return os.path.join(base, os.path.basename(peaks_cache_path()).replace("peaks-", "runs-"))
+
+
+def identity(r: Any) -> Tuple[str, str]:
+    """(benchmark key, pool key): the md5s of what makes two runs the same figure, and of the
+    device and regime whose benchmarks pool their spreads."""
+    h = (r.metadata or {}).get("harness") or {}
+    fn, args = h.get("callable") or {}, h.get("args") or {}
+    gpu = (r.metadata or {}).get("gpu") or {}
+    cold = r.cold_cache or {}
+    regime = (r.extra.get("regime") or {}).get("name")
+    pool = [r.device, r.backend, gpu.get("uuid"), regime]
+    bench = pool + [r.name, fn.get("qualname"), fn.get("module"), fn.get("source_md5"),
+                    args.get("md5"), r.extra.get("mode"), cold.get("mode"), cold.get("method"),
+                    cold.get("flush_bytes")]
+    md5 = lambda v: hashlib.md5(json.dumps(v, default=str).encode(),  # noqa: E731
+                                usedforsecurity=False).hexdigest()
+    return md5(bench), md5(pool)
+
+
+def _load(path: str) -> Dict[str, Any]:
+    try:
+        with open(path) as f:
+            d = json.load(f)
+    except FileNotFoundError:
+        return {"benchmarks": {}}
+    except (OSError, ValueError):
+        return {"benchmarks": {}}      # unreadable or half-written: begin again
+    if not isinstance(d, dict) or not isinstance(d.get("benchmarks"), dict):
+        return {"benchmarks": {}}
+    return d
+
+
+def _save(path: str, d: Dict[str, Any]) -> Optional[str]:
+    """Write atomically (another process may read it meanwhile); why not, or None."""
+    try:
+        os.makedirs(os.path.dirname(path) or ".", exist_ok=True)
+        fd, tmp = tempfile.mkstemp(prefix=".runs-", dir=os.path.dirname(path) or ".")
+        with os.fdopen(fd, "w") as f:
+            json.dump(d, f)
+        os.replace(tmp, path)
+    except OSError as e:
+        return f"not saved: cannot write {path} ({type(e).__name__}: {e.strerror or e})"
+    return None
+
+
+def _recent(runs: Any, now: float) -> List[List[float]]:
+    """The well-formed runs of an entry, younger than MAX_AGE_S."""
+    out = []
+    for x in runs if isinstance(runs, list) else []:
+        if (isinstance(x, list) and len(x) == 2 and all(isinstance(v, (int, float)) for v in x)
+                and x[0] > 0 and math.isfinite(x[0]) and now - x[1] < MAX_AGE_S):
+            out.append([float(x[0]), float(x[1])])
+    return out
+
+
+def _pooled(d: Dict[str, Any], pool: str, skip: str, level: float,
+            now: float) -> Optional[Dict[str, Any]]:
+    """The pooled spread of the other benchmarks of a pool with MIN_RUNS runs or more: the
+    pooled variance of their log medians, t with their summed degrees of freedom."""
+    ss, df, n_bench = 0.0, 0, 0
+    for key, e in d["benchmarks"].items():
+        if key == skip or not isinstance(e, dict) or e.get("pool") != pool:
+            continue
+        meds = [m for m, _ in _recent(e.get("runs"), now)]
+        if len(meds) < MIN_RUNS:
+            continue
+        logs = [math.log(m) for m in meds]
+        mean = sum(logs) / len(logs)
+        ss += sum((v - mean) ** 2 for v in logs)
+        df += len(logs) - 1
+        n_bench += 1
+    if not df:
+        return None
+    sd = math.sqrt(ss / df)
+    return {"benchmarks": n_bench, "log_sd": sd,
+            "rel_halfwidth": math.expm1(_core.t_quantile(level, df) * sd)}
+
+
+def record(r: Any) -> Dict[str, Any]:
+    """Add r's median to its benchmark's runs and widen r's stated CI (r.stats ci_low,
+    ci_high, rel_ci_halfwidth; the run's own are kept as *_within) to what the runs' spread
+    says. Returns what r.extra["between_runs"] holds; never raises for the file."""
+    path = history_path()
+    if path is None:
+        r.extra["between_runs"] = {"source": None, "why": "KBENCH_RUN_HISTORY=off: no runs kept"}
+        return r.extra["between_runs"]
+    st = r.stats
+    med, level = st.get("median"), st.get("ci_level")
+    if not (isinstance(med, float) and med > 0 and math.isfinite(med) and level):
+        r.extra["between_runs"] = {"source": None, "why": "no positive median to keep"}
+        return r.extra["between_runs"]
+    key, pool = identity(r)
+    now = time.time()
+    d = _load(path)
+    e = d["benchmarks"].get(key)
+    runs = _recent(e.get("runs"), now) if isinstance(e, dict) else []
+    earlier = sorted(m for m, _ in runs)
+    restarted = bool(earlier) and not (1 / SAME_FIGURE <= med / earlier[len(earlier) // 2]
+                                       <= SAME_FIGURE)
+    if restarted:
+        runs = []
+    runs = (runs + [[med, now]])[-RUNS_KEPT:]
+    d["benchmarks"].pop(key, None)      # re-inserted last: the dict's order is recency
+    d["benchmarks"][key] = {"pool": pool, "name": r.name, "runs": runs}
+    while len(d["benchmarks"]) > BENCHMARKS_KEPT:
+        d["benchmarks"].pop(next(iter(d["benchmarks"])))
+    out: Dict[str, Any] = {"runs": len(runs), "file": path, "restarted": restarted}
+    if len(runs) >= MIN_RUNS:
+        br = _core.between_runs([m for m, _ in runs], level)
+        out.update(source="this benchmark", log_sd=br["log_sd"],
+                   rel_halfwidth=br["rel_halfwidth"])
+    else:
+        pooled = _pooled(d, pool, key, level, now)
+        if pooled:
+            out.update(source=f"{pooled['benchmarks']} other benchmark"
+                              f"{'s' if pooled['benchmarks'] != 1 else ''} on this device",
+                       log_sd=pooled["log_sd"], rel_halfwidth=pooled["rel_halfwidth"])
+        else:
+            out.update(source=None, why=f"{len(runs)} run{'s' if len(runs) != 1 else ''} "
+                                        f"of this benchmark and none of others on this device "
+                                        f"yet: the CI is this run's alone")
+    why_not_saved = _save(path, d)
+    if why_not_saved:
+        out["saved"] = why_not_saved
+    _widen(st, out)
+    r.extra["between_runs"] = out
+    return out
+
+
+def _widen(st: Dict[str, Any], between: Dict[str, Any]) -> None:
+    """st's CI widened to median / (1 + h) .. median * (1 + h), h the between-run half-width,
+    where that is wider than the run's own; the run's own kept as *_within."""
+    st["ci_low_within"], st["ci_high_within"] = st["ci_low"], st["ci_high"]
+    st["rel_ci_halfwidth_within"] = st["rel_ci_halfwidth"]
+    h = between.get("rel_halfwidth")
+    between["widened"] = False
+    if not (isinstance(h, float) and math.isfinite(h) and h > 0):
+        return
+    med = st["median"]
+    lo, hi = min(st["ci_low"], med / (1.0 + h)), max(st["ci_high"], med * (1.0 + h))
+    if (lo, hi) != (st["ci_low"], st["ci_high"]):
+        st["ci_low"], st["ci_high"] = lo, hi
+        st["rel_ci_halfwidth"] = (hi - lo) / 2.0 / abs(med)
+        between["widened"] = True
