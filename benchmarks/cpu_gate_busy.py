@@ -63,8 +63,14 @@ POOLS = {"default": {}, "1 thread": {"OPENBLAS_NUM_THREADS": "1", "OMP_NUM_THREA
                                      "MKL_NUM_THREADS": "1"}}
 
 
+HISTORY_DIR = tempfile.mkdtemp(prefix="kbench-gate-history-")
+
+
 def session(where: str, *args: str, plant: bool = False, pool: str = "default") -> Dict[str, Any]:
-    env = dict(os.environ, KBENCH_GATE_PLANT="1" if plant else "0", **POOLS[pool])
+    # the sessions of a pool share one run history (kbench.runhistory), as a user's machine
+    # would, apart from this machine's own
+    env = dict(os.environ, KBENCH_GATE_PLANT="1" if plant else "0", **POOLS[pool],
+               KBENCH_RUN_HISTORY=os.path.join(HISTORY_DIR, f"{pool}.json"))
     t = time.perf_counter()
     p = subprocess.run([sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider",
                         "test_gate_module.py", *args], cwd=where, env=env, capture_output=True,

@@ -19,11 +19,22 @@ from typing import Any, Dict, List, Optional, Tuple
 SESSIONS_KEPT = 10
 
 
+def own_ci(st: Dict[str, Any]) -> Tuple[Any, Any]:
+    """A result's CI from its own samples: the stated CI may be widened to the spread of the
+    benchmark's earlier runs (kbench.runhistory), which a gate learns from its baseline's
+    sessions instead -- counted twice, it would let a regression pass as noise."""
+    if st.get("ci_low_within") is not None and st.get("ci_high_within") is not None:
+        return st["ci_low_within"], st["ci_high_within"]
+    return st.get("ci_low"), st.get("ci_high")
+
+
 def session_figure(d: Dict[str, Any]) -> Dict[str, Any]:
-    """One session's figure as a baseline keeps it: median, CI, when, and the host's state."""
+    """One session's figure as a baseline keeps it: median, its own CI, when, and the host's
+    state."""
     st = d.get("stats") or {}
     load = (d.get("extra") or {}).get("host_load") or {}
-    return {"median": st.get("median"), "ci_low": st.get("ci_low"), "ci_high": st.get("ci_high"),
+    lo, hi = own_ci(st)
+    return {"median": st.get("median"), "ci_low": lo, "ci_high": hi,
             "created": (d.get("metadata") or {}).get("created"),
             "host_busy": bool(load.get("busy"))}
 

@@ -67,7 +67,7 @@ from typing import Any, Dict, List, Optional, Union
 
 from ._format import fmt_bytes, fmt_time, html_table, text_table
 from .metadata import environment_changes
-from .baseline import check_sessions, figure as session_range
+from .baseline import own_ci, check_sessions, figure as session_range
 from .provenance import different
 
 SESSION_SCHEMA = "kbench.session/1"
@@ -548,7 +548,7 @@ def _median_and_ci(d: Dict[str, Any]):
         s = sorted(d["samples_s"])
         n = len(s)
         med = s[n // 2] if n % 2 else 0.5 * (s[n // 2 - 1] + s[n // 2])
-    lo, hi = st.get("ci_low"), st.get("ci_high")
+    lo, hi = own_ci(st)
     ci = [float(lo), float(hi)] if lo is not None and hi is not None else None
     if ci is not None and not all(math.isfinite(x) for x in ci):
         ci = None                   # unknown, as when missing: no difference is resolved
@@ -744,6 +744,17 @@ def compare_sets(old: ResultSet, new: ResultSet, threshold: float = 0.0,
         if over:
             notes.append(f"{' and '.join(over)} oversubscribed: the call's thread pool filled "
                          f"the cores (size it to the free ones: OPENBLAS_NUM_THREADS, "
+                         f"OMP_NUM_THREADS)")
+        sized = [(lab, _host_load(d)["pools_sized"]) for lab, d in ((old_label, od),
+                                                                     (new_label, nd))
+                 if _host_load(d).get("pools_sized")]
+        for lab, ps in sized:
+            # a figure at fewer threads than the other side's is another configuration: the
+            # verdict stands (a regression must not pass), its likely cause is named
+            was = "/".join(str(p["threads"]) for p in ps["pools"])
+            notes.append(f"{lab}'s thread pools were sized from {was} to {ps['threads']} on a "
+                         f"busy host, so part of the difference is the thread count: compare "
+                         f"on a quiet host, or with the pool fixed in both (OPENBLAS_NUM_THREADS, "
                          f"OMP_NUM_THREADS)")
         if busy:
             notes.append(f"{' and '.join(busy)} on a busy or oversubscribed host: slowdowns "

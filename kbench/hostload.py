@@ -90,14 +90,27 @@ def text(load: Optional[Dict[str, Any]]) -> str:
     else:
         text = (f"BUSY: {said}; the CI is this run's, and on a busy host the next run can read "
                 f"elsewhere (compare versions with kbench.ab, whose paired trials cancel it)")
-    if load.get("oversubscribed"):
-        # kbench warns rather than shrinks the pool: the thread count is part of the code
-        # under test, and a figure taken with fewer threads is another figure
+    sized = load.get("pools_sized")
+    if sized:
+        first = sized["first_run"]
+        pools = ", ".join(f"{p['kind']} {p['threads']}" for p in sized["pools"])
+        text += (f"; POOLS SIZED: the first run's threads ({first['own_cpus']:.2f} CPUs) did not "
+                 f"fit the cores the others left ({first['others_cpus']:.2f} of {load['cpus']} "
+                 f"busy) and read {first['median_s'] * 1e3:.4g} ms, timing the scheduler; this "
+                 f"figure is a second run with its thread pools ({pools}) sized to "
+                 f"{sized['threads']} thread{'s' if sized['threads'] != 1 else ''}")
+    elif load.get("oversubscribed"):
+        # busy: no pool kbench could size (the callable's own threads, a library it does not
+        # know); quiet: a pool on every core, which the next busy neighbour preempts
         text += (f"; OVERSUBSCRIBED: this call ran {load['own_cpus']:.2f} CPUs of threads "
                  f"where the others left {max(load['cpus'] - load['others_cpus'], 0):.2f}, so "
                  f"its thread pool (BLAS, OpenMP) waits for preempted threads: a 384^3 matmul "
                  f"with a 2-thread pool on 2 cores moved +-30% between quiet sessions and read "
                  f"1.5-6x beside one busy process; with 1 thread it passed an 8% gate in 19 of "
-                 f"20 busy sessions. Size the pool to the free cores (OPENBLAS_NUM_THREADS, "
-                 f"OMP_NUM_THREADS) to time the code rather than the scheduler")
+                 f"20 busy sessions. "
+                 + ("kbench found no pool it can size: size it" if load["busy"] else
+                    "On a busy host kbench sizes the pools it knows to the free cores; size "
+                    "the pool") +
+                 " to the free cores (OPENBLAS_NUM_THREADS, OMP_NUM_THREADS) to time the code "
+                 "rather than the scheduler")
     return text

@@ -512,3 +512,30 @@ def test_without_a_threshold_the_summary_names_no_cut_off():
     assert slow.startswith("1 of 1 benchmarks slower than baseline: k")
     assert "beyond 8%" in compare_sets(base, {"k": _doc_on_host(1.5e-3, busy=False)},
                                        0.08).summary()
+
+
+def test_the_gate_reads_each_runs_own_ci_not_the_one_widened_by_its_run_history():
+    """A stated CI widened to the spread of earlier runs (kbench.runhistory) would let a 2x
+    regression overlap its baseline; the gate reads the run's own CI, and learns the spread
+    between sessions from a baseline of several (kbench.baseline)."""
+    from kbench import baseline
+    old = {"mm": make_result("mm", 1e-3).to_dict()}
+    new = {"mm": make_result("mm", 2e-3, seed=1).to_dict()}
+    st = new["mm"]["stats"]
+    st["ci_low_within"], st["ci_high_within"] = st["ci_low"], st["ci_high"]
+    st["ci_low"], st["ci_high"] = 2e-3 / 2.5, 2e-3 * 2.5            # as a +-150% history
+    by = {d.key: d for d in compare_sets(old, new, threshold="8%").deltas}
+    assert by["mm"].verdict == "slower" and by["mm"].regression
+    assert baseline.session_figure(new["mm"])["ci_low"] == st["ci_low_within"]
+
+
+def test_a_figure_timed_with_its_pools_sized_keeps_its_verdict_and_names_the_thread_count():
+    from kbench.cli_compare import compare_sets
+    base = {"k": _doc_on_host(1e-3, busy=False)}
+    new = _doc_on_host(1.7e-3, busy=True)
+    new["extra"]["host_load"]["pools_sized"] = {
+        "threads": 1, "pools": [{"kind": "openblas", "library": "libopenblas.so", "threads": 2}],
+        "first_run": {"median_s": 4e-3, "own_cpus": 1.9, "others_cpus": 0.4}}
+    d = compare_sets(base, {"k": new}, 0.08).deltas[0]
+    assert d.verdict == "slower" and d.failure
+    assert "current's thread pools were sized from 2 to 1 on a busy host" in d.note

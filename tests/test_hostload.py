@@ -99,3 +99,57 @@ def test_a_cpu_bench_beside_a_busy_process_says_the_host_was_busy():
     load = r.extra["host_load"]
     assert load["busy"] is True and load["others_cpus"] >= hostload.BUSY_OTHER_CPUS
     assert "Host load:  BUSY" in repr(r)
+
+
+@pytest.mark.parametrize("others", [1.0, 0.4])
+def test_an_oversubscribed_run_on_a_busy_host_is_timed_again_with_its_pools_sized(monkeypatch,
+                                                                                 others):
+    """Busy and oversubscribed: the pools kbench knows are sized to the cores the others left
+    for a second run, which is the figure; the first run's median is kept, the pools restored.
+    A core the others used part of is not free: a spinning process read 0.4 CPUs beside a
+    2-thread pool on 2 cores."""
+    from kbench import threadpools
+    threads = {"n": 2}
+    pool = threadpools.Pool("openblas", "/x/libopenblas.so", lambda: threads["n"],
+                            lambda n: threads.update(n=n))
+    monkeypatch.setattr(threadpools, "pools", lambda: [pool])
+    readings = iter([
+        dict(others_cpus=others, own_cpus=1.9, steal_share=0.0, cpus=2, loadavg_1m=2.0,
+             wall_s=0.3, busy=True, oversubscribed=True),
+        dict(others_cpus=1.0, own_cpus=1.0, steal_share=0.0, cpus=2, loadavg_1m=2.0,
+             wall_s=0.3, busy=True, oversubscribed=False)])
+    monkeypatch.setattr(hostload, "finish", lambda before, stat_path="/proc/stat": next(readings))
+    seen = []
+    r = kbench.bench(lambda: seen.append(threads["n"]), max_time_s=0.02, warmup_s=0.0,
+                     memory=False, cold_cache=None)
+    sized = r.extra["host_load"]["pools_sized"]
+    assert sized["threads"] == 1 and sized["pools"] == [
+        {"kind": "openblas", "library": "libopenblas.so", "threads": 2}]
+    assert sized["first_run"]["own_cpus"] == 1.9 and sized["first_run"]["median_s"] > 0
+    assert 2 in seen and seen[-1] == 1 and threads["n"] == 2       # timed at 1, then restored
+    assert "POOLS SIZED" in hostload.text(r.extra["host_load"]) and "OVERSUBSCRIBED" not in repr(r)
+
+
+def test_a_quiet_host_keeps_the_callers_pools(monkeypatch):
+    from kbench import threadpools
+    calls = []
+    monkeypatch.setattr(threadpools, "pools", lambda: calls.append(1) or [])
+    monkeypatch.setattr(hostload, "finish", lambda before, stat_path="/proc/stat": dict(
+        others_cpus=0.0, own_cpus=1.9, steal_share=0.0, cpus=2, loadavg_1m=0.1, wall_s=0.3,
+        busy=False, oversubscribed=True))
+    r = kbench.bench(lambda: None, max_time_s=0.02, warmup_s=0.0, memory=False, cold_cache=None)
+    assert "pools_sized" not in r.extra["host_load"] and not calls
+
+
+def test_numpys_blas_pool_is_found_sized_and_restored():
+    np = pytest.importorskip("numpy")
+    np.ones((64, 64)) @ np.ones((64, 64))           # the BLAS library is loaded by now
+    from kbench import threadpools
+    found = threadpools.pools()
+    if not found:
+        pytest.skip("no BLAS or OpenMP pool kbench knows is loaded in this process")
+    before = [p.threads() for p in found]
+    with threadpools.sized(1, found) as changed:
+        assert all(p.threads() == 1 for p in found)
+        assert len(changed) == sum(n > 1 for n in before)
+    assert [p.threads() for p in found] == before
