@@ -23,9 +23,9 @@ from .compare import compare
 
 F = TypeVar("F", bound=Callable[..., Any])
 
-# kbench.bench's defaults other than None, written once: the public signature (kbench.bench),
-# kbench.local.bench_local (which kbench.distributed calls with only what its caller gave) and
-# kbench.distributed read them here. The loop's and the backends' defaults live in C
+# kbench.bench's defaults other than None, written once: kbench.local.bench_local's signature
+# (which kbench.bench shows as its own, and kbench.distributed calls with only what its caller
+# gave) and kbench.distributed read them here. The loop's and the backends' defaults live in C
 # (_core.LOOP_DEFAULTS, _core.CUDA_DEFAULTS).
 BENCH_DEFAULTS: Dict[str, Any] = {"cold_cache": "flush", "device": "auto", "rotate_sets": 0,
                                   "memory": True}
