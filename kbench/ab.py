@@ -294,7 +294,9 @@ def ab(arms: Arms, *args: Any, trials: int = 10, ci_level: float = 0.95,
                 kw["check"] = check
                 checked.add(name)
             try:
-                res[name] = bench(fn, *args, name=name, **kw)
+                # a trial is a slice of one comparison, not a run of its own: kept out of the
+                # run history (kbench.runhistory), whose spread is between whole runs
+                res[name] = bench(fn, *args, name=name, _history=False, **kw)
             except Exception as e:
                 add_note(e, f"in kbench.ab arm {name!r}, trial {t}")
                 raise

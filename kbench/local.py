@@ -58,9 +58,12 @@ def bench_local(fn: Callable[..., Any], *args: Any,
                 profile: Optional[bool] = None,
                 _ranks: Any = None,
                 _pre_sample: Optional[Callable[[], None]] = None,
+                _history: bool = True,
                 **backend_options: Any) -> Result:
     """kbench.bench on this process alone (its docstring has the options). _ranks and
-    _pre_sample: kbench.distributed's rank reducer and barrier, for the C loop."""
+    _pre_sample: kbench.distributed's rank reducer and barrier, for the C loop. _history=False:
+    keep this run out of the run history (kbench.ab's short trials, which are not runs of
+    their own)."""
     t_start = time.perf_counter()
     c = check_call(fn, args, flops=flops, bytes=bytes, name=name, kwargs=kwargs,
                    flush_bytes=flush_bytes, arg_sets=arg_sets, rotate_sets=rotate_sets,
@@ -157,7 +160,8 @@ def bench_local(fn: Callable[..., Any], *args: Any,
     # where the time went: r.stop's warmup_s and sampling_s are parts of wall_s, this call's
     stop.update({k: raw[k] for k in ("warmup_stable", "warmup_tol") if k in raw},
                 wall_s=time.perf_counter() - t_start)
-    if _ranks is None:      # kbench.distributed states the ranks' MAX, not one rank's run
+    # kbench.distributed states the ranks' MAX, not one rank's run
+    if _ranks is None and _history:
         from .runhistory import record
         record(result)
     return result

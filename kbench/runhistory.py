@@ -86,7 +86,7 @@ def _save(path: str, d: Dict[str, Any]) -> Optional[str]:
         os.makedirs(os.path.dirname(path) or ".", exist_ok=True)
         fd, tmp = tempfile.mkstemp(prefix=".runs-", dir=os.path.dirname(path) or ".")
         with os.fdopen(fd, "w") as f:
-            json.dump(d, f)
+            f.write(json.dumps(d, separators=(",", ":")))      # dumps: the C encoder
         os.replace(tmp, path)
     except OSError as e:
         return f"not saved: cannot write {path} ({type(e).__name__}: {e.strerror or e})"
@@ -103,21 +103,28 @@ def _recent(runs: Any, now: float) -> List[List[float]]:
     return out
 
 
+def _log_spread(meds: List[float]) -> Tuple[float, int]:
+    """(sum of squared deviations of the log medians from their mean, count)."""
+    logs = [math.log(m) for m in meds]
+    mean = sum(logs) / len(logs)
+    return sum((v - mean) ** 2 for v in logs), len(logs)
+
+
 def _pooled(d: Dict[str, Any], pool: str, skip: str, level: float,
             now: float) -> Optional[Dict[str, Any]]:
     """The pooled spread of the other benchmarks of a pool with MIN_RUNS runs or more: the
-    pooled variance of their log medians, t with their summed degrees of freedom."""
+    pooled variance of their log medians, t with their summed degrees of freedom. Each entry
+    carries its own sum of squares (written with it), so this reads no run."""
     ss, df, n_bench = 0.0, 0, 0
     for key, e in d["benchmarks"].items():
         if key == skip or not isinstance(e, dict) or e.get("pool") != pool:
             continue
-        meds = [m for m, _ in _recent(e.get("runs"), now)]
-        if len(meds) < MIN_RUNS:
+        spread = e.get("log_ss")
+        if not (isinstance(spread, list) and len(spread) == 2 and spread[1] >= MIN_RUNS
+                and isinstance(e.get("last"), (int, float)) and now - e["last"] < MAX_AGE_S):
             continue
-        logs = [math.log(m) for m in meds]
-        mean = sum(logs) / len(logs)
-        ss += sum((v - mean) ** 2 for v in logs)
-        df += len(logs) - 1
+        ss += float(spread[0])
+        df += int(spread[1]) - 1
         n_bench += 1
     if not df:
         return None
@@ -151,7 +158,8 @@ def record(r: Any) -> Dict[str, Any]:
         runs = []
     runs = (runs + [[med, now]])[-RUNS_KEPT:]
     d["benchmarks"].pop(key, None)      # re-inserted last: the dict's order is recency
-    d["benchmarks"][key] = {"pool": pool, "name": r.name, "runs": runs}
+    d["benchmarks"][key] = {"pool": pool, "name": r.name, "runs": runs, "last": now,
+                            "log_ss": list(_log_spread([m for m, _ in runs]))}
     while len(d["benchmarks"]) > BENCHMARKS_KEPT:
         d["benchmarks"].pop(next(iter(d["benchmarks"])))
     out: Dict[str, Any] = {"runs": len(runs), "file": path, "restarted": restarted}

@@ -182,6 +182,15 @@ assert ok(_core.summarize, walk)["ci_inflation"] > 2.0
 ok(_core.summarize, walk, 0.95, False)
 ok(_core.criterion_check, "ci", walk, 0.005, 0.95, 97)
 ok(_core.stop_rules)
+# -- the spread between runs (between_runs.c): t quantiles, the log spread, refusals
+for meds in ([1.0, 1.02, 0.99], list(1 + 0.01 * rng.normal(size=20)), [2.0, 2.0]):
+    ok(_core.between_runs, meds, 0.95)
+for level, df in ((0.95, 1), (0.99, 3.5), (0.5, 1e9)):
+    ok(_core.t_quantile, level, df)
+for fn, args in ((_core.between_runs, ([1.0, 0.0, 1.0],)), (_core.between_runs, ([],)),
+                 (_core.between_runs, ([1.0, 2.0, 3.0], 1.0)), (_core.t_quantile, (1.0, 2.0)),
+                 (_core.t_quantile, (0.9, 0.0))):
+    expect(ValueError, fn, *args)
 # -- the CUDA warm-up's settle rule (steady.c): every branch, and its argument errors
 t = np.arange(0.0, 1.5, 0.005)
 cap = np.full(t.size, 4, dtype=np.uint64)

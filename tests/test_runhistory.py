@@ -137,3 +137,12 @@ def test_bench_keeps_its_runs_and_its_stop_rule_reads_the_runs_own_ci(history):
     assert r.stats["ci_low"] <= r.stats["ci_low_within"] <= r.median
     # the stop rule's precision is the run's own: between-run movement is not sampled away
     assert r.stop["achieved"] == pytest.approx(r.stats["rel_ci_halfwidth_within"], rel=0.05)
+
+
+def test_kbench_ab_trials_are_not_runs_of_their_own(history):
+    a = np.ones(1 << 10)
+    kbench.ab({"A": lambda: a + a, "B": lambda: a * a}, trials=6, max_time_s=0.01,
+              warmup_s=0.0, memory=False)
+    assert not history.exists()
+    kbench.bench(np.add, a, a, max_time_s=0.02, memory=False)
+    assert len(json.loads(history.read_text())["benchmarks"]) == 1
