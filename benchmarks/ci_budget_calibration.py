@@ -127,10 +127,10 @@ def markdown(res: Dict[str, Any]) -> str:
              f"commit {res.get('commit')}; {res['runs']} runs per set; procs: fresh processes "
              f"{res['gap_s']} s apart; inproc: back to back in one process. 'held': runs whose "
              f"95% CI holds the median of the set's medians (goal >= 9 of 10); each set begins with "
-             f"no run history (KBENCH_RUN_HISTORY: a fresh file), so its first two runs state "
-             f"their own CI alone and the later ones the between-run spread of the runs before "
-             f"them and themselves (kbench.runhistory). 'this run alone': the same count with "
-             f"each run's own CI.", "",
+             f"no run history (KBENCH_RUN_HISTORY: a fresh file), so its first run states its own "
+             f"CI alone and the later ones the between-run spread of the runs before them and "
+             f"themselves (kbench.runhistory; the second with Student's t of one degree of "
+             f"freedom). 'this run alone': the same count with each run's own CI.", "",
              "| case | options | busy host | set | held | this run alone | widened | median of "
              "medians | spread of medians | CI half-width min / median / max | wall min / "
              "median / max (s) | stops |",

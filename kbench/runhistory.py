@@ -13,7 +13,8 @@ arguments, the device and backend, the timer, the cold-cache method and the cloc
 The stated CI then holds at least what the runs' spread says one run's figure may be off by
 (``kbench._core.between_runs``: Student's t times the standard deviation of the log medians);
 a benchmark with fewer than 3 runs takes the pooled spread of this device's other benchmarks
-in the same regime, and with none it states its own run's CI alone, and says so. The stop
+in the same regime where there is one, else its two runs' (t = 12.7 at 95%: wide, as two runs
+know little), and its first run alone states its own CI, and says so. The stop
 rule still reads the run's own CI: more samples do not shrink what moves between runs.
 """
 from __future__ import annotations
@@ -36,7 +37,8 @@ MAX_AGE_S = 7 * 24 * 3600.0
 #: a median this far from its benchmark's earlier ones (either way) is not the same figure:
 #: one key over other data (a closure's arrays), or a changed kernel; its history restarts
 SAME_FIGURE = 2.0
-#: runs needed for a benchmark's own spread (2 runs give t = 12.7 at 95% from one difference)
+#: runs from which a benchmark's own spread is preferred to the device's pooled one (2 runs
+#: give t = 12.7 at 95% from one difference: used only where no pool is known)
 MIN_RUNS = 3
 
 
@@ -163,20 +165,20 @@ def record(r: Any) -> Dict[str, Any]:
     while len(d["benchmarks"]) > BENCHMARKS_KEPT:
         d["benchmarks"].pop(next(iter(d["benchmarks"])))
     out: Dict[str, Any] = {"runs": len(runs), "file": path, "restarted": restarted}
-    if len(runs) >= MIN_RUNS:
+    pooled = _pooled(d, pool, key, level, now) if len(runs) < MIN_RUNS else None
+    if len(runs) >= MIN_RUNS or (len(runs) == 2 and not pooled):
+        # two runs: t = 12.7 at 95% from their one difference, what two runs can say
         br = _core.between_runs([m for m, _ in runs], level)
         out.update(source="this benchmark", log_sd=br["log_sd"],
                    rel_halfwidth=br["rel_halfwidth"])
     else:
-        pooled = _pooled(d, pool, key, level, now)
         if pooled:
             out.update(source=f"{pooled['benchmarks']} other benchmark"
                               f"{'s' if pooled['benchmarks'] != 1 else ''} on this device",
                        log_sd=pooled["log_sd"], rel_halfwidth=pooled["rel_halfwidth"])
         else:
-            out.update(source=None, why=f"{len(runs)} run{'s' if len(runs) != 1 else ''} "
-                                        f"of this benchmark and none of others on this device "
-                                        f"yet: the CI is this run's alone")
+            out.update(source=None, why="the first run of this benchmark, and none of others "
+                                        "on this device yet: the CI is this run's alone")
     why_not_saved = _save(path, d)
     if why_not_saved:
         out["saved"] = why_not_saved

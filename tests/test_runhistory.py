@@ -48,8 +48,11 @@ def test_between_runs_is_t_times_the_sd_of_the_log_medians():
     sd = np.std(np.log(meds), ddof=1)
     assert got["runs"] == 4 and got["log_sd"] == pytest.approx(sd)
     assert got["rel_halfwidth"] == pytest.approx(math.expm1(_core.t_quantile(0.95, 3) * sd))
-    two = _core.between_runs([1.0, 1.1])
-    assert two["runs"] == 2 and math.isnan(two["rel_halfwidth"])
+    two = _core.between_runs([1.0, 1.1])            # t = 12.7 from their one difference
+    sd2 = abs(math.log(1.1)) / math.sqrt(2)
+    assert two["rel_halfwidth"] == pytest.approx(math.expm1(12.7062 * sd2), rel=1e-4)
+    one = _core.between_runs([1.0])
+    assert one["runs"] == 1 and math.isnan(one["rel_halfwidth"])
 
 
 @pytest.mark.parametrize("bad", [[1.0, 0.0, 1.0], [1.0, -1.0, 1.0], [1.0, float("nan"), 1.0]])
@@ -58,14 +61,17 @@ def test_between_runs_refuses_a_median_that_is_not_positive(bad):
         _core.between_runs(bad)
 
 
-def test_the_third_run_states_the_spread_of_the_runs(history):
+def test_later_runs_state_the_spread_of_the_runs(history):
     outs = []
     for med in (1.00e-3, 1.05e-3, 0.96e-3):
         r = fake_result(med)
         outs.append(runhistory.record(r))
     assert [o["runs"] for o in outs] == [1, 2, 3]
     assert outs[0]["source"] is None and "the CI is this run's alone" in outs[0]["why"]
-    assert not outs[1]["widened"]
+    assert not outs[0]["widened"]
+    # two runs: Student's t with one degree of freedom, wide (12.7 x sd at 95%)
+    assert outs[1]["source"] == "this benchmark" and outs[1]["widened"]
+    assert outs[1]["rel_halfwidth"] > outs[2]["rel_halfwidth"]
     assert outs[2]["source"] == "this benchmark" and outs[2]["widened"]
     st = r.stats
     # the stated CI holds each run's median; the run's own, kept beside it, does not
@@ -84,6 +90,9 @@ def test_a_benchmark_without_runs_of_its_own_takes_the_devices_pooled_spread(his
     out = runhistory.record(other)
     assert out["runs"] == 1 and out["source"] == "1 other benchmark on this device"
     assert out["widened"] and other.stats["rel_ci_halfwidth"] > 0.04
+    # its second run still prefers the pool (t with 2 degrees of freedom) to its own (t = 12.7)
+    out = runhistory.record(fake_result(5.01e-3, args_md5="b"))
+    assert out["runs"] == 2 and out["source"] == "1 other benchmark on this device"
 
 
 def test_a_run_whose_spread_is_inside_its_own_ci_is_not_widened(history):

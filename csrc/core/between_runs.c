@@ -6,8 +6,9 @@
  * runs of one benchmark on one machine (the current run last), between_runs() gives the
  * half-width, relative to a median, that one run's figure needs to hold the centre of the
  * runs at ci_level: Student's t with k - 1 degrees of freedom times the sample standard
- * deviation of the log medians. The log: a figure's movement is multiplicative. Fewer than
- * 3 runs: no figure (NaN), as 2 runs give t = 12.7 at 95% from one difference. */
+ * deviation of the log medians. The log: a figure's movement is multiplicative. One run: no
+ * figure (NaN). Two give t = 12.7 at 95% from their one difference: wide, as two runs know
+ * little of what moves between runs. */
 #include "kbench.h"
 #include "kb_numpy.h"
 
@@ -111,7 +112,7 @@ PyDoc_STRVAR(between_runs_doc,
 "as a dict: runs, log_sd (the sample standard deviation of their logs), t (Student's t at\n"
 "ci_level, two-sided, runs - 1 degrees of freedom) and rel_halfwidth (exp(t * log_sd) - 1:\n"
 "how far, relative to a median, one run's figure may lie from the centre of the runs).\n"
-"Fewer than 3 runs: log_sd, t and rel_halfwidth are NaN.");
+"One run: log_sd, t and rel_halfwidth are NaN.");
 
 static PyObject *py_between_runs(PyObject *self, PyObject *args, PyObject *kw)
 {
@@ -138,7 +139,7 @@ static PyObject *py_between_runs(PyObject *self, PyObject *args, PyObject *kw)
         Py_DECREF(arr);
         return NULL;
     }
-    if (n >= 3) {
+    if (n >= 2) {
         sd = log_sd(x, n);
         t = t_quantile_two_sided(level, (double)(n - 1));
         rel = expm1(t * sd);
