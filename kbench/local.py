@@ -58,11 +58,11 @@ def bench_local(fn: Callable[..., Any], *args: Any,
                 profile: Optional[bool] = None,
                 _ranks: Any = None,
                 _pre_sample: Optional[Callable[[], None]] = None,
-                _history: bool = True,
+                _history: Optional[bool] = None,
                 **backend_options: Any) -> Result:
     """kbench.bench on this process alone (its docstring has the options). _ranks and
     _pre_sample: kbench.distributed's rank reducer and barrier, for the C loop. _history=False:
-    keep this run out of the run history (kbench.ab's short trials, which are not runs of
+    keep this run out of the run history (None: kept) (kbench.ab's short trials, which are not runs of
     their own)."""
     t_start = time.perf_counter()
     c = check_call(fn, args, flops=flops, bytes=bytes, name=name, kwargs=kwargs,
@@ -161,7 +161,7 @@ def bench_local(fn: Callable[..., Any], *args: Any,
     stop.update({k: raw[k] for k in ("warmup_stable", "warmup_tol") if k in raw},
                 wall_s=time.perf_counter() - t_start)
     # kbench.distributed states the ranks' MAX, not one rank's run
-    if _ranks is None and _history:
+    if _ranks is None and _history is not False:
         from .runhistory import record
         record(result)
     return result
