@@ -61,9 +61,9 @@ def bench_local(fn: Callable[..., Any], *args: Any,
                 _history: Optional[bool] = None,
                 **backend_options: Any) -> Result:
     """kbench.bench on this process alone (its docstring has the options). _ranks and
-    _pre_sample: kbench.distributed's rank reducer and barrier, for the C loop. _history=False:
-    keep this run out of the run history (None: kept) (kbench.ab's short trials, which are not runs of
-    their own)."""
+    _pre_sample: kbench.distributed's rank reducer and barrier, for the C loop. _history=False
+    keeps this run out of the run history (kbench.ab's short trials, which are not runs of
+    their own); None keeps it."""
     t_start = time.perf_counter()
     c = check_call(fn, args, flops=flops, bytes=bytes, name=name, kwargs=kwargs,
                    flush_bytes=flush_bytes, arg_sets=arg_sets, rotate_sets=rotate_sets,
