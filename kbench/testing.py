@@ -356,7 +356,10 @@ def _run(fn, device, given, *, warmup_ms, rep_ms, grads, quantiles, return_mode,
     if device == "cpu" and not given:
         opts = _drop_gpu_options(where, opts, stacklevel=3)
         _warn_cpu_fallback(where, stacklevel=3)
-    r = bench(_grad_reset(fn, grads), device=device, **opts)
+    # only the times go back unless return_result: no stated CI for the run history to widen,
+    # and an autotuner's hundreds of calls would each write its file
+    r = bench(_grad_reset(fn, grads), device=device, _history=None if return_result else False,
+              **opts)
     if return_result:
         return r
     return _summarize(np.asarray(r.samples, dtype=np.float64) * 1e3, quantiles, return_mode)
@@ -519,7 +522,8 @@ def _flashinfer(where: str, mode: str, fn: Any, budget: Tuple, cold: Tuple[bool,
         _warn_cpu_fallback(where, stacklevel=3)
     for _ in range(dry_n or 0):
         fn(*args, **kwargs)
-    r = bench(fn, *args, kwargs=kwargs, device=device, **opts)
+    r = bench(fn, *args, kwargs=kwargs, device=device,
+              _history=None if return_result else False, **opts)    # as do_bench
     if return_result:
         return r
     return (np.asarray(r.samples, dtype=np.float64) * 1e3).tolist()

@@ -155,3 +155,13 @@ def test_kbench_ab_trials_are_not_runs_of_their_own(history):
     assert not history.exists()
     kbench.bench(np.add, a, a, max_time_s=0.02, memory=False)
     assert len(json.loads(history.read_text())["benchmarks"]) == 1
+
+
+def test_the_drop_ins_keep_their_times_out_of_the_history_unless_a_result_is_asked_for(history):
+    from kbench.testing import bench_gpu_time, do_bench
+    a = np.ones(1 << 10)
+    do_bench(lambda: a + a, warmup=1, rep=5, device="cpu")
+    bench_gpu_time(np.add, dry_run_iters=1, repeat_iters=5, input_args=(a, a), device="cpu")
+    assert not history.exists()
+    do_bench(lambda: a + a, warmup=1, rep=5, device="cpu", return_result=True)
+    assert history.exists()
