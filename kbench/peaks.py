@@ -577,19 +577,27 @@ def measure_cpu_peaks(seconds: float = 5.0, threads: int | None = None, *,
     return result
 
 
-def peaks_cache_path(hostname: str | None = None) -> str:
-    """$KBENCH_CACHE_DIR/peaks-<hostname>.json (default dir ~/.cache/kbench)."""
-    base = os.environ.get("KBENCH_CACHE_DIR") or os.path.join(
+def cache_dir() -> str:
+    """$KBENCH_CACHE_DIR, default ~/.cache/kbench: kbench's files about this machine."""
+    return os.environ.get("KBENCH_CACHE_DIR") or os.path.join(
         os.path.expanduser("~"), ".cache", "kbench")
+
+
+def host_cache_path(prefix: str, hostname: str | None = None) -> str:
+    """cache_dir()/<prefix>-<hostname>.json, the host name made safe for a file name."""
     host = hostname or _hostname()
     safe = "".join(ch if ch.isalnum() or ch in "-_." else "_" for ch in host) or "unknown"
-    return os.path.join(base, f"peaks-{safe}.json")
+    return os.path.join(cache_dir(), f"{prefix}-{safe}.json")
+
+
+def peaks_cache_path(hostname: str | None = None) -> str:
+    """$KBENCH_CACHE_DIR/peaks-<hostname>.json (default dir ~/.cache/kbench)."""
+    return host_cache_path("peaks", hostname)
 
 
 def gpu_peaks_path(info: dict) -> str:
     """$KBENCH_CACHE_DIR/gpu-peaks-<uuid>.json: what kbench.peaks_gpu measured on this GPU."""
-    d = os.environ.get("KBENCH_CACHE_DIR") or os.path.join(os.path.expanduser("~"), ".cache",
-                                                           "kbench")
+    d = cache_dir()
     os.makedirs(d, exist_ok=True)
     uuid = str(info.get("uuid") or info.get("name") or "gpu").replace("/", "_")
     return os.path.join(d, f"gpu-peaks-{uuid}.json")

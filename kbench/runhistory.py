@@ -47,9 +47,8 @@ def history_path() -> Optional[str]:
     env = os.environ.get("KBENCH_RUN_HISTORY")
     if env:
         return None if env.strip().lower() in ("off", "0", "none", "no") else env
-    from .peaks import peaks_cache_path
-    base = os.path.dirname(peaks_cache_path())
-    return os.path.join(base, os.path.basename(peaks_cache_path()).replace("peaks-", "runs-"))
+    from .peaks import host_cache_path
+    return host_cache_path("runs")
 
 
 def identity(r: Any) -> Tuple[str, str]:
@@ -105,13 +104,6 @@ def _recent(runs: Any, now: float) -> List[List[float]]:
     return out
 
 
-def _log_spread(meds: List[float]) -> Tuple[float, int]:
-    """(sum of squared deviations of the log medians from their mean, count)."""
-    logs = [math.log(m) for m in meds]
-    mean = sum(logs) / len(logs)
-    return sum((v - mean) ** 2 for v in logs), len(logs)
-
-
 def _pooled(d: Dict[str, Any], pool: str, skip: str, level: float,
             now: float) -> Optional[Dict[str, Any]]:
     """The pooled spread of the other benchmarks of a pool with MIN_RUNS runs or more: the
@@ -159,18 +151,20 @@ def record(r: Any) -> Dict[str, Any]:
     if restarted:
         runs = []
     runs = (runs + [[med, now]])[-RUNS_KEPT:]
+    own = _core.between_runs([m for m, _ in runs], level)
+    # the sum of squares of the log medians and their count, which the pool adds up
+    ss = own["log_sd"] ** 2 * (len(runs) - 1) if len(runs) > 1 else 0.0
     d["benchmarks"].pop(key, None)      # re-inserted last: the dict's order is recency
     d["benchmarks"][key] = {"pool": pool, "name": r.name, "runs": runs, "last": now,
-                            "log_ss": list(_log_spread([m for m, _ in runs]))}
+                            "log_ss": [ss, len(runs)]}
     while len(d["benchmarks"]) > BENCHMARKS_KEPT:
         d["benchmarks"].pop(next(iter(d["benchmarks"])))
     out: Dict[str, Any] = {"runs": len(runs), "file": path, "restarted": restarted}
     pooled = _pooled(d, pool, key, level, now) if len(runs) < MIN_RUNS else None
     if len(runs) >= MIN_RUNS or (len(runs) == 2 and not pooled):
         # two runs: t = 12.7 at 95% from their one difference, what two runs can say
-        br = _core.between_runs([m for m, _ in runs], level)
-        out.update(source="this benchmark", log_sd=br["log_sd"],
-                   rel_halfwidth=br["rel_halfwidth"])
+        out.update(source="this benchmark", log_sd=own["log_sd"],
+                   rel_halfwidth=own["rel_halfwidth"])
     else:
         if pooled:
             out.update(source=f"{pooled['benchmarks']} other benchmark"

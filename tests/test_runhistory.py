@@ -31,12 +31,13 @@ def fake_result(median, args_md5="a", half=0.001, name="op"):
 
 @pytest.mark.parametrize("level,df,t", [(0.95, 1, 12.7062), (0.95, 2, 4.3027),
                                         (0.95, 9, 2.2622), (0.99, 4, 4.6041),
-                                        (0.9, 29, 1.6991), (0.95, 1e7, 1.9600)])
+                                        (0.9, 29, 1.6991), (0.95, 1e7, 1.9600),
+                                        (0.4, 1e7, 0.5244)])
 def test_t_quantile_matches_the_tables(level, df, t):
     assert _core.t_quantile(level, df) == pytest.approx(t, abs=1e-4)
 
 
-@pytest.mark.parametrize("args", [(1.0, 2), (0.4, 2), (0.95, 0), (0.95, float("inf"))])
+@pytest.mark.parametrize("args", [(1.0, 2), (0.0, 2), (0.95, 0), (0.95, float("inf"))])
 def test_t_quantile_refuses_a_level_or_df_out_of_range(args):
     with pytest.raises(ValueError, match="t_quantile"):
         _core.t_quantile(*args)

@@ -122,13 +122,8 @@ static PyObject *py_between_runs(PyObject *self, PyObject *args, PyObject *kw)
     (void)self;
     if (!PyArg_ParseTupleAndKeywords(args, kw, "O|d:between_runs", kwlist, &obj, &level))
         return NULL;
-    if (!(level >= 0.5 && level < 1.0)) {
-        char buf[64];
-        PyOS_snprintf(buf, sizeof buf, "%.17g", level);
-        PyErr_Format(PyExc_ValueError, "between_runs: ci_level must be in [0.5, 1), got %s",
-                     buf);
+    if (kb_check_level(level, "between_runs: ci_level") < 0)
         return NULL;
-    }
     PyArrayObject *arr = (PyArrayObject *)kb_as_double_array(obj, "medians");
     if (arr == NULL)
         return NULL;
@@ -160,12 +155,13 @@ static PyObject *py_t_quantile(PyObject *self, PyObject *args)
     (void)self;
     if (!PyArg_ParseTuple(args, "dd:t_quantile", &level, &df))
         return NULL;
-    if (!(level >= 0.5 && level < 1.0) || !(df > 0.0 && isfinite(df))) {
-        char a[64], b[64];
-        PyOS_snprintf(a, sizeof a, "%.17g", level);
-        PyOS_snprintf(b, sizeof b, "%.17g", df);
-        PyErr_Format(PyExc_ValueError, "t_quantile: level must be in [0.5, 1) and df a finite "
-                     "positive number, got level=%s, df=%s", a, b);
+    if (kb_check_level(level, "t_quantile: level") < 0)
+        return NULL;
+    if (!(df > 0.0 && isfinite(df))) {
+        char buf[64];
+        PyOS_snprintf(buf, sizeof buf, "%.17g", df);
+        PyErr_Format(PyExc_ValueError, "t_quantile: df must be a finite positive number, got %s",
+                     buf);
         return NULL;
     }
     return PyFloat_FromDouble(t_quantile_two_sided(level, df));

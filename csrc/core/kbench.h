@@ -611,5 +611,7 @@ int kb_err_is_refusal(void);
 /* Read a float64 sequence (any object numpy can make a 1-D float64 array of) into a fresh
  * C-contiguous ndarray. New reference or NULL. Declared here, defined in stats.c. */
 PyObject *kb_as_double_array(PyObject *obj, const char *what);
+/* 0 when 0 < level < 1; else ValueError "<what> must be in (0, 1), got <level>" and -1. */
+int kb_check_level(double level, const char *what);
 
 #endif /* KBENCH_H */

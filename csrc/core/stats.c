@@ -617,8 +617,7 @@ static PyArrayObject *samples_arg(PyObject *obj)
     return arr;
 }
 
-/* ValueError unless 0 < level < 1. */
-static int check_level(double level, const char *what)
+int kb_check_level(double level, const char *what)
 {
     if (level > 0.0 && level < 1.0)
         return 0;
@@ -677,7 +676,7 @@ static PyObject *py_summarize(PyObject *self, PyObject *args, PyObject *kw)
     if (!PyArg_ParseTupleAndKeywords(args, kw, "O|dp:summarize", kwlist, &obj, &level,
                                      &ordered))
         return NULL;
-    if (check_level(level, "ci_level") < 0)
+    if (kb_check_level(level, "ci_level") < 0)
         return NULL;
     PyArrayObject *arr = samples_arg(obj);
     if (arr == NULL)
@@ -801,7 +800,7 @@ static PyObject *py_median_ci(PyObject *self, PyObject *args, PyObject *kw)
 
     if (!PyArg_ParseTupleAndKeywords(args, kw, "O|d:median_ci", kwlist, &obj, &level))
         return NULL;
-    if (check_level(level, "level") < 0)
+    if (kb_check_level(level, "level") < 0)
         return NULL;
     PyArrayObject *arr = samples_arg(obj);
     if (arr == NULL)
@@ -839,7 +838,7 @@ static PyObject *py_bootstrap_median_ci(PyObject *self, PyObject *args, PyObject
     if (!PyArg_ParseTupleAndKeywords(args, kw, "O|dnK:bootstrap_median_ci", kwlist, &obj, &level,
                                      &n_boot, &seed))
         return NULL;
-    if (check_level(level, "level") < 0)
+    if (kb_check_level(level, "level") < 0)
         return NULL;
     if (n_boot < 1) {
         PyErr_Format(PyExc_ValueError, "n_boot must be >= 1, got %zd", n_boot);
