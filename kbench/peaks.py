@@ -51,11 +51,11 @@ from __future__ import annotations
 import json
 import math
 import os
-import stat
 import time
 import warnings
 
 from . import _core, hostload
+from .cachefile import NotACacheFile, read_regular
 from .metadata import _hostname, collect_host_metadata, cpu_caches
 
 SCHEMA = 2          # 2: the FMA ceiling per precision (1 had one, float64, named "FMA")
@@ -656,10 +656,10 @@ def _read_cache(path: str) -> object:
     MemoryError), larger than MAX_CACHE_BYTES, unreadable, not JSON, nested past the parser's
     depth -- is ignored with one warning naming the file."""
     try:
-        text = _read_regular(path)
+        text = read_regular(path, MAX_CACHE_BYTES, "a peaks cache")
     except (FileNotFoundError, NotADirectoryError):
         return _NO_CACHE
-    except _NotACache as e:
+    except NotACacheFile as e:
         _warn_cache_once(path, str(e))
         return _NO_CACHE
     except OSError as e:
@@ -670,40 +670,6 @@ def _read_cache(path: str) -> object:
     except (ValueError, RecursionError) as e:     # not JSON, not UTF-8, or nested too deep
         _warn_cache_once(path, f"not JSON ({type(e).__name__}: {str(e)[:200]})")
         return _NO_CACHE
-
-
-class _NotACache(Exception):
-    """A cache path that holds something other than a small regular file."""
-
-
-def _read_regular(path: str) -> bytes:
-    """The bytes of a regular file of at most MAX_CACHE_BYTES. Opened without blocking (a FIFO
-    would wait for a writer) and checked on the open descriptor, so what is read is what was
-    checked."""
-    fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | os.O_CLOEXEC)
-    try:
-        st = os.fstat(fd)
-        if not stat.S_ISREG(st.st_mode):
-            raise _NotACache(f"not a regular file ({_file_kind(st.st_mode)})")
-        if st.st_size > MAX_CACHE_BYTES:
-            raise _NotACache(f"{st.st_size} bytes, larger than a peaks cache can be "
-                             f"({MAX_CACHE_BYTES >> 20} MiB)")
-        with os.fdopen(fd, "rb", closefd=False) as f:
-            data = f.read(MAX_CACHE_BYTES + 1)
-    finally:
-        os.close(fd)
-    if len(data) > MAX_CACHE_BYTES:         # grew while being read
-        raise _NotACache(f"larger than a peaks cache can be ({MAX_CACHE_BYTES >> 20} MiB)")
-    return data
-
-
-def _file_kind(mode: int) -> str:
-    for test, name in ((stat.S_ISFIFO, "a FIFO"), (stat.S_ISCHR, "a character device"),
-                       (stat.S_ISBLK, "a block device"), (stat.S_ISSOCK, "a socket"),
-                       (stat.S_ISDIR, "a directory")):
-        if test(mode):
-            return name
-    return "not a file"
 
 
 def save_peaks(result: dict, path: str | None = None) -> str:

@@ -155,6 +155,17 @@ def _attributes(owner: Any, code: Any):
                 yield name, fields[name]
 
 
+def carried_signature(fn: Any, limit: int = 32) -> str:
+    """What the callable carries (_carried), as shapes, dtypes and short values: two
+    `lambda: a + a` over arrays of other sizes are other benchmarks though one source."""
+    from .provenance import describe
+    try:
+        return ", ".join(f"{label}={describe(value)}"
+                         for label, value in itertools.islice(_carried(fn), limit))
+    except Exception as e:      # an exotic callable: say what stopped the walk
+        return f"unreadable ({type(e).__name__})"
+
+
 def gpu_carried(fn: Any) -> Union[Tuple[str, Any], None]:
     """(what, object) for the first GPU tensor or array the callable carries (_carried), or
     None. Read only: nothing is called."""

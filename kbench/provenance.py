@@ -4,6 +4,7 @@
                  {"notebook", "cell_md5", "execution_count"}  the IPython cell that did,
      "callable": {"qualname", "module", "source_md5" | "source_why", "file"},
      "args":     {"signature", "md5"}                       shapes and dtypes of the arguments,
+     "carried":  {"signature", "md5"}                       and of what the callable carries,
      "kbench":   {"version", "build", "path", "git"},       kbench itself,
      "git":      {"commit", "dirty"} | None}                the project around the script.
 
@@ -207,7 +208,7 @@ def callable_info(fn: Any) -> Dict[str, Any]:
     return out
 
 
-def _describe(x: Any) -> str:
+def describe(x: Any) -> str:
     shape, dtype = getattr(x, "shape", None), getattr(x, "dtype", None)
     if shape is not None and dtype is not None:
         dev = getattr(x, "device", None)
@@ -216,14 +217,22 @@ def _describe(x: Any) -> str:
     if isinstance(x, (int, float, bool, str)) or x is None:
         return repr(x)[:40]
     if isinstance(x, (tuple, list)):
-        return "(" + ", ".join(_describe(v) for v in x[:8]) + (", ..." if len(x) > 8 else "") + ")"
+        return "(" + ", ".join(describe(v) for v in x[:8]) + (", ..." if len(x) > 8 else "") + ")"
     return type(x).__name__
 
 
 def args_info(args: Tuple[Any, ...], kwargs: Dict[str, Any]) -> Dict[str, Any]:
     """The arguments' shapes, dtypes and devices (not their values), and its md5."""
-    parts = [_describe(a) for a in args] + [f"{k}={_describe(v)}" for k, v in sorted(kwargs.items())]
+    parts = [describe(a) for a in args] + [f"{k}={describe(v)}" for k, v in sorted(kwargs.items())]
     sig = ", ".join(parts)
+    return {"signature": sig if len(sig) <= 400 else sig[:400] + "...", "md5": md5_text(sig)}
+
+
+def carried_info(fn: Any) -> Dict[str, Any]:
+    """What the callable carries besides its arguments (a closure's or a partial's arrays, the
+    globals it names), shapes and dtypes as args_info, and its md5."""
+    from .prepare import carried_signature
+    sig = carried_signature(fn)
     return {"signature": sig if len(sig) <= 400 else sig[:400] + "...", "md5": md5_text(sig)}
 
 
@@ -249,6 +258,7 @@ def collect(fn: Any, args: Tuple[Any, ...], kwargs: Dict[str, Any]) -> Dict[str,
         out["script"] = {"path": None, "md5": None, "why": f"{type(e).__name__}: {e}"}
     for key, get in (("callable", lambda: callable_info(fn)),
                      ("args", lambda: args_info(tuple(args), kwargs)),
+                     ("carried", lambda: carried_info(fn)),
                      ("kbench", kbench_info)):
         try:
             out[key] = get()

@@ -9,7 +9,7 @@ bf16 GEMM spread 0.22% between fresh processes against CIs of +-0.08%.
 So each bench adds its median to the runs of its benchmark on this machine, kept in
 ``$KBENCH_CACHE_DIR/runs-<hostname>.json`` (or the file ``KBENCH_RUN_HISTORY`` names; ``off``
 keeps none). A benchmark is the callable (its name and source), the shapes and dtypes of its
-arguments, the device and backend, the timer, the cold-cache method and the clock regime.
+arguments and of what it carries (a closure's arrays), the device and backend, the timer, the cold-cache method and the clock regime.
 The stated CI then holds at least what the runs' spread says one run's figure may be off by
 (``kbench._core.between_runs``: Student's t times the standard deviation of the log medians);
 a benchmark with fewer than 3 runs takes the pooled spread of this device's other benchmarks
@@ -19,23 +19,29 @@ rule still reads the run's own CI: more samples do not shrink what moves between
 """
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import json
 import math
 import os
 import tempfile
 import time
-from typing import Any, Dict, List, Optional, Tuple
+import warnings
+from typing import Any, Dict, Iterator, List, Optional, Tuple
 
 from . import _core
+from .cachefile import NotACacheFile, read_regular
 
 #: runs kept per benchmark (the latest) and benchmarks kept per file (the latest used)
 RUNS_KEPT = 20
 BENCHMARKS_KEPT = 500
 #: runs older than this are dropped: a driver, a kernel or the machine's load may have moved
 MAX_AGE_S = 7 * 24 * 3600.0
-#: a median this far from its benchmark's earlier ones (either way) is not the same figure:
-#: one key over other data (a closure's arrays), or a changed kernel; its history restarts
+#: a median this far outside all of its benchmark's earlier ones (either way), where there are
+#: MIN_RUNS - 1 or more, is not the same figure (a kernel changed under one source): its
+#: history restarts. Against one earlier run it is not judged: a first run that met page
+#: faults, or a busy second, moves a small op's median 2x on a CI host, and a restart then
+#: would drop the very spread the CI must state.
 SAME_FIGURE = 2.0
 #: runs from which a benchmark's own spread is preferred to the device's pooled one (2 runs
 #: give t = 12.7 at 95% from one difference: used only where no pool is known)
@@ -55,34 +61,85 @@ def identity(r: Any) -> Tuple[str, str]:
     """(benchmark key, pool key): the md5s of what makes two runs the same figure, and of the
     device and regime whose benchmarks pool their spreads."""
     h = (r.metadata or {}).get("harness") or {}
-    fn, args = h.get("callable") or {}, h.get("args") or {}
+    fn, args, carried = h.get("callable") or {}, h.get("args") or {}, h.get("carried") or {}
     gpu = (r.metadata or {}).get("gpu") or {}
     cold = r.cold_cache or {}
     regime = (r.extra.get("regime") or {}).get("name")
     pool = [r.device, r.backend, gpu.get("uuid"), regime]
     bench = pool + [r.name, fn.get("qualname"), fn.get("module"), fn.get("source_md5"),
-                    args.get("md5"), r.extra.get("mode"), cold.get("mode"), cold.get("method"),
+                    args.get("md5"), carried.get("md5"), r.extra.get("mode"), cold.get("mode"), cold.get("method"),
                     cold.get("flush_bytes")]
     md5 = lambda v: hashlib.md5(json.dumps(v, default=str).encode(),  # noqa: E731
                                 usedforsecurity=False).hexdigest()
     return md5(bench), md5(pool)
 
 
-def _load(path: str) -> Dict[str, Any]:
+#: the largest run history read: 500 benchmarks of 20 runs are about 0.5 MB
+MAX_FILE_BYTES = 16 << 20
+#: how long a bench waits for another process's record before it writes without the lock
+LOCK_WAIT_S = 2.0
+
+
+class RunHistoryWarning(UserWarning):
+    """The run history's file cannot be used: the CI is the run's own until it can."""
+
+
+_warned: set = set()
+
+
+def _load(path: str) -> Tuple[Dict[str, Any], Optional[str]]:
+    """(the history, None), or (an empty one, why the path cannot be kept) for a path that is
+    not a small regular file (a FIFO there once hung every bench). A file that is not JSON,
+    or not a history, begins again: it is kbench's own, half-written or of another version."""
     try:
-        with open(path) as f:
-            d = json.load(f)
-    except FileNotFoundError:
-        return {"benchmarks": {}}
-    except (OSError, ValueError):
-        return {"benchmarks": {}}      # unreadable or half-written: begin again
+        text = read_regular(path, MAX_FILE_BYTES, "a run history")
+    except (FileNotFoundError, NotADirectoryError):
+        return {"benchmarks": {}}, None
+    except NotACacheFile as e:
+        return {"benchmarks": {}}, str(e)
+    except OSError as e:
+        return {"benchmarks": {}}, f"cannot be read ({type(e).__name__}: {e.strerror or e})"
+    try:
+        d = json.loads(text)
+    except (ValueError, RecursionError):
+        return {"benchmarks": {}}, None
     if not isinstance(d, dict) or not isinstance(d.get("benchmarks"), dict):
-        return {"benchmarks": {}}
-    return d
+        return {"benchmarks": {}}, None
+    return d, None
+
+
+@contextlib.contextmanager
+def _locked(path: str) -> Iterator[None]:
+    """Hold <path>.lock while a record reads and rewrites the file, so that two processes
+    (isolated sweep workers, pytest-xdist) do not each write over the other's run. Where no
+    lock can be had (no fcntl, a read-only directory, a holder past LOCK_WAIT_S) the record
+    goes on without one: losing a run is better than a bench that waits."""
+    try:
+        import fcntl
+        os.makedirs(os.path.dirname(path) or ".", exist_ok=True)
+        fd = os.open(path + ".lock", os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o644)
+    except (ImportError, OSError):
+        yield
+        return
+    try:
+        deadline = time.monotonic() + LOCK_WAIT_S
+        while True:
+            try:
+                fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+                break
+            except OSError:
+                if time.monotonic() > deadline:
+                    break
+                time.sleep(0.005)
+        yield
+    finally:
+        os.close(fd)            # closing drops the lock
 
 
 def _save(path: str, d: Dict[str, Any]) -> Optional[str]:
-    """Write atomically (another process may read it meanwhile); why not, or None."""
+    """Write through a new file and a rename (a reader never sees half a file); why not, or
+    None."""
+    tmp = None
     try:
         os.makedirs(os.path.dirname(path) or ".", exist_ok=True)
         fd, tmp = tempfile.mkstemp(prefix=".runs-", dir=os.path.dirname(path) or ".")
@@ -90,6 +147,8 @@ def _save(path: str, d: Dict[str, Any]) -> Optional[str]:
             f.write(json.dumps(d, separators=(",", ":")))      # dumps: the C encoder
         os.replace(tmp, path)
     except OSError as e:
+        if tmp and os.path.exists(tmp):
+            os.unlink(tmp)
         return f"not saved: cannot write {path} ({type(e).__name__}: {e.strerror or e})"
     return None
 
@@ -140,14 +199,33 @@ def record(r: Any) -> Dict[str, Any]:
     if not (isinstance(med, float) and med > 0 and math.isfinite(med) and level):
         r.extra["between_runs"] = {"source": None, "why": "no positive median to keep"}
         return r.extra["between_runs"]
+    with _locked(path):
+        return _record(r, path, level, med)
+
+
+def _record(r: Any, path: str, level: float, med: float) -> Dict[str, Any]:
+    st = r.stats
     key, pool = identity(r)
     now = time.time()
-    d = _load(path)
+    d, unusable = _load(path)
+    if unusable:
+        problem = f"{path} is {unusable}" if unusable.startswith("not ") else \
+            f"{path}: {unusable}"
+        if problem not in _warned:
+            _warned.add(problem)
+            warnings.warn(f"kbench: the run history {problem}: it is neither read nor "
+                          f"written, and each figure's CI is its run's own. Remove it, or "
+                          f"name another file in KBENCH_RUN_HISTORY (or off).",
+                          RunHistoryWarning, stacklevel=4)
+        r.extra["between_runs"] = {"source": None, "why": f"the run history {problem}: "
+                                                          "the CI is this run's alone"}
+        _widen(st, r.extra["between_runs"])
+        return r.extra["between_runs"]
     e = d["benchmarks"].get(key)
     runs = _recent(e.get("runs"), now) if isinstance(e, dict) else []
-    earlier = sorted(m for m, _ in runs)
-    restarted = bool(earlier) and not (1 / SAME_FIGURE <= med / earlier[len(earlier) // 2]
-                                       <= SAME_FIGURE)
+    earlier = [m for m, _ in runs]
+    restarted = len(earlier) >= MIN_RUNS - 1 and not (
+        min(earlier) / SAME_FIGURE <= med <= max(earlier) * SAME_FIGURE)
     if restarted:
         runs = []
     runs = (runs + [[med, now]])[-RUNS_KEPT:]
