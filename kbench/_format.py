@@ -177,3 +177,18 @@ def library_status(st: Dict[str, Any]) -> str:
     if tried:
         head = head.rstrip(".") + f" (tried {', '.join(tried)})"
     return "\n".join([head] + [f"         {a}" for a in advice])
+
+
+def describe(x: Any) -> str:
+    """An argument as a harness records it: type, dtype, shape and device, not its values; a
+    short repr for a scalar or string."""
+    shape, dtype = getattr(x, "shape", None), getattr(x, "dtype", None)
+    if shape is not None and dtype is not None:
+        dev = getattr(x, "device", None)
+        where = f"@{dev}" if dev is not None and str(dev) != "cpu" else ""
+        return f"{type(x).__name__}[{dtype}]{tuple(shape)}{where}"
+    if isinstance(x, (int, float, bool, str)) or x is None:
+        return repr(x)[:40]
+    if isinstance(x, (tuple, list)):
+        return "(" + ", ".join(describe(v) for v in x[:8]) + (", ..." if len(x) > 8 else "") + ")"
+    return type(x).__name__

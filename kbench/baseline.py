@@ -34,9 +34,13 @@ def session_figure(d: Dict[str, Any]) -> Dict[str, Any]:
     st = d.get("stats") or {}
     load = (d.get("extra") or {}).get("host_load") or {}
     lo, hi = own_ci(st)
-    return {"median": st.get("median"), "ci_low": lo, "ci_high": hi,
-            "created": (d.get("metadata") or {}).get("created"),
-            "host_busy": bool(load.get("busy"))}
+    out = {"median": st.get("median"), "ci_low": lo, "ci_high": hi,
+           "created": (d.get("metadata") or {}).get("created"),
+           "host_busy": bool(load.get("busy"))}
+    ladder = ((d.get("extra") or {}).get("pool_ladder") or {}).get("figures")
+    if ladder:
+        out["sized"] = ladder        # {threads: figure}: the call at fewer pool threads
+    return out
 
 
 def sessions_of(d: Optional[Dict[str, Any]]) -> List[Dict[str, Any]]:
@@ -47,7 +51,13 @@ def sessions_of(d: Optional[Dict[str, Any]]) -> List[Dict[str, Any]]:
 
 def check_sessions(d: Dict[str, Any], where: str) -> None:
     """A malformed sessions list is refused, naming the entry: a gate must not read a figure
-    that is not one (a missing CI would count as overlapping and pass anything)."""
+    that is not one (a missing CI would count as overlapping and pass anything). So is a
+    malformed figure at fewer pool threads (a session's "sized", a result's pool_ladder)."""
+    ladder = (d.get("extra") or {}).get("pool_ladder") if isinstance(d.get("extra"), dict) \
+        else None
+    if ladder is not None:
+        _check_sized((ladder or {}).get("figures") if isinstance(ladder, dict) else ladder,
+                     f"{where}: extra.pool_ladder.figures")
     s = d.get("sessions")
     if s is None:
         return
@@ -63,11 +73,32 @@ def check_sessions(d: Dict[str, Any], where: str) -> None:
                    for v in vals):
             raise ValueError(f"kbench compare: {where}: sessions[{i}] needs a finite median, "
                              f"ci_low and ci_high, got {vals!r}")
-        med, lo, hi = vals
-        if not (0 < lo <= med <= hi):
-            raise ValueError(f"kbench compare: {where}: sessions[{i}]: ci_low .. ci_high is "
-                             f"{lo!r} .. {hi!r}, not a confidence interval around the median "
-                             f"{med!r}")
+        _check_interval(vals, f"{where}: sessions[{i}]")
+        if "sized" in e:
+            _check_sized(e["sized"], f"{where}: sessions[{i}].sized")
+
+
+def _check_interval(vals: List[Any], where: str) -> None:
+    med, lo, hi = vals
+    if not (0 < lo <= med <= hi):
+        raise ValueError(f"kbench compare: {where}: ci_low .. ci_high is {lo!r} .. {hi!r}, "
+                         f"not a confidence interval around the median {med!r}")
+
+
+def _check_sized(sized: Any, where: str) -> None:
+    """{threads: {median, ci_low, ci_high}}, threads a positive integer."""
+    if not isinstance(sized, dict) or not sized:
+        raise ValueError(f"kbench compare: {where} is not an object of figures by thread count")
+    for k, e in sized.items():
+        if not (isinstance(k, str) and k.isdigit() and int(k) > 0):
+            raise ValueError(f"kbench compare: {where}: {k!r} is not a thread count")
+        vals = [e.get(f) for f in ("median", "ci_low", "ci_high")] if isinstance(e, dict) \
+            else None
+        if vals is None or not all(isinstance(v, (int, float)) and not isinstance(v, bool)
+                                   and math.isfinite(v) for v in vals):
+            raise ValueError(f"kbench compare: {where}[{k!r}] needs a finite median, ci_low "
+                             f"and ci_high, got {e!r}")
+        _check_interval(vals, f"{where}[{k!r}]")
 
 
 def figure(d: Dict[str, Any]) -> Optional[Tuple[float, List[float], int]]:
@@ -75,6 +106,22 @@ def figure(d: Dict[str, Any]) -> Optional[Tuple[float, List[float], int]]:
     result holds two or more sessions; None where it holds one."""
     s = sessions_of(d)
     if len(s) < 2:
+        return None
+    med = statistics.median(float(e["median"]) for e in s)
+    return med, [min(float(e["ci_low"]) for e in s), max(float(e["ci_high"]) for e in s)], len(s)
+
+
+def sized_figure(d: Dict[str, Any], threads: int) -> Optional[Tuple[float, List[float], int]]:
+    """As figure, for the call with its thread pools at `threads` (kbench.threadpools.ladder):
+    from the sessions that timed it (one is enough: it is the only figure at that size), or
+    from a single result's pool_ladder; None where none did."""
+    key = str(threads)
+    s = [e["sized"][key] for e in sessions_of(d)
+         if isinstance(e.get("sized"), dict) and key in e["sized"]]
+    if not s and not sessions_of(d):
+        one = (((d.get("extra") or {}).get("pool_ladder") or {}).get("figures") or {}).get(key)
+        s = [one] if one else []
+    if not s:
         return None
     med = statistics.median(float(e["median"]) for e in s)
     return med, [min(float(e["ci_low"]) for e in s), max(float(e["ci_high"]) for e in s)], len(s)

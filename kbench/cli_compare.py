@@ -594,6 +594,18 @@ def _host_load(d: Optional[Dict[str, Any]]) -> Dict[str, Any]:
     return (((d or {}).get("extra") or {}).get("host_load") or {})
 
 
+def _like_sized(od: Optional[Dict[str, Any]], nd: Dict[str, Any]):
+    """(median, ci, sessions, threads) of the baseline's figure at the thread count nd's pools
+    were sized to on a busy host, where the baseline timed one (a --kbench-save's pool
+    ladder); None otherwise, and where the baseline was itself sized."""
+    threads = (_host_load(nd).get("pools_sized") or {}).get("threads")
+    if od is None or not isinstance(threads, int) or _host_load(od).get("pools_sized"):
+        return None
+    from .baseline import sized_figure
+    got = sized_figure(od, threads)
+    return None if got is None else (*got, threads)
+
+
 def _host_busy(d: Optional[Dict[str, Any]]) -> bool:
     """Busy, or oversubscribed by the call's own thread pool: either moves a CPU figure by
     tens of % between sessions (a 2-thread matmul on 2 cores: -30..+36% quiet)."""
@@ -669,6 +681,10 @@ def compare_sets(old: ResultSet, new: ResultSet, threshold: float = 0.0,
         new_med, new_ci = _median_and_ci(nd)
         od = old.get(key)
         old_med, old_ci = _median_and_ci(od) if od is not None else (None, None)
+        # a figure whose pools a busy host sized meets the baseline's at as many threads
+        like = _like_sized(od, nd)
+        if like is not None:
+            old_med, old_ci = like[0], like[1]
         bad = [p for p in (_median_problem(old_label, old_med),
                            _median_problem(new_label, new_med)) if p]
         if new_med is None:     # the run under test gave no time: it must not pass a gate
@@ -748,6 +764,12 @@ def compare_sets(old: ResultSet, new: ResultSet, threshold: float = 0.0,
         sized = [(lab, _host_load(d)["pools_sized"]) for lab, d in ((old_label, od),
                                                                      (new_label, nd))
                  if _host_load(d).get("pools_sized")]
+        if like is not None:
+            notes.append(f"{new_label}'s thread pools were sized to {like[3]} on a busy host: "
+                         f"compared with {old_label}'s figure at {like[3]} "
+                         f"thread{'s' if like[3] != 1 else ''} "
+                         f"({like[2]} session{'s' if like[2] != 1 else ''})")
+            sized = []
         for lab, ps in sized:
             # a figure at fewer threads than the other side's is another configuration: the
             # verdict stands (a regression must not pass), its likely cause is named

@@ -59,11 +59,14 @@ def bench_local(fn: Callable[..., Any], *args: Any,
                 _ranks: Any = None,
                 _pre_sample: Optional[Callable[[], None]] = None,
                 _history: Optional[bool] = None,
+                _pool_ladder: Optional[bool] = None,
                 **backend_options: Any) -> Result:
     """kbench.bench on this process alone (its docstring has the options). _ranks and
     _pre_sample: kbench.distributed's rank reducer and barrier, for the C loop. _history=False
     keeps this run out of the run history (kbench.ab's short trials, which are not runs of
-    their own); None keeps it."""
+    their own); None keeps it. _pool_ladder=True (the pytest plugin's --kbench-save) also
+    times a CPU call with its thread pools at each size a busy host may size them to
+    (threadpools.ladder), so that a gate meets a sized figure with its like."""
     t_start = time.perf_counter()
     c = check_call(fn, args, flops=flops, bytes=bytes, name=name, kwargs=kwargs,
                    flush_bytes=flush_bytes, arg_sets=arg_sets, rotate_sets=rotate_sets,
@@ -115,7 +118,8 @@ def bench_local(fn: Callable[..., Any], *args: Any,
                          "pass device='cuda' (or GPU tensors as arguments) to time it there")
         else:
             host_note = None
-        raw, cold, extra = _run_host_fitted(fn, sets, kwargs, cold_cache, flush_bytes, loop)
+        raw, cold, extra = _run_host_fitted(fn, sets, kwargs, cold_cache, flush_bytes, loop,
+                                            ladder=bool(_pool_ladder))
         device_name, backend = "cpu", "host"
         peaks = cpu_ceilings(fn, sets[0], kwargs, named_output(sets[0], kwargs, out_arg),
                              _cpu_peaks, extra)
@@ -410,19 +414,26 @@ def _run_host(fn, sets, kwargs, cold_cache, flush_bytes, loop):
     return raw, cold, {"warnings": warn} if warn else {}
 
 
-def _run_host_fitted(fn, sets, kwargs, cold_cache, flush_bytes, loop):
+def _run_host_fitted(fn, sets, kwargs, cold_cache, flush_bytes, loop, ladder=False):
     """_run_host with the host's load read around it; a run whose thread pools did not fit the
-    cores the other processes left (busy and oversubscribed: kbench.hostload) is run again
-    with its pools sized to those cores (kbench.threadpools), and the result says so."""
+    cores the other processes left (a busy host: kbench.hostload) is run again
+    with its pools sized to those cores, rounded down to the ladder's sizes 1, 2, 4, ...
+    (kbench.threadpools), and the result says so. With ladder, a run on a quiet host is also
+    timed at each of the ladder's sizes below its pools' (extra["pool_ladder"])."""
     from . import hostload, threadpools
     before = hostload.start()
     raw, cold, extra = _run_host(fn, sets, kwargs, cold_cache, flush_bytes, loop)
     load = extra["host_load"] = hostload.finish(before)
-    if not (load and load["busy"] and load["oversubscribed"]):
+    if not (load and load["busy"]):
+        if ladder:
+            _time_pool_ladder(fn, sets, kwargs, cold_cache, flush_bytes, loop, extra)
         return raw, cold, extra
+    # sized whether or not the run read oversubscribed: a pool whose threads were preempted
+    # used little CPU (a 2-thread matmul beside a spinning process read 1.1 CPUs and 5-20x its
+    # quiet time), so its own CPU time cannot tell
     # a core the others used any of is not free: they ran less than they wanted beside this
     # pool (a spinning process read 0.4 CPUs beside a 2-thread pool on 2 cores)
-    free = max(1, load["cpus"] - math.ceil(load["others_cpus"] - 0.05))
+    free = threadpools.rung(load["cpus"] - math.ceil(load["others_cpus"] - 0.05))
     found = threadpools.pools()
     pools = threadpools.describe(found)
     if not any(p["threads"] > free for p in pools):
@@ -435,6 +446,29 @@ def _run_host_fitted(fn, sets, kwargs, cold_cache, flush_bytes, loop):
         extra["host_load"] = hostload.finish(before) or {}
     extra["host_load"]["pools_sized"] = {"threads": free, "pools": pools, "first_run": first}
     return raw, cold, extra
+
+
+def _time_pool_ladder(fn, sets, kwargs, cold_cache, flush_bytes, loop, extra) -> None:
+    """extra["pool_ladder"]: the call's figure (median, own CI) with its thread pools at each
+    of the ladder's sizes below theirs, each taken on a host that stayed quiet. A baseline
+    keeps them; a busy session whose pools were sized is then judged against the same size."""
+    from . import hostload, threadpools
+    found = threadpools.pools()
+    top = max((p.threads() for p in found), default=1)
+    figures = {}
+    for k in threadpools.ladder(top):
+        with threadpools.sized(k, found):
+            before = hostload.start()
+            raw, _, _ = _run_host(fn, sets, kwargs, cold_cache, flush_bytes, loop)
+            load = hostload.finish(before)
+        if load and load["busy"]:
+            continue                    # a busy figure would stretch what is judged against
+        st = _core.summarize(np.asarray(raw["samples"], dtype=np.float64),
+                             raw.get("ci_level", _core.LOOP_DEFAULTS["ci_level"]))
+        figures[str(k)] = {"median": st["median"], "ci_low": st["ci_low"],
+                           "ci_high": st["ci_high"]}
+    if figures:
+        extra["pool_ladder"] = {"threads": top, "figures": figures}
 
 
 def _available_bytes() -> int:

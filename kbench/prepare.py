@@ -158,7 +158,7 @@ def _attributes(owner: Any, code: Any):
 def carried_signature(fn: Any, limit: int = 32) -> str:
     """What the callable carries (_carried), as shapes, dtypes and short values: two
     `lambda: a + a` over arrays of other sizes are other benchmarks though one source."""
-    from .provenance import describe
+    from ._format import describe
     try:
         return ", ".join(f"{label}={describe(value)}"
                          for label, value in itertools.islice(_carried(fn), limit))

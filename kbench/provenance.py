@@ -27,6 +27,7 @@ import os
 import sys
 from typing import Any, Dict, Iterator, List, Optional, Tuple
 
+from ._format import describe
 from .metadata import git_cached
 
 _PKG_DIR = os.path.dirname(os.path.abspath(__file__))
@@ -206,19 +207,6 @@ def callable_info(fn: Any) -> Dict[str, Any]:
         out["source_why"] = (f"no Python source ({type(target).__name__})"
                              if isinstance(e, TypeError) else f"source not found: {e}")
     return out
-
-
-def describe(x: Any) -> str:
-    shape, dtype = getattr(x, "shape", None), getattr(x, "dtype", None)
-    if shape is not None and dtype is not None:
-        dev = getattr(x, "device", None)
-        where = f"@{dev}" if dev is not None and str(dev) != "cpu" else ""
-        return f"{type(x).__name__}[{dtype}]{tuple(shape)}{where}"
-    if isinstance(x, (int, float, bool, str)) or x is None:
-        return repr(x)[:40]
-    if isinstance(x, (tuple, list)):
-        return "(" + ", ".join(describe(v) for v in x[:8]) + (", ..." if len(x) > 8 else "") + ")"
-    return type(x).__name__
 
 
 def args_info(args: Tuple[Any, ...], kwargs: Dict[str, Any]) -> Dict[str, Any]:

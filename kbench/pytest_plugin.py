@@ -323,6 +323,9 @@ class KbenchFixture:
         if self._state.max_time_s is not None:
             options["max_time_s"] = self._state.max_time_s
         key = self._key(options.get("name"))
+        if self._state.save and "group" not in options:
+            # a baseline also times a CPU call at the pool sizes a busy session may use
+            options["_pool_ladder"] = True
         result = bench(fn, *args, flops=flops, bytes=bytes, check=check, **options)
         self.results.append(result)
         self._state.keys.add(key)

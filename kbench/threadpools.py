@@ -77,6 +77,18 @@ def pools() -> List[Pool]:
     return out
 
 
+def ladder(threads: int) -> List[int]:
+    """The sizes below `threads` a busy host may size a pool to: 1, 2, 4, ... A baseline
+    records its figure at each (kbench.baseline), so that a busy session's sized figure meets
+    one timed with as many threads, not the full pool's."""
+    return [1 << i for i in range(max(0, threads - 1).bit_length())]
+
+
+def rung(free: int) -> int:
+    """The ladder's size for `free` cores: the largest power of two not above it (at least 1)."""
+    return 1 << (max(1, free).bit_length() - 1)
+
+
 def describe(found: List[Pool]) -> List[Dict[str, object]]:
     """The pools as a result records them: kind, library file name, threads."""
     return [{"kind": p.kind, "library": os.path.basename(p.path), "threads": p.threads()}

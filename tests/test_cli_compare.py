@@ -539,3 +539,54 @@ def test_a_figure_timed_with_its_pools_sized_keeps_its_verdict_and_names_the_thr
     d = compare_sets(base, {"k": new}, 0.08).deltas[0]
     assert d.verdict == "slower" and d.failure
     assert "current's thread pools were sized from 2 to 1 on a busy host" in d.note
+
+
+def _sized_doc(median, threads=1):
+    d = _doc_on_host(median, busy=True)
+    d["extra"]["host_load"]["pools_sized"] = {
+        "threads": threads, "pools": [{"kind": "openblas", "library": "libopenblas.so",
+                                       "threads": 2}],
+        "first_run": {"median_s": 4 * median, "own_cpus": 1.9, "others_cpus": 0.4}}
+    return d
+
+
+def _with_ladder(doc, sessions):
+    """A baseline of sessions, each with its figure at 1 thread (a --kbench-save's ladder)."""
+    from kbench import baseline
+    doc["sessions"] = []
+    for med, med1 in sessions:
+        s = baseline.session_figure(_doc_on_host(med, busy=False))
+        s["sized"] = {"1": {"median": med1, "ci_low": med1 * 0.97, "ci_high": med1 * 1.03}}
+        doc["sessions"].append(s)
+    return doc
+
+
+def test_a_sized_figure_meets_the_baselines_figure_at_as_many_threads():
+    """A busy session's pools sized to 1 thread read +70% of the 2-thread baseline; against the
+    baseline's own 1-thread figure the unchanged code passes and a planted 2x fails."""
+    from kbench.cli_compare import compare_sets
+    base = {"k": _with_ladder(_doc_on_host(1e-3, busy=False),
+                              [(1.0e-3, 1.70e-3), (1.02e-3, 1.72e-3), (0.99e-3, 1.68e-3)])}
+    same = compare_sets(base, {"k": _sized_doc(1.71e-3)}, 0.08).deltas[0]
+    assert not same.failure and same.verdict != "slower"
+    assert "compared with baseline's figure at 1 thread (3 sessions)" in same.note
+    assert "part of the difference is the thread count" not in same.note
+    planted = compare_sets(base, {"k": _sized_doc(3.4e-3)}, 0.08).deltas[0]
+    assert planted.verdict == "slower" and planted.failure
+    other = compare_sets(base, {"k": _sized_doc(1.71e-3, threads=2)}, 0.08).deltas[0]
+    assert "part of the difference is the thread count" in other.note      # no such figure
+
+
+@pytest.mark.parametrize("sized,why", [
+    ({"1": {"median": 1e-3, "ci_low": 2e-3, "ci_high": 3e-3}}, "not a confidence interval"),
+    ({"1": {"median": 1e-3}}, "needs a finite median"),
+    ({"one": {"median": 1e-3, "ci_low": 1e-3, "ci_high": 1e-3}}, "not a thread count"),
+    ([], "not an object of figures")])
+def test_a_malformed_figure_at_fewer_threads_is_refused_naming_it(tmp_path, sized, why):
+    from kbench.cli_compare import load_results
+    doc = _with_ladder(_doc_on_host(1e-3, busy=False), [(1e-3, 2e-3), (1e-3, 2e-3)])
+    doc["sessions"][1]["sized"] = sized
+    path = tmp_path / "base.json"
+    path.write_text(json.dumps({"schema": "kbench.session/1", "results": {"k": doc}}))
+    with pytest.raises(ValueError, match=r"sessions\[1\]\.sized.*" + why):
+        load_results(str(path))

@@ -101,21 +101,22 @@ def test_a_cpu_bench_beside_a_busy_process_says_the_host_was_busy():
     assert "Host load:  BUSY" in repr(r)
 
 
-@pytest.mark.parametrize("others", [1.0, 0.4])
+@pytest.mark.parametrize("others,own", [(1.0, 1.9), (0.4, 1.9), (1.0, 1.05)])
 def test_an_oversubscribed_run_on_a_busy_host_is_timed_again_with_its_pools_sized(monkeypatch,
-                                                                                 others):
+                                                                                 others, own):
     """Busy and oversubscribed: the pools kbench knows are sized to the cores the others left
     for a second run, which is the figure; the first run's median is kept, the pools restored.
     A core the others used part of is not free: a spinning process read 0.4 CPUs beside a
-    2-thread pool on 2 cores."""
+    2-thread pool on 2 cores. A pool whose threads were preempted used little CPU (1.05 CPUs:
+    not read oversubscribed), and is sized all the same: its figure read 5-20x the quiet one."""
     from kbench import threadpools
     threads = {"n": 2}
     pool = threadpools.Pool("openblas", "/x/libopenblas.so", lambda: threads["n"],
                             lambda n: threads.update(n=n))
     monkeypatch.setattr(threadpools, "pools", lambda: [pool])
     readings = iter([
-        dict(others_cpus=others, own_cpus=1.9, steal_share=0.0, cpus=2, loadavg_1m=2.0,
-             wall_s=0.3, busy=True, oversubscribed=True),
+        dict(others_cpus=others, own_cpus=own, steal_share=0.0, cpus=2, loadavg_1m=2.0,
+             wall_s=0.3, busy=True, oversubscribed=own > 1.2),
         dict(others_cpus=1.0, own_cpus=1.0, steal_share=0.0, cpus=2, loadavg_1m=2.0,
              wall_s=0.3, busy=True, oversubscribed=False)])
     monkeypatch.setattr(hostload, "finish", lambda before, stat_path="/proc/stat": next(readings))
@@ -125,7 +126,7 @@ def test_an_oversubscribed_run_on_a_busy_host_is_timed_again_with_its_pools_size
     sized = r.extra["host_load"]["pools_sized"]
     assert sized["threads"] == 1 and sized["pools"] == [
         {"kind": "openblas", "library": "libopenblas.so", "threads": 2}]
-    assert sized["first_run"]["own_cpus"] == 1.9 and sized["first_run"]["median_s"] > 0
+    assert sized["first_run"]["own_cpus"] == own and sized["first_run"]["median_s"] > 0
     assert 2 in seen and seen[-1] == 1 and threads["n"] == 2       # timed at 1, then restored
     assert "POOLS SIZED" in hostload.text(r.extra["host_load"]) and "OVERSUBSCRIBED" not in repr(r)
 
@@ -153,3 +154,34 @@ def test_numpys_blas_pool_is_found_sized_and_restored():
         assert all(p.threads() == 1 for p in found)
         assert len(changed) == sum(n > 1 for n in before)
     assert [p.threads() for p in found] == before
+
+
+def test_the_ladder_is_the_powers_of_two_below_a_pool_and_sizing_rounds_down_to_it():
+    from kbench import threadpools
+    assert [threadpools.ladder(n) for n in (1, 2, 3, 6, 16)] == [
+        [], [1], [1, 2], [1, 2, 4], [1, 2, 4, 8]]
+    assert [threadpools.rung(n) for n in (0, 1, 2, 3, 7, 8)] == [1, 1, 2, 2, 4, 8]
+
+
+def test_a_baseline_run_on_a_quiet_host_times_each_ladder_size_and_restores_the_pools(
+        monkeypatch):
+    """kbench.bench(_pool_ladder=True), as --kbench-save calls it: the call is also timed
+    with its pools at 1, 2 and 4 threads (below its 6), each with a CI, the pools restored."""
+    from kbench import threadpools
+    threads = {"n": 6}
+    pool = threadpools.Pool("openblas", "/x/libopenblas.so", lambda: threads["n"],
+                            lambda n: threads.update(n=n))
+    monkeypatch.setattr(threadpools, "pools", lambda: [pool])
+    monkeypatch.setattr(hostload, "finish", lambda before, stat_path="/proc/stat": dict(
+        others_cpus=0.0, own_cpus=1.0, steal_share=0.0, cpus=8, loadavg_1m=0.1, wall_s=0.3,
+        busy=False, oversubscribed=False))
+    seen = set()
+    r = kbench.bench(lambda: seen.add(threads["n"]), max_time_s=0.02, warmup_s=0.0,
+                     memory=False, cold_cache=None, _pool_ladder=True)
+    ladder = r.extra["pool_ladder"]
+    assert ladder["threads"] == 6 and sorted(ladder["figures"], key=int) == ["1", "2", "4"]
+    assert all(0 < f["ci_low"] <= f["median"] <= f["ci_high"] for f in ladder["figures"].values())
+    assert seen == {1, 2, 4, 6} and threads["n"] == 6
+    plain = kbench.bench(lambda: None, max_time_s=0.02, warmup_s=0.0, memory=False,
+                         cold_cache=None)
+    assert "pool_ladder" not in plain.extra

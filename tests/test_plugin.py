@@ -699,3 +699,30 @@ def test_an_oversubscribed_figure_gets_the_busy_hosts_allowance_and_says_why(slo
     d = compare_sets(base, cur, 0.08).deltas[0]
     assert d.verdict == verdict
     assert "current oversubscribed: the call's thread pool filled the cores" in d.note
+
+
+def test_a_baseline_keeps_each_benchmark_at_the_pool_sizes_a_busy_session_may_use(
+        pytester, run, monkeypatch):
+    """--kbench-save times the call again with its thread pools at each ladder size below
+    theirs (a 2-thread pool: at 1), and an appended session keeps those figures; a compare-only
+    session times the call once."""
+    from kbench import hostload, threadpools
+    threads, sets = {"n": 2}, []
+    pool = threadpools.Pool("openblas", "/x/libopenblas.so", lambda: threads["n"],
+                            lambda n: sets.append(n) or threads.update(n=n))
+    monkeypatch.setattr(threadpools, "pools", lambda: [pool])
+    monkeypatch.setattr(hostload, "finish", lambda before, stat_path="/proc/stat": dict(
+        others_cpus=0.0, own_cpus=1.0, steal_share=0.0, cpus=2, loadavg_1m=0.1, wall_s=0.3,
+        busy=False, oversubscribed=False))
+    pytester.makepyfile(kbp_bench_test=BENCH_TESTS)
+    assert run("--kbench-save=one.json").ret == 0
+    entry = json.loads((pytester.path / "one.json").read_text())["results"][
+        "kbp_bench_test.py::test_kernel"]
+    assert list(entry["extra"]["pool_ladder"]["figures"]) == ["1"]
+    assert run("--kbench-save=base.json", "--kbench-save-append").ret == 0
+    doc = json.loads((pytester.path / "base.json").read_text())
+    session = doc["results"]["kbp_bench_test.py::test_kernel"]["sessions"][0]
+    assert session["sized"]["1"]["median"] >= 0.0004
+    assert sets == [1, 2, 1, 2] and threads["n"] == 2     # sized, then restored, per save
+    assert run("--kbench-compare=base.json").ret == 0
+    assert sets == [1, 2, 1, 2]
