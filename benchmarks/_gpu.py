@@ -20,7 +20,8 @@ def finite_or_none(v: Any) -> Optional[float]:
 def gpu_facts() -> Dict[str, Any]:
     """The GPU, its UUID and power limit, torch, the commit and Python of this run."""
     import torch
-    from kbench import _core, metadata
+    from kbench import _core
+    from kbench.provenance import metadata
     try:
         limit = _core.nvml_snapshot(0).get("power_limit_w")
     except Exception:   # NVML may be absent: the run still stands

@@ -129,8 +129,8 @@ def markdown(res: Dict[str, Any]) -> str:
              f"95% CI holds the median of the set's medians (goal >= 9 of 10); each set begins with "
              f"no run history (KBENCH_RUN_HISTORY: a fresh file), so its first run states its own "
              f"CI alone and the later ones the between-run spread of the runs before them and "
-             f"themselves (kbench.runhistory; the second with Student's t of one degree of "
-             f"freedom). 'this run alone': the same count with each run's own CI.", "",
+             f"themselves (kbench.measure.runhistory; the second with Student's t of one "
+             f"degree of freedom). 'this run alone': the same count with each run's own CI.", "",
              "| case | options | busy host | set | held | this run alone | widened | median of "
              "medians | spread of medians | CI half-width min / median / max | wall min / "
              "median / max (s) | stops |",

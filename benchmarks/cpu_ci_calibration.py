@@ -30,7 +30,8 @@ import numpy as np
 
 import kbench
 from _coverage import leave_one_out as coverage
-from kbench import _core, metadata
+from kbench import _core
+from kbench.provenance import metadata
 
 ROOT = Path(__file__).resolve().parents[1]
 

@@ -67,7 +67,7 @@ HISTORY_DIR = tempfile.mkdtemp(prefix="kbench-gate-history-")
 
 
 def session(where: str, *args: str, plant: bool = False, pool: str = "default") -> Dict[str, Any]:
-    # the sessions of a pool share one run history (kbench.runhistory), as a user's machine
+    # the sessions of a pool share one run history (kbench.measure.runhistory), as a user's machine
     # would, apart from this machine's own
     env = dict(os.environ, KBENCH_GATE_PLANT="1" if plant else "0", **POOLS[pool],
                KBENCH_RUN_HISTORY=os.path.join(HISTORY_DIR, f"{pool}.json"))

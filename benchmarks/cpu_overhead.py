@@ -40,7 +40,7 @@ import numpy as np
 
 import kbench
 from kbench import _core
-from kbench.metadata import collect_host_metadata
+from kbench.provenance.metadata import collect_host_metadata
 
 ROOT = Path(__file__).resolve().parents[1]
 SIZES = {"sum 1e3 f64": 1_000, "sum 1e6 f64": 1_000_000}

@@ -35,7 +35,8 @@ from typing import Any, Dict, List, Optional
 import numpy as np
 
 import kbench
-from kbench import _core, metadata
+from kbench import _core
+from kbench.provenance import metadata
 
 ROOT = Path(__file__).resolve().parents[1]
 N = 1 << 22         # float32 elements: 16 MB an array

@@ -43,7 +43,8 @@ import numpy as np
 import torch
 
 import kbench
-from kbench import _core, cuda
+from kbench import _core
+from kbench.backends import cuda
 from _launch_cost import launch_cost_s
 
 try:
@@ -320,8 +321,8 @@ def run_case(name: str, quick: bool) -> dict:
 
 def copy16(out: dict) -> None:
     """16 MB copy: cold under the HBM ceiling, hot above it."""
-    from kbench.peaks import load_gpu_peaks
-    from kbench.peaks_gpu import measure_gpu_peaks
+    from kbench.roofline.peaks import load_gpu_peaks
+    from kbench.roofline.peaks_gpu import measure_gpu_peaks
     info = cuda.device_info(0)
     peaks = load_gpu_peaks(info) or measure_gpu_peaks(0)
     src = torch.randn(4 << 20, device="cuda")

@@ -49,7 +49,7 @@ except ImportError:      # the record splitting and the report are tested withou
 
 import kbench
 from kbench import _core
-from kbench.result import overlap_worth_showing
+from kbench.report.result import overlap_worth_showing
 
 SPIN_NAME = "spin_kernel"          # torch.cuda._sleep's kernel
 FLUSH_NAME = "bitwise_not"         # the profile's flush kernel
@@ -430,7 +430,7 @@ def markdown(out: dict) -> str:
 
 
 def metadata() -> dict:
-    from kbench import cuda
+    from kbench.backends import cuda
     info = cuda.device_info(0)
     commit = os.environ.get("KBENCH_GIT_COMMIT")
     if not commit:

@@ -33,7 +33,7 @@ def sdpa_flops(batch: int, heads: int, seq: int, dim: int) -> int:
 
 def ceilings_rows(record: Dict[str, Any]) -> List[Dict[str, Any]]:
     """One row per precision: measured and datasheet FLOP/s, their ratio, how or why absent."""
-    from kbench.ceilings import PRECISIONS
+    from kbench.roofline.ceilings import PRECISIONS
     sheet = (record.get("datasheet") or {}).get("flops") or {}
     rows = []
     for prec in PRECISIONS:
@@ -137,8 +137,8 @@ def main() -> None:
                     help="time per GEMM ceiling in kbench peaks (s)")
     args = ap.parse_args()
     import torch
-    from kbench import metadata
-    from kbench.peaks_gpu import gpu_peaks_table, measure_gpu_peaks
+    from kbench.provenance import metadata
+    from kbench.roofline.peaks_gpu import gpu_peaks_table, measure_gpu_peaks
     t0 = time.perf_counter()
     record = measure_gpu_peaks(0, gemm_time_s=args.gemm_time_s)
     peaks_s = time.perf_counter() - t0

@@ -267,7 +267,7 @@ def main() -> None:
     args = ap.parse_args()
     phases = args.phases.split(",")
     comm = kd.communicator("auto")
-    from kbench.result import topology_text
+    from kbench.report.result import topology_text
     from kbench.distributed._topology import p2p_topology
     topo = p2p_topology()
     doc: Dict[str, Any] = {"world": WORLD, "local_world": comm.local_world, "nodes": comm.nodes,

@@ -37,7 +37,7 @@ import time
 import torch
 
 import kbench
-import kbench.cuda
+import kbench.backends.cuda
 
 
 def rss_mb() -> float:
@@ -76,14 +76,14 @@ def device_used_mb() -> float:
     return (total - free) / 2**20
 
 
-_resolve_mode = kbench.cuda._resolve_mode
+_resolve_mode = kbench.backends.cuda._resolve_mode
 
 
 def _events_only(mode, warn):
     return mode, False
 
 
-_estimate_eager = kbench.cuda._estimate_eager
+_estimate_eager = kbench.backends.cuda._estimate_eager
 
 
 def _eager_on_events(fn, sets, kwargs, s, ordinal, timer, *rest, **kw):
@@ -131,9 +131,10 @@ def main() -> None:
             os.environ.pop("KBENCH_CUPTI_LINGER_S", None)
         # kbench has no option to time graph replays without CUPTI where CUPTI works: the
         # diagnostic replaces the mode resolver for this variant only.
-        kbench.cuda._resolve_mode = (_events_only if variant == "events" else _resolve_mode)
-        kbench.cuda._estimate_eager = (_eager_on_events if variant == "eager_events"
-                                       else _estimate_eager)
+        cuda_adapter = kbench.backends.cuda
+        cuda_adapter._resolve_mode = (_events_only if variant == "events" else _resolve_mode)
+        cuda_adapter._estimate_eager = (_eager_on_events if variant == "eager_events"
+                                        else _estimate_eager)
         rows = []
         t0 = time.perf_counter()
         before = _reading("before", t0)

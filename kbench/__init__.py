@@ -13,10 +13,10 @@ from . import _core  # noqa: F401  (kbench._core, eagerly: submodules shadow laz
 from ._core import (CaptureError, CudaError, CuptiBusy, CuptiError, HipError, KbenchError,
                     LibraryNotFound, NvmlError, NvrtcError, RocmSmiError)
 from .bench import bench
-from .ab import ABResult, ab
-from .compare import Comparison, assert_close, compare
-from .result import Result
-from .sweep import SweepResult, sweep
+from .workflow.ab import ABResult, ab
+from .correctness.compare import Comparison, assert_close, compare
+from .report.result import Result
+from .workflow.sweep import SweepResult, sweep
 from ._version import __version__
 
 
@@ -25,7 +25,7 @@ def _after_fork_in_child() -> None:
     # A child forked while another thread measured inherits its locks held, by a thread that
     # does not exist there: every bench of the child waited forever.
     import threading
-    from . import prepare
+    from .measure import prepare
     _core._after_fork_in_child()
     prepare._bench_lock = threading.RLock()
 
@@ -52,7 +52,7 @@ __all__ = ["bench", "release_cupti", "compare", "assert_close", "Result", "Compa
 # Loaded on first attribute access, to keep `import kbench` light.
 _LAZY = {
     "testing": ("kbench.testing", None),
-    "ProfileRun": ("kbench.profile", "ProfileRun"),      # what bench returns in profile mode
+    "ProfileRun": ("kbench.measure.profile", "ProfileRun"),   # bench's return in profile mode
 }
 
 

@@ -1,6 +1,6 @@
 """python -m kbench: the same as the `kbench` console script."""
 import sys
 
-from .cli import main
+from .workflow.cli import main
 
 sys.exit(main())

@@ -1,17 +1,17 @@
-"""kbench.bench: where to run -- this process (kbench.local), or every rank of a group
-(kbench.distributed, which runs kbench.local on each rank).
+"""kbench.bench: where to run -- this process (kbench.measure.local), or every rank of a group
+(kbench.distributed, which runs kbench.measure.local on each rank).
 
-The public entry sits above both, so neither imports it back: kbench.local and the backends
-never import this module, and kbench.distributed calls kbench.local directly.
+The public entry sits above both, so neither imports it back: kbench.measure.local and the backends
+never import this module, and kbench.distributed calls kbench.measure.local directly.
 """
 from __future__ import annotations
 
 import inspect
 from typing import Any, Callable, Optional
 
-from .local import bench_local
+from .measure.local import bench_local
 from .options import bench_docstring_section
-from .result import Result
+from .report.result import Result
 
 
 def bench(fn: Callable[..., Any], *args: Any, group: Any = None,

@@ -32,8 +32,10 @@ _GPU = ("cuda", "hip")
 #: them (tests/test_option_schema.py holds the two together)
 MODES = {"host": ("host",), "cuda": ("cupti", "events", "graph"), "hip": ("graph",)}
 
-#: kbench.bench's own options (its signature's defaults: kbench.prepare.BENCH_DEFAULTS), and
-#: the GPU modules' Python-side options (kbench.cuda.OPTIONS, kbench.hip.OPTIONS).
+#: kbench.bench's own options (its signature's defaults: kbench.measure.prepare.BENCH_DEFAULTS),
+#: and
+#: the GPU modules' Python-side options (kbench.backends.cuda.OPTIONS,
+#: kbench.backends.hip.OPTIONS).
 PY_OPTIONS: Tuple[Option, ...] = (
     Option("flops", "None", _ALL, "the operation's theoretical FLOPs per call, for FLOP/s and "
            "% of the compute ceiling"),
@@ -73,13 +75,13 @@ PY_OPTIONS: Tuple[Option, ...] = (
     Option("stream", "None", _GPU, "a torch/CuPy stream or a raw handle to time on (None: the "
            "current stream)"),
     Option("compute_peak", "None", ("cuda",), "the FLOP ceiling that % of peak refers to "
-           "(None: inferred from the input dtypes)", "kbench.ceilings.PRECISIONS, 'fp8'"),
+           "(None: inferred from the input dtypes)", "kbench.roofline.ceilings.PRECISIONS, 'fp8'"),
     Option("expected_launches", "None", ("cuda",), "warn when CUPTI sees another kernel count "
            "per call"),
     Option("floor", "True", ("cuda",), "probe the timer's floor (an empty kernel) and report "
            "the figure's share of it"),
     Option("rotate_margin", "None", _GPU, "cold_cache='rotate': how far the sets' footprint "
-           "exceeds the cache (None: kbench.coldcache's default)"),
+           "exceeds the cache (None: kbench.measure.coldcache's default)"),
     Option("capture_mode", "None", ("hip",), "HIP graph capture mode"),
     Option("backend", "'auto'", _GPU, "'cuda' or 'hip' on a host that has both"),
     Option("pre_sample", "None", ("cuda",), "called with no arguments before every call of fn, "

@@ -241,7 +241,7 @@ def _drop_gpu_options(where: str, opts: Dict[str, Any], stacklevel: int) -> Dict
         dropped["mode"] = opts["mode"]
     others = set(opts) - _bench_parameters()
     if others:
-        from . import cuda, hip           # only when an option is not kbench.bench's own
+        from .backends import cuda, hip           # only when an option is not kbench.bench's own
         gpu_only = set(cuda.OPTIONS) | set(hip.OPTIONS)
         dropped.update((k, opts[k]) for k in sorted(others & gpu_only))
     if not dropped:
@@ -466,7 +466,7 @@ def _fi_device(bench_options: Dict[str, Any], args: Tuple, kwargs: Dict[str, Any
     device = bench_options.pop("device", None)
     if device is not None:
         return device, True
-    from .prepare import resolve_device
+    from .measure.prepare import resolve_device
     device = resolve_device("auto", args, kwargs, fn)
     return (_current_device() if device == "cpu" else device), False
 
@@ -486,7 +486,7 @@ def _fi_timer(mode: str, flush: bool, args: Tuple, device: str,
     if not flush:
         opts["unroll"] = calls_per_graph
     else:
-        from .coldcache import footprint
+        from .measure.coldcache import footprint
         if _ROTATE_MIN_BYTES <= footprint(args) < _ROTATE_MAX_BYTES:
             opts.update(cold_cache="rotate", unroll=calls_per_graph)
     return opts

@@ -56,13 +56,14 @@ r.correctness["ok"], r.median"""),
     ("md", """## Save, reload, compare files
 
 Results serialise to JSON with their metadata, and `kbench.Result.load` reads them back.
-`kbench compare OLD NEW` (or `kbench.cli_compare.compare_files`) prints the deltas with verdicts.
+`kbench compare OLD NEW` (or `kbench.workflow.cli_compare.compare_files`) prints the deltas
+with verdicts.
 It judges only figures taken the same way: the hot figure against the cold one is "not
 comparable" (the cache, not the code, made the difference), reported and never judged. It also
 notes that the two came from different cells: a cell's source is the harness that made its
 figure, as a script's is."""),
     ("code", """import os, tempfile
-from kbench.cli_compare import compare_files
+from kbench.workflow.cli_compare import compare_files
 
 tmp = tempfile.mkdtemp()
 hot.to_json(os.path.join(tmp, "hot.json"))

@@ -102,7 +102,7 @@ time_to_figure_if_asked() {
 echo "== build"
 if [ "${KBENCH_PREBUILT:-0}" = 1 ] && $PY -c "import kbench._core" 2>/dev/null; then
   # not installed, so no pytest11 entry point: name the plugin, as the installed package would
-  echo "(a _core built for this Python was carried: no build)"; export PYTHONPATH=$PWD PYTEST_PLUGINS=kbench.pytest_plugin
+  echo "(a _core built for this Python was carried: no build)"; export PYTHONPATH=$PWD PYTEST_PLUGINS=kbench.workflow.pytest_plugin
 else
 $PY -m pip install -q --no-build-isolation --no-deps -e . > "$LOGS/build.log" 2>&1 \
   || { echo "pip -e failed, building in place"; tail -5 "$LOGS/build.log"; $PY setup.py -q build_ext --inplace 2>&1 | tail -20; export PYTHONPATH=$PWD; }

@@ -14,8 +14,8 @@ from pathlib import Path
 import pytest
 
 # Each bench adds its median to this machine's run history and widens its CI by the spread
-# between runs (kbench.runhistory). A test's figure must not depend on which tests ran before
-# it, nor on the developer's own history: off, unless the caller named a file.
+# between runs (kbench.measure.runhistory). A test's figure must not depend on which tests ran
+# before it, nor on the developer's own history: off, unless the caller named a file.
 # tests/test_runhistory.py turns it on with a file of its own.
 os.environ.setdefault("KBENCH_RUN_HISTORY", "off")
 

@@ -186,10 +186,10 @@ def one_bad_input(out: dict) -> None:
 
 def one_profiled(out: dict) -> None:
     """A profiler injected on rank 0 only (nsys on rank 0: CUDA_INJECTION64_PATH; played here by
-    kbench.profile.wanted, as a GPU would see it): refused by name on every rank."""
+    kbench.measure.profile.wanted, as a GPU would see it): refused by name on every rank."""
     out["wait_peers"] = True
     if RANK == 0:
-        import kbench.profile as kp
+        import kbench.measure.profile as kp
         kp.wanted = lambda profile, device: "CUDA_INJECTION64_PATH=/x/libinject.so: a profiler"
     kd.bench(spin, 20e-6, group=COMM, dist_timeout_s=10.0, **FAST)
 

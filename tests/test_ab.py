@@ -5,7 +5,7 @@ import time
 import numpy as np
 import pytest
 
-from kbench.ab import _verdict, ab, median_ci, min_trials
+from kbench.workflow.ab import _verdict, ab, median_ci, min_trials
 
 FAST = dict(cold_cache=None, warmup_s=0.01, max_time_s=0.08)
 
@@ -47,7 +47,7 @@ def _synthetic_ab(monkeypatch, deltas):
     replaced by one returning those medians, so the verdict rule is tested without timing."""
     import sys
     from kbench import _core
-    from kbench.result import Result
+    from kbench.report.result import Result
     trial = {"base": 0, "cand": 0}
 
     def fake_bench(fn, *args, name, **kw):
@@ -178,7 +178,7 @@ def test_profile_mode_runs_each_arm_once_and_gives_no_verdict(how, monkeypatch):
         opts = {"profile": True}
     # the warm-up's call cap, not its time, ends it: a 0.01 s warm-up made 480 calls of one arm
     # and 1000 of the other beside CPU hogs
-    from kbench.profile import WARMUP_MAX_CALLS
+    from kbench.measure.profile import WARMUP_MAX_CALLS
     r = ab({"a": arm("a"), "b": arm("b")}, trials=6, **dict(FAST, warmup_s=60.0), **opts)
     assert r.profile and len(r.trials) == 1 and r.orders == [["a", "b"]]
     assert all(t.stop["stop"] == "profile" for t in r.trials[0].values())

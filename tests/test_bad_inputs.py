@@ -15,7 +15,7 @@ import numpy as np
 import pytest
 
 import kbench
-from kbench.cli import main as cli_main
+from kbench.workflow.cli import main as cli_main
 
 FAST = dict(warmup_s=0.0, max_time_s=0.05, cold_cache=None)
 A = np.ones(64)
@@ -188,7 +188,7 @@ def test_bench_refuses(call, error, match):
 @pytest.mark.parametrize("past", [1, 300_000, 10**12])
 def test_a_factory_count_past_the_rotation_limit_is_refused_before_building_sets(past):
     # each set is built up front: 10**12 of them ran until the OOM killer stopped the process
-    from kbench.coldcache import max_rotation_sets
+    from kbench.measure.coldcache import max_rotation_sets
     limit = max_rotation_sets()         # 4096, more on a last-level cache past 32 MiB
     count = limit + past
     calls = []
@@ -211,7 +211,7 @@ def test_a_factory_count_past_the_rotation_limit_is_refused_before_building_sets
 def test_the_rotation_limit_scales_with_the_cache(llc, limit, monkeypatch):
     # at KBENCH_LLC_BYTES=320M and 1G, 4096 sets refused rotations of sets up to 160 kB and
     # 512 kB, which a 32 MiB cache rotates out with sets of 17 kB
-    from kbench.coldcache import max_rotation_sets, rotation_count
+    from kbench.measure.coldcache import max_rotation_sets, rotation_count
     if llc is None:
         assert max_rotation_sets(0) == max_rotation_sets(16 << 20) == limit
         return
@@ -302,7 +302,7 @@ def test_a_callable_that_defers_its_body_is_refused(fn, what):
 
 
 def test_the_cuda_backends_options_are_its_runs_keywords_less_bench_own():
-    from kbench import cuda
+    from kbench.backends import cuda
     assert {"stream", "gate", "keep_busy", "regime", "pre_sample", "unroll"} <= set(cuda.OPTIONS)
     assert not {"loop", "check", "device", "cold_cache", "mode"} & set(cuda.OPTIONS)
 

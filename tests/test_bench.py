@@ -265,7 +265,7 @@ def test_cpu_cache_info_and_llc_override(monkeypatch):
 
 def test_figures_above_the_measured_ceilings_are_flagged(monkeypatch):
     import sys
-    kb = sys.modules["kbench.local"]       # the module that times one process
+    kb = sys.modules["kbench.measure.local"]       # the module that times one process
     # pretend this machine's measured ceilings are absurdly low
     monkeypatch.setattr(kb, "_cpu_peaks", lambda dtype: {"bytes_per_s": 1.0,
                                                          "flops_per_s": 1.0, "source": "test"})
@@ -577,12 +577,12 @@ def test_bad_counts_and_names_are_refused_naming_the_option(kw, error, match):
     (float("nan"), 1.0, "-"),
 ])
 def test_the_ci_of_the_median_is_shown_as_a_range_when_lopsided(low, high, text):
-    from kbench._format import fmt_ci
+    from kbench.report._format import fmt_ci
     assert fmt_ci(1.0, low, high) == text
 
 
 def test_the_report_tells_ci_from_cv_and_names_the_peak(monkeypatch, tmp_path):
-    from kbench import peaks
+    from kbench.roofline import peaks
     monkeypatch.setenv("KBENCH_CACHE_DIR", str(tmp_path))
     peaks.save_peaks({"schema": peaks.SCHEMA, "copy_GBps": 50.0, "triad_GBps": 60.0,
                       "fma_GFLOPs": 100.0, "fma_fp32_GFLOPs": 200.0, "fma": {"isa": "avx2"},
@@ -612,12 +612,12 @@ def test_the_report_tells_ci_from_cv_and_names_the_peak(monkeypatch, tmp_path):
     ((), {}, "float32"),
 ])
 def test_the_fma_ceiling_follows_the_arguments_precision(args, kwargs, expect):
-    from kbench.local import compute_dtype
+    from kbench.measure.local import compute_dtype
     assert compute_dtype(args, kwargs) == expect
 
 
 def test_a_framework_dtype_is_read_by_its_name():
-    from kbench.local import compute_dtype
+    from kbench.measure.local import compute_dtype
 
     class FakeTensor:                   # np.dtype() refuses torch.float64; its name tells
         dtype = type("FakeDtype", (), {"__str__": lambda self: "torch.float64"})()
@@ -630,8 +630,8 @@ def test_a_framework_dtype_is_read_by_its_name():
 def test_a_bad_ceiling_costs_the_percent_of_peak_not_the_result(bad):
     """The GPU peaks cache reaches throughput() unvalidated: a bad figure is warned about and
     dropped."""
-    from kbench.local import throughput
-    from kbench.peaks import PeaksCacheWarning
+    from kbench.measure.local import throughput
+    from kbench.roofline.peaks import PeaksCacheWarning
     source = f"test source {bad!r}"
     with pytest.warns(PeaksCacheWarning, match="bytes_per_s is .* not a finite positive"):
         tp = throughput(1e-3, flops=1e6, nbytes=1e6,
@@ -720,7 +720,7 @@ def test_a_flush_smaller_than_the_cache_is_flagged_not_cold():
 
 
 def test_rotation_whose_sets_cannot_evict_the_cache_is_refused():
-    from kbench.coldcache import (_fmt_bytes, check_rotation_footprint, make_rotation_sets,
+    from kbench.measure.coldcache import (_fmt_bytes, check_rotation_footprint, make_rotation_sets,
                                   max_rotation_sets)
     llc = _core.cpu_cache_info()["llc_bytes"]
     most = max_rotation_sets(llc)       # 4096 (32.8 kB of 8 B sets) up to a 32 MiB cache
@@ -782,7 +782,7 @@ def test_a_bench_inside_a_benchmarked_callable_is_refused_not_deadlocked():
 
 
 def test_rotation_shortfall_names_what_given_sets_lack():
-    from kbench.coldcache import rotation_shortfall
+    from kbench.measure.coldcache import rotation_shortfall
     llc = _core.cpu_cache_info()["llc_bytes"]
     why = rotation_shortfall([32, 32, 32], llc, what="3 arg_sets")
     assert why.startswith("cold_cache='rotate' cannot evict the ") and "3 arg_sets of 32 B" in why
@@ -813,7 +813,7 @@ def test_arg_sets_that_share_one_buffer_count_it_once_and_are_not_called_cold(gi
 
 
 def test_rotation_counts_memory_each_set_holds_alone():
-    from kbench.coldcache import flag_rotation_sets, footprint, rotation_footprints
+    from kbench.measure.coldcache import flag_rotation_sets, footprint, rotation_footprints
     a, b = np.random.rand(1000), np.random.rand(1000)
     assert rotation_footprints([(a,), (b,)]) == ([8000, 8000], 16000)       # distinct: as before
     assert rotation_footprints([(a,), (a[:],), (a[500:],)]) == ([0, 0, 0], 8000)
@@ -831,7 +831,7 @@ def test_rotation_counts_memory_each_set_holds_alone():
 
 
 def test_rotation_clones_the_arrays_inside_list_tuple_and_dict_arguments():
-    from kbench.coldcache import make_rotation_sets, rotation_footprints
+    from kbench.measure.coldcache import make_rotation_sets, rotation_footprints
     x, y = np.random.rand(1000), np.random.rand(1000)
     args = ([x, y], {"x": x, "n": 3}, (y,))
     sets = make_rotation_sets(args, cache_bytes=1 << 16)
@@ -864,8 +864,8 @@ def test_a_bench_at_the_timer_resolution_says_so_in_its_stop_record():
 
 
 def test_a_figure_a_few_percent_over_one_reference_kernel_is_not_flagged():
-    from kbench.local import COMPUTE_CEILING_SLACK, throughput, _warnings
-    from kbench.result import Result
+    from kbench.measure.local import COMPUTE_CEILING_SLACK, throughput, _warnings
+    from kbench.report.result import Result
     samples = np.full(20, 1e-3)
     r = Result(name="gemm", device="cuda:0", backend="cupti", samples=samples,
                stats=kbench._core.summarize(samples, 0.95), stop={"stop": "precision"},
@@ -879,12 +879,13 @@ def test_a_figure_a_few_percent_over_one_reference_kernel_is_not_flagged():
 
 
 def test_bench_defaults_are_one_table_for_every_entry():
-    """kbench.bench, kbench.local.bench_local (what kbench.distributed calls with only the
+    """kbench.bench, kbench.measure.local.bench_local (what kbench.distributed calls with only the
     options its caller gave) and kbench.distributed agree: every default other than None is
-    read from kbench.prepare.BENCH_DEFAULTS, and the two signatures name the same defaults."""
+    read from kbench.measure.prepare.BENCH_DEFAULTS, and the two signatures name the same
+    defaults."""
     import inspect
-    from kbench.local import bench_local
-    from kbench.prepare import BENCH_DEFAULTS
+    from kbench.measure.local import bench_local
+    from kbench.measure.prepare import BENCH_DEFAULTS
     public = inspect.signature(kbench.bench).parameters
     local = inspect.signature(bench_local).parameters
     for k, p in public.items():
@@ -898,7 +899,8 @@ def test_bench_defaults_are_one_table_for_every_entry():
     import ast
     from pathlib import Path
     pkg = Path(kbench.__file__).resolve().parent
-    for path, fname in ((pkg / "bench.py", "bench"), (pkg / "local.py", "bench_local")):
+    for path, fname in ((pkg / "bench.py", "bench"),
+                        (pkg / "measure" / "local.py", "bench_local")):
         fdef = next(n for n in ast.walk(ast.parse(path.read_text()))
                     if isinstance(n, ast.FunctionDef) and n.name == fname)
         for d in fdef.args.kw_defaults + fdef.args.defaults:
@@ -941,7 +943,7 @@ def _jittery_sleep():
 def test_without_a_target_the_budget_stops_the_run_and_states_its_ci():
     """The default contract: sampling ends when the budget is spent, the result states the CI
     it reached and why it stopped, and nothing warns about the budget itself."""
-    from kbench.local import _warnings
+    from kbench.measure.local import _warnings
     r = kbench.bench(_jittery_sleep, cold_cache=None, memory=False)
     assert r.stop["stop"] == "budget" and r.stop["budget"] is True
     assert r.stop["max_time_s"] == kbench._core.LOOP_DEFAULTS["max_time_s"]
@@ -955,7 +957,7 @@ def test_without_a_target_the_budget_stops_the_run_and_states_its_ci():
 def test_an_explicit_target_is_waited_for_and_warned_about_when_missed():
     """target= asks for a precision: the run samples past the budget toward it (up to
     max_time_s), and a cap that ends it first is a warning, as before the budget."""
-    from kbench.local import _warnings
+    from kbench.measure.local import _warnings
     r = kbench.bench(_jittery_sleep, cold_cache=None, memory=False, target=0.001,
                      max_time_s=0.5)
     assert r.stop["stop"] == "time_cap" and r.stop["budget"] is False
@@ -969,8 +971,8 @@ def test_an_explicit_target_is_waited_for_and_warned_about_when_missed():
 def test_a_capped_stop_on_dependent_samples_says_what_they_are_worth():
     """A time-capped run whose samples drift: its warning names how many independent samples
     they are worth and the likely cause; the same run on independent samples does not."""
-    from kbench.local import _warnings
-    from kbench.result import Result
+    from kbench.measure.local import _warnings
+    from kbench.report.result import Result
     rng = np.random.default_rng(8)
     for samples, dependent in ((1e-3 * (1 + 0.01 * rng.standard_normal(2000)
                                         + np.linspace(0, 0.05, 2000)), True),
@@ -992,8 +994,8 @@ def test_a_capped_stop_whose_final_ci_meets_the_target_is_not_called_uncertain()
     """The cap can fall between two checks of the rule: the final CI then meets the target and
     the run is as certain as asked (an H200 GEMM's warning once read 'before the ci target
     0.50% was met (achieved 0.49%)')."""
-    from kbench.local import _warnings
-    from kbench.result import Result
+    from kbench.measure.local import _warnings
+    from kbench.report.result import Result
     samples = 1e-3 * (1 + 0.01 * np.random.default_rng(3).standard_normal(2000))
     stats = kbench._core.summarize(samples, 0.95)
     for target, warned in ((stats["rel_ci_halfwidth"] * 1.01, False),
@@ -1011,8 +1013,8 @@ def test_a_capped_stop_under_a_clock_limit_names_burst_and_ab(regime, min_sampli
     """A sustained figure that settled under a limit (the settle held sampling to a floor) and
     ran to the cap on dependent samples: the warning names regime='burst' and kbench.ab. Not
     an unlimited settle, not the burst regime, not independent samples."""
-    from kbench.local import _warnings
-    from kbench.result import Result
+    from kbench.measure.local import _warnings
+    from kbench.report.result import Result
     rng = np.random.default_rng(9)
     drift = 1e-3 * (1 + 0.01 * rng.standard_normal(2000) + np.linspace(0, 0.05, 2000))
     for samples, dependent in ((drift, True), (1e-3 * (1 + 0.01 * rng.standard_normal(2000)),
@@ -1033,7 +1035,7 @@ def test_a_host_figure_at_the_clocks_step_says_one_step_is_its_precision():
     the median has zero width and the 'ci' rule stops 'precision' with 16.7% achieved. The
     printed block must not read +-0.00% as the precision; it names the step and what one step
     is of this figure."""
-    from kbench.result import Result
+    from kbench.report.result import Result
     samples = np.random.default_rng(3).permutation([30e-9] * 100 + [20e-9] * 20 + [40e-9] * 9)
     stop = {"stop": "precision", "criterion": "ci", "target": 0.005, "achieved": 1 / 6,
             "resolution_s": 10e-9, "at_resolution": True, "sampling_s": 0.001}
@@ -1065,7 +1067,7 @@ def test_results_compare_by_identity_without_raising():
 
 
 def test_an_absurd_percentage_of_peak_is_short():
-    from kbench._format import fmt_pct
+    from kbench.report._format import fmt_pct
     assert fmt_pct(1.735) == "173.5%" and fmt_pct(6.5859820893992226e26) == "6.59e+28%"
 
 
@@ -1080,8 +1082,8 @@ def test_a_power_capped_figure_that_met_its_ci_says_the_ci_is_the_runs_own(
         reasons, regime, min_sampling_s, noted):
     # on one H200, eight default benches of one GEMM read 415.3 us +-0.15% (1485 MHz) and
     # 421.0-422.9 us (1440-1455 MHz): a capped CI does not cover the next run's clock
-    from kbench.local import _warnings
-    from kbench.result import Result
+    from kbench.measure.local import _warnings
+    from kbench.report.result import Result
     samples = 4.2e-4 * (1 + 0.001 * np.random.default_rng(1).standard_normal(500))
     stats = kbench._core.summarize(samples, 0.95)
     r = Result(name="gemm", device="cuda:0", backend="cupti", samples=samples, stats=stats,
@@ -1098,7 +1100,7 @@ def test_a_power_capped_figure_that_met_its_ci_says_the_ci_is_the_runs_own(
 
 
 def test_shares_memory_answers_from_the_same_address_ranges_as_the_rotation():
-    from kbench.coldcache import shares_memory
+    from kbench.measure.coldcache import shares_memory
     a = np.arange(100.0)
     assert shares_memory(a, a[::-1]) and shares_memory((a[10:20],), [a[15:30]])
     assert not shares_memory(a[:50], a[50:]) and not shares_memory(a, a.copy())

@@ -11,8 +11,10 @@ import numpy as np
 import pytest
 
 import kbench
-from kbench import ceilings, cuda, cuda_report, datasheet, peaks
-from kbench.ceilings import PRECISIONS, check_compute_peak, infer_compute_peak, precision_of
+from kbench.roofline import ceilings, datasheet, peaks
+from kbench.backends import cuda, cuda_report
+from kbench.roofline.ceilings import (PRECISIONS, check_compute_peak, infer_compute_peak,
+                                      precision_of)
 
 ml_dtypes = pytest.importorskip("ml_dtypes")
 
@@ -277,8 +279,8 @@ def test_an_inferred_ceiling_the_gpu_lacks_falls_back_to_the_fma_one(cache):
 
 
 def _fake_gpu_bench(monkeypatch, seconds):
-    """kbench.bench through kbench.local with the CUDA backend's timing faked: the ceiling is
-    chosen and looked up as cuda._run does (kbench.ceilings, cuda_report.gpu_peaks)."""
+    """kbench.bench through kbench.measure.local with the CUDA backend's timing faked: the ceiling
+    is chosen and looked up as cuda._run does (kbench.roofline.ceilings, cuda_report.gpu_peaks)."""
     def fake_run(fn, sets, kwargs, *, compute_peak=None, output=None, **options):
         choice = ceilings.choose_compute_peak(compute_peak, fn, sets[0], kwargs, output)
         p = cuda_report.gpu_peaks(H100, choice)
@@ -401,7 +403,7 @@ def test_the_gpu_peaks_record_names_every_absent_precision(monkeypatch, tmp_path
     """measure_gpu_peaks without torch (this machine): the FMA ceilings measured (faked here),
     every torch GEMM absent with the reason, the datasheet beside them, schema 2."""
     import sys
-    from kbench import peaks_gpu
+    from kbench.roofline import peaks_gpu
     monkeypatch.setenv("KBENCH_CACHE_DIR", str(tmp_path))
     monkeypatch.setitem(sys.modules, "torch", None)          # import torch raises
     monkeypatch.setattr(cuda, "device_info", lambda o: dict(H100, sm_count=132))
@@ -427,8 +429,8 @@ def test_the_gpu_peaks_record_names_every_absent_precision(monkeypatch, tmp_path
 def test_the_roofline_draws_each_precisions_ceiling():
     import matplotlib
     matplotlib.use("Agg")
-    from kbench.result import Result
-    from kbench.sweep import SweepResult
+    from kbench.report.result import Result
+    from kbench.workflow.sweep import SweepResult
     results, rows = [], []
     for i, (prec, peak) in enumerate((("bf16", 780e12), ("fp32", 60e12), ("fp8_e4m3", None))):
         tp = {"flops_per_s": 50e12 * (i + 1)}

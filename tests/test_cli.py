@@ -32,7 +32,7 @@ def test_info_reports_caches_timer_and_gpu_libraries():
 
 @pytest.mark.parametrize("vm", [True, False, None])
 def test_info_says_when_the_cpu_runs_under_a_hypervisor(capsys, monkeypatch, vm):
-    from kbench import metadata
+    from kbench.provenance import metadata
     monkeypatch.setattr(metadata, "cpu_hypervisor", lambda *a, **k: vm)
     assert cli("info") == 0
     line = next(ln for ln in capsys.readouterr().out.splitlines() if ln.startswith("CPU: "))
@@ -62,7 +62,7 @@ def test_compare_exits_nonzero_on_a_regression_beyond_the_threshold(tmp_path):
 def test_demo_prints_the_table(tmp_path):
     env_cache = {"KBENCH_CACHE_DIR": str(tmp_path)}
     import os
-    from kbench import peaks
+    from kbench.roofline import peaks
     # ceilings cached beforehand: measured by the demo on a busy host they can come out
     # disturbed (float32 under float64) and, by design, not cached, and the legend then names
     # none (1 of 2 full-suite runs beside six hogs); `kbench peaks` is tested in test_cli_peaks
@@ -118,7 +118,7 @@ def synthetic(tmp_path, fname, median, n=200, seed=0):
 
 
 def cli(*argv):
-    from kbench.cli import main
+    from kbench.workflow.cli import main
     return main(list(argv))
 
 
@@ -200,7 +200,7 @@ def test_version(capsys):
 
 
 def test_info_lists_what_was_tried_instead_of_a_dangling_tried(capsys):
-    from kbench._format import library_status as _library_status
+    from kbench.report._format import library_status as _library_status
     st = {"loaded": False, "error": "libfoo.so.1 (a library) could not be opened. Tried:\n"
                                     "  libfoo.so.1: libfoo.so.1: cannot open shared object file\n"
                                     "  /usr/lib/libfoo.so.1: /usr/lib/libfoo.so.1: no such file\n"
@@ -297,7 +297,7 @@ def test_compare_with_a_baseline_of_other_benchmarks_says_nothing_was_compared(t
 @pytest.fixture
 def fast_demo(monkeypatch):
     """demo with kbench.bench faked (set samples, no timing) and ceilings already cached."""
-    from kbench import peaks
+    from kbench.roofline import peaks
 
     def fake_bench(fn, *args, name="k", **kw):
         samples = 1e-4 * (1.0 + 0.01 * np.random.default_rng(0).standard_normal(100))
@@ -319,7 +319,7 @@ def test_demo_json_is_a_session_file_compare_reads(fast_demo, tmp_path, capsys):
 
 def test_demo_that_cannot_write_its_json_prints_the_table_then_one_line(fast_demo, tmp_path,
                                                                        capsys, monkeypatch):
-    from kbench import cli as cli_mod
+    from kbench.workflow import cli as cli_mod
     # the pre-check passed, then the directory went away while the demo ran
     monkeypatch.setattr(cli_mod, "_check_writable", lambda path: None)
     path = str(tmp_path / "gone" / "demo.json")
@@ -343,7 +343,8 @@ def test_demo_names_the_cases_a_busy_or_oversubscribed_host_disturbed(reading, m
     """A cold matmul read 20.6 ms against 0.6 ms hot on a loaded 2-core host, and the table did
     not say why: its 2-thread BLAS pool waited for preempted threads. The demo's real benches
     run; only the host's reading around each is set."""
-    from kbench import hostload, peaks
+    from kbench.measure import hostload
+    from kbench.roofline import peaks
     monkeypatch.setattr(peaks, "load_cached_peaks", lambda: {})
     monkeypatch.setattr(hostload, "finish", lambda before, *a, **k: dict(reading))
     assert cli("demo", "--seconds", "0.05", "--no-gpu") == 0
@@ -368,7 +369,7 @@ def test_demo_names_the_cases_a_busy_or_oversubscribed_host_disturbed(reading, m
 
 
 def test_demo_refuses_an_unwritable_json_before_running(tmp_path):
-    from kbench.cli import CliError, _check_writable
+    from kbench.workflow.cli import CliError, _check_writable
     with pytest.raises(CliError, match="/proc/x.json"):     # os.access says yes to root here
         _check_writable("/proc/x.json")
     path = tmp_path / "new.json"
@@ -389,7 +390,7 @@ def test_demo_refuses_a_bad_time_in_one_line(capsys, option, value):
 
 
 def test_info_hip_lines_have_no_dangling_tried():
-    from kbench.hip import describe_status
+    from kbench.backends.hip import describe_status
     err = ("libamdhip64.so (the HIP runtime of AMD ROCm) could not be opened. Tried:\n"
            "  libamdhip64.so: libamdhip64.so: cannot open shared object file\n"
            "  /opt/rocm/lib/libamdhip64.so: /opt/rocm/lib/libamdhip64.so: no such file\n"
@@ -431,8 +432,8 @@ WRITES_PAST_A_SIZE_LIMIT = r"""
 import json, resource, sys
 import numpy as np
 import kbench
-from kbench.cli import CliError, _write_session
-from kbench.sweep import SweepResult
+from kbench.workflow.cli import CliError, _write_session
+from kbench.workflow.sweep import SweepResult
 samples = 1e-4 * (1.0 + 0.01 * np.random.default_rng(0).standard_normal(20000))
 r = kbench.Result(name="big", device="cpu", backend="host", samples=samples,
                   stats=kbench._core.summarize(samples, 0.95), stop={"stop": "precision"},
@@ -468,7 +469,7 @@ def test_a_failed_write_leaves_the_old_file_whole(tmp_path):
 
 
 def test_ctrl_c_is_one_line_and_exit_130(monkeypatch, capsys):
-    from kbench import cli as cli_mod
+    from kbench.workflow import cli as cli_mod
 
     def interrupted(args):
         print("partial table")

@@ -5,8 +5,8 @@ import numpy as np
 import pytest
 
 from kbench import _core
-from kbench.cli_compare import compare_files, compare_sets, load_results, parse_threshold
-from kbench.result import Result
+from kbench.workflow.cli_compare import compare_files, compare_sets, load_results, parse_threshold
+from kbench.report.result import Result
 
 
 def make_result(name, median, spread=0.01, n=200, seed=0):
@@ -59,7 +59,7 @@ def test_a_slower_median_inside_wide_cis_is_said_to_be_unresolved():
     w = by["w"]
     assert w.verdict == "within noise" and w.delta > 0.08 and cmp.ok
     # the CIs in the format of every other table (fmt_ci), not a second one
-    from kbench._format import fmt_ci
+    from kbench.report._format import fmt_ci
     cis = [fmt_ci(*(side["w"]["stats"][k] for k in ("median", "ci_low", "ci_high")))
            for side in (old, new)]
     assert w.note == f"CIs overlap: {cis[0]} and {cis[1]}"
@@ -109,8 +109,8 @@ def test_two_single_entry_files_of_different_names_are_not_paired(tmp_path, kind
     """Two session or sweep files of one benchmark each, under different names, may hold
     unrelated benchmarks (a session of test_x and one of test_y): no verdict, and the names
     are said. (Two Result files are a pair the user chose: compared across names.)"""
-    from kbench.cli import main as cli_main
-    from kbench.sweep import SweepResult
+    from kbench.workflow.cli import main as cli_main
+    from kbench.workflow.sweep import SweepResult
     paths = []
     for fname, name, median in (("a.json", "fast", 1e-3), ("b.json", "slow", 3e-3)):
         r = make_result(name, median, seed=len(paths))
@@ -241,7 +241,7 @@ def _gpu_result(median, regime, held=True):
 
 
 def test_figures_of_different_clock_regimes_are_not_compared_and_never_fail():
-    from kbench.cli_compare import compare_sets
+    from kbench.workflow.cli_compare import compare_sets
     old = {"gemm": _gpu_result(450e-6, "burst")}
     new = {"gemm": _gpu_result(540e-6, "sustained")}
     cmp = compare_sets(old, new, threshold="8%")
@@ -292,7 +292,7 @@ def test_pairs_that_are_all_not_comparable_compare_nothing():
 
 def _ab_file(tmp_path, fname, medians, seed=0):
     """An A/B run of arms {name: per-trial median}: each trial's Result sampled around it."""
-    from kbench.ab import ABResult, ArmComparison
+    from kbench.workflow.ab import ABResult, ArmComparison
     arms = list(medians)
     trials = [{a: make_result(a, m * (1 + 0.002 * t), seed=seed + 10 * t + i)
                for i, (a, m) in enumerate(medians.items())} for t in range(8)]
@@ -322,7 +322,7 @@ def test_ab_files_compare_each_arm_by_its_median_of_trial_medians(tmp_path):
 
 
 def test_sweep_files_compare_case_by_case(tmp_path):
-    from kbench.sweep import SweepResult
+    from kbench.workflow.sweep import SweepResult
 
     def sweep_file(fname, slow_n):
         cases = [{"n": 1024}, {"n": 4096}]
@@ -341,7 +341,7 @@ def test_sweep_files_compare_case_by_case(tmp_path):
 def test_sweep_cases_sharing_a_name_pair_by_their_axis_values_not_their_order(tmp_path):
     # a factory that passes name= gives every case that name: keyed by position, a sweep
     # whose values were reordered paired n=1024 with n=16384 (+168% SLOWER, --fail exit 1)
-    from kbench.sweep import SweepResult
+    from kbench.workflow.sweep import SweepResult
 
     def sweep_file(fname, order):
         cases = [{"n": n} for n in order]
@@ -382,7 +382,7 @@ def _cold_result(median, mode, flush_bytes=None, seed=0):
 
 def test_a_hot_and_a_cold_figure_are_not_comparable_and_never_fail(tmp_path, capsys):
     # the quickstart notebook's hot vs flushed numpy.sum read "+32.9% SLOWER" and failed a gate
-    from kbench.cli import main as cli_main
+    from kbench.workflow.cli import main as cli_main
     hot, cold = _cold_result(541e-6, "none"), _cold_result(719e-6, "flush", seed=1)
     cmp = compare_sets({"s": hot}, {"s": cold}, threshold="5%")
     (d,) = cmp.deltas
@@ -489,7 +489,7 @@ def _doc_on_host(median, busy):
 def test_a_busy_host_is_named_and_judges_only_what_it_cannot_explain():
     """On a busy host the figures move tens of % between runs: a +20% pair is 'busy host'
     (named, not a failure), a planted 2x is still 'slower'; quiet, +20% is 'slower'."""
-    from kbench.cli_compare import BUSY_HOST_THRESHOLD, compare_sets
+    from kbench.workflow.cli_compare import BUSY_HOST_THRESHOLD, compare_sets
     base = {"k": _doc_on_host(1e-3, busy=False)}
     for busy in (True, False):
         d = compare_sets(base, {"k": _doc_on_host(1.2e-3, busy=busy)}, 0.08).deltas[0]
@@ -503,7 +503,7 @@ def test_a_busy_host_is_named_and_judges_only_what_it_cannot_explain():
 def test_without_a_threshold_the_summary_names_no_cut_off():
     """`kbench compare` without --fail compares at threshold 0: a delta counts once the CIs
     are apart, and the summary says so rather than "beyond 0%"."""
-    from kbench.cli_compare import compare_sets
+    from kbench.workflow.cli_compare import compare_sets
     base = {"k": _doc_on_host(1e-3, busy=False)}
     same = compare_sets(base, {"k": _doc_on_host(1e-3, busy=False)}, 0.0).summary()
     slow = compare_sets(base, {"k": _doc_on_host(1.5e-3, busy=False)}, 0.0).summary()
@@ -515,10 +515,10 @@ def test_without_a_threshold_the_summary_names_no_cut_off():
 
 
 def test_the_gate_reads_each_runs_own_ci_not_the_one_widened_by_its_run_history():
-    """A stated CI widened to the spread of earlier runs (kbench.runhistory) would let a 2x
+    """A stated CI widened to the spread of earlier runs (kbench.measure.runhistory) would let a 2x
     regression overlap its baseline; the gate reads the run's own CI, and learns the spread
-    between sessions from a baseline of several (kbench.baseline)."""
-    from kbench import baseline
+    between sessions from a baseline of several (kbench.workflow.baseline)."""
+    from kbench.workflow import baseline
     old = {"mm": make_result("mm", 1e-3).to_dict()}
     new = {"mm": make_result("mm", 2e-3, seed=1).to_dict()}
     st = new["mm"]["stats"]
@@ -530,7 +530,7 @@ def test_the_gate_reads_each_runs_own_ci_not_the_one_widened_by_its_run_history(
 
 
 def test_a_figure_timed_with_its_pools_sized_keeps_its_verdict_and_names_the_thread_count():
-    from kbench.cli_compare import compare_sets
+    from kbench.workflow.cli_compare import compare_sets
     base = {"k": _doc_on_host(1e-3, busy=False)}
     new = _doc_on_host(1.7e-3, busy=True)
     new["extra"]["host_load"]["pools_sized"] = {
@@ -552,7 +552,7 @@ def _sized_doc(median, threads=1):
 
 def _with_ladder(doc, sessions):
     """A baseline of sessions, each with its figure at 1 thread (a --kbench-save's ladder)."""
-    from kbench import baseline
+    from kbench.workflow import baseline
     doc["sessions"] = []
     for med, med1 in sessions:
         s = baseline.session_figure(_doc_on_host(med, busy=False))
@@ -564,7 +564,7 @@ def _with_ladder(doc, sessions):
 def test_a_sized_figure_meets_the_baselines_figure_at_as_many_threads():
     """A busy session's pools sized to 1 thread read +70% of the 2-thread baseline; against the
     baseline's own 1-thread figure the unchanged code passes and a planted 2x fails."""
-    from kbench.cli_compare import compare_sets
+    from kbench.workflow.cli_compare import compare_sets
     base = {"k": _with_ladder(_doc_on_host(1e-3, busy=False),
                               [(1.0e-3, 1.70e-3), (1.02e-3, 1.72e-3), (0.99e-3, 1.68e-3)])}
     same = compare_sets(base, {"k": _sized_doc(1.71e-3)}, 0.08).deltas[0]
@@ -583,7 +583,7 @@ def test_a_sized_figure_meets_the_baselines_figure_at_as_many_threads():
     ({"one": {"median": 1e-3, "ci_low": 1e-3, "ci_high": 1e-3}}, "not a thread count"),
     ([], "not an object of figures")])
 def test_a_malformed_figure_at_fewer_threads_is_refused_naming_it(tmp_path, sized, why):
-    from kbench.cli_compare import load_results
+    from kbench.workflow.cli_compare import load_results
     doc = _with_ladder(_doc_on_host(1e-3, busy=False), [(1e-3, 2e-3), (1e-3, 2e-3)])
     doc["sessions"][1]["sized"] = sized
     path = tmp_path / "base.json"

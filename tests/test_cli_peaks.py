@@ -12,7 +12,8 @@ import signal
 import numpy as np
 import pytest
 
-from kbench import cli, peaks
+from kbench.workflow import cli
+from kbench.roofline import peaks
 
 QUIET = {"load1": 0.05, "cpus": 8, "running": []}
 #: hostload.finish()'s reading over a quiet measurement
@@ -268,7 +269,7 @@ def test_steal_time_and_the_load_average_alone_do_not_refuse(fake_peaks):
 
 def test_the_reading_during_the_run_is_hostloads(tmp_path, monkeypatch):
     # busy_during_problem reads what hostload.finish returns: one other CPU's worth of ticks
-    from kbench import hostload
+    from kbench.measure import hostload
     before = hostload._read()
     assert before is not None                   # Linux: /proc/stat
     # this process's CPU time and the clock frozen at the first reading: the threads earlier
@@ -412,7 +413,7 @@ def test_the_peaks_device_is_taken_as_kbench_bench_spells_it(text, ordinal):
 def test_every_error_class_the_readme_names_is_exported():
     import kbench
     assert issubclass(kbench.HipError, kbench.KbenchError)      # every build, CPU-only too
-    from kbench.profile import ProfileRun
+    from kbench.measure.profile import ProfileRun
     assert kbench.ProfileRun is ProfileRun
 
 
@@ -422,7 +423,7 @@ _READ_CACHE = r"""
 import json, resource, sys, time, warnings
 import numpy as np
 import kbench
-from kbench import peaks
+from kbench.roofline import peaks
 resource.setrlimit(resource.RLIMIT_AS, (2 << 30, 2 << 30))   # /dev/zero: MemoryError, not OOM
 a = np.ones(1000)
 t0 = time.monotonic()
@@ -471,7 +472,7 @@ def test_a_cache_path_that_holds_no_small_file_is_ignored_at_once_with_a_warning
     cache = tmp_path / "cache"
     cache.mkdir()
     env = dict(os.environ, KBENCH_CACHE_DIR=str(cache), OPENBLAS_NUM_THREADS="1")
-    path = subprocess.run([sys.executable, "-c", "from kbench import peaks; "
+    path = subprocess.run([sys.executable, "-c", "from kbench.roofline import peaks; "
                            "print(peaks.peaks_cache_path())"], env=env, capture_output=True,
                           text=True, timeout=60).stdout.strip()
     _plant(path, kind)

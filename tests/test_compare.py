@@ -14,7 +14,7 @@ import numpy as np
 import pytest
 
 from kbench import _core
-from kbench.compare import (DEFAULT_TOLERANCES, Comparison, assert_close, compare,
+from kbench.correctness.compare import (DEFAULT_TOLERANCES, Comparison, assert_close, compare,
                             tolerances_for)
 
 FLOATS = [np.float64, np.float32, np.float16]
@@ -611,7 +611,7 @@ def test_dlpack_cupy_and_plain_sequences():
 
 def test_torch_and_cupy_are_not_imported_for_other_inputs():
     code = ("import sys, numpy as np\n"
-            "from kbench.compare import compare\n"
+            "from kbench.correctness.compare import compare\n"
             "sys.modules.pop('torch', None); sys.modules.pop('cupy', None)\n"
             "compare(np.ones(3), [1.0, 1.0, 1.0])\n"
             "assert 'torch' not in sys.modules and 'cupy' not in sys.modules\n")

@@ -57,7 +57,7 @@ def test_a_cache_size_from_sysconf_is_named_and_warned(monkeypatch):
 
 
 def test_the_rotation_copies_are_capped_by_free_memory(monkeypatch):
-    from kbench import local
+    from kbench.measure import local
     _caches(monkeypatch, 64 << 20, "sysfs")
     monkeypatch.setattr(local, "_available_bytes", lambda: 8 << 20)   # 4 MB for the copies
     with pytest.raises(MemoryError, match="cold_cache='rotate' would need"):

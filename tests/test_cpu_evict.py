@@ -1,4 +1,4 @@
-"""Cold by eviction on a large last-level cache (csrc/host/evict.c, kbench.coldcache
+"""Cold by eviction on a large last-level cache (csrc/host/evict.c, kbench.measure.coldcache
 visible_operands): where a write flush would pass 256 MiB a sample, the host backend flushes
 the lines of the arrays the call reads instead, when it sees them all, and says which it did.
 KBENCH_LLC_BYTES stands in for the large cache (a 16-vCPU host reported 300 MB)."""
@@ -9,8 +9,8 @@ import pytest
 
 import kbench
 from kbench import _core
-from kbench.cli_compare import compare_sets
-from kbench.coldcache import visible_operands
+from kbench.workflow.cli_compare import compare_sets
+from kbench.measure.coldcache import visible_operands
 
 needs_line_flush = pytest.mark.skipif(_core.CPU_EVICT_INSTRUCTION is None,
                                       reason="no line-flush instruction on this architecture")

@@ -8,7 +8,9 @@ import sys
 import numpy as np
 import pytest
 
-from kbench import _core, metadata, peaks
+from kbench import _core
+from kbench.provenance import metadata
+from kbench.roofline import peaks
 
 # Lengths around the vector widths (2, 4, 8 doubles) and the 8-element thread grain, plus
 # one big enough that every thread gets a vector body and a scalar tail.
@@ -457,12 +459,13 @@ def test_cpu_hypervisor_flag(tmp_path):
 
 def test_import_is_lazy():
     # subprocess, socket, statistics and importlib.metadata are imported only when used.
-    code = ("import sys, kbench; before = set(sys.modules); import kbench.metadata, kbench.peaks; "
+    code = ("import sys, kbench; before = set(sys.modules); "
+            "import kbench.provenance.metadata, kbench.roofline.peaks; "
             "print(' '.join(sorted(set(sys.modules) - before)))")
     env = dict(os.environ, PYTHONPATH=os.pathsep.join(sys.path))
     new = set(subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
                              env=env, check=True).stdout.split())
-    assert {"kbench.metadata", "kbench.peaks"} <= new
+    assert {"kbench.provenance.metadata", "kbench.roofline.peaks"} <= new
     assert not new & {"subprocess", "socket", "statistics", "importlib.metadata"}
 
 

@@ -1,9 +1,10 @@
 """The CUDA backend's diagnostics (no GPU needed): how much of the sampling time the GPU spent
 in timed iterations, what the sampled clocks say (C's verdicts: csrc/clocks/regime.c), and how
-kbench.cuda turns a record carrying them into the Result's fields and warnings."""
+kbench.backends.cuda turns a record carrying them into the Result's fields and warnings."""
 import pytest
 
-from kbench import _core, cuda
+from kbench import _core
+from kbench.backends import cuda
 
 
 def test_timed_fraction_is_event_time_over_sampling_time():
@@ -140,7 +141,7 @@ def test_a_warm_up_that_never_settled_warns_and_says_so_in_the_table(monkeypatch
     import numpy as np
 
     from kbench import _core
-    from kbench.result import Result
+    from kbench.report.result import Result
     settle = {"settled": False, "at_s": 3.02, "sm_mhz": 1530.0, "max_s": 3.0,
               "min_sampling_s": 1.0}
     between = {"n": 4, "total_s": 8e-3, "max_s": 3e-3}
@@ -163,7 +164,7 @@ def test_keep_busy_bridges_count_as_busy_and_are_reported(monkeypatch):
     import numpy as np
 
     from kbench import _core
-    from kbench.result import Result
+    from kbench.report.result import Result
     # timed iterations fill half the sampling time; the bridges ran 0.045 s of the other half
     bridges = {"enabled": True, "bridges": 9, "iterations": 27, "gpu_s": 0.045,
                "turnaround_s": 2e-3}
@@ -313,7 +314,7 @@ def test_overlapped_activities_are_reported_beside_the_figure(monkeypatch):
     """A call whose kernels overlapped (a second stream): the figure is the busy time the C
     timer computed; the summed durations and the overlap are reported beside it, and the
     printed result says what the difference is."""
-    from kbench.result import Result
+    from kbench.report.result import Result
 
     busy = [100e-6] * 40
     extra = _fake_run(monkeypatch, busy, 0.05, [0] * 20, sm=[1980.0] * 20,

@@ -1,6 +1,6 @@
 """measure_cuda's options: written once in C (_core.CUDA_DEFAULTS), validated there before the
-GPU is touched, and passed by kbench.cuda only when the caller gave them. No GPU needed: every
-bad value below is refused while parsing, before libcuda is opened."""
+GPU is touched, and passed by kbench.backends.cuda only when the caller gave them. No GPU needed:
+every bad value below is refused while parsing, before libcuda is opened."""
 import pytest
 
 from kbench import _core
@@ -87,8 +87,8 @@ def _gpu_present() -> bool:
 
 
 def _captured_run(monkeypatch, **options):
-    """kbench.cuda.run over a fake core that records what crosses to measure_cuda."""
-    from kbench import cuda
+    """kbench.backends.cuda.run over a fake core that records what crosses to measure_cuda."""
+    from kbench.backends import cuda
     seen = {}
 
     class Stop(Exception):
@@ -126,10 +126,10 @@ def test_only_the_options_the_caller_gave_cross_to_c(monkeypatch):
 
 
 def test_pytorchs_cupti_is_handed_to_c_as_an_argument_not_through_the_environment(monkeypatch):
-    """kbench.cuda used to set KBENCH_CUPTI_PATH around the load; the user's variable is read by
-    the C loader alone, and the environment stays as it was throughout."""
+    """kbench.backends.cuda used to set KBENCH_CUPTI_PATH around the load; the user's variable is
+    read by the C loader alone, and the environment stays as it was throughout."""
     import os
-    from kbench import cuda
+    from kbench.backends import cuda
     seen = {}
 
     class FakeCore:

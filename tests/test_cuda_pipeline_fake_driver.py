@@ -189,7 +189,7 @@ VERDICTS = textwrap.dedent('''
     import json, time
     import numpy as np
     from kbench import _core
-    from kbench.cuda_report import read_record
+    from kbench.backends.cuda_report import read_record
     fn = lambda: time.sleep(0.001)      # the timed part lasts long enough to be sampled
     Q = dict(stream=0, min_samples=64, max_samples=64, clock_period_s=0.001)
     out = {}
@@ -208,14 +208,14 @@ VERDICTS = textwrap.dedent('''
             "extra_regime_keys": sorted(extra["regime"]), "warn": warn,
             "fractions": [extra["gpu_timed_fraction"], extra["gpu_busy_fraction"]]}
     import sys
-    from kbench.cuda_report import floor_share
+    from kbench.backends.cuda_report import floor_share
     floor_share({"floor": {"median_s": 1e-6}}, "events", raw, [])
     out["numpy_ma_imported"] = "numpy.ma" in sys.modules
     print(json.dumps(out))
 ''')
 
-# The Result's extra keys kbench.cuda_report fills from an events-mode record, as before the
-# verdicts moved into C; the clock summary's keys; the regime's.
+# The Result's extra keys kbench.backends.cuda_report fills from an events-mode record, as before
+# the verdicts moved into C; the clock summary's keys; the regime's.
 EXTRA_KEYS = ["between_batches", "busy_warmup_s", "callable_warmup_max_s", "clock_settle",
               "clock_trace", "clocks", "cupti_setup", "gate", "gpu_busy_fraction",
               "gpu_timed_fraction", "keep_busy", "regime"]
@@ -433,7 +433,7 @@ CLOCK_TRACE = textwrap.dedent('''
     import json, time
     import numpy as np
     from kbench import _core
-    from kbench.cuda_report import TRACE_KEYS, clock_trace
+    from kbench.backends.cuda_report import TRACE_KEYS, clock_trace
     raw = _core.measure_cuda(lambda: time.sleep(0.0001), ((),), None, stream=0,
                              regime="sustained", min_samples=64,
                              max_samples=20000)
@@ -542,7 +542,8 @@ def test_a_warm_up_the_watchdog_restarts_continues_no_capped_load(fake_driver_nv
 
 FAILURES = textwrap.dedent('''
     import ctypes, json, sys
-    from kbench import _core, memory, profile
+    from kbench import _core
+    from kbench.measure import memory, profile
     L = ctypes.CDLL("libcuda.so.1")
     what = sys.argv[1]
     out = {}
@@ -722,7 +723,8 @@ def test_a_capped_bench_ending_on_its_controllers_swing_still_carries_to_the_nex
 
 CONTEXT_LEFT = textwrap.dedent('''
     import ctypes, json
-    from kbench import _core, cuda
+    from kbench import _core
+    from kbench.backends import cuda
     L = ctypes.CDLL("libcuda.so.1")
     out = {}
     info = cuda.device_info(0)

@@ -8,9 +8,9 @@ import numpy as np
 import pytest
 
 import kbench
-from kbench import cuda
-from kbench.prepare import choose_device, gpu_carried, resolve_device
-from kbench.result import Result
+from kbench.backends import cuda
+from kbench.measure.prepare import choose_device, gpu_carried, resolve_device
+from kbench.report.result import Result
 
 
 class _CudaDevice:

@@ -9,12 +9,12 @@ import numpy as np
 import pytest
 
 from kbench import _core
-from kbench.cli_compare import compare_sets
+from kbench.workflow.cli_compare import compare_sets
 from kbench.distributed import (DistributedError, DistributedTimeout, Ranks, rank_rng,
                                 rank_seed, set_lent_machine_env)
 from kbench.distributed._comm import Communicator, Pending, communicator
 from kbench.distributed._report import skew_stats
-from kbench.result import Result
+from kbench.report.result import Result
 
 
 class _Done(Pending):
@@ -257,7 +257,7 @@ def test_a_reducer_returning_the_wrong_length_is_refused():
 def test_graph_modes_eager_probe_is_agreed(ranks_of, monkeypatch):
     """mode='graph' chooses its unroll from an eager probe: under kbench.distributed that probe
     gets the run's reducer and barrier too, and the reducer forgets the probe's samples."""
-    from kbench import cuda as kcuda
+    from kbench.backends import cuda as kcuda
     seen, restarted = {}, []
 
     def fake_measure_cuda(fn, sets, kwargs, **opts):

@@ -178,7 +178,7 @@ def _bench_options() -> set:
     import inspect
 
     import kbench
-    from kbench import cuda, hip
+    from kbench.backends import cuda, hip
     return (set(inspect.signature(kbench.bench).parameters) - {"fn", "args", "backend_options"}
             ) | set(cuda.OPTIONS) | set(hip.OPTIONS)
 

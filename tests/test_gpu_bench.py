@@ -708,7 +708,7 @@ def test_the_compute_ceiling_follows_the_tensors_dtype():
 
 def test_a_kernel_argument_or_launch_size_that_does_not_fit_is_refused():
     # they were wrapped: 2**32 + 5 reached the kernel as 5, grid 2**32 + 1 launched 1 block
-    from kbench.peaks_gpu import _kernel_source
+    from kbench.roofline.peaks_gpu import _kernel_source
     fma = _core.CudaKernel(_kernel_source("fma.cu"), "kb_fma", device=0)
     sink = _core.DeviceBuffer(4 * 8 * 256, 0)
     with pytest.raises(OverflowError, match="does not fit an int32"):

@@ -4,7 +4,7 @@ from pathlib import Path
 
 import pytest
 
-from kbench import datasheet
+from kbench.roofline import datasheet
 
 BENCHMARKS = Path(__file__).resolve().parent.parent / "benchmarks"
 pytestmark = pytest.mark.skipif(not (BENCHMARKS / "gpu_ceilings.py").exists(),

@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from kbench import metadata
+from kbench.provenance import metadata
 
 HERE = Path(__file__).resolve().parent
 SOURCE = HERE / "fake_gpu_libs" / "fake_versions.c"
@@ -49,7 +49,7 @@ def _in_child(load, maps=None):
     torch's own loads are), read from `maps` (a file) or its own memory map."""
     script = textwrap.dedent(f"""
         import ctypes, json, os
-        from kbench import metadata
+        from kbench.provenance import metadata
         for p in {[str(p) for p in load]!r}:
             ctypes.CDLL(p, mode=os.RTLD_GLOBAL)
         libs = metadata.gpu_libraries(*{[maps] if maps else []!r})
@@ -138,7 +138,7 @@ def test_the_first_result_reads_git_and_the_libraries_once():
     script = textwrap.dedent("""
         import json
         import numpy as np, kbench
-        from kbench import metadata
+        from kbench.provenance import metadata
         calls = {"git": 0, "libs": 0}
         def counted(name, f):
             def g(*a, **k):

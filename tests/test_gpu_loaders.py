@@ -236,7 +236,8 @@ def _real_cupti():
 
 
 def test_a_preferred_cupti_file_is_opened_before_the_default_search(tmp_path):
-    """kbench.cuda hands C the copy PyTorch ships: an argument, not an environment variable."""
+    """kbench.backends.cuda hands C the copy PyTorch ships: an argument, not an environment
+    variable."""
     copy = tmp_path / Path(_real_cupti()).name
     copy.write_bytes(Path(_real_cupti()).read_bytes())
     entry = _cupti_entry_after_preferring(copy)

@@ -10,7 +10,7 @@ import sys
 import pytest
 
 import kbench
-from kbench.profile import ProfileRun
+from kbench.measure.profile import ProfileRun
 
 pytestmark = pytest.mark.gpu
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
@@ -88,7 +88,7 @@ def test_profile_mode_puts_exactly_one_call_in_the_window(tmp_path, torch):
     prof.export_chrome_trace(path)
     events = json.load(open(path))["traceEvents"]
     (window,) = [e for e in events if e.get("cat") == "user_annotation"
-                 and e.get("name") == "kbench.profile::mul 4M"]
+                 and e.get("name") == "kbench.measure.profile::mul 4M"]
     lo, hi = window["ts"], window["ts"] + window["dur"]
     launch_ts = {e["args"]["correlation"]: e["ts"] for e in events
                  if e.get("cat") in ("cuda_runtime", "cuda_driver")

@@ -7,7 +7,7 @@ out of the warnings."""
 import pytest
 
 import kbench
-from kbench import cuda
+from kbench.backends import cuda
 
 pytestmark = pytest.mark.gpu
 torch = pytest.importorskip("torch", reason="the GPU tests drive kernels through PyTorch")

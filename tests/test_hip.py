@@ -20,8 +20,9 @@ import numpy as np
 import pytest
 
 import kbench
-from kbench import _core, hip
-from kbench.coldcache import make_rotation_sets, rotation_count, rotation_shortfall
+from kbench import _core
+from kbench.backends import hip
+from kbench.measure.coldcache import make_rotation_sets, rotation_count, rotation_shortfall
 
 HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE / "hip_forward"))
@@ -117,7 +118,7 @@ def test_no_gpu_error_through_the_forwarder(tmp_path):
     lib = build_forwarder(tmp_path)
     p = run_py("""
         import kbench._core as c
-        from kbench import hip
+        from kbench.backends import hip
         try:
             hip.device_info(0)
         except c.HipError as e:
@@ -362,7 +363,7 @@ def test_no_torch_and_bad_backend(monkeypatch):
 
 
 def test_bench_dispatches_to_hip(monkeypatch):
-    """bench(..., backend='hip') goes to kbench.hip.run with the backend's own options."""
+    """bench(..., backend='hip') goes to kbench.backends.hip.run with the backend's own options."""
     seen = {}
 
     def fake_run(fn, sets, kwargs, **kw):

@@ -1,5 +1,5 @@
-"""Argument sets and cold caches on the HIP backend, as on CUDA (kbench/cuda.py): every set is
-captured and replayed, the output re-checked after the replays is the last set's (or the
+"""Argument sets and cold caches on the HIP backend, as on CUDA (kbench/backends/cuda.py): every
+set is captured and replayed, the output re-checked after the replays is the last set's (or the
 check is skipped where that cannot be known), and a cache of unknown size takes the
 caller's flush_bytes= or arg_sets=.
 """

@@ -10,7 +10,8 @@ import numpy as np
 
 import pytest
 
-from kbench import _core, hip
+from kbench import _core
+from kbench.backends import hip
 
 HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE / "hip_forward"))

@@ -1,4 +1,4 @@
-"""The busy-host reading of CPU benches (kbench.hostload)."""
+"""The busy-host reading of CPU benches (kbench.measure.hostload)."""
 import multiprocessing as mp
 import os
 import sys
@@ -8,7 +8,7 @@ import numpy as np
 import pytest
 
 import kbench
-from kbench import hostload
+from kbench.measure import hostload
 
 linux_only = pytest.mark.skipif(not os.path.exists("/proc/stat"), reason="needs /proc/stat")
 
@@ -109,7 +109,7 @@ def test_an_oversubscribed_run_on_a_busy_host_is_timed_again_with_its_pools_size
     A core the others used part of is not free: a spinning process read 0.4 CPUs beside a
     2-thread pool on 2 cores. A pool whose threads were preempted used little CPU (1.05 CPUs:
     not read oversubscribed), and is sized all the same: its figure read 5-20x the quiet one."""
-    from kbench import threadpools
+    from kbench.measure import threadpools
     threads = {"n": 2}
     pool = threadpools.Pool("openblas", "/x/libopenblas.so", lambda: threads["n"],
                             lambda n: threads.update(n=n))
@@ -132,7 +132,7 @@ def test_an_oversubscribed_run_on_a_busy_host_is_timed_again_with_its_pools_size
 
 
 def test_a_quiet_host_keeps_the_callers_pools(monkeypatch):
-    from kbench import threadpools
+    from kbench.measure import threadpools
     calls = []
     monkeypatch.setattr(threadpools, "pools", lambda: calls.append(1) or [])
     monkeypatch.setattr(hostload, "finish", lambda before, stat_path="/proc/stat": dict(
@@ -145,7 +145,7 @@ def test_a_quiet_host_keeps_the_callers_pools(monkeypatch):
 def test_numpys_blas_pool_is_found_sized_and_restored():
     np = pytest.importorskip("numpy")
     np.ones((64, 64)) @ np.ones((64, 64))           # the BLAS library is loaded by now
-    from kbench import threadpools
+    from kbench.measure import threadpools
     found = threadpools.pools()
     if not found:
         pytest.skip("no BLAS or OpenMP pool kbench knows is loaded in this process")
@@ -157,7 +157,7 @@ def test_numpys_blas_pool_is_found_sized_and_restored():
 
 
 def test_the_ladder_is_the_powers_of_two_below_a_pool_and_sizing_rounds_down_to_it():
-    from kbench import threadpools
+    from kbench.measure import threadpools
     assert [threadpools.ladder(n) for n in (1, 2, 3, 6, 16)] == [
         [], [1], [1, 2], [1, 2, 4], [1, 2, 4, 8]]
     assert [threadpools.rung(n) for n in (0, 1, 2, 3, 7, 8)] == [1, 1, 2, 2, 4, 8]
@@ -167,7 +167,7 @@ def test_a_baseline_run_on_a_quiet_host_times_each_ladder_size_and_restores_the_
         monkeypatch):
     """kbench.bench(_pool_ladder=True), as --kbench-save calls it: the call is also timed
     with its pools at 1, 2 and 4 threads (below its 6), each with a CI, the pools restored."""
-    from kbench import threadpools
+    from kbench.measure import threadpools
     threads = {"n": 6}
     pool = threadpools.Pool("openblas", "/x/libopenblas.so", lambda: threads["n"],
                             lambda n: threads.update(n=n))

@@ -68,10 +68,10 @@ def test_core_links_nothing_but_glibc():
 def test_package_data_is_installed():
     assert (PKG / "py.typed").is_file()
     assert (PKG / "_core.pyi").is_file()
-    for name in ("copy.cu", "fma.cu"):   # as kbench.peaks_gpu reads them
+    for name in ("copy.cu", "fma.cu"):   # as kbench.roofline.peaks_gpu reads them
         src = resources.files("kbench.kernels").joinpath("cuda", name).read_text()
         assert "__global__" in src
-    from kbench.peaks_gpu import _kernel_source
+    from kbench.roofline.peaks_gpu import _kernel_source
     assert "kb_copy16" in _kernel_source("copy.cu")
     assert "kb_fma" in _kernel_source("fma.cu")
 
@@ -101,7 +101,7 @@ def test_info_shows_the_build():
 
 
 def test_missing_backend_error_says_how_to_get_it_with_pip(monkeypatch):
-    from kbench.cuda import require_backend
+    from kbench.backends.cuda import require_backend
     monkeypatch.setattr(_core, "HAVE_CUDA", 0)
     with pytest.raises(_core.LibraryNotFound) as e:
         require_backend()

@@ -147,7 +147,8 @@ STREAM_LATENCY_S = 0.1   # per thread: the child's CPU time counts both threads'
 STREAM_THREADS = 2
 STREAM_PRELUDE = """
 import ctypes, mmap, os
-from kbench import _core, peaks
+from kbench import _core
+from kbench.roofline import peaks
 def aliased(piece=256 << 20, copies=64):
     libc = ctypes.CDLL(None, use_errno=True)
     libc.mmap.restype = ctypes.c_void_p
@@ -220,7 +221,8 @@ def test_sigint_stops_kbench_peaks_stream_phase_within_a_tenth_of_a_second(case,
 # The FMA phase, once kbench peaks has reached it: a marker from a wrapper around peaks._fma.
 PEAKS_IN_FMA = """
 import sys
-from kbench import cli, peaks
+from kbench.workflow import cli
+from kbench.roofline import peaks
 fma = peaks._fma
 def marked(*a, **k):
     print("FMA", flush=True)

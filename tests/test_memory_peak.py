@@ -1,6 +1,6 @@
-"""Peak memory of the timed operation (kbench.memory), gated beside time: the CPU's peak RSS of
-one call with NumPy allocations, the driver and torch arithmetic with fakes, the verdicts, and
-the gate in `kbench compare --fail-mem` and the plugin's --kbench-fail-mem."""
+"""Peak memory of the timed operation (kbench.measure.memory), gated beside time: the CPU's peak
+RSS of one call with NumPy allocations, the driver and torch arithmetic with fakes, the verdicts,
+and the gate in `kbench compare --fail-mem` and the plugin's --kbench-fail-mem."""
 import copy
 import json
 import os
@@ -10,10 +10,10 @@ import numpy as np
 import pytest
 
 import kbench
-from kbench import memory
-from kbench.cli import main as cli_main
-from kbench.cli_compare import compare_sets, memory_verdict
-from kbench.result import Result, memory_text
+from kbench.measure import memory
+from kbench.workflow.cli import main as cli_main
+from kbench.workflow.cli_compare import compare_sets, memory_verdict
+from kbench.report.result import Result, memory_text
 
 pytest_plugins = ["pytester"]
 
@@ -276,7 +276,7 @@ def test_memory_row_says_what_the_method_counts_and_hides_sub_resolution_noise(
 
 
 def fmt_b(n):
-    from kbench._format import fmt_bytes
+    from kbench.report._format import fmt_bytes
     return fmt_bytes(n)
 
 

@@ -169,7 +169,7 @@ def test_the_pyi_names_every_gpu_row_of_its_backend(function, backend):
 
 
 def test_every_option_bench_takes_has_one_row_and_the_signature_agrees():
-    from kbench import cuda, hip
+    from kbench.backends import cuda, hip
     taken = {n for n in inspect.signature(kbench.bench).parameters
              if n not in ("fn", "args", "backend_options")}
     taken |= set(cuda.OPTIONS) | set(hip.OPTIONS) | {"backend"}

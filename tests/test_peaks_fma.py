@@ -1,11 +1,11 @@
-"""The CPU FMA ceiling's calibration (kbench.peaks._fma) on a fake clock: a call of n
+"""The CPU FMA ceiling's calibration (kbench.roofline.peaks._fma) on a fake clock: a call of n
 iterations costs n x 10 ns, and the machine can pre-empt any call. The calibration must size
 the timed calls to their share of the budget whatever one pre-empted call read."""
 import types
 
 import pytest
 
-from kbench import peaks
+from kbench.roofline import peaks
 
 NS_PER_ITER = 10
 

@@ -7,7 +7,7 @@ import os
 import pytest
 
 import kbench
-from kbench.result import Result
+from kbench.report.result import Result
 from kbench.testing import cuda_device_status
 
 pytest_plugins = ["pytester"]
@@ -494,7 +494,7 @@ def test_sessions_saving_to_one_path_do_not_share_a_temp_file(tmp_path, monkeypa
     """Each save writes a temporary file of its own: one that another writer truncated or
     already renamed is never what gets renamed into place."""
     import tempfile
-    from kbench import pytest_plugin as pp
+    from kbench.workflow import pytest_plugin as pp
     monkeypatch.setattr(pp, "_session_metadata", lambda config: {})
     names = []
     orig = tempfile.mkstemp
@@ -612,7 +612,7 @@ def _current(median, ci=0.05):
 def test_a_baseline_of_several_sessions_judges_against_the_range_they_covered():
     """One session at 1.00 ms (CI +-5%) fails a 1.14 ms run at 8%; sessions that ranged
     0.85 .. 1.10 ms take it as within noise, and still fail a 2x."""
-    from kbench.cli_compare import compare_sets, load_results
+    from kbench.workflow.cli_compare import compare_sets, load_results
     one = load_results(_session_doc([1e-3]))
     several = load_results(_session_doc([0.85e-3, 1e-3, 1.1e-3]))
     assert compare_sets(one, _current(1.14e-3), 0.08).deltas[0].verdict == "slower"
@@ -630,7 +630,7 @@ def test_a_baseline_of_several_sessions_judges_against_the_range_they_covered():
     (["1e-3"], "sessions[0] is a str"),
 ])
 def test_a_malformed_sessions_list_is_refused_naming_it(sessions, named):
-    from kbench.cli_compare import load_results
+    from kbench.workflow.cli_compare import load_results
     doc = _session_doc([1e-3])
     doc["results"]["t.py::test_k"]["sessions"] = sessions
     with pytest.raises(ValueError, match=r"result 't.py::test_k'.*" + named.replace("[", r"\[")):
@@ -638,7 +638,7 @@ def test_a_malformed_sessions_list_is_refused_naming_it(sessions, named):
 
 
 def test_append_adds_quiet_sessions_restarts_on_a_new_harness_and_skips_a_busy_one():
-    from kbench.baseline import SESSIONS_KEPT, append_session
+    from kbench.workflow.baseline import SESSIONS_KEPT, append_session
     old = _session_doc([1e-3, 1.1e-3])["results"]["t.py::test_k"]
     new = _current(0.9e-3)["t.py::test_k"]
     out, why = append_session(old, new, [])
@@ -692,7 +692,7 @@ def test_save_append_needs_save_and_a_session_file(pytester, run):
 def test_an_oversubscribed_figure_gets_the_busy_hosts_allowance_and_says_why(slower, verdict):
     """A 2-thread BLAS pool on 2 cores moved -30..+36% between quiet sessions: such a figure is
     judged as a busy host's (up to +50% not judged), and the row names the pool."""
-    from kbench.cli_compare import compare_sets, load_results
+    from kbench.workflow.cli_compare import compare_sets, load_results
     base = load_results(_session_doc([1e-3]))
     cur = _current(1e-3 * slower)
     cur["t.py::test_k"]["extra"] = {"host_load": {"busy": False, "oversubscribed": True}}
@@ -706,7 +706,7 @@ def test_a_baseline_keeps_each_benchmark_at_the_pool_sizes_a_busy_session_may_us
     """--kbench-save times the call again with its thread pools at each ladder size below
     theirs (a 2-thread pool: at 1), and an appended session keeps those figures; a compare-only
     session times the call once."""
-    from kbench import hostload, threadpools
+    from kbench.measure import hostload, threadpools
     threads, sets = {"n": 2}, []
     pool = threadpools.Pool("openblas", "/x/libopenblas.so", lambda: threads["n"],
                             lambda n: sets.append(n) or threads.update(n=n))

@@ -1,6 +1,6 @@
-"""Run once for a profiler (kbench.profile): when profile mode is on, its control flow (warm-up,
-flush, then exactly one call inside the profiler range) with the device calls faked, the CPU
-path for real, the switch under a profiler's injection, and the plugin leaving profile runs out
+"""Run once for a profiler (kbench.measure.profile): when profile mode is on, its control flow
+(warm-up, flush, then exactly one call inside the profiler range) with the device calls faked, the
+CPU path for real, the switch under a profiler's injection, and the plugin leaving profile runs out
 of save/compare."""
 import json
 import math
@@ -10,7 +10,7 @@ import numpy as np
 import pytest
 
 import kbench
-from kbench import profile
+from kbench.measure import profile
 
 pytest_plugins = ["pytester"]
 
@@ -143,7 +143,7 @@ def test_under_a_profilers_injection_a_gpu_case_runs_once_instead_of_timing(monk
     log = []
     monkeypatch.setenv(profile.INJECTION_ENV, "/opt/nsight/libToolsInjection64.so")
     monkeypatch.setattr(profile, "_Gpu", lambda device, stream: FakeGpu(log))
-    from kbench import cuda
+    from kbench.backends import cuda
 
     def no_timer(*a, **k):
         raise AssertionError("the CUDA timer must not run under a profiler's injection")
@@ -191,7 +191,7 @@ def test_plugin_keeps_profile_runs_out_of_save_and_compare(pytester, monkeypatch
 def test_the_profiled_call_runs_with_the_stream_made_current(monkeypatch):
     """profile mode ignored stream=: a torch/CuPy callable launched on its framework's current
     stream, not on the one the flush used and a timed bench measured."""
-    from kbench import cuda
+    from kbench.backends import cuda
     log = []
     entered = []
 

@@ -1,6 +1,6 @@
-"""Harness provenance in every result (kbench.provenance): the calling file and its md5, or the
-notebook cell's; the callable's name and source md5; the arguments' shapes; kbench's version and
-build flags; the project's git commit. `kbench compare` says when two results came from
+"""Harness provenance in every result (kbench.provenance.harness): the calling file and its md5, or
+the notebook cell's; the callable's name and source md5; the arguments' shapes; kbench's version
+and build flags; the project's git commit. `kbench compare` says when two results came from
 different harnesses."""
 import functools
 import hashlib
@@ -14,9 +14,9 @@ import numpy as np
 import pytest
 
 import kbench
-from kbench import metadata, provenance
-from kbench.cli import main as cli_main
-from kbench.result import Result
+from kbench.provenance import metadata, harness as provenance
+from kbench.workflow.cli import main as cli_main
+from kbench.report.result import Result
 
 QUICK = dict(warmup_s=0.01, max_time_s=0.05, min_samples=5, cold_cache=None, memory=False)
 
@@ -162,7 +162,7 @@ def test_the_results_git_state_follows_an_edit_made_mid_session(tmp_path, monkey
     # metadata["git"] was read once a process and directory: after an edit the same result
     # said clean there and dirty in its harness
     import subprocess
-    from kbench import provenance
+    from kbench.provenance import harness as provenance
     monkeypatch.delenv("KBENCH_GIT_COMMIT", raising=False)
     repo = tmp_path / "repo"
     repo.mkdir()
@@ -195,7 +195,7 @@ def _git_repo(repo):
 def test_an_untracked_kernel_module_makes_the_projects_checkout_dirty(tmp_path, monkeypatch):
     # --untracked-files=no: a kernel in a file not yet added recorded a clean commit that
     # does not hold it
-    from kbench import metadata
+    from kbench.provenance import metadata
     monkeypatch.delenv("KBENCH_GIT_COMMIT", raising=False)
     repo = tmp_path / "repo"
     head = _git_repo(repo)
@@ -209,7 +209,7 @@ def test_an_untracked_kernel_module_makes_the_projects_checkout_dirty(tmp_path, 
 
 def test_kbench_git_commit_names_the_projects_commit_not_kbenchs(tmp_path, monkeypatch):
     # harness.kbench.git read the variable too: both commits said "deadbeef"
-    from kbench import metadata
+    from kbench.provenance import metadata
     repo = tmp_path / "repo"
     head = _git_repo(repo)
     monkeypatch.setenv("KBENCH_GIT_COMMIT", "deadbeef")
@@ -225,7 +225,7 @@ def test_kbench_git_commit_names_the_projects_commit_not_kbenchs(tmp_path, monke
 def test_a_slow_git_status_keeps_the_commit(tmp_path, monkeypatch):
     # the status timeout fell into the blanket except: the commit rev-parse found was lost
     import shutil
-    from kbench import metadata
+    from kbench.provenance import metadata
     monkeypatch.delenv("KBENCH_GIT_COMMIT", raising=False)
     repo = tmp_path / "repo"
     head = _git_repo(repo)
@@ -253,7 +253,7 @@ def test_the_environment_is_recorded_per_result_not_per_process(monkeypatch):
 def test_frameworks_already_imported_are_recorded_with_each_result(monkeypatch):
     # only numpy's and kbench's versions were recorded: a torch or triton upgrade went unseen
     import types
-    from kbench import metadata
+    from kbench.provenance import metadata
     assert metadata.relevant_env({"FLASHINFER_LOGLEVEL": "1", "VLLM_API_KEY": "k"}) == \
         {"FLASHINFER_LOGLEVEL": "1", "VLLM_API_KEY": metadata.SECRET_MASK}
     monkeypatch.setitem(sys.modules, "kbench_fake_framework", types.ModuleType("x"))

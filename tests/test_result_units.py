@@ -6,7 +6,7 @@ import numpy as np
 import pytest
 
 import kbench
-from kbench.result import Throughput
+from kbench.report.result import Throughput
 
 
 @pytest.fixture(scope="module")

@@ -1,4 +1,5 @@
-"""The run history (kbench.runhistory): a figure's CI widened to the spread between runs."""
+"""The run history (kbench.measure.runhistory): a figure's CI widened to the spread between
+runs."""
 import json
 import math
 
@@ -6,8 +7,9 @@ import numpy as np
 import pytest
 
 import kbench
-from kbench import _core, runhistory
-from kbench.result import Result
+from kbench import _core
+from kbench.measure import runhistory
+from kbench.report.result import Result
 
 
 @pytest.fixture
@@ -220,7 +222,7 @@ def test_processes_recording_at_once_lose_no_run(history):
     import subprocess
     import sys
     code = ("import sys; sys.path.insert(0, {tests!r}); import test_runhistory as t; "
-            "from kbench import runhistory\n"
+            "from kbench.measure import runhistory\n"
             "for i in range(15): runhistory.record(t.fake_result(1e-3, args_md5=f'{{sys.argv[1]}}-{{i}}'))")
     code = code.format(tests=str(__import__("pathlib").Path(__file__).parent))
     procs = [subprocess.Popen([sys.executable, "-c", code, str(p)]) for p in range(4)]

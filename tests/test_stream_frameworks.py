@@ -5,7 +5,7 @@ import types
 
 import pytest
 
-from kbench import cuda
+from kbench.backends import cuda
 
 
 class _Stack:
@@ -196,7 +196,7 @@ def test_cupys_per_thread_default_stream_is_not_a_stream_the_caller_set(both):
 def test_the_untimed_calls_run_on_the_stream_given_too(both, monkeypatch):
     """The correctness check and the memory probe call fn before it is timed: on stream= as
     the timed calls (a GPU run saw a torch callable's first calls on the default stream)."""
-    from kbench import local
+    from kbench.measure import local
     torch, tst, cupy, cst = both
     seen = []
     monkeypatch.setattr(local, "check_before_timing",
@@ -209,8 +209,8 @@ def test_the_untimed_calls_run_on_the_stream_given_too(both, monkeypatch):
         seen.append(("memory", tst.handles[-1]))
         raise Stop
 
-    import kbench.memory
-    monkeypatch.setattr(kbench.memory, "measure", fake_memory)
+    import kbench.measure.memory
+    monkeypatch.setattr(kbench.measure.memory, "measure", fake_memory)
     monkeypatch.setattr(local, "_refuse_capture", lambda: None)
     with pytest.raises(Stop):
         local.bench_local(lambda t: None, torch.Tensor(), device="cuda:0", check=1.0,

@@ -11,8 +11,8 @@ matplotlib.use("Agg")
 import numpy as np
 import pytest
 
-from kbench.result import Result
-from kbench.sweep import sweep
+from kbench.report.result import Result
+from kbench.workflow.sweep import sweep
 
 FAST = dict(cold_cache=None, warmup_s=0.005, max_time_s=0.03)
 
@@ -168,7 +168,7 @@ def test_isolate_runs_each_case_in_a_fresh_process():
 def synthetic_sweep(cache_bytes=1_000_000, mode="none"):
     """A SweepResult over n with set medians and bytes: no timing."""
     from kbench import _core
-    from kbench.sweep import SweepResult
+    from kbench.workflow.sweep import SweepResult
     ns = [1 << 12, 1 << 14, 1 << 16, 1 << 18]
     results = []
     for n in ns:
@@ -225,7 +225,7 @@ def test_plot_says_whether_the_bandwidth_ceiling_was_measured():
 
 def test_each_lines_cache_crossing_is_named_once():
     """Two dtypes cross the cache at different n: one mark each, each naming its line."""
-    from kbench.sweep import SweepResult
+    from kbench.workflow.sweep import SweepResult
     s = synthetic_sweep()
     half = synthetic_sweep()
     for r in half.results:          # a dtype of half the width: it crosses at twice the n
@@ -284,7 +284,7 @@ def test_tables_mark_figures_served_from_cache():
 
 def test_a_saved_sweep_loads_back_whole(copies, tmp_path):
     # to_json wrote kbench.sweep/1, and nothing read it back
-    from kbench.sweep import SweepResult
+    from kbench.workflow.sweep import SweepResult
     path = tmp_path / "sweep.json"
     copies.to_json(str(path))
     back = SweepResult.load(str(path))
@@ -397,7 +397,7 @@ def test_a_first_case_that_raises_leaves_an_empty_partial():
     (lambda d: d.__setitem__("axes", {"n": 5}), r"axes\['n'\] is a int, not a list"),
 ])
 def test_a_malformed_sweep_file_names_the_field(copies, tmp_path, edit, match):
-    from kbench.sweep import SweepResult
+    from kbench.workflow.sweep import SweepResult
     d = json.loads(copies.to_json())
     edit(d)
     path = tmp_path / "bad.json"
@@ -485,7 +485,7 @@ def test_isolate_under_a_guard_runs_and_leaves_nothing_running(tmp_path):
     ("if debug:\n    kbench.sweep()\n", 2, False),
 ])
 def test_the_main_guard_is_read_from_the_source(source, line, guarded):
-    from kbench.sweep import _line_is_main_guarded
+    from kbench.workflow.sweep import _line_is_main_guarded
     assert _line_is_main_guarded(source, line) is guarded
 
 
@@ -493,7 +493,7 @@ def test_an_unreadable_main_script_is_not_guessed_at(tmp_path, monkeypatch):
     """No source (deleted, unparsable): no verdict, the sweep goes on."""
     import sys
     import types
-    from kbench.sweep import _unguarded_main_call
+    from kbench.workflow.sweep import _unguarded_main_call
     fake = types.ModuleType("__main__")
     monkeypatch.setitem(sys.modules, "__main__", fake)
     for text in (None, "def (:\n"):

@@ -135,7 +135,7 @@ def test_sampling_kept_from_the_settle_is_counted_once_in_the_time_row():
     """A CUDA result whose first samples were taken while the warm-up settled: the Time row says
     how much of the sampling ran then and leaves it out of the overhead, and the settle row
     says from how far into the load the samples were kept."""
-    from kbench.result import _settle_text, _time_text
+    from kbench.report.result import _settle_text, _time_text
     st = {"wall_s": 0.40, "warmup_s": 0.30, "sampling_s": 0.25, "sampling_overlap_s": 0.20}
     settle = {"settled": True, "at_s": 0.30, "sm_mhz": 1980.0, "by_carry": False,
               "samples_while_settling": 700, "kept_from_load_s": 0.12}
@@ -149,7 +149,7 @@ def test_sampling_kept_from_the_settle_is_counted_once_in_the_time_row():
 
 
 def test_a_settle_at_the_boards_maximum_clock_is_named_in_both_rows():
-    from kbench.result import _settle_text, _time_text
+    from kbench.report.result import _settle_text, _time_text
     st = {"wall_s": 0.30, "warmup_s": 0.21, "sampling_s": 0.20, "sampling_overlap_s": 0.11}
     settle = {"settled": True, "at_s": 0.21, "sm_mhz": 1980.0, "by_carry": False,
               "at_max_clock": True, "samples_while_settling": 0, "kept_from_load_s": None}
@@ -161,7 +161,7 @@ def test_a_settle_at_the_boards_maximum_clock_is_named_in_both_rows():
 
 
 def test_the_settle_row_says_whether_a_carried_capped_load_was_continued():
-    from kbench.result import _settle_text
+    from kbench.report.result import _settle_text
     settle = {"settled": True, "at_s": 0.33, "sm_mhz": 1425.0, "by_carry": True,
               "carried_from_s_ago": 0.02, "carried_sm_mhz": 1440.0,
               "carried_under_limit": True, "continued_s": 9.7}
@@ -177,7 +177,7 @@ def test_both_rows_say_when_a_limit_while_timed_made_the_load_settle_again():
     samples were dropped and it settled again (kb_cuda_resettle). The settle row names the
     reason and when; the Time row counts the dropped sampling in the warm-up, so the overhead
     stays what is left."""
-    from kbench.result import _settle_text, _time_text
+    from kbench.report.result import _settle_text, _time_text
     st = {"wall_s": 4.60, "warmup_s": 3.30, "sampling_s": 1.20, "sampling_overlap_s": 0.0,
           "resettle_sampled_s": 0.91, "resettle_dropped": 5120}
     settle = {"settled": True, "at_s": 2.05, "sm_mhz": 1470.0, "by_carry": False,
@@ -197,7 +197,7 @@ def test_both_rows_say_when_a_limit_while_timed_made_the_load_settle_again():
 def test_the_regime_row_names_the_flush_as_part_of_a_cold_load():
     """Under cold_cache='flush' the sustained load is the kernel and the flush before each
     call (power and clocks follow both); hot or rotated, the kernel's own."""
-    from kbench.result import _regime_text
+    from kbench.report.result import _regime_text
     regime = {"name": "sustained", "held": True, "loaded_s": 0.22}
     flushed = _regime_text(regime, "flush")
     assert flushed.startswith("sustained: under the continuous load of the kernel and the cache "

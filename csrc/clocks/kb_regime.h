@@ -1,7 +1,7 @@
 /* kb_regime.h -- what a CUDA measurement's clock record says (regime.c): the clock summary of
  * the timed part's NVML samples, the GPU's timed and busy fractions, whether a power cap moved
  * the clock, and whether the clock regime held. cuda_result.c puts these verdicts into the
- * record it builds; kbench.cuda_report copies them.
+ * record it builds; kbench.backends.cuda_report copies them.
  *
  * The judging functions are pure (no Python, no NVML, no CUDA) and cannot fail: missing or
  * non-finite data gives "unknown" (NaN, -1), never an error.

@@ -5,7 +5,8 @@
  *   - the GPU's timed and busy fractions of the sampling time;
  *   - whether a power cap moved the clock;
  *   - whether the sustained or burst regime held, and why not, as the text the warning quotes.
- * cuda_result.c puts these into the CUDA record (kb_regime.h); kbench.cuda_report copies them.
+ * cuda_result.c puts these into the CUDA record (kb_regime.h); kbench.backends.cuda_report copies
+ * them.
  *
  * The judging functions are pure (no Python, no NVML) and cannot fail: every record NVML can
  * produce -- no samples, all reads failed, no power, an unknown maximum clock, one sample --

@@ -3,8 +3,8 @@
  * 'graph'; None everywhere: the backend's own pick). A bad value is a ValueError naming the
  * parameter and the values it accepts, raised here and nowhere else.
  *
- * kbench.local calls _core.check_choices(backend, cold_cache, mode) once, before the check or
- * the memory probe calls the user's function: Python branches on both values (rotation sets,
+ * kbench.measure.local calls _core.check_choices(backend, cold_cache, mode) once, before the check
+ * or the memory probe calls the user's function: Python branches on both values (rotation sets,
  * graph capture, profile mode's flush) before a measure function would see them. The measure
  * functions read their `cold=` keyword with kb_pop_cold_mode (measure.c).
  */

@@ -38,8 +38,9 @@ void kb_add_exception_note(const char *fmt, ...)
             PyObject *r = PyObject_CallMethod(value, "add_note", "O", note);
             Py_XDECREF(r);
         } else if (note != NULL) {
-            /* Python 3.10: no add_note; PEP 678's __notes__ list, as kbench.prepare.add_note
-             * keeps it (pytest shows it; 3.10's own traceback does not) */
+            /* Python 3.10: no add_note; PEP 678's __notes__ list, as
+             * kbench.measure.prepare.add_note keeps it (pytest shows it; 3.10's own traceback does
+             * not) */
             PyObject *notes = PyObject_GetAttrString(value, "__notes__");
             if (notes == NULL || !PyList_Check(notes)) {
                 PyErr_Clear();

@@ -1,5 +1,6 @@
 /* profile.c -- the driver calls around one untimed call (CUDA build only): the profiler range
- * of kbench's profile mode (kbench/profile.py) and the device-memory probe of kbench/memory.py.
+ * of kbench's profile mode (kbench/measure/profile.py) and the device-memory probe of
+ * kbench/measure/memory.py.
  *
  *   cuda_profiler_start(device)  cuProfilerStart in the device's context: `ncu --profile-from-
  *                                start off` and `nsys profile --capture-range=cudaProfilerApi`

@@ -1,7 +1,7 @@
 /* hip_device.c -- HIP devices as kbench sees them: count, the attributes the backend needs
  * (the L2 size above all: the rotation must exceed the last-level cache), the libraries' status,
  * and a ROCm SMI snapshot. The MI300 Infinity Cache (MALL) has no HIP device attribute; the
- * Python side (kbench/hip.py) adds it from a documented table. */
+ * Python side (kbench/backends/hip.py) adds it from a documented table. */
 #include "hip_api.h"
 
 #include <string.h>
@@ -70,7 +70,7 @@ static int put_attr(PyObject *m, const kb_hip_api *hip, PyObject *d, const char 
 }
 
 /* d["pci_bus_id"]: "domain:bus:device.function" (hipDeviceGetPCIBusId), which finds the
- * device's ROCm SMI index (kbench/hip.py); None where the runtime cannot say. */
+ * device's ROCm SMI index (kbench/backends/hip.py); None where the runtime cannot say. */
 static int put_pci_bus_id(const kb_hip_api *hip, PyObject *d, int dev)
 {
     char id[64] = {0};

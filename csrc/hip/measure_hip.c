@@ -198,8 +198,8 @@ static int ctx_init(hip_ctx *c, PyObject *graphs, int device, double gate_timeou
             return -1;
     if (c->cold == KB_COLD_FLUSH) {
         if (c->flush_bytes == 0) {
-            PyErr_SetString(PyExc_ValueError, "cold='flush' needs flush_bytes > 0 (kbench.hip "
-                            "passes twice the last-level cache)");
+            PyErr_SetString(PyExc_ValueError, "cold='flush' needs flush_bytes > 0 "
+                            "(kbench.backends.hip passes twice the last-level cache)");
             return -1;
         }
         if (KB_HIP(c->m, hip->hipMalloc(&c->flush_buf, c->flush_bytes)) < 0)

@@ -7,7 +7,7 @@
  * cache's size (1.4 ms for the add's 50 MB): 0.43 s, 82 samples, +-1.9%. It leaves no dirty
  * flush lines for the timed call to write back: a cold 1 MB add read 0.13 ms evicted, 0.17-0.20
  * ms after a write flush, 0.044 ms hot (benchmarks/results/cpu_cold_methods.md). It only reaches the memory kbench
- * can see, so kbench.coldcache.visible_operands hands over the arrays only when fn reads
+ * can see, so kbench.measure.coldcache.visible_operands hands over the arrays only when fn reads
  * nothing else; otherwise the write flush runs.
  */
 #include "kbench.h"

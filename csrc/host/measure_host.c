@@ -164,7 +164,7 @@ static int pop_hooks(PyObject *opts, host_ctx *ctx)
 }
 
 /* Parse: the options dict (a copy of kw) into ctx and cfg, each checked once. *evict: the
- * operands kbench.coldcache saw (a new reference, NULL when not given or None). */
+ * operands kbench.measure.coldcache saw (a new reference, NULL when not given or None). */
 static int host_parse(PyObject *opts, PyObject *arg_sets, host_ctx *ctx, kb_loop_config *cfg,
                       Py_ssize_t *flush_bytes, PyObject **evict)
 {
@@ -193,8 +193,8 @@ static int host_parse(PyObject *opts, PyObject *arg_sets, host_ctx *ctx, kb_loop
 
 /* Set up the flush (cold='flush'): its buffer and first pass, timed apart as setup_ns.
  * *evicts: 0 for a flush smaller than the last-level cache, kept (it still evicts the inner
- * caches) but not called cold: the result says so among its warnings (kbench.local). A write
- * flush past KB_EVICT_FROM_BYTES that the caller did not size becomes an eviction of the
+ * caches) but not called cold: the result says so among its warnings (kbench.measure.local). A
+ * write flush past KB_EVICT_FROM_BYTES that the caller did not size becomes an eviction of the
  * operands' lines, where kbench saw them all (evict) and the CPU has a line flush. */
 static int host_flush_setup(PyObject *self, host_ctx *ctx, Py_ssize_t flush_bytes,
                             PyObject *evict, int *evicts, uint64_t *setup_ns)
@@ -326,7 +326,7 @@ static PyMethodDef host_methods[] = {
      "Time calls fn(*arg_sets[i % len(arg_sets)], **kwargs) with the host clock. The defaults "
      "and ranges of flush_bytes and the loop options (warmup_s, max_time_s, target, ...) are "
      "_core.OPTION_SCHEMA's (csrc/core/kb_schema.h). evict: one tuple of contiguous buffers "
-     "per argument set, every array fn reads (kbench.coldcache.visible_operands): a flush "
+     "per argument set, every array fn reads (kbench.measure.coldcache.visible_operands): a flush "
      "past 256 MiB that flush_bytes did not size evicts their lines instead. pre_sample() "
      "runs before every call, untimed (a multi-rank barrier); ranks= is a rank reducer "
      "(kbench.distributed): samples become per-sample maxima across ranks."},

@@ -389,7 +389,8 @@ struct kb_gpu_libs {
     int nvml_initialized;       /* nvmlInit_v2 succeeded; nvmlShutdown runs at module free */
     uint32_t cupti_version;     /* cuptiGetVersion (CUPTI API version of the loaded copy) */
     char *cupti_preferred;      /* malloc'd: the libcupti file the caller prefers (kb_cupti_
-                                 * prefer; kbench.cuda: the copy PyTorch ships), or NULL */
+                                 * prefer; kbench.backends.cuda: the copy PyTorch ships), or
+                                 * NULL */
     int nvrtc_major, nvrtc_minor;
 };
 typedef struct kb_gpu_libs kb_gpu_libs;

@@ -3,8 +3,8 @@
  * Two CUPTI copies in one process fight over the driver's profiling hooks, and PyTorch (kineto)
  * loads its own. So the copy already mapped in the process wins; only without one do we look at
  * $KBENCH_CUPTI_PATH (the user's choice, read here and nowhere else), then the file the caller
- * prefers (kb_cupti_prefer: kbench.cuda hands over the copy PyTorch ships, so that a later
- * torch.profiler maps the same file), then the default search path and the CUDA toolkit
+ * prefers (kb_cupti_prefer: kbench.backends.cuda hands over the copy PyTorch ships, so that a
+ * later torch.profiler maps the same file), then the default search path and the CUDA toolkit
  * directories.
  */
 #define _GNU_SOURCE

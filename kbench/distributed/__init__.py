@@ -27,9 +27,10 @@ from typing import Any, Callable, Dict, List, Optional
 
 import numpy as np
 
-from .. import profile as _profile
-from ..local import bench_local, check_call
-from ..prepare import BENCH_DEFAULTS, check_before_timing, name_of, one_at_a_time, resolve_device
+from ..measure import profile as _profile
+from ..measure.local import bench_local, check_call
+from ..measure.prepare import (BENCH_DEFAULTS, check_before_timing, name_of, one_at_a_time,
+                               resolve_device)
 from ._comm import (LENT_MACHINE_ENV, Communicator, MpiCommunicator, TorchCommunicator,
                     communicator, init_process_group, set_lent_machine_env)
 from ._ranks import (DEFAULT_TIMEOUT_S, DistributedError, DistributedTimeout, Ranks,

@@ -34,7 +34,7 @@ import sys
 import threading
 from typing import Any, Callable, Dict, List, Optional, Tuple
 
-from . import _core
+from .. import _core
 from .prepare import add_note, device_ordinal
 
 # The smallest growth that counts, per method: below it a change is the method's noise.

@@ -1,5 +1,6 @@
 """This machine's CPU ceilings: STREAM copy/triad bandwidth and FMA throughput (`kbench peaks`),
-and the peaks caches that results read, the GPU's included (kbench.peaks_gpu measures those).
+and the peaks caches that results read, the GPU's included (kbench.roofline.peaks_gpu measures
+those).
 
 Bandwidth is measured as STREAM does: arrays well above the last-level cache, bytes counted as
 STREAM counts them (copy 16 B per element, triad 24 B: no write-allocate traffic), and the best of
@@ -12,7 +13,7 @@ too close to peak.
 Where the CPU has native bf16 or fp16 arithmetic (the avx512_bf16, amx_bf16, avx512_fp16 or
 amx_fp16 flag in /proc/cpuinfo) and PyTorch is installed, a bf16/fp16 GEMM ceiling is measured
 with torch's CPU matmul (oneDNN uses those instructions); elsewhere the record says why there is
-none, and a bf16 call is held against the float32 FMA ceiling (kbench.ceilings).
+none, and a bf16 call is held against the float32 FMA ceiling (kbench.roofline.ceilings).
 
 Results are cached as JSON in ``$KBENCH_CACHE_DIR`` (default ``~/.cache/kbench``) under
 ``peaks-<hostname>.json``; ``load_cached_peaks()`` reads them back, and ignores (with one
@@ -25,7 +26,7 @@ run's cache it met. So a measurement is cached only when nothing disturbed it:
 
 * no other process was running as it began (``machine_load``, ``busy_machine_problem``);
 * while it ran, other processes used under BUSY_OTHER_CPUS (a quarter of a CPU: the rule of a
-  bench's Host load row, ``kbench.hostload``);
+  bench's Host load row, ``kbench.measure.hostload``);
 * each ceiling's best repeat is at most REFUSE_GAP (50%) above its median;
 * float32 FMA is not slower than float64, and every ceiling is plausible (``ceiling_problem``).
 
@@ -54,9 +55,10 @@ import os
 import time
 import warnings
 
-from . import _core, hostload
-from .cachefile import NotACacheFile, read_regular
-from .metadata import _hostname, collect_host_metadata, cpu_caches
+from .. import _core
+from ..measure import hostload
+from ..provenance.cachefile import NotACacheFile, read_regular
+from ..provenance.metadata import _hostname, collect_host_metadata, cpu_caches
 
 SCHEMA = 2          # 2: the FMA ceiling per precision (1 had one, float64, named "FMA")
 
@@ -284,7 +286,7 @@ def _fma(threads: int, budget_s: float, min_repeats: int, max_repeats: int,
     }
 
 
-#: The /proc/cpuinfo flags of native bf16 and fp16 arithmetic (kbench.ceilings' CPU rule).
+#: The /proc/cpuinfo flags of native bf16 and fp16 arithmetic (kbench.roofline.ceilings' CPU rule).
 CPU_NATIVE_FLAGS = {"bf16": ("avx512_bf16", "amx_bf16"), "fp16": ("avx512_fp16", "amx_fp16")}
 
 
@@ -315,8 +317,8 @@ NATIVE_N = 2048
 def _native(budget_s: float, min_repeats: int, max_repeats: int, fp32_GFLOPs: float,
             flags: set | None = None) -> dict:
     """{"bf16": ..., "fp16": ...}: each the best/median GFLOP/s of torch's CPU matmul in that
-    precision where the CPU has native instructions for it (kbench.ceilings.cpu_native) and
-    torch is installed, else {"absent": why}. A figure under the float32 FMA ceiling is no
+    precision where the CPU has native instructions for it (kbench.roofline.ceilings.cpu_native)
+    and torch is installed, else {"absent": why}. A figure under the float32 FMA ceiling is no
     native ceiling (torch did not use the instructions): absent, saying so."""
     support = cpu_native(flags)
     out: dict = {}
@@ -596,18 +598,20 @@ def peaks_cache_path(hostname: str | None = None) -> str:
 
 
 def gpu_peaks_path(info: dict) -> str:
-    """$KBENCH_CACHE_DIR/gpu-peaks-<uuid>.json: what kbench.peaks_gpu measured on this GPU."""
+    """$KBENCH_CACHE_DIR/gpu-peaks-<uuid>.json: what kbench.roofline.peaks_gpu measured on this
+    GPU."""
     d = cache_dir()
     os.makedirs(d, exist_ok=True)
     uuid = str(info.get("uuid") or info.get("name") or "gpu").replace("/", "_")
     return os.path.join(d, f"gpu-peaks-{uuid}.json")
 
 
-#: The GPU peaks record kbench.peaks_gpu writes: 2 measures every precision (fp64 FMA, the
+#: The GPU peaks record kbench.roofline.peaks_gpu writes: 2 measures every precision (fp64 FMA, the
 #: torch GEMMs) and names the absent ones; 1 had fp32 FMA and bf16 GEMM alone.
 GPU_SCHEMA = "kbench.gpu_peaks/2"
 GPU_SCHEMAS_READ = ("kbench.gpu_peaks/1", GPU_SCHEMA)
-#: The GPU peaks record's ceilings (kbench.peaks_gpu), in base units: key -> (label, kind).
+#: The GPU peaks record's ceilings (kbench.roofline.peaks_gpu), in base units: key -> (label,
+#: kind).
 GPU_CEILINGS = {"hbm_bytes_per_s": ("HBM copy", "bytes"),
                 **{f"{p}_flops_per_s": (p, "flops")
                    for p in ("fp64", "fp64_tc", "fp32", "tf32", "fp16", "bf16", "fp8_e4m3",
@@ -619,7 +623,7 @@ def load_gpu_peaks(info: dict) -> dict | None:
     A file that is not a record, or holds an implausible ceiling, is ignored with a warning. A
     record of the older schema (kbench.gpu_peaks/1: fp32 FMA, bf16 GEMM, HBM copy) is read as
     it is: its figures stand, and a precision it lacks reads as not measured, asking for
-    `kbench peaks`, which measures every precision again (kbench.ceilings)."""
+    `kbench peaks`, which measures every precision again (kbench.roofline.ceilings)."""
     path = gpu_peaks_path(info)
     d = _read_cache(path)
     if not (isinstance(d, dict) and d.get("schema") in GPU_SCHEMAS_READ):

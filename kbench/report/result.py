@@ -204,7 +204,7 @@ class Result:
     metadata: Dict[str, Any] = field(default_factory=dict)
     warnings: List[str] = field(default_factory=list)
     extra: Dict[str, Any] = field(default_factory=dict)   # backend specifics (kernels, clocks, floor)
-    memory: Optional[Dict[str, Any]] = None  # peak memory of one untimed call (kbench.memory)
+    memory: Optional[Dict[str, Any]] = None  # one untimed call's peak (kbench.measure.memory)
 
     def __setattr__(self, name: str, value: Any) -> None:
         if name == "throughput" and isinstance(value, dict) and not isinstance(value, Throughput):
@@ -360,7 +360,7 @@ class Result:
             rows.append(["Throughput", "; ".join(parts)])
         if tp.get("bound_by"):
             rows.append(["Bound by", f"{tp['bound_by']} ({tp.get('bound_reason', '')})"])
-        from .ceilings import ceiling_text      # which compute ceiling, why; the datasheet's
+        from ..roofline.ceilings import ceiling_text      # which compute ceiling, why; the datasheet's
         ceiling = ceiling_text(self.extra.get("compute_peak"), tp)
         if ceiling:
             rows.append(["Ceiling", ceiling])
@@ -419,7 +419,7 @@ class Result:
                             f"{fmt_bytes(cc.get('footprint_bytes'))} in all",
                   }.get(mode, "hot: no flush, no rotation")
         rows.append(["Cold cache", f"{mode}: {detail} (cache {fmt_bytes(cc.get('cache_bytes'))})"])
-        from .hostload import text as host_load_text
+        from ..measure.hostload import text as host_load_text
         host = host_load_text(self.extra.get("host_load"))
         if host:
             rows.append(["Host load", host])
@@ -455,7 +455,7 @@ class Result:
                                         f"{c.get('max_abs_err', float('nan')):.3g}, rel L2 "
                                         f"{c.get('rel_l2', float('nan')):.3g} "
                                         f"(rtol {c.get('rtol')}, atol {c.get('atol')})"])
-        from .provenance import summary as harness_text
+        from ..provenance.harness import summary as harness_text
         harness = harness_text(self.metadata.get("harness") or {})
         if harness:
             rows.append(["Harness", harness])
@@ -474,7 +474,8 @@ class Result:
                           caption=f"kbench {self.name} [{self.device}, {self.backend} timer]")
 
 
-# What each method's figure is, in words (kbench.memory says how each is measured): what the
+# What each method's figure is, in words (kbench.measure.memory says how each is measured): what
+# the
 # figure counts, the word before it, and how it was taken.
 _MEMORY_WORDS = {
     "rss": ("resident memory first touched by the call", "peak",
@@ -496,7 +497,7 @@ def _fmt_resolution(n: int) -> str:
 
 def memory_text(mem: Optional[Dict[str, Any]]) -> str:
     """The printed result's "Memory" row ('' when not measured): Result.memory, which
-    kbench.memory measures, in words: what the method's figure counts, and "< resolution"
+    kbench.measure.memory measures, in words: what the method's figure counts, and "< resolution"
     where the figure is below what the method can resolve (its noise, not a size)."""
     if not mem:
         return ""
@@ -520,7 +521,7 @@ def memory_text(mem: Optional[Dict[str, Any]]) -> str:
 
 
 # The multi-rank rows are written here, not in kbench.distributed: a Result sits below the
-# distributed entry point (it runs kbench.local, which builds Results).
+# distributed entry point (it runs kbench.measure.local, which builds Results).
 def topology_text(topo: Optional[Dict[str, Any]]) -> str:
     """The GPU pairs' P2P and NVLink links (kbench.distributed._topology), in one line."""
     if not topo:
@@ -560,7 +561,7 @@ def _ranks_rows(rep: Dict[str, Any]) -> List[List[str]]:
 
 
 def between_runs_text(between: Dict[str, Any]) -> str:
-    """Where the between-run spread came from (kbench.runhistory)."""
+    """Where the between-run spread came from (kbench.measure.runhistory)."""
     if not between.get("source"):
         return between.get("why") or "not known"
     if between["source"] == "this benchmark":

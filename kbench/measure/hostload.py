@@ -1,4 +1,4 @@
-"""kbench.hostload: was the host busy while a CPU bench ran?
+"""kbench.measure.hostload: was the host busy while a CPU bench ran?
 
 Other processes that run on the host while a CPU bench samples share its cores, caches and
 memory bandwidth: on a 2-core VM with one busy process a cold 16 MB np.add's medians moved

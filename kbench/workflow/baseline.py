@@ -1,4 +1,4 @@
-"""kbench.baseline: a gate baseline taken over several sessions.
+"""kbench.workflow.baseline: a gate baseline taken over several sessions.
 
 One session's CI says how well that session pinned its own median. It does not see what moves
 between sessions: where the allocator placed the arrays, which core the scheduler chose, the
@@ -21,7 +21,7 @@ SESSIONS_KEPT = 10
 
 def own_ci(st: Dict[str, Any]) -> Tuple[Any, Any]:
     """A result's CI from its own samples: the stated CI may be widened to the spread of the
-    benchmark's earlier runs (kbench.runhistory), which a gate learns from its baseline's
+    benchmark's earlier runs (kbench.measure.runhistory), which a gate learns from its baseline's
     sessions instead -- counted twice, it would let a regression pass as noise."""
     if st.get("ci_low_within") is not None and st.get("ci_high_within") is not None:
         return st["ci_low_within"], st["ci_high_within"]
@@ -112,9 +112,9 @@ def figure(d: Dict[str, Any]) -> Optional[Tuple[float, List[float], int]]:
 
 
 def sized_figure(d: Dict[str, Any], threads: int) -> Optional[Tuple[float, List[float], int]]:
-    """As figure, for the call with its thread pools at `threads` (kbench.threadpools.ladder):
-    from the sessions that timed it (one is enough: it is the only figure at that size), or
-    from a single result's pool_ladder; None where none did."""
+    """As figure, for the call with its thread pools at `threads`
+    (kbench.measure.threadpools.ladder): from the sessions that timed it (one is enough: it is the
+    only figure at that size), or from a single result's pool_ladder; None where none did."""
     key = str(threads)
     s = [e["sized"][key] for e in sessions_of(d)
          if isinstance(e.get("sized"), dict) and key in e["sized"]]

@@ -175,7 +175,7 @@ def max_rotation_sets(cache_bytes: Optional[int] = None) -> int:
     """The most argument sets a rotation may have for a cache of `cache_bytes` (None: this
     host's last-level cache): MAX_ROTATION_SETS, scaled past ROTATION_CACHE_BYTES."""
     if cache_bytes is None:
-        from . import _core
+        from .. import _core
         cache_bytes = int(_core.cpu_cache_info()["llc_bytes"])
     return max(MAX_ROTATION_SETS,
                MAX_ROTATION_SETS * -(-max(cache_bytes, 0) // ROTATION_CACHE_BYTES))

@@ -9,8 +9,8 @@ from typing import Any, Dict, List, Optional, Sequence
 
 import numpy as np
 
-from ._format import (fmt_bytes, fmt_ci, fmt_pct, fmt_rate, fmt_time, library_status,
-                      text_table)
+from ..report._format import (fmt_bytes, fmt_ci, fmt_pct, fmt_rate, fmt_time, library_status,
+                              text_table)
 
 
 class CliError(Exception):
@@ -64,7 +64,7 @@ def _legend(peaks_used: Dict[str, str]) -> List[str]:
 
 def cmd_demo(args: argparse.Namespace) -> int:
     import kbench
-    from .peaks import load_cached_peaks, measure_cpu_peaks, peaks_table
+    from ..roofline.peaks import load_cached_peaks, measure_cpu_peaks, peaks_table
 
     print("kbench demo: correctness first, then timing, hot and cold, on the CPU"
           + (" and the GPU" if args.gpu else ""))
@@ -130,7 +130,7 @@ def _host_load_line(results: Dict[str, Any], labels: Dict[str, str]) -> Optional
     """One line naming the cases that ran on a busy host or oversubscribed it, and why their
     figures may read elsewhere (a 384^3 matmul read 20.6 ms cold against 0.6 ms hot, and the
     pool, not the cache, made it); None when none did. The advice is the Host load row's
-    (kbench.hostload.text), which a printed result shows."""
+    (kbench.measure.hostload.text), which a printed result shows."""
     busy, over = [], []
     for key, r in results.items():
         load = (getattr(r, "extra", None) or {}).get("host_load") or {}
@@ -158,16 +158,16 @@ def _write_session(path: str, results: Dict[str, Any]) -> None:
     """The session document `kbench compare` and the pytest plugin's --kbench-compare read."""
     import datetime
     import platform
-    from ._version import __version__
+    from .._version import __version__
     from .cli_compare import SESSION_SCHEMA
-    from .metadata import command_line
+    from ..provenance.metadata import command_line
     doc = {"schema": SESSION_SCHEMA, "results": {k: r.to_dict() for k, r in results.items()},
            "metadata": {"created": datetime.datetime.now(datetime.timezone.utc).isoformat(
                             timespec="seconds"),
                         "kbench_version": __version__, "python": sys.version.split()[0],
                         "platform": platform.platform(), "hostname": platform.node(),
                         "argv": command_line()}}
-    from ._format import write_atomic
+    from ..report._format import write_atomic
     try:        # a failed write (disk full) leaves an older file whole
         write_atomic(path, json.dumps(doc, indent=1))
     except OSError as e:        # the table above already holds the figures
@@ -229,8 +229,9 @@ def _gpu_demo(args: argparse.Namespace, results: Dict[str, Any], labels: Dict[st
 
 
 def cmd_peaks(args: argparse.Namespace) -> int:
-    """Exit 1 when the CPU measurement was disturbed and so not cached (kbench.peaks' rule)."""
-    from .peaks import measure_cpu_peaks, peaks_table
+    """Exit 1 when the CPU measurement was disturbed and so not cached (kbench.roofline.peaks'
+    rule)."""
+    from ..roofline.peaks import measure_cpu_peaks, peaks_table
     rc = 0
     if not args.gpu_only:
         d = measure_cpu_peaks(seconds=args.seconds, replace=args.replace)
@@ -244,9 +245,9 @@ def cmd_peaks(args: argparse.Namespace) -> int:
         if d.get("refused"):
             rc = 1
     if not args.cpu_only:
-        from . import cuda
+        from ..backends import cuda
         if cuda.available():
-            from .peaks_gpu import gpu_peaks_table, measure_gpu_peaks
+            from ..roofline.peaks_gpu import gpu_peaks_table, measure_gpu_peaks
             print(gpu_peaks_table(_measure_gpu_peaks_kept(measure_gpu_peaks, args.device)))
         elif args.gpu_only:
             print("no CUDA device: nothing to measure", file=sys.stderr)
@@ -258,7 +259,7 @@ def _measure_gpu_peaks_kept(measure_gpu_peaks: Any, device: int) -> Dict[str, An
     """measure_gpu_peaks writes its cache as it finishes: with an unwritable cache directory,
     measure into a temporary one so the numbers are printed, and say they were not kept."""
     import tempfile
-    from .peaks import peaks_cache_path
+    from ..roofline.peaks import peaks_cache_path
     cache_dir = os.path.dirname(peaks_cache_path())
     try:
         os.makedirs(cache_dir, exist_ok=True)
@@ -283,12 +284,12 @@ def _measure_gpu_peaks_kept(measure_gpu_peaks: Any, device: int) -> Dict[str, An
 
 
 def cmd_info(args: argparse.Namespace) -> int:
-    from . import _core
-    from .metadata import collect_host_metadata
+    from .. import _core
+    from ..provenance.metadata import collect_host_metadata
     md = collect_host_metadata()
     timer = _core.host_timer_info(lambda: None, calls=20000)
     caches = _core.cpu_cache_info()
-    from ._build import build_info, describe_build
+    from .._build import build_info, describe_build
     info: Dict[str, Any] = {"host": md, "host_timer": timer, "cpu_caches": caches,
                             "cuda_backend_built": bool(_core.HAVE_CUDA),
                             "cuda_headers_version": _core.CUDA_HEADERS_VERSION,
@@ -300,7 +301,7 @@ def cmd_info(args: argparse.Namespace) -> int:
             info["cuda_devices"] = [_core.cuda_device_info(i) for i in range(count)]
         except _core.KbenchError as e:
             info["cuda_devices"] = f"unavailable: {e}"
-    from .hip import describe_status, status as hip_status
+    from ..backends.hip import describe_status, status as hip_status
     info["hip"] = hip_status()
     info["backends"] = _backends(info, timer)
     if args.json:
@@ -367,8 +368,8 @@ def _backends(info: Dict[str, Any], timer: Dict[str, Any]) -> Dict[str, Dict[str
 def _describe_cuda(info: Dict[str, Any]) -> List[str]:
     """The CUDA section: one line per library and the devices; each piece of advice once, at
     the end (libcuda, NVML and the device query all said "Install the NVIDIA driver")."""
-    from . import _core
-    from ._build import _version
+    from .. import _core
+    from .._build import _version
     lines = [f"CUDA backend: built against CUDA headers {_version(_core.CUDA_HEADERS_VERSION)}"]
     advice: List[str] = []
     for lib, st in info["gpu_libraries"].items():
@@ -421,7 +422,7 @@ def _seconds(text: str) -> float:
         value = float(text)
     except ValueError:
         raise argparse.ArgumentTypeError(f"expected seconds, got {text!r}") from None
-    from .options import max_time_cap
+    from ..options import max_time_cap
     cap = max_time_cap()
     if not (0 < value <= cap):          # also refuses nan and inf
         raise argparse.ArgumentTypeError(f"must be a number of seconds > 0 and <= {cap:g}, "
@@ -451,7 +452,7 @@ class _Parser(argparse.ArgumentParser):
 
 
 def main(argv: Optional[Sequence[str]] = None) -> int:
-    from ._version import __version__
+    from .._version import __version__
     p = _Parser(prog="kbench", description="trustworthy kernel microbenchmarks")
     p.add_argument("--version", action="version", version=f"kbench {__version__}")
     # metavar: a missing command reads "required: COMMAND" and the usage lists the commands
@@ -494,7 +495,7 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     c.set_defaults(func=cmd_compare)
     args = p.parse_args(_joined_thresholds(sys.argv[1:] if argv is None else list(argv)))
     if getattr(args, "cmd", None) == "demo" and args.gpu is None:
-        from . import cuda
+        from ..backends import cuda
         args.gpu = cuda.available()
     try:
         rc = int(args.func(args) or 0)

@@ -1,4 +1,4 @@
-"""kbench.runhistory: what moves a figure between runs, learned from this machine's runs.
+"""kbench.measure.runhistory: what moves a figure between runs, learned from this machine's runs.
 
 A run's CI of the median says how well that run pinned its own median. It cannot see what
 moves between runs -- where the allocator placed the arrays, the host's load that second, the
@@ -29,8 +29,8 @@ import time
 import warnings
 from typing import Any, Dict, Iterator, List, Optional, Tuple
 
-from . import _core
-from .cachefile import NotACacheFile, read_regular
+from .. import _core
+from ..provenance.cachefile import NotACacheFile, read_regular
 
 #: runs kept per benchmark (the latest) and benchmarks kept per file (the latest used)
 RUNS_KEPT = 20
@@ -53,7 +53,7 @@ def history_path() -> Optional[str]:
     env = os.environ.get("KBENCH_RUN_HISTORY")
     if env:
         return None if env.strip().lower() in ("off", "0", "none", "no") else env
-    from .peaks import host_cache_path
+    from ..roofline.peaks import host_cache_path
     return host_cache_path("runs")
 
 

@@ -4,7 +4,7 @@ The C core does the measuring (kbench._core.measure_cuda, its options and defaul
 _core.CUDA_DEFAULTS); this module adapts PyTorch, CuPy, DLPack-style objects and raw stream
 handles to it, picks the timer CUPTI allows, captures graphs (through torch.cuda.graph for
 PyTorch so its caching allocator knows) and probes a mode's floor. What the raw record says is
-read by kbench.cuda_report. Imported only when a GPU is asked for.
+read by kbench.backends.cuda_report. Imported only when a GPU is asked for.
 """
 from __future__ import annotations
 
@@ -17,10 +17,10 @@ from typing import Any, Callable, ContextManager, Dict, List, Optional, Tuple
 
 import numpy as np
 
-from . import _core
-from .coldcache import flag_rotation_sets, make_rotation_sets, shares_memory
-from .prepare import add_note, device_ordinal, poison_gpu
-from .ceilings import choose_compute_peak
+from .. import _core
+from ..measure.coldcache import flag_rotation_sets, make_rotation_sets, shares_memory
+from ..measure.prepare import add_note, device_ordinal, poison_gpu
+from ..roofline.ceilings import choose_compute_peak
 from .cuda_report import (floor_share, gpu_neighbours, gpu_peaks, kinds,
                           read_cold, read_record, theoretical_bandwidth)
 
@@ -239,7 +239,7 @@ def _cupti_status() -> Dict[str, Any]:
 
 def _resolve_mode(mode: Optional[str], warn: List[str]) -> Tuple[str, bool]:
     """(mode, cupti_usable): None becomes 'cupti' when CUPTI is usable, else 'events'. The
-    value was checked by _core.check_choices (kbench.local) before anything ran."""
+    value was checked by _core.check_choices (kbench.measure.local) before anything ran."""
     profiler = torch_profiler_active()
     cupti_ok, why = True, ""
     copies = cupti_copies_mapped()
@@ -360,7 +360,7 @@ def _run(fn: Callable[..., Any], sets: List[Tuple[Any, ...]], kwargs: Dict[str, 
     the caller gave them: their defaults are _core.CUDA_DEFAULTS and C validates them."""
     require_backend()
     # before the measurement, not after its seconds: a bad name, and the dtypes read before fn
-    # runs (kbench.ceilings: compute_peak=None follows them)
+    # runs (kbench.roofline.ceilings: compute_peak=None follows them)
     ceiling = choose_compute_peak(compute_peak, fn, sets[0], kwargs, output)
     warn: List[str] = []
     ordinal = device_ordinal(device)
@@ -397,7 +397,7 @@ def _run(fn: Callable[..., Any], sets: List[Tuple[Any, ...]], kwargs: Dict[str, 
 
     # the output to poison and re-check: named by bench's out_arg, else an out= keyword. Only
     # with a check: unchecked, poison would only overwrite the caller's data (an in-place
-    # kernel's input too, kbench.local passes no check for those)
+    # kernel's input too, kbench.measure.local passes no check for those)
     out_kw = (output if output is not None else kwargs.get("out")) if check is not None else None
     extra: Dict[str, Any] = {"mode": mode, "timer": timer, "stream": s}
     if mode == "graph":
@@ -453,7 +453,8 @@ def _run(fn: Callable[..., Any], sets: List[Tuple[Any, ...]], kwargs: Dict[str, 
 
 
 # What kbench.bench passes through to this backend as given by the caller: _run's keywords but
-# those kbench.local fills in itself. kbench.local checks a call's options against it before
+# those kbench.measure.local fills in itself. kbench.measure.local checks a call's options against
+# it before
 # anything calls fn.
 _FROM_BENCH = ("cold_cache", "flush_bytes", "mode", "device", "loop", "check", "rtol", "atol",
                "output")
@@ -467,7 +468,7 @@ def _check_after(post: Any, args: Tuple[Any, ...], check: Any, rtol: Any, atol: 
     if post is None:
         return
     _sync(ordinal)
-    from .prepare import compare_outputs
+    from ..measure.prepare import compare_outputs
     ref = check(*args) if callable(check) else check
     cmp, _ = compare_outputs(post, ref, rtol, atol)
     extra["post_check"] = {"ok": cmp.ok, "max_abs_err": cmp.max_abs_err}

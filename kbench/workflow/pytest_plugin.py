@@ -28,17 +28,17 @@ fixture; both plugins load side by side):
     session file written by ``--kbench-save``) and print a table (benchmark, baseline, current,
     delta, verdict) in the terminal summary. The session fails (exit status 1) when any
     benchmark is *slower*: its median grew by more than the threshold and the two medians'
-    confidence intervals do not overlap (see :mod:`kbench.cli_compare` for the verdicts).
+    confidence intervals do not overlap (see :mod:`kbench.workflow.cli_compare` for the verdicts).
     New benchmarks are listed as "no baseline". ``--kbench-fail=off`` only reports. PATH is
     read before the tests run, so it may also be the ``--kbench-save`` path (compare with the
     last baseline, then replace it). A session where no benchmark ran (all deselected or
     skipped) compared nothing and fails the gate.
 ``--kbench-fail-mem=10%``
     with ``--kbench-compare``: also fail the session when a benchmark's peak memory of one call
-    (``Result.memory``, see :mod:`kbench.memory`) grew beyond the threshold (and beyond the
+    (``Result.memory``, see :mod:`kbench.measure.memory`) grew beyond the threshold (and beyond the
     measuring method's resolution). Without it, memory is reported in the table, not gated.
     The table also says when a benchmark's baseline came from a different harness (script
-    or cell md5, callable, arguments: :mod:`kbench.provenance`).
+    or cell md5, callable, arguments: :mod:`kbench.provenance.harness`).
 ``--kbench-disable``
     run each benchmarked callable exactly once, untimed: the fixture checks ``check=`` if given
     (a wrong answer still fails the test) and returns a :class:`DisabledRun`: a Result with no
@@ -73,7 +73,7 @@ from typing import Any, Dict, List, Optional, Tuple
 import numpy as np
 import pytest
 
-from .result import Result, untimed_stats
+from ..report.result import Result, untimed_stats
 
 SESSION_SCHEMA = "kbench.session/1"
 
@@ -180,7 +180,7 @@ def pytest_configure(config: pytest.Config) -> None:
     except ValueError as e:
         raise pytest.UsageError(f"--kbench-fail-mem: {e}") from None
     max_time = config.getoption("kbench_max_time")
-    from .options import max_time_cap
+    from ..options import max_time_cap
     cap = max_time_cap()        # kbench.bench's, from the option schema
     if max_time is not None and not (0 < max_time <= cap):      # also nan, inf
         raise pytest.UsageError(f"--kbench-max-time must be a number of seconds > 0 and "
@@ -274,7 +274,7 @@ def pytest_runtest_setup(item: pytest.Item) -> None:
         return
     state = item.config.stash[_STATE_KEY]
     if state.gpu_status is None:
-        from .testing import cuda_device_status
+        from ..testing import cuda_device_status
         state.gpu_status = cuda_device_status()
     present, why = state.gpu_status
     if not present:
@@ -299,7 +299,7 @@ class KbenchFixture:
         ``assert kbench.disabled or r.median < t`` holds in both."""
         if self._state.disabled:
             return True
-        from .profile import wanted
+        from ..measure.profile import wanted
         return bool(wanted(None, "cuda"))
 
     def _key(self, name: Optional[str]) -> str:
@@ -313,7 +313,7 @@ class KbenchFixture:
 
     def __call__(self, fn, *args: Any, flops: Optional[float] = None,
                  bytes: Optional[float] = None, check: Any = None, **options: Any):
-        from .bench import bench
+        from ..bench import bench
         if self._state.disabled:
             # the same duplicate-name refusal as when timed: a test that fails timed fails here
             key = self._key(options.get("name"))
@@ -337,7 +337,7 @@ class KbenchFixture:
         return result
 
     def _run_once(self, fn, args, flops, bytes, check, options) -> DisabledRun:
-        from .prepare import check_before_timing, name_of
+        from ..measure.prepare import check_before_timing, name_of
         if not callable(fn):
             raise TypeError(f"kbench fixture: fn must be callable, got {type(fn).__name__}")
         args = _check_bench_options(fn, args, flops, bytes, check, options)
@@ -362,12 +362,12 @@ class KbenchFixture:
 
 
 def _check_bench_options(fn, args, flops, bytes, check, options) -> Tuple[Any, ...]:
-    """Under --kbench-disable: what kbench.bench refuses before it calls fn (kbench.local's
+    """Under --kbench-disable: what kbench.bench refuses before it calls fn (kbench.measure.local's
     check_call: a misspelt option, a bad cold_cache/mode/device/out_arg, an async fn), so a
     benchmark that would fail when timed fails on CPU-only CI too; returns the arguments of the
     first call. The timing loop's values (max_time_s, ...) are the C loop's to check."""
-    from .bench import bench
-    from .local import check_call
+    from ..bench import bench
+    from ..measure.local import check_call
     # bench's own binding: its named options, the rest are the backend's (as when timed)
     given = inspect.signature(bench).bind(fn, *args, flops=flops, bytes=bytes, check=check,
                                           **options)
@@ -392,8 +392,8 @@ def kbench(request: pytest.FixtureRequest) -> KbenchFixture:
 # ------------------------------------------------------------------ save / compare / report
 
 def _session_metadata(config: pytest.Config) -> Dict[str, Any]:
-    from ._version import __version__
-    from .metadata import command_line
+    from .._version import __version__
+    from ..provenance.metadata import command_line
     md: Dict[str, Any] = {
         "created": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
         "kbench_version": __version__,
@@ -404,7 +404,7 @@ def _session_metadata(config: pytest.Config) -> Dict[str, Any]:
         "argv": command_line(),
         "rootdir": str(config.rootpath),
     }
-    from .metadata import git_info
+    from ..provenance.metadata import git_info
     git = git_info(str(config.rootpath))
     if git:
         md["git_commit"] = git["commit"]
@@ -416,7 +416,7 @@ def _appended(before: Any, results: Dict[str, Dict[str, Any]],
     """The results to save when this session is added to the baseline `before`: each
     benchmark carries its sessions; a benchmark this session did not run keeps its entry."""
     from .baseline import append_session
-    from .provenance import different
+    from ..provenance.harness import different
     out = {k: dict(v) for k, v in (before or {}).items()}
     for key, new in results.items():
         old = out.get(key)
@@ -433,7 +433,7 @@ def _write_session(path: str, config: pytest.Config, results: Dict[str, Any],
     if state is not None and state.append:
         docs = _appended(state.saved_before, docs, state.append_notes)
     doc = {"schema": SESSION_SCHEMA, "results": docs, "metadata": _session_metadata(config)}
-    from ._format import write_atomic
+    from ..report._format import write_atomic
     directory = os.path.dirname(os.path.abspath(path))
     os.makedirs(directory, exist_ok=True)
     # a temporary file of this session's own, then a rename: a crashed run never leaves half
@@ -521,7 +521,7 @@ def pytest_terminal_summary(terminalreporter, exitstatus: int, config: pytest.Co
             return
     if not (state.results or state.comparison is not None or state.save_note):
         return
-    from ._format import fmt_bytes, fmt_ci, fmt_rate, fmt_time, text_table
+    from ..report._format import fmt_bytes, fmt_ci, fmt_rate, fmt_time, text_table
     tr.write_sep("-", f"kbench: {len(state.results)} benchmark(s)")
     if not state.results and not state.profiled:
         tr.write_line("kbench: no benchmark ran in this session (deselected or skipped)")

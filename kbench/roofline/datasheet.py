@@ -5,10 +5,10 @@ sparsity, twice the dense rate) beside or instead of the dense ones; those are h
 dense kernel can never reach them. Rates are per GPU as the driver shows it: one MI250X module
 is two devices (GCDs) to ROCm, so its figures are the module's halved.
 
-The precisions are kbench.ceilings' names: fp64 and fp32 are the vector (FMA) rates, fp64_tc the
-FP64 tensor-core (DGEMM) rate, tf32 .. fp4 the tensor-core rates with FP32 accumulation (what
-torch's GEMMs use: GeForce cards run FP16-accumulate at twice these). A precision the GPU has no
-unit for is left out. Bandwidth is bytes per second, 1e12 = 1 TB/s.
+The precisions are kbench.roofline.ceilings' names: fp64 and fp32 are the vector (FMA) rates,
+fp64_tc the FP64 tensor-core (DGEMM) rate, tf32 .. fp4 the tensor-core rates with FP32 accumulation
+(what torch's GEMMs use: GeForce cards run FP16-accumulate at twice these). A precision the GPU has
+no unit for is left out. Bandwidth is bytes per second, 1e12 = 1 TB/s.
 
 A measured ceiling (`kbench peaks`) is what a kernel can reach; the datasheet is what the vendor
 promises at the boost clock. Results show both: a kernel at 70% of the datasheet and 95% of the
@@ -176,4 +176,4 @@ def lookup(device_name: Any) -> Optional[Dict[str, Any]]:
 def missing_text(device_name: Any) -> str:
     """What a result says for a GPU the table lacks."""
     return (f"{device_name or 'this GPU'} is not in kbench's datasheet table "
-            f"(kbench.datasheet.TABLE): no % of datasheet peak")
+            f"(kbench.roofline.datasheet.TABLE): no % of datasheet peak")

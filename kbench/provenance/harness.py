@@ -27,10 +27,10 @@ import os
 import sys
 from typing import Any, Dict, Iterator, List, Optional, Tuple
 
-from ._format import describe
+from ..report._format import describe
 from .metadata import git_cached
 
-_PKG_DIR = os.path.dirname(os.path.abspath(__file__))
+_PKG_DIR = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))    # kbench/
 _md5_cache: Dict[Tuple[str, int, int], str] = {}
 
 
@@ -219,14 +219,14 @@ def args_info(args: Tuple[Any, ...], kwargs: Dict[str, Any]) -> Dict[str, Any]:
 def carried_info(fn: Any) -> Dict[str, Any]:
     """What the callable carries besides its arguments (a closure's or a partial's arrays, the
     globals it names), shapes and dtypes as args_info, and its md5."""
-    from .prepare import carried_signature
+    from ..measure.prepare import carried_signature
     sig = carried_signature(fn)
     return {"signature": sig if len(sig) <= 400 else sig[:400] + "...", "md5": md5_text(sig)}
 
 
 def kbench_info() -> Dict[str, Any]:
-    from ._version import __version__
-    from ._build import build_info
+    from .._version import __version__
+    from .._build import build_info
     return {"version": __version__, "build": build_info(), "path": _PKG_DIR,
             "git": git_cached(_PKG_DIR, project=False)}     # not KBENCH_GIT_COMMIT's
 

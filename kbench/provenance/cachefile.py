@@ -1,4 +1,4 @@
-"""kbench.cachefile: reading the small JSON files kbench keeps (the peaks cache, the run
+"""kbench.provenance.cachefile: reading the small JSON files kbench keeps (the peaks cache, the run
 history) without trusting what sits at their paths.
 
 A FIFO there would block open() for a writer that never comes, /dev/zero would read until

@@ -37,10 +37,10 @@ from typing import Any, Callable, Dict, List, Optional, Sequence, Tuple
 
 import numpy as np
 
-from ._format import (dump_json, fmt_bytes, fmt_pct, fmt_rate, fmt_time, html_table,
-                      load_json_as, text_table, write_atomic)
-from .options import bench_docstring_section
-from .result import Result
+from ..report._format import (dump_json, fmt_bytes, fmt_pct, fmt_rate, fmt_time, html_table,
+                              load_json_as, text_table, write_atomic)
+from ..options import bench_docstring_section
+from ..report.result import Result
 
 _ROW_KEYS = ("name", "median_s", "ci_low_s", "ci_high_s", "rel_ci", "samples", "bytes_per_s",
              "flops_per_s", "bandwidth_pct_peak", "compute_pct_peak", "stop",
@@ -93,12 +93,12 @@ def _case_spec(out: Any, case: Dict[str, Any]) -> Tuple[Callable, Tuple, Dict[st
 
 
 def _case_name(fn: Any, case: Dict[str, Any]) -> str:
-    from .prepare import name_of
+    from ..measure.prepare import name_of
     return f"{name_of(fn)}[" + ", ".join(f"{k}={_label(v)}" for k, v in case.items()) + "]"
 
 
 def _run_case(factory: Callable, case: Dict[str, Any], options: Dict[str, Any]) -> Result:
-    from .bench import bench
+    from ..bench import bench
     fn, args, case_opts = _case_spec(factory(**case), case)
     opts = dict(options)
     opts.update(case_opts)
@@ -110,7 +110,7 @@ def _case_worker(factory: Callable, case: Dict[str, Any], options: Dict[str, Any
                  script: Optional[Dict[str, Any]] = None):
     """Runs in the spawned child: the Result crosses back as its JSON-able dict. script: the
     parent's record of sweep's caller, for the harness provenance (the child has no caller)."""
-    from .provenance import parent_script
+    from ..provenance.harness import parent_script
     with parent_script(script):
         return _run_case(factory, case, options).to_dict()
 
@@ -193,7 +193,7 @@ def _check_main_guard() -> None:
     """Raise before spawning anything when the worker would start the sweep again."""
     bad = _unguarded_main_call()
     if bad is not None:
-        from ._core import KbenchError
+        from .._core import KbenchError
         path, line, text = bad
         raise KbenchError(f"kbench.sweep: {_GUARD_HINT}, and {path}:{line} "
                           + (f"({text}) " if text else "")
@@ -258,7 +258,7 @@ def _exit_status(procs: List[Any]) -> str:
 
 
 def _worker_died(case: Dict[str, Any], procs: List[Any]) -> Exception:
-    from ._core import KbenchError
+    from .._core import KbenchError
     return KbenchError(f"kbench.sweep(isolate=True): the worker process running case {case} "
                        f"died before returning its result ({_exit_status(procs)}); the "
                        f"worker's own error, if it printed one, is above on stderr. If the "
@@ -535,8 +535,9 @@ _RATE_UNIT = {"bytes_per_s": "B", "flops_per_s": "FLOP"}
 
 def _ceiling_line(tp: Dict[str, Any], y: str) -> Optional[Tuple[float, str]]:
     """(ceiling, its label) of one result on a plot of y: a bandwidth's measured or theoretical
-    peak; a FLOP rate's measured ceiling of the precision it was held against (kbench.ceilings:
-    "measured GPU bf16 GEMM"), else that precision's datasheet figure (GPUs), else None."""
+    peak; a FLOP rate's measured ceiling of the precision it was held against
+    (kbench.roofline.ceilings: "measured GPU bf16 GEMM"), else that precision's datasheet figure
+    (GPUs), else None."""
     pkey = _PEAK_KEYS.get(y)
     if pkey is None:
         return None
@@ -640,7 +641,7 @@ def sweep(factory: Callable[..., Any], axes: Dict[str, Sequence[Any]], *,
     script = None
     if isolate:
         _check_main_guard()
-        from .provenance import caller_script
+        from ..provenance.harness import caller_script
         script = caller_script()        # the workers record sweep's caller, as _run_case does
     results: List[Result] = []
     what = getattr(factory, "__qualname__", None) or type(factory).__name__
@@ -655,7 +656,7 @@ def sweep(factory: Callable[..., Any], axes: Dict[str, Sequence[Any]], *,
                                         options=dict(bench_options), factory_name=what)
             except AttributeError:      # an exception type without a __dict__
                 pass
-            from .prepare import add_note
+            from ..measure.prepare import add_note
             kept = (f"; the {len(results)} case(s) finished before it are in the "
                     f"exception's .partial" if results and hasattr(e, "partial") else "")
             add_note(e, f"in kbench.sweep case {case}{kept}")

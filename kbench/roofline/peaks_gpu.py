@@ -12,9 +12,9 @@ recorded as absent with torch's reason; fp4 is not measured (block-scaled GEMMs 
 scales kbench does not build yet): absent, and the datasheet's figure stands beside it. The
 fp32 ceiling is the higher of the FMA kernel and the fp32 GEMM (the best the GPU does).
 
-Results are cached per GPU (by UUID) next to the CPU peaks (kbench.peaks reads the cache back;
-kbench.ceilings picks a precision's ceiling from it). It measures by calling kbench.bench, so it
-is a top-level action like the CLI: nothing below kbench.bench imports it.
+Results are cached per GPU (by UUID) next to the CPU peaks (kbench.roofline.peaks reads the cache
+back; kbench.roofline.ceilings picks a precision's ceiling from it). It measures by calling
+kbench.bench, so it is a top-level action like the CLI: nothing below kbench.bench imports it.
 """
 from __future__ import annotations
 
@@ -26,8 +26,8 @@ import warnings
 from importlib import resources
 from typing import Any, Callable, Dict, Optional, Tuple
 
-from . import _core
-from .bench import bench as _bench
+from .. import _core
+from ..bench import bench as _bench
 from .ceilings import LABELS, PRECISIONS
 from .peaks import GPU_SCHEMA, gpu_peaks_path, save_peaks
 
@@ -46,7 +46,7 @@ def _kernel_source(name: str) -> str:
     try:
         return resources.files("kbench.kernels").joinpath("cuda", name).read_text()
     except (ModuleNotFoundError, FileNotFoundError):
-        here = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+        here = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
         with open(os.path.join(here, "kernels", "cuda", name)) as f:
             return f.read()
 
@@ -57,11 +57,12 @@ def measure_gpu_peaks(device: int = 0, copy_bytes: int = 2 << 30, save: bool = T
     GEMM per precision (gemm_time_s each). Takes about a minute with PyTorch.
 
     Returns {"schema": GPU_SCHEMA, "device", "uuid", "measured_at", "hbm_bytes_per_s",
-    "<precision>_flops_per_s" for each precision measured (kbench.ceilings.PRECISIONS; int8 in
+    "<precision>_flops_per_s" for each precision measured (kbench.roofline.ceilings.PRECISIONS;
+    int8 in
     OP/s), "fp32_fma", "fp64_fma", "gemm": {precision: how it was measured}, "absent":
-    {precision: why not measured}, "datasheet" (kbench.datasheet.lookup's entry or None),
+    {precision: why not measured}, "datasheet" (kbench.roofline.datasheet.lookup's entry or None),
     "regime", "source"}."""
-    from . import cuda
+    from ..backends import cuda
     from .datasheet import lookup
     info = cuda.device_info(device)
     stream = cuda.stream_handle(None, device)

@@ -1,10 +1,10 @@
 """Before timing: the steps that every path through kbench.bench shares, whatever the backend.
 
 The case's name, the device its arguments live on, one bench at a time per process, and the
-correctness check with the output poisoned first. kbench.local, each rank's run in
-kbench.distributed, the backends (kbench.cuda, kbench.hip, kbench.memory) and the pytest plugin
-all use these, so this module imports no backend and no framework: torch and CuPy are asked
-only through sys.modules, when the process already imported them.
+correctness check with the output poisoned first. kbench.measure.local, each rank's run in
+kbench.distributed, the backends (kbench.backends.cuda, kbench.backends.hip, kbench.measure.memory)
+and the pytest plugin all use these, so this module imports no backend and no framework: torch and
+CuPy are asked only through sys.modules, when the process already imported them.
 """
 from __future__ import annotations
 
@@ -19,11 +19,12 @@ from typing import Any, Callable, Dict, Tuple, TypeVar, Union
 import numpy as np
 
 from .coldcache import shares_memory
-from .compare import compare
+from ..correctness.compare import compare
 
 F = TypeVar("F", bound=Callable[..., Any])
 
-# kbench.bench's defaults other than None, written once: kbench.local.bench_local's signature
+# kbench.bench's defaults other than None, written once: kbench.measure.local.bench_local's
+# signature
 # (which kbench.bench shows as its own, and kbench.distributed calls with only what its caller
 # gave) and kbench.distributed read them here. The loop's and the backends' defaults live in C
 # (_core.LOOP_DEFAULTS, _core.CUDA_DEFAULTS).
@@ -33,7 +34,7 @@ BENCH_DEFAULTS: Dict[str, Any] = {"cold_cache": "flush", "device": "auto", "rota
 # One bench at a time per process, its untimed calls (check, memory probe) included: the C
 # loop holds its own lock only while timing, and a memory probe overlapping another thread's
 # loop would disturb its times and read its allocations (peak RSS is per process). Reentrant:
-# kbench.distributed's bench holds it around each rank's kbench.local run.
+# kbench.distributed's bench holds it around each rank's kbench.measure.local run.
 _bench_lock = threading.RLock()
 
 
@@ -158,7 +159,7 @@ def _attributes(owner: Any, code: Any):
 def carried_signature(fn: Any, limit: int = 32) -> str:
     """What the callable carries (_carried), as shapes, dtypes and short values: two
     `lambda: a + a` over arrays of other sizes are other benchmarks though one source."""
-    from ._format import describe
+    from ..report._format import describe
     try:
         return ", ".join(f"{label}={describe(value)}"
                          for label, value in itertools.islice(_carried(fn), limit))

@@ -29,11 +29,11 @@ from typing import Any, Callable, Dict, List, Optional, Tuple
 
 import numpy as np
 
-from . import _core
-from ._format import library_status     # kbench info's wording: no dangling "Tried:"
-from .ceilings import hip_ceilings
-from .coldcache import flag_rotation_sets, make_rotation_sets, shares_memory
-from .prepare import device_ordinal, poison_gpu
+from .. import _core
+from ..report._format import library_status     # kbench info's wording: no dangling "Tried:"
+from ..roofline.ceilings import hip_ceilings
+from ..measure.coldcache import flag_rotation_sets, make_rotation_sets, shares_memory
+from ..measure.prepare import device_ordinal, poison_gpu
 
 BACKENDS = ("auto", "cuda", "hip")
 NO_ATTRIBUTION = ("no per-kernel attribution on HIP (there is no CUPTI): each sample is the "
@@ -58,7 +58,7 @@ LLC_TABLE: Tuple[Tuple[str, int, str], ...] = (
     ("W7900", 96 << 20, "96 MB Infinity Cache (Radeon PRO W7900)"),
 )
 
-# what kbench.bench passes through to this backend (kbench.local checks a call's options
+# what kbench.bench passes through to this backend (kbench.measure.local checks a call's options
 # against it before anything calls fn). keep_busy and regime are CUDA's clock-regime options,
 # taken so that kbench.distributed (which sets keep_busy=False, regime='burst' on a GPU) runs
 # here too: HIP has no keep-busy bridges and no regimes, and the result says so when asked.
@@ -89,7 +89,7 @@ def last_level_cache(info: Dict[str, Any]) -> Tuple[int, str]:
     name = str(info.get("name") or "")
     for key, size, what in LLC_TABLE:
         if key.lower() in name.lower() and size > l2:
-            return size, what + " (kbench.hip.LLC_TABLE)"
+            return size, what + " (kbench.backends.hip.LLC_TABLE)"
     if l2 > 0:
         return l2, "GPU L2 (hipDeviceAttributeL2CacheSize)"
     return 0, "unknown: hipDeviceAttributeL2CacheSize gave nothing and the name is not in the table"
@@ -311,7 +311,7 @@ def run(fn: Callable[..., Any], sets: List[Tuple[Any, ...]], kwargs: Dict[str, A
         device: str, loop: Dict[str, Any], check: Any = None, rtol=None, atol=None,
         output: Any = None, **backend_options: Any):
     """kbench.bench's GPU case on HIP: (raw, cold, extra, device name, peaks)."""
-    # mode is None or 'graph', checked by _core.check_choices (kbench.local): there is no
+    # mode is None or 'graph', checked by _core.check_choices (kbench.measure.local): there is no
     # CUPTI, and eager event timing would time launch gaps, so HIP times graph replays
     warn: List[str] = [f"note: {NO_ATTRIBUTION}"]     # said in the result, as the issue asks
     opts = _options(backend_options, warn)
@@ -344,8 +344,8 @@ def run(fn: Callable[..., Any], sets: List[Tuple[Any, ...]], kwargs: Dict[str, A
     if cold_cache in ("rotate", "flush") and llc <= 0 and not sized:
         raise ValueError(f"cold_cache={cold_cache!r} needs the last-level cache size, and it is "
                          f"unknown for {info.get('name')!r} (no L2 attribute, not in "
-                         f"kbench.hip.LLC_TABLE): pass flush_bytes= with cold_cache='flush', or "
-                         f"arg_sets= with cold_cache='rotate'")
+                         f"kbench.backends.hip.LLC_TABLE): pass flush_bytes= with "
+                         f"cold_cache='flush', or arg_sets= with cold_cache='rotate'")
     cold = {"mode": cold_cache or "none", "cache": llc_what, "cache_bytes": llc}
     if cold_cache == "rotate" and len(sets) == 1:
         sets = make_rotation_sets(sets[0], llc, **_given(opts, margin="rotate_margin"),
@@ -372,7 +372,8 @@ def run(fn: Callable[..., Any], sets: List[Tuple[Any, ...]], kwargs: Dict[str, A
         unroll = 1
     if unroll is None:
         unroll = int(min(100, max(1, math.ceil(20e-6 / max(eager_t, 1e-9))))) if eager_t else 1
-    # Every argument set is replayed, under any cold_cache, as kbench/cuda.py does: a graph per
+    # Every argument set is replayed, under any cold_cache, as kbench/backends/cuda.py does: a
+    # graph per
     # unroll sets, cycled (one graph once replayed only the first sets of an arg_sets run)
     n_graphs = max(1, math.ceil(len(sets) / unroll))
     graphs = _capture(fn, sets, kwargs, unroll, n_graphs, stream, ordinal, torch, side,
@@ -421,7 +422,7 @@ def run(fn: Callable[..., Any], sets: List[Tuple[Any, ...]], kwargs: Dict[str, A
     extra["device"] = dict(info, llc_bytes=llc, llc=llc_what, backend="hip")
     extra["warnings"] = warn
     # no measured HIP ceilings (`kbench peaks` is CUDA's): the datasheet's, for the inferred
-    # precision (kbench.ceilings)
+    # precision (kbench.roofline.ceilings)
     peaks = hip_ceilings(info, fn, sets[0], kwargs, out_kw, extra)
     return raw, cold, extra, str(info.get("name") or f"HIP device {ordinal}"), peaks
 
@@ -429,10 +430,11 @@ def run(fn: Callable[..., Any], sets: List[Tuple[Any, ...]], kwargs: Dict[str, A
 def _check_after(outs: List[Any], out_kw: Any, sets: List[Tuple[Any, ...]], last_call: int,
                  check: Any, rtol: Any, atol: Any, side: Any, extra: Dict[str, Any]) -> None:
     """Compare the output the replays left with check's reference for the argument set that
-    wrote it (the last captured call's: sets[last_call % len(sets)]). Skipped, as kbench/cuda.py
-    skips it, where that cannot be known or the reference is not that set's: one output every
-    set writes (an out= or a returned buffer shared by the calls) with several sets, or a
-    fixed reference (check= an array, sets[0]'s) while the last call used another set."""
+    wrote it (the last captured call's: sets[last_call % len(sets)]). Skipped, as
+    kbench/backends/cuda.py skips it, where that cannot be known or the reference is not that
+    set's: one output every set writes (an out= or a returned buffer shared by the calls) with
+    several sets, or a fixed reference (check= an array, sets[0]'s) while the last call used
+    another set."""
     last_out = outs[-1]
     post = last_out if last_out is not None else out_kw
     if post is None:
@@ -447,7 +449,7 @@ def _check_after(outs: List[Any], out_kw: Any, sets: List[Tuple[Any, ...]], last
         return
     if side is not None:
         side.synchronize()
-    from .compare import compare
+    from ..correctness.compare import compare
     ref = check(*sets[post_set]) if callable(check) else check
     cmp = compare(post, ref, rtol=rtol, atol=atol)
     extra["post_check"] = {"ok": cmp.ok, "max_abs_err": cmp.max_abs_err}

@@ -13,7 +13,8 @@ Verdict rules, per benchmark present in both files, with delta = new median / ol
   "unchanged"       the intervals do not overlap but |delta| <= threshold
   "busy host"       slower beyond the threshold but by at most +50%, with either figure taken
                     on a busy host or oversubscribed by its own thread pool
-                    (Result.extra["host_load"], kbench.hostload): what the host moves between
+                    (Result.extra["host_load"], kbench.measure.hostload): what the host moves
+between
                     runs is not judged; a larger slowdown is still "slower"
   "no baseline"     only in the new file;  "not run": only in the old file. Benchmarks pair
                     up by name: two session or sweep files of one benchmark each under
@@ -34,15 +35,15 @@ Verdict rules, per benchmark present in both files, with delta = new median / ol
                     every pair is "not comparable" compared nothing and fails as such. A
                     result without a regime or a cold-cache mode (the
                     CPU's regime, older files) is not judged on it.
-A baseline saved over several sessions (pytest --kbench-save-append; kbench.baseline) gives
-its median of session medians and, as its interval, the range its sessions' CIs covered.
+A baseline saved over several sessions (pytest --kbench-save-append; kbench.workflow.baseline)
+gives its median of session medians and, as its interval, the range its sessions' CIs covered.
 "slower" is a regression; "slower" and "invalid" are failures (the plugin fails the session on
 them, and so does `kbench compare --fail`). A "within noise" whose median is slower beyond the
 threshold is not a failure, but the note gives both CIs and the summary names it as not
 resolved: a run's CI widens where its samples drifted, and overlapping wide CIs are no
 evidence that nothing changed.
 
-Peak memory (Result.memory, kbench.memory), per benchmark with a figure in both files, with
+Peak memory (Result.memory, kbench.measure.memory), per benchmark with a figure in both files, with
 growth = new peak - old peak:
   "more memory"     growth > mem_threshold x old peak and > the method's resolution (512 B for
                     the torch/CuPy allocators, 1 MiB for the CPU's RSS, 2 MiB for the driver)
@@ -50,9 +51,9 @@ growth = new peak - old peak:
   "not comparable"  measured by different methods (torch allocator vs driver, ...)
 "more memory" fails `kbench compare --fail-mem 10%` and the plugin's --kbench-fail-mem=10%.
 
-Harness provenance (metadata["harness"], kbench.provenance): a benchmark whose two results
+Harness provenance (metadata["harness"], kbench.provenance.harness): a benchmark whose two results
 came from different harnesses (script or notebook cell md5, callable, arguments) gets a note;
-it is reported, not failed. So does what changed around the code (kbench.metadata.
+it is reported, not failed. So does what changed around the code (kbench.provenance.metadata.
 environment_changes): the GPU model or board, driver, power limit, ECC, the versions of the
 frameworks and GPU libraries (cuBLAS, cuDNN, NCCL, ...) both runs had loaded, Python, numpy,
 and the recorded environment variables.
@@ -65,10 +66,10 @@ import statistics
 from dataclasses import dataclass, field
 from typing import Any, Dict, List, Optional, Union
 
-from ._format import fmt_bytes, fmt_time, html_table, text_table
-from .metadata import environment_changes
+from ..report._format import fmt_bytes, fmt_time, html_table, text_table
+from ..provenance.metadata import environment_changes
 from .baseline import own_ci, check_sessions, figure as session_range
-from .provenance import different
+from ..provenance.harness import different
 
 SESSION_SCHEMA = "kbench.session/1"
 RESULT_SCHEMA = "kbench.result/1"
@@ -585,7 +586,7 @@ def _world(d: Optional[Dict[str, Any]]) -> int:
     return w if isinstance(w, int) and not isinstance(w, bool) else 1
 
 
-#: On a busy host (kbench.hostload) a slowdown up to this is the host's, not the code's: a
+#: On a busy host (kbench.measure.hostload) a slowdown up to this is the host's, not the code's: a
 #: 2-core VM with one busy process moved a cold 16 MB np.add's medians 18-28% between runs.
 BUSY_HOST_THRESHOLD = 0.5
 
@@ -736,7 +737,7 @@ def compare_sets(old: ResultSet, new: ResultSet, threshold: float = 0.0,
         if overlap and abs(delta) > threshold:
             # the runs' own CIs, in the one format every table uses (fmt_ci: two sides where
             # the order-statistic CI is lopsided)
-            from ._format import fmt_ci
+            from ..report._format import fmt_ci
             cis = [fmt_ci(med, *ci) if ci is not None else "-"
                    for med, ci in ((old_med, old_ci), (new_med, new_ci))]
             notes.append("CIs overlap" + (f": {cis[0]} and {cis[1]}"
@@ -752,7 +753,7 @@ def compare_sets(old: ResultSet, new: ResultSet, threshold: float = 0.0,
             notes.append(flush)
         several = session_range(od)
         if several is not None:
-            from ._format import fmt_time
+            from ..report._format import fmt_time
             notes.append(f"{old_label}: {several[2]} sessions, their CIs span "
                          f"{fmt_time(several[1][0])} .. {fmt_time(several[1][1])}")
         over = [lab for lab, d in ((old_label, od), (new_label, nd))

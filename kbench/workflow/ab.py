@@ -23,9 +23,9 @@ from typing import Any, Callable, Dict, List, Optional, Sequence, Tuple, Union
 
 import numpy as np
 
-from ._format import dump_json, fmt_time, html_table, load_json_as, text_table
-from .options import bench_docstring_section
-from .result import Result
+from ..report._format import dump_json, fmt_time, html_table, load_json_as, text_table
+from ..options import bench_docstring_section
+from ..report.result import Result
 
 AB_SCHEMA = "kbench.ab/1"
 
@@ -63,7 +63,7 @@ def _normalize_arms(arms: Arms) -> List[Tuple[str, Callable[..., Any]]]:
 
 def median_ci(x: np.ndarray, level: float) -> Tuple[float, float]:
     """Order-statistic (distribution-free) CI of the median, from the C core."""
-    from . import _core
+    from .. import _core
     lo, hi = _core.median_ci(np.ascontiguousarray(x, dtype=np.float64), level)
     return float(lo), float(hi)
 
@@ -258,11 +258,11 @@ def ab(arms: Arms, *args: Any, trials: int = 10, ci_level: float = 0.95,
     once per arm, in the first trial. ci_level: of both each trial's statistics and the CI of
     the median paired delta. With three or more arms the reversed order keeps the middle arms
     in the middle (A B C, C B A): only the ends swap. In profile mode (profile=True or
-    KBENCH_PROFILE=1, see kbench.profile) each arm runs once for the profiler, untimed, and the
-    result has ``profile=True`` and no verdict.
+    KBENCH_PROFILE=1, see kbench.measure.profile) each arm runs once for the profiler, untimed, and
+    the result has ``profile=True`` and no verdict.
     """
-    from .bench import bench
-    from .prepare import add_note
+    from ..bench import bench
+    from ..measure.prepare import add_note
     pairs = _normalize_arms(arms)
     # numpy scalars (np.int64 from a loop, np.float32) are numbers too; bool is not
     if not (isinstance(ci_level, numbers.Real) and not isinstance(ci_level, bool)
@@ -295,14 +295,15 @@ def ab(arms: Arms, *args: Any, trials: int = 10, ci_level: float = 0.95,
                 checked.add(name)
             try:
                 # a trial is a slice of one comparison, not a run of its own: kept out of the
-                # run history (kbench.runhistory), whose spread is between whole runs
+                # run history (kbench.measure.runhistory), whose spread is between whole runs
                 res[name] = bench(fn, *args, name=name, _history=False, **kw)
             except Exception as e:
                 add_note(e, f"in kbench.ab arm {name!r}, trial {t}")
                 raise
         trial_results.append(res)
         orders.append([n for n, _ in order])
-        # profile mode (kbench.profile) runs each call once, untimed: one run per arm is what
+        # profile mode (kbench.measure.profile) runs each call once, untimed: one run per arm is
+        # what
         # a profiler needs, and there are no medians to pair
         if any(r.stop.get("stop") == "profile" for r in res.values()):
             return _profiled(pairs, trial_results, orders, dict(opts, trials=trials), ci_level)

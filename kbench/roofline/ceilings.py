@@ -7,7 +7,8 @@ in: an f16 matmul held against fp32 FMA read 946% of its ceiling. kbench.bench p
 follows, unless compute_peak= names one (GPU benches):
 
   - The arrays the callable reads: its arguments, what it carries (a closure's cells, a
-    partial's arguments, a bound method's object, the globals its code names: kbench.prepare's
+    partial's arguments, a bound method's object, the globals its code names:
+kbench.measure.prepare's
     walk, which also chooses the device) and a module's parameters. The output (out_arg=, or
     an out= keyword) is not an input.
   - 2-D or larger inputs can feed a GEMM: the narrowest of their precisions is the ceiling --
@@ -35,8 +36,8 @@ import os
 import sys
 from typing import Any, Dict, List, Optional, Tuple
 
-from ._format import fmt_pct, fmt_rate
-from .prepare import _carried, held
+from ..report._format import fmt_pct, fmt_rate
+from ..measure.prepare import _carried, held
 
 #: Every ceiling compute_peak= accepts, in the order tables show them.
 PRECISIONS = ("fp64", "fp64_tc", "fp32", "tf32", "fp16", "bf16", "fp8_e4m3", "fp8_e5m2", "int8",
@@ -103,7 +104,7 @@ def _ndim(x: Any) -> int:
 def arrays_read(fn: Any, args: Tuple[Any, ...], kwargs: Dict[str, Any],
                 output: Any = None) -> List[Dict[str, Any]]:
     """[{"what", "precision", "ndim", "output"}] for each array or tensor the callable reads
-    whose dtype has a precision: its arguments, what it carries (kbench.prepare's walk: the
+    whose dtype has a precision: its arguments, what it carries (kbench.measure.prepare's walk: the
     one that chooses the device) and the parameters of a module among them. Read only."""
     seen, out = set(), []
     outputs = {id(o) for o in ([output] if output is not None else []) +
@@ -400,9 +401,10 @@ def ceiling_warnings(r: Any, slack: float) -> List[str]:
 
 def cpu_ceilings(fn: Any, args: Tuple[Any, ...], kwargs: Dict[str, Any], output: Any,
                  fma_peaks: Any, extra: Dict[str, Any]) -> Optional[Dict[str, Any]]:
-    """A CPU bench's ceilings: the FMA ones `fma_peaks(dtype)` reads from the cache (kbench.local's
-    _cpu_peaks) for the precision the callable computes in, a bf16 or fp16 native ceiling in
-    their place where measured; the choice is recorded as extra["compute_peak"]."""
+    """A CPU bench's ceilings: the FMA ones `fma_peaks(dtype)` reads from the cache
+    (kbench.measure.local's _cpu_peaks) for the precision the callable computes in, a bf16 or fp16
+    native ceiling in their place where measured; the choice is recorded as
+    extra["compute_peak"]."""
     choice = cpu_compute_peak(fn, args, kwargs, output)
     peaks = fma_peaks(choice.pop("fma_dtype"))
     record = None

@@ -13,7 +13,7 @@ from typing import Any, Dict, List, Optional
 
 import numpy as np
 
-from . import _core
+from .. import _core
 
 # An events/graph floor at or above this share of a figure puts the figure at risk.
 FLOOR_SHARE_WARN = 0.10
@@ -169,7 +169,7 @@ def read_record(raw: Dict[str, Any], extra: Dict[str, Any], warn: List[str], *, 
 def floor_share(extra: Dict[str, Any], mode: str, raw: Dict[str, Any], warn: List[str]) -> None:
     """How much of the figure the mode's floor (extra["floor"]) may be: events and graph modes
     only (an event pair's floor is launch and event overhead that may sit inside every sample;
-    cupti mode probes none, kbench.cuda._run says why)."""
+    cupti mode probes none, kbench.backends.cuda._run says why)."""
     med = _core.quantile(np.asarray(raw["samples"], dtype=np.float64), 0.5)
     if med > 0:
         share = extra["floor"]["median_s"] / med
@@ -204,20 +204,20 @@ def theoretical_bandwidth(info: Dict[str, Any]) -> Optional[float]:
 
 def check_compute_peak(compute_peak: Any) -> Optional[str]:
     """compute_peak= as a ceiling's name (None: follow the arguments' dtypes); ValueError
-    listing the accepted names otherwise (kbench.ceilings)."""
-    from .ceilings import check_compute_peak as check
+    listing the accepted names otherwise (kbench.roofline.ceilings)."""
+    from ..roofline.ceilings import check_compute_peak as check
     return check(compute_peak)
 
 
 def gpu_peaks(info: Dict[str, Any], compute_peak: Any) -> Optional[Dict[str, Any]]:
     """Cached `kbench peaks` ceilings and the datasheet's; compute_peak (a ceiling's name, or
-    kbench.ceilings.choose_compute_peak's choice) picks the FLOP rate to compare with. Without
-    a measured ceiling, the theoretical bandwidth still bounds a cold figure."""
-    from .ceilings import choose_compute_peak, gpu_ceiling
+    kbench.roofline.ceilings.choose_compute_peak's choice) picks the FLOP rate to compare with.
+    Without a measured ceiling, the theoretical bandwidth still bounds a cold figure."""
+    from ..roofline.ceilings import choose_compute_peak, gpu_ceiling
     choice = compute_peak if isinstance(compute_peak, dict) else \
         choose_compute_peak(compute_peak, None, (), {})
     try:
-        from .peaks import load_gpu_peaks
+        from ..roofline.peaks import load_gpu_peaks
         d = load_gpu_peaks(info)
     except Exception:                    # unreadable cache: as if none
         d = None

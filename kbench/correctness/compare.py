@@ -21,7 +21,7 @@ from typing import Any, Dict, Optional, Tuple
 
 import numpy as np
 
-from . import _core
+from .. import _core
 
 __all__ = ["DEFAULT_TOLERANCES", "Comparison", "compare", "assert_close", "tolerances_for"]
 

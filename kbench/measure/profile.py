@@ -31,15 +31,15 @@ from typing import Any, Callable, ContextManager, Dict, List, Optional, Tuple
 
 import numpy as np
 
-from . import _core
+from .. import _core
 from .prepare import device_ordinal
-from .result import Result, untimed_stats
+from ..report.result import Result, untimed_stats
 
 ENV = "KBENCH_PROFILE"
 INJECTION_ENV = "CUDA_INJECTION64_PATH"
 NCU_COMMAND = "ncu --profile-from-start off -o <report> python <script>"
 NSYS_COMMAND = "nsys profile --capture-range=cudaProfilerApi -o <report> python <script>"
-ANNOTATION_PREFIX = "kbench.profile::"
+ANNOTATION_PREFIX = "kbench.measure.profile::"
 WARMUP_MIN_CALLS = 2
 WARMUP_MAX_CALLS = 1000
 # under kbench.distributed: the same number of warm-up calls on every rank
@@ -185,7 +185,7 @@ class _Gpu:
     a GPU."""
 
     def __init__(self, device: str, stream: Any) -> None:
-        from . import cuda
+        from ..backends import cuda
         cuda.require_backend()
         self.ordinal = device_ordinal(device)
         self.stream = cuda.stream_handle(stream, self.ordinal)
@@ -247,7 +247,7 @@ def run_once(fn: Callable[..., Any], sets: List[Tuple[Any, ...]], kwargs: Dict[s
     # flush and than the one a timed bench measured
     current: ContextManager[Any] = contextlib.nullcontext()
     if device != "cpu":
-        from . import cuda
+        from ..backends import cuda
         current = cuda.on_stream(stream, device_ordinal(device), sets, kwargs)
     with current:
         if backend is None:      # inside: its flush goes to the stream made current
@@ -307,7 +307,7 @@ def _run_once(fn: Callable[..., Any], args: Tuple[Any, ...], kwargs: Dict[str, A
                      correctness=correctness, extra={"profile": info},
                      warnings=["profile run: one call inside the profiler range, not timed"])
     try:
-        from .provenance import collect
+        from ..provenance.harness import collect
         run.metadata = {"harness": collect(fn, args, kwargs),
                         "timestamp_utc": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
                         "argv": list(sys.argv)}

@@ -1,4 +1,4 @@
-"""kbench.local: one process's bench -- check correctness, then time a callable with the C
+"""kbench.measure.local: one process's bench -- check correctness, then time a callable with the C
 core's loop on the CPU or a GPU backend, and put the Result together.
 
 kbench.bench calls it for a single-process run; kbench.distributed calls it on every rank, with
@@ -17,14 +17,14 @@ from typing import Any, Callable, Dict, List, NamedTuple, Optional, Tuple, Union
 
 import numpy as np
 
-from . import _core
-from ._format import fmt_bytes, fmt_time
-from .ceilings import add_datasheet, ceiling_warnings, cpu_ceilings
+from .. import _core
+from ..report._format import fmt_bytes, fmt_time
+from ..roofline.ceilings import add_datasheet, ceiling_warnings, cpu_ceilings
 from .coldcache import (flag_rotation_sets, make_rotation_sets, normalize_arg_sets,
                         visible_operands)
 from .prepare import (BENCH_DEFAULTS, check_before_timing, choose_device, device_ordinal,
                       name_of, named_output, one_at_a_time)
-from .result import Result, dependence_text, saturation_text
+from ..report.result import Result, dependence_text, saturation_text
 
 _LOOP_KEYS = ("warmup_s", "min_samples", "max_samples", "max_time_s", "target", "ci_level",
               "criterion")
@@ -159,7 +159,7 @@ def bench_local(fn: Callable[..., Any], *args: Any,
     result.warnings.extend(_warnings(result))
     result.warnings.extend(extra.pop("warnings", []))
     result.metadata = _metadata(device_name, result, extra)
-    from .provenance import collect
+    from ..provenance.harness import collect
     result.metadata["harness"] = collect(fn, sets[0], kwargs)
     # where the time went: r.stop's warmup_s and sampling_s are parts of wall_s, this call's
     stop.update({k: raw[k] for k in ("warmup_stable", "warmup_tol") if k in raw},
@@ -265,12 +265,12 @@ _MAX_FLUSH_BYTES = 1 << 40
 
 
 def _gpu_backend(backend_options: Dict[str, Any]) -> Tuple[str, Any]:
-    """("hip", kbench.hip) when backend="hip" (or a ROCm torch) picks it, else ("cuda",
-    kbench.cuda). The GPU modules are imported only when a GPU is asked for."""
-    from . import hip
+    """("hip", kbench.backends.hip) when backend="hip" (or a ROCm torch) picks it, else ("cuda",
+    kbench.backends.cuda). The GPU modules are imported only when a GPU is asked for."""
+    from ..backends import hip
     if hip.selected(backend_options):
         return "hip", hip
-    from . import cuda
+    from ..backends import cuda
     return "cuda", cuda
 
 
@@ -306,7 +306,7 @@ def _check_backend_options(kind: str, known: Tuple[str, ...], options: Dict[str,
     names = list(inspect.signature(bench_local).parameters)[2:] + list(known)
     gpu_only = set()
     if kind == "host":              # the GPU modules, on this error only
-        from . import cuda, hip
+        from ..backends import cuda, hip
         gpu_only = set(cuda.OPTIONS) | set(hip.OPTIONS)
     for_fn = []
     for name in unknown:
@@ -372,7 +372,7 @@ def _callers_stream(kind: str, backend_options: Dict[str, Any], dev: str,
     stream = backend_options.get("stream")
     if kind != "cuda" or stream is None:
         return contextlib.nullcontext()
-    from . import cuda
+    from ..backends import cuda
     return cuda.on_stream(stream, device_ordinal(dev), sets, kwargs)
 
 
@@ -416,10 +416,10 @@ def _run_host(fn, sets, kwargs, cold_cache, flush_bytes, loop):
 
 def _run_host_fitted(fn, sets, kwargs, cold_cache, flush_bytes, loop, ladder=False):
     """_run_host with the host's load read around it; a run whose thread pools did not fit the
-    cores the other processes left (a busy host: kbench.hostload) is run again
+    cores the other processes left (a busy host: kbench.measure.hostload) is run again
     with its pools sized to those cores, rounded down to the ladder's sizes 1, 2, 4, ...
-    (kbench.threadpools), and the result says so. With ladder, a run on a quiet host is also
-    timed at each of the ladder's sizes below its pools' (extra["pool_ladder"])."""
+    (kbench.measure.threadpools), and the result says so. With ladder, a run on a quiet host is
+    also timed at each of the ladder's sizes below its pools' (extra["pool_ladder"])."""
     from . import hostload, threadpools
     before = hostload.start()
     raw, cold, extra = _run_host(fn, sets, kwargs, cold_cache, flush_bytes, loop)
@@ -473,7 +473,7 @@ def _time_pool_ladder(fn, sets, kwargs, cold_cache, flush_bytes, loop, extra) ->
 
 def _available_bytes() -> int:
     """MemAvailable (0: unknown, no cap)."""
-    from .peaks import mem_available_bytes
+    from ..roofline.peaks import mem_available_bytes
     return mem_available_bytes() or 0
 
 
@@ -499,7 +499,7 @@ def _cpu_peaks(dtype: str) -> Optional[Dict[str, float]]:
     """The ceilings `kbench peaks` measured on this machine (cached), in base units; the FMA
     ceiling of `dtype`'s precision (float32 runs twice the lanes of float64)."""
     try:
-        from .peaks import FMA_DTYPES, load_cached_peaks, peaks_cache_path
+        from ..roofline.peaks import FMA_DTYPES, load_cached_peaks, peaks_cache_path
         d = load_cached_peaks()
     except Exception:          # unreadable cache: throughput without % of peak
         return None
@@ -558,15 +558,15 @@ def throughput(median_s: float, flops: Optional[float], nbytes: Optional[float],
 
 def _ceiling(peaks: Optional[Dict[str, Any]], key: str) -> Optional[float]:
     """A cached ceiling as a finite positive float, else None with one warning: the GPU peaks
-    cache is read without validation (kbench.peaks_gpu), and a bad figure must cost the % of
-    peak, not the result."""
+    cache is read without validation (kbench.roofline.peaks_gpu), and a bad figure must cost the %
+    of peak, not the result."""
     value = (peaks or {}).get(key)
     if value is None:
         return None
     if isinstance(value, (int, float)) and not isinstance(value, bool) \
             and math.isfinite(value) and value > 0:
         return float(value)
-    from .peaks import _warn_cache_once
+    from ..roofline.peaks import _warn_cache_once
     _warn_cache_once(str(peaks.get("source") or "(unknown source)"),
                      f"{key} is {value!r}, not a finite positive number")
     return None
@@ -753,7 +753,7 @@ def _metadata(device_name: str, r: Result, extra: Dict[str, Any]) -> Dict[str, A
     fresh = cwd not in _host_md_cache
     if fresh:
         try:
-            from .metadata import collect_host_metadata
+            from ..provenance.metadata import collect_host_metadata
             _host_md_cache[cwd] = collect_host_metadata()
         except Exception as e:      # metadata must never lose a measurement
             _host_md_cache[cwd] = {"error": f"{type(e).__name__}: {e}"}
@@ -772,11 +772,11 @@ def _refresh_per_result(md: Dict[str, Any], cwd: str) -> None:
     """The fields a cached host record re-reads for each result (collect_host_metadata has
     just read them for the first)."""
     if "git" in md:     # re-read as the harness's is (5 s): an edit made mid-session shows
-        from .metadata import git_cached
+        from ..provenance.metadata import git_cached
         md["git"] = git_cached(cwd)
     try:
-        from .metadata import (command_line, framework_info, gpu_libraries,
-                               interpreter_command, logical_cores, relevant_env)
+        from ..provenance.metadata import (command_line, framework_info, gpu_libraries,
+                                           interpreter_command, logical_cores, relevant_env)
         md["argv"] = command_line()
         md.update(interpreter_command())
         md["env"] = relevant_env()

@@ -1,11 +1,12 @@
-"""kbench.threadpools: the BLAS and OpenMP thread pools loaded in this process, read and sized.
+"""kbench.measure.threadpools: the BLAS and OpenMP thread pools loaded in this process, read and
+sized.
 
 A pool of N threads on a host whose other processes leave fewer than N cores free spins on
 preempted threads: a 384^3 f32 matmul with numpy's 2-thread OpenBLAS pool on a 2-core VM read
 1.5-6x its quiet figure beside one busy process, and moved +126..+430% in a gate's sessions,
 where the same matmul on 1 thread read within 6% of the quiet 2-thread figure. Such a figure
 times the scheduler, not the code. kbench.bench therefore times an oversubscribed call again
-with its pools sized to the cores the others left (kbench.local), and says so.
+with its pools sized to the cores the others left (kbench.measure.local), and says so.
 
 Only libraries already loaded are touched (RTLD_NOLOAD): OpenBLAS (numpy's scipy_openblas
 builds included), OpenMP (libgomp, libiomp), MKL and BLIS. Linux only; elsewhere no pool is
@@ -79,8 +80,8 @@ def pools() -> List[Pool]:
 
 def ladder(threads: int) -> List[int]:
     """The sizes below `threads` a busy host may size a pool to: 1, 2, 4, ... A baseline
-    records its figure at each (kbench.baseline), so that a busy session's sized figure meets
-    one timed with as many threads, not the full pool's."""
+    records its figure at each (kbench.workflow.baseline), so that a busy session's sized figure
+    meets one timed with as many threads, not the full pool's."""
     return [1 << i for i in range(max(0, threads - 1).bit_length())]
 
 

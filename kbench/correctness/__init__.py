@@ -1,0 +1,1 @@
+"""Correctness before timing: kbench.compare and assert_close (compare)."""

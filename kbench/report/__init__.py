@@ -1,0 +1,2 @@
+"""How a figure is shown: the Result (result) and the formatting every table shares
+(_format)."""
