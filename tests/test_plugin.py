@@ -726,3 +726,54 @@ def test_a_baseline_keeps_each_benchmark_at_the_pool_sizes_a_busy_session_may_us
     assert sets == [1, 2, 1, 2] and threads["n"] == 2     # sized, then restored, per save
     assert run("--kbench-compare=base.json").ret == 0
     assert sets == [1, 2, 1, 2]
+
+
+# A kernel slow (2x) until the plugin pauses to time a slower benchmark again: a host's passing
+# slowdown, gone by the second run. KB_SLOW keeps it slow throughout: a regression.
+PASSING_SLOWDOWN_TESTS = """
+import os, time
+import pytest
+import kbench.workflow.pytest_plugin as plugin
+
+state = {"slow": True}
+
+class _Clock:
+    def __getattr__(self, name):
+        return getattr(time, name)
+
+    def sleep(self, seconds):
+        state["slow"] = False
+
+@pytest.fixture(autouse=True)
+def _clock(monkeypatch):
+    monkeypatch.setattr(plugin, "time", _Clock())      # restored after the test
+
+def spin(seconds):
+    end = time.perf_counter() + seconds
+    while time.perf_counter() < end:
+        pass
+
+def kernel():
+    slow = state["slow"] or os.environ.get("KB_SLOW")
+    spin(0.0004 * (2 if slow else 1))
+
+def test_kernel(kbench):
+    kbench(kernel, cold_cache=None, warmup_s=0.02, max_time_s=0.15)
+"""
+
+
+def test_a_benchmark_found_slower_is_timed_again_and_the_faster_run_is_judged(pytester, run):
+    """A slowdown gone by the second run passes the gate, and says it was timed twice; a
+    planted 2x is slow both times and fails."""
+    pytester.makepyfile(kbp_bench_test=BENCH_TESTS)
+    assert run("--kbench-save=base.json").ret == 0
+    pytester.makepyfile(kbp_bench_test=PASSING_SLOWDOWN_TESTS)
+    res = run("--kbench-compare=base.json", "--kbench-fail=8%", "--kbench-save=now.json")
+    assert res.ret == 0, res.stdout.str()
+    res.stdout.fnmatch_lines(["*timed twice, the first run having read slower*"])
+    kept = json.loads((pytester.path / "now.json").read_text())["results"][
+        "kbp_bench_test.py::test_kernel"]["extra"]["gate_retimed"]
+    assert kept["kept"] == "second" and kept["first_median_s"] > 1.5 * kept["second_median_s"]
+    res = run("--kbench-compare=base.json", "--kbench-fail=8%", slow=True)
+    assert res.ret == 1
+    res.stdout.fnmatch_lines(["*timed twice*", "*1 kbench gate failed*"])

@@ -765,6 +765,12 @@ def compare_sets(old: ResultSet, new: ResultSet, threshold: float = 0.0,
         sized = [(lab, _host_load(d)["pools_sized"]) for lab, d in ((old_label, od),
                                                                      (new_label, nd))
                  if _host_load(d).get("pools_sized")]
+        retimed = (nd.get("extra") or {}).get("gate_retimed")
+        if isinstance(retimed, dict):
+            from ..report._format import fmt_time
+            notes.append(f"{new_label} timed twice, the first run having read slower: "
+                         f"{fmt_time(retimed.get('first_median_s'))} then "
+                         f"{fmt_time(retimed.get('second_median_s'))}, the faster judged")
         if like is not None:
             notes.append(f"{new_label}'s thread pools were sized to {like[3]} on a busy host: "
                          f"compared with {old_label}'s figure at {like[3]} "

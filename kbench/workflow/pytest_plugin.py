@@ -28,7 +28,9 @@ fixture; both plugins load side by side):
     session file written by ``--kbench-save``) and print a table (benchmark, baseline, current,
     delta, verdict) in the terminal summary. The session fails (exit status 1) when any
     benchmark is *slower*: its median grew by more than the threshold and the two medians'
-    confidence intervals do not overlap (see :mod:`kbench.workflow.cli_compare` for the verdicts).
+    confidence intervals do not overlap (see :mod:`kbench.workflow.cli_compare` for the
+    verdicts). A benchmark found slower is timed once more, a second later, and the faster run
+    is judged: a regression is slow both times, a host's passing slowdown is not.
     New benchmarks are listed as "no baseline". ``--kbench-fail=off`` only reports. PATH is
     read before the tests run, so it may also be the ``--kbench-save`` path (compare with the
     last baseline, then replace it). A session where no benchmark ran (all deselected or
@@ -67,6 +69,7 @@ import os
 import platform
 import sys
 import tempfile
+import time
 from dataclasses import dataclass, field
 from typing import Any, Dict, List, Optional, Tuple
 
@@ -311,6 +314,26 @@ class KbenchFixture:
                              f"each benchmark in a test a distinct name=")
         return key
 
+    def _retimed_if_slower(self, key: str, first: Result, again: Any) -> Result:
+        """A benchmark the gate would fail is timed once more, RETIME_PAUSE_S later, and the
+        faster run is kept: a regression is slow both times, while a host's passing slowdown
+        (a 1-thread 384^3 matmul read +47% and +78% in 2 of 10 sessions on a 2-core VM that
+        read quiet) is not. The kept result says so (extra["gate_retimed"])."""
+        from .cli_compare import compare_sets
+        old = (self._state.baseline or {}).get(key)
+        if old is None:
+            return first
+        judged = compare_sets({key: old}, {key: first.to_dict()}, self._state.threshold)
+        if not any(d.verdict == "slower" for d in judged.deltas):
+            return first
+        time.sleep(RETIME_PAUSE_S)
+        second = again()
+        kept = second if second.median < first.median else first
+        kept.extra["gate_retimed"] = {"first_median_s": first.median,
+                                      "second_median_s": second.median,
+                                      "kept": "second" if kept is second else "first"}
+        return kept
+
     def __call__(self, fn, *args: Any, flops: Optional[float] = None,
                  bytes: Optional[float] = None, check: Any = None, **options: Any):
         from ..bench import bench
@@ -327,6 +350,10 @@ class KbenchFixture:
             # a baseline also times a CPU call at the pool sizes a busy session may use
             options["_pool_ladder"] = True
         result = bench(fn, *args, flops=flops, bytes=bytes, check=check, **options)
+        if self._state.compare and self._state.threshold is not None:
+            result = self._retimed_if_slower(key, result,
+                                             lambda: bench(fn, *args, flops=flops, bytes=bytes,
+                                                           check=check, **options))
         self.results.append(result)
         self._state.keys.add(key)
         if getattr(result, "profile", False) is True:
@@ -440,6 +467,10 @@ def _write_session(path: str, config: pytest.Config, results: Dict[str, Any],
     # a baseline, and two sessions saving to one path never write into one temporary file
     write_atomic(path, json.dumps(doc, indent=1, allow_nan=True))
 
+
+#: the pause before a benchmark the gate would fail is timed again (_retimed_if_slower): the
+#: slowdowns a quiet host showed lasted under a second (the next benchmark read normal)
+RETIME_PAUSE_S = 1.0
 
 #: the key of pytest's closing line that counts the benchmarks the gate failed
 GATE_FAILED_STAT = "kbench gate failed"
