@@ -428,9 +428,9 @@ def _run_host_fitted(fn, sets, kwargs, cold_cache, flush_bytes, loop, ladder=Fal
         if ladder:
             _time_pool_ladder(fn, sets, kwargs, cold_cache, flush_bytes, loop, extra)
         return raw, cold, extra
-    # sized whether or not the run read oversubscribed: a pool whose threads were preempted
-    # used little CPU (a 2-thread matmul beside a spinning process read 1.1 CPUs and 5-20x its
-    # quiet time), so its own CPU time cannot tell
+    # sized whether or not the run read oversubscribed: a pool whose threads wait on preempted
+    # ones uses little CPU, and the rule needs over 1.2 CPUs of its own (2-thread matmuls beside
+    # a spinning process went unsized and read 5.6x and 22x their quiet time)
     # a core the others used any of is not free: they ran less than they wanted beside this
     # pool (a spinning process read 0.4 CPUs beside a 2-thread pool on 2 cores)
     free = threadpools.rung(load["cpus"] - math.ceil(load["others_cpus"] - 0.05))
