@@ -166,16 +166,19 @@ def test_the_ladder_is_the_powers_of_two_below_a_pool_and_sizing_rounds_down_to_
 
 def test_a_baseline_run_on_a_quiet_host_times_each_ladder_size_and_restores_the_pools(
         monkeypatch):
-    """kbench.bench(_pool_ladder=True), as --kbench-save calls it: the call is also timed
-    with its pools at 1, 2 and 4 threads (below its 6), each with a CI, the pools restored."""
+    """kbench.bench(_pool_ladder=True), as --kbench-save calls it: a threaded call is also
+    timed with its pools at 1, 2 and 4 threads (below its 6), each with a CI, the pools
+    restored; a call that ran one thread (1.0 CPUs of its own) does not move with the pool's
+    size and is timed once."""
     from kbench.measure import threadpools
     threads = {"n": 6}
     pool = threadpools.Pool("openblas", "/x/libopenblas.so", lambda: threads["n"],
                             lambda n: threads.update(n=n))
     monkeypatch.setattr(threadpools, "pools", lambda: [pool])
+    own = {"cpus": 3.5}
     monkeypatch.setattr(hostload, "finish", lambda before, stat_path="/proc/stat": dict(
-        others_cpus=0.0, own_cpus=1.0, steal_share=0.0, cpus=8, loadavg_1m=0.1, wall_s=0.3,
-        busy=False, oversubscribed=False))
+        others_cpus=0.0, own_cpus=own["cpus"], steal_share=0.0, cpus=8, loadavg_1m=0.1,
+        wall_s=0.3, busy=False, oversubscribed=False))
     seen = set()
     r = kbench.bench(lambda: seen.add(threads["n"]), max_time_s=0.02, warmup_s=0.0,
                      memory=False, cold_cache=None, _pool_ladder=True)
@@ -186,3 +189,8 @@ def test_a_baseline_run_on_a_quiet_host_times_each_ladder_size_and_restores_the_
     plain = kbench.bench(lambda: None, max_time_s=0.02, warmup_s=0.0, memory=False,
                          cold_cache=None)
     assert "pool_ladder" not in plain.extra
+    own["cpus"] = 1.0
+    seen.clear()
+    single = kbench.bench(lambda: seen.add(threads["n"]), max_time_s=0.02, warmup_s=0.0,
+                          memory=False, cold_cache=None, _pool_ladder=True)
+    assert seen == {6} and "pool_ladder" not in single.extra

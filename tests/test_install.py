@@ -76,6 +76,16 @@ def test_package_data_is_installed():
     assert "kb_fma" in _kernel_source("fma.cu")
 
 
+def test_a_checkout_reads_the_kernels_from_its_own_folder_without_package_data():
+    """peaks_gpu's fallback climbs from kbench/roofline/ to the checkout's kernels/."""
+    if not (PKG.parent / "kernels" / "cuda" / "fma.cu").is_file():
+        pytest.skip("not a checkout: no kernels/ beside the package")
+    from unittest import mock
+    from kbench.roofline import peaks_gpu
+    with mock.patch.object(peaks_gpu.resources, "files", side_effect=ModuleNotFoundError):
+        assert "kb_fma" in peaks_gpu._kernel_source("fma.cu")
+
+
 @pytest.mark.skipif(not INSTALLED, reason="only for a wheel install (scripts/test_wheel.sh)")
 def test_the_kbench_under_test_is_the_install_not_a_checkout():
     assert "site-packages" in PKG.parts, PKG

@@ -712,8 +712,8 @@ def test_a_baseline_keeps_each_benchmark_at_the_pool_sizes_a_busy_session_may_us
                             lambda n: sets.append(n) or threads.update(n=n))
     monkeypatch.setattr(threadpools, "pools", lambda: [pool])
     monkeypatch.setattr(hostload, "finish", lambda before, stat_path="/proc/stat": dict(
-        others_cpus=0.0, own_cpus=1.0, steal_share=0.0, cpus=2, loadavg_1m=0.1, wall_s=0.3,
-        busy=False, oversubscribed=False))
+        others_cpus=0.0, own_cpus=1.9, steal_share=0.0, cpus=2, loadavg_1m=0.1, wall_s=0.3,
+        busy=False, oversubscribed=True))
     pytester.makepyfile(kbp_bench_test=BENCH_TESTS)
     assert run("--kbench-save=one.json").ret == 0
     entry = json.loads((pytester.path / "one.json").read_text())["results"][

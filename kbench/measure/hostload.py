@@ -22,6 +22,9 @@ BUSY_STEAL_SHARE = 0.02
 #: This process's CPUs plus the others', as a share of the host's, from which a busy host is
 #: oversubscribed: the bench's threads and the other processes' do not all fit on the cores.
 OVERSUBSCRIBED = 0.9
+#: This process's own CPUs over the run from which its call ran threads side by side (a thread
+#: pool at work), not one thread with the odd helper.
+THREADED_CPUS = 1.2
 #: /proc/stat counts in clock ticks (10 ms at the usual 100 Hz): a shorter run reads noise.
 MIN_READ_S = 0.1
 
@@ -76,7 +79,7 @@ def finish(before: Optional[Reading], stat_path: str = "/proc/stat") -> Optional
             "loadavg_1m": loadavg, "wall_s": wall, "busy": busy,
             # this process wanted more cores than the others left it: its thread pool (BLAS,
             # OpenMP) spins on preempted threads, and the figure times the scheduler
-            "oversubscribed": own > 1.2 and own + others > OVERSUBSCRIBED * cpus}
+            "oversubscribed": own > THREADED_CPUS and own + others > OVERSUBSCRIBED * cpus}
 
 
 def text(load: Optional[Dict[str, Any]]) -> str:

@@ -414,25 +414,34 @@ def _run_host(fn, sets, kwargs, cold_cache, flush_bytes, loop):
     return raw, cold, {"warnings": warn} if warn else {}
 
 
-def _run_host_fitted(fn, sets, kwargs, cold_cache, flush_bytes, loop, ladder=False):
-    """_run_host with the host's load read around it; a run whose thread pools did not fit the
-    cores the other processes left (a busy host: kbench.measure.hostload) is run again
-    with its pools sized to those cores, rounded down to the ladder's sizes 1, 2, 4, ...
-    (kbench.measure.threadpools), and the result says so. With ladder, a run on a quiet host is
-    also timed at each of the ladder's sizes below its pools' (extra["pool_ladder"])."""
-    from . import hostload, threadpools
+def _run_host_read(fn, sets, kwargs, cold_cache, flush_bytes, loop):
+    """_run_host with the host's load read around it (extra["host_load"]: hostload)."""
+    from . import hostload
     before = hostload.start()
     raw, cold, extra = _run_host(fn, sets, kwargs, cold_cache, flush_bytes, loop)
-    load = extra["host_load"] = hostload.finish(before)
+    extra["host_load"] = hostload.finish(before)
+    return raw, cold, extra
+
+
+def _run_host_fitted(fn, sets, kwargs, cold_cache, flush_bytes, loop, ladder=False):
+    """_run_host_read; a run whose thread pools did not fit the cores the other processes left
+    (a busy host) is run again with its pools sized to those cores, rounded down to the
+    ladder's sizes 1, 2, 4, ... (kbench.measure.threadpools), and the result says so. With
+    ladder, a threaded run on a quiet host is also timed at each of the ladder's sizes below
+    its pools' (extra["pool_ladder"])."""
+    from . import hostload, threadpools
+    raw, cold, extra = _run_host_read(fn, sets, kwargs, cold_cache, flush_bytes, loop)
+    load = extra["host_load"]
     if not (load and load["busy"]):
-        if ladder:
+        # a call that ran one thread does not move with the pool's size: no ladder to time
+        if ladder and load and load["own_cpus"] > hostload.THREADED_CPUS:
             _time_pool_ladder(fn, sets, kwargs, cold_cache, flush_bytes, loop, extra)
         return raw, cold, extra
-    # sized whether or not the run read oversubscribed: a pool whose threads wait on preempted
-    # ones uses little CPU, and the rule needs over 1.2 CPUs of its own (2-thread matmuls beside
-    # a spinning process went unsized and read 5.6x and 22x their quiet time)
-    # a core the others used any of is not free: they ran less than they wanted beside this
-    # pool (a spinning process read 0.4 CPUs beside a 2-thread pool on 2 cores)
+    # Sized whether or not the run read oversubscribed: a pool whose threads wait on preempted
+    # ones uses little CPU (2-thread matmuls beside a spinning process went unsized and read
+    # 5.6x and 22x their quiet time). A core the others used any of is not free: they ran less
+    # than they wanted beside this pool (a spinning process read 0.4 CPUs beside a 2-thread
+    # pool on 2 cores).
     free = threadpools.rung(load["cpus"] - math.ceil(load["others_cpus"] - 0.05))
     found = threadpools.pools()
     pools = threadpools.describe(found)
@@ -441,9 +450,8 @@ def _run_host_fitted(fn, sets, kwargs, cold_cache, flush_bytes, loop, ladder=Fal
     first = {"median_s": _core.quantile(np.asarray(raw["samples"], dtype=np.float64), 0.5),
              "own_cpus": load["own_cpus"], "others_cpus": load["others_cpus"]}
     with threadpools.sized(free, found):
-        before = hostload.start()
-        raw, cold, extra = _run_host(fn, sets, kwargs, cold_cache, flush_bytes, loop)
-        extra["host_load"] = hostload.finish(before) or {}
+        raw, cold, extra = _run_host_read(fn, sets, kwargs, cold_cache, flush_bytes, loop)
+    extra["host_load"] = extra["host_load"] or {}
     extra["host_load"]["pools_sized"] = {"threads": free, "pools": pools, "first_run": first}
     return raw, cold, extra
 
@@ -452,16 +460,14 @@ def _time_pool_ladder(fn, sets, kwargs, cold_cache, flush_bytes, loop, extra) ->
     """extra["pool_ladder"]: the call's figure (median, own CI) with its thread pools at each
     of the ladder's sizes below theirs, each taken on a host that stayed quiet. A baseline
     keeps them; a busy session whose pools were sized is then judged against the same size."""
-    from . import hostload, threadpools
+    from . import threadpools
     found = threadpools.pools()
     top = max((p.threads() for p in found), default=1)
     figures = {}
     for k in threadpools.ladder(top):
         with threadpools.sized(k, found):
-            before = hostload.start()
-            raw, _, _ = _run_host(fn, sets, kwargs, cold_cache, flush_bytes, loop)
-            load = hostload.finish(before)
-        if load and load["busy"]:
+            raw, _, ran = _run_host_read(fn, sets, kwargs, cold_cache, flush_bytes, loop)
+        if (ran["host_load"] or {}).get("busy"):
             continue                    # a busy figure would stretch what is judged against
         st = _core.summarize(np.asarray(raw["samples"], dtype=np.float64),
                              raw.get("ci_level", _core.LOOP_DEFAULTS["ci_level"]))

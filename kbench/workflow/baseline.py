@@ -65,20 +65,21 @@ def check_sessions(d: Dict[str, Any], where: str) -> None:
         raise ValueError(f"kbench compare: {where}: 'sessions' is not a non-empty list of "
                          f"session figures")
     for i, e in enumerate(s):
-        if not isinstance(e, dict):
-            raise ValueError(f"kbench compare: {where}: sessions[{i}] is a {type(e).__name__}, "
-                             f"not an object")
-        vals = [e.get(k) for k in ("median", "ci_low", "ci_high")]
-        if not all(isinstance(v, (int, float)) and not isinstance(v, bool) and math.isfinite(v)
-                   for v in vals):
-            raise ValueError(f"kbench compare: {where}: sessions[{i}] needs a finite median, "
-                             f"ci_low and ci_high, got {vals!r}")
-        _check_interval(vals, f"{where}: sessions[{i}]")
+        _check_figure(e, f"{where}: sessions[{i}]")
         if "sized" in e:
             _check_sized(e["sized"], f"{where}: sessions[{i}].sized")
 
 
-def _check_interval(vals: List[Any], where: str) -> None:
+def _check_figure(e: Any, where: str) -> None:
+    """A figure as a baseline keeps one: an object with a finite median, ci_low and ci_high,
+    ci_low <= median <= ci_high, all positive."""
+    if not isinstance(e, dict):
+        raise ValueError(f"kbench compare: {where} is a {type(e).__name__}, not an object")
+    vals = [e.get(k) for k in ("median", "ci_low", "ci_high")]
+    if not all(isinstance(v, (int, float)) and not isinstance(v, bool) and math.isfinite(v)
+               for v in vals):
+        raise ValueError(f"kbench compare: {where} needs a finite median, ci_low and ci_high, "
+                         f"got {vals!r}")
     med, lo, hi = vals
     if not (0 < lo <= med <= hi):
         raise ValueError(f"kbench compare: {where}: ci_low .. ci_high is {lo!r} .. {hi!r}, "
@@ -86,45 +87,40 @@ def _check_interval(vals: List[Any], where: str) -> None:
 
 
 def _check_sized(sized: Any, where: str) -> None:
-    """{threads: {median, ci_low, ci_high}}, threads a positive integer."""
+    """{threads: figure}, threads a positive integer."""
     if not isinstance(sized, dict) or not sized:
         raise ValueError(f"kbench compare: {where} is not an object of figures by thread count")
     for k, e in sized.items():
         if not (isinstance(k, str) and k.isdigit() and int(k) > 0):
             raise ValueError(f"kbench compare: {where}: {k!r} is not a thread count")
-        vals = [e.get(f) for f in ("median", "ci_low", "ci_high")] if isinstance(e, dict) \
-            else None
-        if vals is None or not all(isinstance(v, (int, float)) and not isinstance(v, bool)
-                                   and math.isfinite(v) for v in vals):
-            raise ValueError(f"kbench compare: {where}[{k!r}] needs a finite median, ci_low "
-                             f"and ci_high, got {e!r}")
-        _check_interval(vals, f"{where}[{k!r}]")
+        _check_figure(e, f"{where}[{k!r}]")
+
+
+def _summary(figs: List[Dict[str, Any]]) -> Tuple[float, List[float], int]:
+    """(median of the medians, [lowest ci_low, highest ci_high], how many)."""
+    med = statistics.median(float(e["median"]) for e in figs)
+    return (med, [min(float(e["ci_low"]) for e in figs), max(float(e["ci_high"]) for e in figs)],
+            len(figs))
 
 
 def figure(d: Dict[str, Any]) -> Optional[Tuple[float, List[float], int]]:
     """(median of the sessions' medians, [lowest ci_low, highest ci_high], sessions) where the
     result holds two or more sessions; None where it holds one."""
     s = sessions_of(d)
-    if len(s) < 2:
-        return None
-    med = statistics.median(float(e["median"]) for e in s)
-    return med, [min(float(e["ci_low"]) for e in s), max(float(e["ci_high"]) for e in s)], len(s)
+    return _summary(s) if len(s) >= 2 else None
 
 
 def sized_figure(d: Dict[str, Any], threads: int) -> Optional[Tuple[float, List[float], int]]:
     """As figure, for the call with its thread pools at `threads`
-    (kbench.measure.threadpools.ladder): from the sessions that timed it (one is enough: it is the
-    only figure at that size), or from a single result's pool_ladder; None where none did."""
+    (kbench.measure.threadpools.ladder): from the sessions that timed it (one is enough: it is
+    the only figure at that size), or from a single result's pool_ladder; None where none did."""
     key = str(threads)
     s = [e["sized"][key] for e in sessions_of(d)
          if isinstance(e.get("sized"), dict) and key in e["sized"]]
     if not s and not sessions_of(d):
         one = (((d.get("extra") or {}).get("pool_ladder") or {}).get("figures") or {}).get(key)
         s = [one] if one else []
-    if not s:
-        return None
-    med = statistics.median(float(e["median"]) for e in s)
-    return med, [min(float(e["ci_low"]) for e in s), max(float(e["ci_high"]) for e in s)], len(s)
+    return _summary(s) if s else None
 
 
 def append_session(old: Optional[Dict[str, Any]], new: Dict[str, Any],

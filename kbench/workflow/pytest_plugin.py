@@ -22,7 +22,9 @@ fixture; both plugins load side by side):
     ``{"schema": "kbench.session/1", "results": {nodeid: Result.to_dict()}, "metadata": {...}}``.
     The file is replaced whole (a temporary file, then a rename). A session that stopped early
     (Ctrl-C, ``-x``/``--maxfail``) or ran no benchmark leaves it as it was and says so;
-    ``--kbench-save-partial`` saves what such a session ran.
+    ``--kbench-save-partial`` saves what such a session ran. A CPU benchmark that ran threads is
+    also timed with its thread pools at each smaller size a busy host may size them to (1, 2,
+    4, ...: ``extra["pool_ladder"]``), so a sized figure is later judged against its like.
 ``--kbench-compare=PATH`` and ``--kbench-fail=8%``
     compare each benchmark's median with the one saved under the same node id in PATH (a
     session file written by ``--kbench-save``) and print a table (benchmark, baseline, current,
