@@ -76,11 +76,11 @@ def device_used_mb() -> float:
     return (total - free) / 2**20
 
 
-_resolve_mode = kbench.backends.cuda._resolve_mode
+_cupti_facts = kbench.backends.cuda.cupti_facts
 
 
-def _events_only(mode, warn):
-    return mode, False
+def _events_only():
+    return False, False, "the soak's events variant"
 
 
 _estimate_eager = kbench.backends.cuda._estimate_eager
@@ -130,9 +130,9 @@ def main() -> None:
         else:
             os.environ.pop("KBENCH_CUPTI_LINGER_S", None)
         # kbench has no option to time graph replays without CUPTI where CUPTI works: the
-        # diagnostic replaces the mode resolver for this variant only.
+        # diagnostic answers the plan's CUPTI question "not usable" for this variant only.
         cuda_adapter = kbench.backends.cuda
-        cuda_adapter._resolve_mode = (_events_only if variant == "events" else _resolve_mode)
+        cuda_adapter.cupti_facts = (_events_only if variant == "events" else _cupti_facts)
         cuda_adapter._estimate_eager = (_eager_on_events if variant == "eager_events"
                                         else _estimate_eager)
         rows = []

@@ -1,6 +1,6 @@
 """Type stubs for kbench._core, the C core. The CUDA names exist only when HAVE_CUDA == 1."""
 import os
-from typing import Any, Callable, Dict, List, Optional, Sequence, Tuple, Union
+from typing import Any, Callable, Dict, List, Optional, Sequence, Tuple, Union, final
 
 HAVE_CUDA: int
 HAVE_HIP: int   # the HIP backend is built with the GPU backends (0 under KBENCH_NO_CUDA=1)
@@ -121,7 +121,8 @@ def regime_verdict(*, regime: str = ..., clocks_locked: bool = ..., settled: Opt
 
 # measure.c / measure_host.c
 def measure_host(fn: Callable[..., Any], arg_sets: Tuple[Tuple[Any, ...], ...],
-                 kwargs: Optional[Dict[str, Any]] = ..., *, cold: Optional[str] = ...,
+                 kwargs: Optional[Dict[str, Any]] = ..., *, plan: Optional[Plan] = ...,
+                 cold: Optional[str] = ...,
                  flush_bytes: int = ..., evict: Optional[Tuple[Tuple[Any, ...], ...]] = ...,
                  pre_sample: Optional[Callable[[], Any]] = ...,
                  ranks: Any = ..., **loop: Any) -> Dict[str, Any]: ...
@@ -131,10 +132,34 @@ CPU_EVICT_INSTRUCTION: Optional[str]
 CPU_EVICT_FROM_BYTES: int       # a write flush past this evicts the operands' lines instead
 def cpu_evict(buffer: Any, /) -> int: ...
 
-# choices.c: kbench.bench's cold_cache and mode for backend 'host', 'cuda' or 'hip', checked
-# before anything runs; returned as given, ValueError naming the parameter and its values
-def check_choices(backend: str, cold_cache: Optional[str],
-                  mode: Optional[str]) -> Tuple[Optional[str], Optional[str]]: ...
+# plan.c: kbench.bench's cold_cache and mode for backend 'host', 'cuda' or 'hip', checked and
+# decided once, before anything runs (ValueError naming the parameter and its values); cupti()
+# -> (usable, busy, why) is called only when a CUDA plan needs it, never in profile mode
+@final
+class Plan:
+    @property
+    def backend(self) -> str: ...           # 'host', 'cuda', 'hip'
+    @property
+    def measurement(self) -> str: ...       # 'host', 'cupti', 'events', 'graph', 'profile'
+    @property
+    def timer(self) -> Optional[str]: ...   # 'host', 'cupti', 'events'; None in profile mode
+    @property
+    def cold(self) -> Optional[str]: ...    # None, 'flush', 'rotate'
+    @property
+    def flush(self) -> bool: ...
+    @property
+    def rotate(self) -> bool: ...
+    @property
+    def graph(self) -> bool: ...
+    @property
+    def profile(self) -> Optional[str]: ...  # why profile mode
+    @property
+    def note(self) -> Optional[str]: ...     # why the backend's pick fell back
+    def as_dict(self) -> Dict[str, Any]: ...
+
+def plan(backend: str, cold_cache: Optional[str], mode: Optional[str], *,
+         profile: Optional[str] = ...,
+         cupti: Optional[Callable[[], Tuple[bool, bool, str]]] = ...) -> Plan: ...
 
 # compare.c
 def compare(out: Any, ref: Any, rtol: float, atol: float, equal_nan: bool = ...,
@@ -177,8 +202,8 @@ def nvml_clock_event_reason_names(mask: int) -> List[str]: ...
 CUDA_DEFAULTS: Dict[str, Any]
 def measure_cuda(fn: Any, arg_sets: Tuple[Tuple[Any, ...], ...],
                  kwargs: Optional[Dict[str, Any]] = ..., *, stream: int, device: int = ...,
-                 mode: str = ..., cold: Optional[str] = ..., flush_bytes: int = ...,
-                 unroll: float = ..., gate: bool = ..., keep_busy: bool = ...,
+                 plan: Optional[Plan] = ..., mode: str = ..., cold: Optional[str] = ...,
+                 flush_bytes: int = ..., unroll: float = ..., gate: bool = ..., keep_busy: bool = ...,
                  gate_batch: int = ..., gate_timeout_s: float = ...,
                  busy_warmup_s: Optional[float] = ..., cupti_allow_foreign: bool = ...,
                  sample_clocks: bool = ..., clock_period_s: float = ...,
@@ -240,6 +265,6 @@ def hip_graph_capture(fn: Callable[..., Any], arg_sets: Tuple[Tuple[Any, ...], .
                       kwargs: Optional[Dict[str, Any]] = ..., *, stream: int, device: int = ...,
                       capture_mode: str = ...) -> HipGraph: ...
 def measure_hip(graphs: Tuple[HipGraph, ...], *, stream: int, device: int = ...,
-                cold: Optional[str] = ..., flush_bytes: int = ..., gate: bool = ...,
+                plan: Optional[Plan] = ..., cold: Optional[str] = ..., flush_bytes: int = ..., gate: bool = ...,
                 gate_batch: int = ..., gate_timeout_s: float = ..., unroll: float = ...,
                 **loop: Any) -> Dict[str, Any]: ...

@@ -28,7 +28,7 @@ class Option(NamedTuple):
 _ALL = ("host", "cuda", "hip")
 _GPU = ("cuda", "hip")
 
-#: the values of mode= each backend takes besides None (its own pick), as choices.c accepts
+#: the values of mode= each backend takes besides None (its own pick), as plan.c accepts
 #: them (tests/test_option_schema.py holds the two together)
 MODES = {"host": ("host",), "cuda": ("cupti", "events", "graph"), "hip": ("graph",)}
 

@@ -231,7 +231,7 @@ ok(_core.clock_settled_since, t, np.full(t.size, 1470.0), cap, settled_mhz=1470.
 ok(_core.clock_settled_since, t, np.full(t.size, 1980.0), cap, settled_mhz=None, load_start_s=0.2)
 expect((TypeError, ValueError), _core.clock_settled_since, t, None, cap, settled_mhz=1980.0)
 expect((TypeError, ValueError), _core.clock_settled_since, t, t[:3], cap, settled_mhz=1980.0)
-# the verdicts on a CUDA record (regime.c), the named choices (choices.c), the CUPTI preference
+# the verdicts on a CUDA record (regime.c), the plan (plan.c), the CUPTI preference
 n20 = 20
 rec = {"n": n20, "period_s": 0.005, "sm_mhz": np.r_[np.full(10, 1980.0), np.full(10, 1500.0)],
        "mem_mhz": np.full(n20, 3201.0), "power_w": np.full(n20, 650.0),
@@ -251,10 +251,23 @@ ok(_core.regime_verdict, regime="burst", batches=4, unrecovered=1, start_sm_mhz_
    start_sm_mhz_max=1980.0)
 ok(_core.regime_verdict, settled=True, settled_unlimited=True, timed_limits=0x24,
    settle_sm_mhz=1980.0, timed_sm_mhz=1965.0)
+def _cupti_yes():
+    return True, False, ""
+def _cupti_no():
+    return False, True, "busy"
 for args in (("cuda", "flush", "cupti"), ("host", None, None), ("hip", "rotate", "graph")):
-    ok(_core.check_choices, *args)
+    p = ok(_core.plan, *args, cupti=_cupti_yes)
+    ok(lambda: (repr(p), p.as_dict()))
+ok(_core.plan, "cuda", None, None, cupti=_cupti_no)
+ok(_core.plan, "cuda", "flush", None, profile="profile=True")
+ok(_core.measure_host, np.sum, ((np.ones(64),),), None, plan=_core.plan("host", "flush", None),
+   flush_bytes=1 << 20, warmup_s=0.0, max_time_s=0.02)
 for args in (("cuda", "none", None), ("hip", None, "cupti"), ("gpu", None, None)):
-    expect((TypeError, ValueError), _core.check_choices, *args)
+    expect((TypeError, ValueError), _core.plan, *args)
+expect(Exception, _core.plan, "cuda", None, "cupti", cupti=_cupti_no)
+expect(TypeError, _core.plan, "cuda", None, None, cupti=lambda: (1, 2))
+expect((TypeError, ValueError), _core.measure_host, np.sum, ((np.ones(64),),), None,
+       plan=_core.plan("host", None, None), cold="flush")
 ok(_core.prefer_cupti, "/nonexistent/libcupti.so")
 expect((TypeError, ValueError), _core.prefer_cupti, 3)
 for args, kw in ((([0.0, 0.1], [1.0], [0, 0]), {}), (([0.0, 0.2, 0.1], [1.0] * 3, [0] * 3), {}),

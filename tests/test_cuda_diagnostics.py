@@ -104,13 +104,13 @@ def _fake_run(monkeypatch, events_s, sampling_s, reasons, settle=None, between=N
 
     for name, value in {"require_backend": lambda: None,
                         "device_info": lambda o: {"l2_bytes": 1 << 26, "max_sm_clock_mhz": 1980},
-                        "_resolve_mode": lambda m, w: ("cupti", True),
                         "stream_handle": lambda s, o, t=True: 0, "_uses_torch": lambda *a: False,
                         "gpu_neighbours": lambda o: {}, "gpu_peaks": lambda *a: None,
                         "mode_floor": lambda *a: {"median_s": 1e-7}, "_core": FakeCore}.items():
         monkeypatch.setattr(cuda, name, value)
-    return cuda.run(lambda: None, [()], {}, cold_cache=None, flush_bytes=None, mode="cupti",
-                    device="cuda", loop={})[2]
+    plan = real.plan("cuda", None, "cupti", cupti=lambda: (True, False, ""))
+    return cuda.run(lambda: None, [()], {}, plan=plan, flush_bytes=None, device="cuda",
+                    loop={})[2]
 
 
 IDLE_WARNING = "idle between batches"
@@ -265,10 +265,10 @@ def test_the_graph_floor_loads_kbench_kernels_before_its_capture(monkeypatch):
     fake = _FloorCore()
     monkeypatch.setattr(cuda, "_core", fake)
     monkeypatch.setattr(cuda, "_floor_cache", {})
-    f = cuda.mode_floor("graph", 0, 7, True, False)
+    f = cuda.mode_floor("graph", "events", 0, 7, True)
     assert fake.calls == ["launch_empty", "graph_capture", "measure_cuda"]
     assert f["median_s"] == pytest.approx(2e-6) and f["timer"] == "events"
-    cuda.mode_floor("graph", 0, 7, True, False)
+    cuda.mode_floor("graph", "events", 0, 7, True)
     assert len(fake.calls) == 3                  # cached
 
 
@@ -278,7 +278,7 @@ def test_a_failed_floor_probe_is_kept_and_not_run_again(monkeypatch):
     monkeypatch.setattr(cuda, "_floor_cache", {})
     for _ in range(3):
         with pytest.raises(_core.KbenchError, match="probe failed"):
-            cuda.mode_floor("events", 0, 7, True, False)
+            cuda.mode_floor("events", "events", 0, 7, True)
     assert fake.calls == ["measure_cuda"]        # probed once, its failure raised again
 
 

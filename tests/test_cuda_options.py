@@ -104,13 +104,12 @@ def _captured_run(monkeypatch, **options):
 
     for name, value in {"require_backend": lambda: None,
                         "device_info": lambda o: {"l2_bytes": 1 << 26},
-                        "_resolve_mode": lambda m, w: ("events", False),
                         "stream_handle": lambda s, o, t=True: 0, "_uses_torch": lambda *a: False,
                         "gpu_neighbours": lambda o: {}, "_core": FakeCore}.items():
         monkeypatch.setattr(cuda, name, value)
     with pytest.raises(Stop):
-        cuda.run(lambda: None, [()], {}, cold_cache=None, flush_bytes=None, mode="events",
-                 device="cuda", loop={}, **options)
+        cuda.run(lambda: None, [()], {}, plan=_core.plan("cuda", None, "events"),
+                 flush_bytes=None, device="cuda", loop={}, **options)
     return seen
 
 

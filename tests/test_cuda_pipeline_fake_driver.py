@@ -91,6 +91,25 @@ SCENARIOS = textwrap.dedent('''
                      "events": sorted(set(np.round(r["cuda"]["events_s"], 9).tolist())),
                      "keep_busy": r["cuda"]["keep_busy"]["enabled"],
                      "flush_bytes": r["cuda"]["flush_bytes"], "backend": r["backend"]}
+    # the plan (kbench.bench's) decides the timer and the cold cache; nothing may restate them
+    plan = _core.plan("cuda", "flush", "events")
+    r = _core.measure_cuda(fn, ((),), None, plan=plan, unroll=4, **QUICK)
+    out["plan"] = {"flush_bytes": r["cuda"]["flush_bytes"], "backend": r["backend"]}
+    out["plan_errors"] = []
+    for bad in (dict(mode="events"), dict(cold="flush")):
+        try:
+            _core.measure_cuda(fn, ((),), None, plan=plan, **bad, **QUICK)
+        except TypeError as e:
+            out["plan_errors"].append(str(e))
+    try:
+        _core.measure_cuda(fn, ((),), None, cold="rotate", **QUICK)
+        out["rotate_one_set"] = None
+    except ValueError as e:
+        out["rotate_one_set"] = str(e)
+    # under graph replays the sets were captured into the graphs: one set is no mistake
+    graph = _core.plan("cuda", "rotate", "graph", cupti=lambda: (False, False, "fake"))
+    r = _core.measure_cuda(fn, ((),), None, plan=graph, **QUICK)
+    out["graph_rotate"] = {"n": len(r["samples"]), "backend": r["backend"]}
     calls = []
     def bad_hook():
         calls.append(1)
@@ -122,6 +141,13 @@ def test_the_pipeline_runs_against_a_fake_driver(fake_driver):
     # the graph-replay timer divides the 1 ms launch by its 4 calls; no hook: bridges allowed
     assert u["samples"] == [0.00025] and u["events"] == [0.00025] and u["backend"] == "events"
     assert u["keep_busy"] is True and u["flush_bytes"] == 2 << 20    # 2x the fake's 1 MiB L2
+    assert out["plan"] == {"flush_bytes": 2 << 20, "backend": "events"}
+    assert out["plan_errors"] == [
+        "measure_cuda: mode= comes from plan=: give one or the other",
+        "measure_cuda: cold= comes from plan=: give one or the other"]
+    assert out["rotate_one_set"] == "cold='rotate' needs at least 2 argument sets to rotate " \
+                                    "through"
+    assert out["graph_rotate"] == {"n": 64, "backend": "events"}
     assert out["hook_error"][0] == "the hook failed"
     assert any("raised by pre_sample" in n for n in out["hook_error"][1:])
     assert out["burst"]["batches"] >= 1 and out["burst"]["keep_busy"] is False
@@ -553,8 +579,9 @@ FAILURES = textwrap.dedent('''
                 raise KeyboardInterrupt
             _core.graph_capture(interrupted, ((),), None, stream=7)
         elif what == "profile_stop":
-            profile.run_once(lambda: None, [()], {}, name="x", device="cuda:0", why="t",
-                             cold_cache=None, flush_bytes=None, warmup_s=0.0, correctness=None,
+            profile.run_once(lambda: None, [()], {}, name="x", device="cuda:0",
+                             plan=_core.plan("cuda", None, None, profile="t"), flush_bytes=None,
+                             warmup_s=0.0, correctness=None,
                              stream=0)
         elif what == "memory_poll":
             import time

@@ -389,7 +389,7 @@ def test_hip_refuses_cupti_mode_before_anything_runs_and_unknown_options(monkeyp
     assert calls == []
     monkeypatch.undo()
     with pytest.raises(TypeError, match="unexpected options for the HIP backend"):
-        hip.run(lambda: None, [()], {}, cold_cache=None, flush_bytes=None, mode=None,
+        hip.run(lambda: None, [()], {}, plan=_core.plan("hip", None, None), flush_bytes=None,
                 device="cuda", loop={}, sample_clocks=True)
 
 
@@ -397,8 +397,8 @@ def test_cold_cache_needs_a_known_llc(monkeypatch):
     monkeypatch.setattr(hip, "device_info", lambda ordinal: {"name": "mystery", "l2_bytes": 0})
     for cold in ("rotate", "flush"):
         with pytest.raises(ValueError, match="last-level cache size.*unknown"):
-            hip.run(lambda x: x, [(np.ones(4),)], {}, cold_cache=cold, flush_bytes=None,
-                    mode=None, device="cuda", loop={}, stream=1)
+            hip.run(lambda x: x, [(np.ones(4),)], {}, plan=_core.plan("hip", cold, None),
+                    flush_bytes=None, device="cuda", loop={}, stream=1)
 
 
 def test_rccl_capture_warning(monkeypatch):

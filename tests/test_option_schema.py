@@ -163,7 +163,7 @@ def test_the_pyi_names_every_gpu_row_of_its_backend(function, backend):
     rows = {r["name"] for r in _core.OPTION_SCHEMA if r["layer"] == "backend"
             and backend in r["backends"]}
     assert rows <= named, f"{function} in _core.pyi lacks {sorted(rows - named)}"
-    others = named - rows - {"fn", "arg_sets", "kwargs", "graphs", "stream", "cold",
+    others = named - rows - {"fn", "arg_sets", "kwargs", "graphs", "stream", "plan", "cold",
                              "pre_sample", "ranks", "evict"}
     assert not others, f"{function} in _core.pyi names options the schema lacks: {others}"
 
@@ -248,13 +248,14 @@ def test_the_measure_functions_docstrings_restate_no_default(function):
 
 
 @pytest.mark.parametrize("backend", sorted(options.MODES))
-def test_the_mode_row_lists_what_check_choices_takes(backend):
-    """kbench.options.MODES (the docs' and help()'s mode row) against choices.c's list: each
-    value is taken, and the list check_choices names when it refuses one is the same."""
+def test_the_mode_row_lists_what_the_plan_takes(backend):
+    """kbench.options.MODES (the docs' and help()'s mode row) against plan.c's list: each
+    value is taken, and the list _core.plan names when it refuses one is the same."""
     for mode in (None, *options.MODES[backend]):
-        assert _core.check_choices(backend, "flush", mode) == ("flush", mode)
+        p = _core.plan(backend, "flush", mode, cupti=lambda: (True, False, ""))
+        assert p.cold == "flush" and p.measurement == (mode or p.measurement)
     with pytest.raises(ValueError) as e:
-        _core.check_choices(backend, "flush", "none-of-them")
+        _core.plan(backend, "flush", "none-of-them")
     named = re.findall(r"'([a-z]+)'", str(e.value).split(", got")[0])
     assert tuple(named) == options.MODES[backend]
     with pytest.raises(KeyError):

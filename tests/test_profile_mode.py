@@ -17,6 +17,12 @@ pytest_plugins = ["pytester"]
 KBENCH_ROOT = os.path.dirname(os.path.dirname(os.path.abspath(kbench.__file__)))
 
 
+def _plan(backend, cold, why):
+    """A profile-mode plan, as kbench.bench makes it (CUPTI is not asked about)."""
+    from kbench import _core as core
+    return core.plan(backend, cold, None, profile=why)
+
+
 @pytest.fixture(autouse=True)
 def clean_env(monkeypatch):
     monkeypatch.delenv(profile.ENV, raising=False)
@@ -68,9 +74,9 @@ def test_one_call_sits_between_start_and_stop_after_warm_up_and_flush():
         log.append("call")
         return x
 
-    run = profile.run_once(fn, [(1,)], {}, name="case", device="cuda:0", why="profile=True",
-                           cold_cache="flush", flush_bytes=None, warmup_s=0.0,
-                           correctness=None, backend=FakeGpu(log))
+    run = profile.run_once(fn, [(1,)], {}, name="case", device="cuda:0",
+                           plan=_plan("cuda", "flush", "profile=True"), flush_bytes=None,
+                           warmup_s=0.0, correctness=None, backend=FakeGpu(log))
     start, stop = log.index("start"), log.index("stop")
     assert log[start:stop + 1] == ["start", "call", "sync", "stop"]
     assert log[:start].count("call") == profile.WARMUP_MIN_CALLS
@@ -90,7 +96,7 @@ def test_hot_cache_skips_the_flush_and_a_raising_call_still_stops_the_range():
             raise RuntimeError("kernel failed")
 
     with pytest.raises(RuntimeError, match="kernel failed"):
-        profile.run_once(boom, [()], {}, name="c", device="cuda:0", why="t", cold_cache=None,
+        profile.run_once(boom, [()], {}, name="c", device="cuda:0", plan=_plan("cuda", None, "t"),
                          flush_bytes=None, warmup_s=0.0, correctness=None, backend=FakeGpu(log))
     assert "flush" not in log and log[-1] == "stop" and "start" in log
 
@@ -211,7 +217,7 @@ def test_the_profiled_call_runs_with_the_stream_made_current(monkeypatch):
     def fn():
         log.append("call" if entered else "call off-stream")
 
-    profile.run_once(fn, [()], {}, name="c", device="cuda:1", why="t", cold_cache="flush",
+    profile.run_once(fn, [()], {}, name="c", device="cuda:1", plan=_plan("cuda", "flush", "t"),
                      flush_bytes=None, warmup_s=0.0, correctness=None, backend=FakeGpu(log),
                      stream=1234)
     assert seen == [(1234, 1)]
@@ -219,11 +225,11 @@ def test_the_profiled_call_runs_with_the_stream_made_current(monkeypatch):
     # without a stream, the current one is entered all the same (cuda.on_stream picks it)
     log.clear()
     seen.clear()
-    profile.run_once(fn, [()], {}, name="c", device="cuda:0", why="t", cold_cache=None,
+    profile.run_once(fn, [()], {}, name="c", device="cuda:0", plan=_plan("cuda", None, "t"),
                      flush_bytes=None, warmup_s=0.0, correctness=None, backend=FakeGpu(log))
     assert seen == [(None, 0)] and "call off-stream" not in log
     # on the CPU there is no stream
     seen.clear()
-    profile.run_once(lambda: None, [()], {}, name="c", device="cpu", why="t", cold_cache=None,
+    profile.run_once(lambda: None, [()], {}, name="c", device="cpu", plan=_plan("host", None, "t"),
                      flush_bytes=None, warmup_s=0.0, correctness=None, backend=FakeGpu(log))
     assert seen == []

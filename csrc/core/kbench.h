@@ -13,7 +13,7 @@
  *   measure_host.c  the host backend: calls a Python callable, host clock
  *   coldcache.c     CPU cache sizes and the CPU flush buffer
  *   compare.c       correctness comparison of outputs against references
- *   choices.c       kbench.bench's named choices (cold_cache, mode per backend), checked once
+ *   plan.c          kbench.bench's choices checked and decided once: the plan (_core.plan)
  *   kernels/cpu/    the CPU reference kernels (STREAM copy/triad, FMA loop)
  *   loader_*.c      lazy dlopen of libcuda, libcupti, libnvidia-ml, libnvrtc  (CUDA build)
  *   measure_cuda.c (+ cuda_batch.c, cuda_settle.c, cuda_result.c), cupti_trace.c, graph.c,
@@ -67,6 +67,7 @@ struct kb_gpu_libs; /* loader.h: the lazily loaded GPU library tables */
 #define KB_EXCEPTION_MEMBER(name, ...) PyObject *name;
 typedef struct {
     KB_EXCEPTIONS(KB_EXCEPTION_MEMBER)
+    PyObject *plan_type;        /* _core.Plan (plan.c) */
     struct kb_gpu_libs *gpu;    /* NULL until a GPU library is first asked for */
     struct kb_hip_libs *hip;    /* csrc/hip/hip_api.h: NULL until HIP or ROCm SMI is asked for */
     void *cuda_primary[64];     /* CUcontext: primary contexts kbench retained, kept while the
@@ -539,12 +540,35 @@ int kb_check_arg_sets(PyObject *arg_sets, PyObject *kwargs);
 /* Pop "cold" (None|'flush'|'rotate') from opts; ValueError on anything else. */
 int kb_pop_cold_mode(PyObject *opts, kb_cold_mode *cold);
 
-/* ------------------------------------------------------------------ choices.c */
+/* ------------------------------------------------------------------ plan.c */
+
+/* How kbench.bench measures a call, decided once by _core.plan (plan.c says how). */
+typedef enum { KB_BACKEND_HOST = 0, KB_BACKEND_CUDA, KB_BACKEND_HIP } kb_backend_id;
+typedef enum {
+    KB_MEASURE_HOST = 0,    /* calls, on the host clock */
+    KB_MEASURE_CUPTI,       /* eager CUDA calls, their activity read by CUPTI */
+    KB_MEASURE_EVENTS,      /* eager CUDA calls between event pairs */
+    KB_MEASURE_GRAPH,       /* replays of captured calls (CUDA, HIP) */
+    KB_MEASURE_PROFILE      /* one call in a profiler range, untimed */
+} kb_measurement;
+typedef enum { KB_TIMER_NONE = 0, KB_TIMER_HOST, KB_TIMER_EVENTS, KB_TIMER_CUPTI } kb_timer_id;
+typedef struct {
+    kb_backend_id backend;
+    kb_measurement measurement;
+    kb_timer_id timer;          /* KB_TIMER_NONE in profile mode */
+    kb_cold_mode cold;
+} kb_plan;
 
 /* A cold-cache value: None, 'flush' or 'rotate' into *out; else ValueError naming `param` and
- * the accepted values. The one parser of the choice (_core.check_choices uses it). */
+ * the accepted values. The one parser of the choice (_core.plan uses it). */
 int kb_cold_mode_parse(PyObject *v, const char *param, kb_cold_mode *out);
-int kb_choices_module_init(PyObject *m);   /* _core.check_choices */
+/* A measure function's plan: plan= (a _core.Plan for `backend`, timed; cold= beside it is a
+ * TypeError naming `func`) popped from opts into *out with *given = 1; without it, the
+ * low-level spelling cold= (a measure_cuda caller also gives mode=) with the backend's
+ * measurement and *given = 0. -1 with an exception. */
+int kb_pop_plan(PyObject *m, PyObject *opts, kb_backend_id backend, const char *func,
+                kb_plan *out, int *given);
+int kb_plan_module_init(PyObject *m);   /* _core.plan, _core.Plan */
 /* Parse the loop configuration from opts, then reject any key left: TypeError naming `func`. */
 int kb_finish_options(PyObject *opts, const char *func, kb_loop_config *cfg);
 /* Every one of n_sets argument sets is called once before the warm-up may end (warmup_min). */

@@ -214,7 +214,7 @@ int kb_pop_cold_mode(PyObject *opts, kb_cold_mode *cold)
     *cold = KB_COLD_NONE;
     if (v == NULL)
         return 0;
-    if (kb_cold_mode_parse(v, "cold", cold) < 0)        /* the one list (choices.c) */
+    if (kb_cold_mode_parse(v, "cold", cold) < 0)        /* the one list (plan.c) */
         return -1;
     return PyDict_DelItemString(opts, "cold");
 }

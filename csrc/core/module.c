@@ -127,7 +127,7 @@ static int core_exec(PyObject *m)
         kb_coldcache_module_init(m) < 0 || kb_compare_module_init(m) < 0 ||
         kb_cpu_kernels_module_init(m) < 0 || kb_steady_module_init(m) < 0 ||
         kb_regime_module_init(m) < 0 ||
-        kb_choices_module_init(m) < 0 ||
+        kb_plan_module_init(m) < 0 ||
         add_build_info(m) < 0)
         goto error;
 #ifdef KB_HAVE_CUDA
@@ -162,6 +162,7 @@ static int core_traverse(PyObject *m, visitproc visit, void *arg)
 #define KB_EXCEPTION_VISIT(name, ...) Py_VISIT(st->name);
     KB_EXCEPTIONS(KB_EXCEPTION_VISIT)
 #undef KB_EXCEPTION_VISIT
+    Py_VISIT(st->plan_type);
     return 0;
 }
 
@@ -171,6 +172,7 @@ static int core_clear(PyObject *m)
 #define KB_EXCEPTION_CLEAR(name, ...) Py_CLEAR(st->name);
     KB_EXCEPTIONS(KB_EXCEPTION_CLEAR)
 #undef KB_EXCEPTION_CLEAR
+    Py_CLEAR(st->plan_type);
     return 0;
 }
 

@@ -182,6 +182,7 @@ typedef struct {
     int device;                 /* ordinal (0) */
     kb_gpu_mode mode;           /* 'events' */
     kb_cold_mode cold;          /* None */
+    kb_plan plan;               /* plan= (kbench.bench's), else made from mode= and cold= */
     Py_ssize_t flush_bytes;     /* the L2 flush buffer, 0: 2x the device's L2 */
     double unroll;              /* calls per launch (1): samples are divided by it */
     int gate;                   /* queue each batch behind a device gate (1) */
@@ -209,7 +210,7 @@ typedef struct {
 /* Parse from opts (the caller's keywords, copied), DELETING each key it consumes: the loop's
  * keys are left for kb_finish_options. Bad values raise TypeError/ValueError naming the option.
  * fn_is_graph and n_sets: cold='rotate' needs two argument sets unless fn is a CudaGraph. */
-int kb_cuda_options_parse(PyObject *opts, int fn_is_graph, Py_ssize_t n_sets,
+int kb_cuda_options_parse(PyObject *m, PyObject *opts, int fn_is_graph, Py_ssize_t n_sets,
                           kb_cuda_options *o);
 void kb_cuda_options_fini(kb_cuda_options *o);
 

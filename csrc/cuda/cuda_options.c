@@ -103,10 +103,32 @@ static int opt_pre_sample(PyObject *opts, kb_cuda_options *o)
     return kb_opt_callable(opts, "measure_cuda", "pre_sample", &o->pre_sample);
 }
 
-int kb_cuda_options_parse(PyObject *opts, int fn_is_graph, Py_ssize_t n_sets,
+/* plan= (kbench.bench's, _core.plan) decides the timer and the cold cache; without it the
+ * low-level mode= and cold= do. Both at once is a TypeError: a plan is never re-decided. */
+static int opt_plan(PyObject *m, PyObject *opts, int mode_given, int *mode, kb_cuda_options *o)
+{
+    int planned;
+    if (kb_pop_plan(m, opts, KB_BACKEND_CUDA, W, &o->plan, &planned) < 0)
+        return -1;
+    if (!planned) {
+        o->plan.measurement = *mode == KB_GPU_CUPTI ? KB_MEASURE_CUPTI : KB_MEASURE_EVENTS;
+        o->plan.timer = *mode == KB_GPU_CUPTI ? KB_TIMER_CUPTI : KB_TIMER_EVENTS;
+        return 0;
+    }
+    if (mode_given) {
+        PyErr_SetString(PyExc_TypeError, "measure_cuda: mode= comes from plan=: give one or the "
+                                         "other");
+        return -1;
+    }
+    *mode = o->plan.timer == KB_TIMER_CUPTI ? KB_GPU_CUPTI : KB_GPU_EVENTS;
+    return 0;
+}
+
+int kb_cuda_options_parse(PyObject *m, PyObject *opts, int fn_is_graph, Py_ssize_t n_sets,
                           kb_cuda_options *o)
 {
     cuda_options_defaults(o);
+    int mode_given = PyDict_GetItemString(opts, "mode") != NULL;
     Py_ssize_t device = o->device;
     int mode = o->mode, regime = o->regime;
     if (opt_stream(opts, o) < 0 ||
@@ -125,8 +147,9 @@ int kb_cuda_options_parse(PyObject *opts, int fn_is_graph, Py_ssize_t n_sets,
         kb_opt_bool(opts, "sample_clocks", &o->sample_clocks) < 0 ||
         opt_choice(opts, KB_SPEC(mode), 0, &mode) < 0 ||
         opt_choice(opts, KB_SPEC(regime), 1, &regime) < 0 ||
-        opt_pre_sample(opts, o) < 0 || kb_pop_cold_mode(opts, &o->cold) < 0)
+        opt_pre_sample(opts, o) < 0 || opt_plan(m, opts, mode_given, &mode, o) < 0)
         return -1;
+    o->cold = o->plan.cold;
     if (device > kb_spec_count_hi(KB_SPEC(device))) {
         PyErr_Format(PyExc_ValueError, "measure_cuda: device must be a CUDA ordinal 0..%zd, "
                                        "got %zd", kb_spec_count_hi(KB_SPEC(device)), device);
@@ -140,7 +163,9 @@ int kb_cuda_options_parse(PyObject *opts, int fn_is_graph, Py_ssize_t n_sets,
     if (o->pre_sample != NULL)
         o->keep_busy = 0;       /* a bridge is extra calls of fn: every rank must call fn the
                                  * same number of times, each after its pre_sample */
-    if (o->cold == KB_COLD_ROTATE && n_sets < 2 && !fn_is_graph) {
+    /* under graph replays, the sets were captured into the graphs */
+    if (o->cold == KB_COLD_ROTATE && n_sets < 2 && !fn_is_graph &&
+        o->plan.measurement != KB_MEASURE_GRAPH) {
         PyErr_SetString(PyExc_ValueError,
                         "cold='rotate' needs at least 2 argument sets to rotate through");
         return -1;

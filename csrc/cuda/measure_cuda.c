@@ -34,7 +34,7 @@ static int step_parse(cuda_ctx *c, PyObject *args, PyObject *kw, kb_loop_config 
     PyObject *opts = kw ? PyDict_Copy(kw) : PyDict_New();
     if (opts == NULL)
         return -1;
-    int rc = kb_cuda_options_parse(opts, c->fn_is_graph, c->n_sets, &c->opt) < 0 ||
+    int rc = kb_cuda_options_parse(c->m, opts, c->fn_is_graph, c->n_sets, &c->opt) < 0 ||
                      kb_finish_options(opts, "measure_cuda", cfg) < 0
                  ? -1
                  : 0;
@@ -301,12 +301,15 @@ done:
 
 static PyMethodDef cuda_methods[] = {
     {"measure_cuda", (PyCFunction)(void (*)(void))measure_cuda, METH_VARARGS | METH_KEYWORDS,
-     "measure_cuda(fn, arg_sets, kwargs=None, *, stream, device=..., mode=..., "
+     "measure_cuda(fn, arg_sets, kwargs=None, *, stream, device=..., plan=None, mode=..., "
      "cold=None|'flush'|'rotate', flush_bytes=..., unroll=..., gate=..., keep_busy=..., "
      "gate_batch=..., gate_timeout_s=..., busy_warmup_s=..., cupti_allow_foreign=..., "
      "sample_clocks=..., clock_period_s=..., settle_max_s=..., regime=..., pre_sample=None, "
      "<loop options>) -> dict\n\n"
-     "Time fn(*arg_sets[i % len]) (or launches of a CudaGraph fn) on a CUDA stream. The "
+     "Time fn(*arg_sets[i % len]) (or launches of a CudaGraph fn) on a CUDA stream. plan: "
+     "kbench.bench's (_core.plan), which sets the timer and the cold cache (graph replays: "
+     "rotated sets live in the graphs); mode= and cold= are their low-level spelling, for a "
+     "call without one. The "
      "defaults and ranges are _core.OPTION_SCHEMA's (csrc/core/kb_schema.h; the timer's as "
      "_core.CUDA_DEFAULTS). "
      "busy_warmup_s=None: the loop's warmup_s, run only where no settle rule judges the load "

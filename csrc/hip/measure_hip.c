@@ -269,9 +269,13 @@ static PyObject *measure_hip(PyObject *m, PyObject *args, PyObject *kw)
         return PyErr_Format(PyExc_ValueError, "measure_hip needs at least one HipGraph");
     if ((opts = kw ? PyDict_Copy(kw) : PyDict_New()) == NULL)
         return NULL;
-    if (kb_hip_options_parse(opts, &o) < 0 || kb_pop_cold_mode(opts, &c.cold) < 0 ||
+    kb_plan plan;
+    int planned;
+    if (kb_hip_options_parse(opts, &o) < 0 ||
+        kb_pop_plan(m, opts, KB_BACKEND_HIP, "measure_hip", &plan, &planned) < 0 ||
         kb_finish_options(opts, "measure_hip", &cfg) < 0)
         goto done;
+    c.cold = plan.cold;
     c.m = m;
     c.s = (kb_hipStream_t)(uintptr_t)o.stream;
     c.unroll = o.unroll;
@@ -309,7 +313,7 @@ done:
 
 static PyMethodDef measure_hip_methods[] = {
     {"measure_hip", (PyCFunction)(void (*)(void))measure_hip, METH_VARARGS | METH_KEYWORDS,
-     "measure_hip(graphs, *, stream, device=..., cold=None, flush_bytes=..., gate=..., "
+     "measure_hip(graphs, *, stream, device=..., plan=None, cold=None, flush_bytes=..., gate=..., "
      "gate_batch=..., gate_timeout_s=..., unroll=..., pre_sample=None, <loop options>) -> "
      "dict\n\nThe defaults and ranges are _core.OPTION_SCHEMA's (csrc/core/kb_schema.h). "
      "Time replays of the HipGraphs (cycled in order) with HIP events, in the shared loop. "

@@ -165,9 +165,11 @@ static int pop_hooks(PyObject *opts, host_ctx *ctx)
 
 /* Parse: the options dict (a copy of kw) into ctx and cfg, each checked once. *evict: the
  * operands kbench.measure.coldcache saw (a new reference, NULL when not given or None). */
-static int host_parse(PyObject *opts, PyObject *arg_sets, host_ctx *ctx, kb_loop_config *cfg,
-                      Py_ssize_t *flush_bytes, PyObject **evict)
+static int host_parse(PyObject *self, PyObject *opts, PyObject *arg_sets, host_ctx *ctx,
+                      kb_loop_config *cfg, Py_ssize_t *flush_bytes, PyObject **evict)
 {
+    kb_plan plan;
+    int planned;
     if (kb_opt_take(opts, "evict", evict) < 0)
         return -1;
     if (*evict == Py_None)
@@ -179,9 +181,11 @@ static int host_parse(PyObject *opts, PyObject *arg_sets, host_ctx *ctx, kb_loop
     *flush_bytes = (Py_ssize_t)fb->num;
     if (kb_opt_count(opts, "measure_host", fb->name, flush_bytes, (Py_ssize_t)fb->lo,
                      kb_spec_count_hi(fb)) < 0 ||
-        pop_hooks(opts, ctx) < 0 || kb_pop_cold_mode(opts, &ctx->cold) < 0 ||
+        pop_hooks(opts, ctx) < 0 ||
+        kb_pop_plan(self, opts, KB_BACKEND_HOST, "measure_host", &plan, &planned) < 0 ||
         kb_finish_options(opts, "measure_host", cfg) < 0)
         return -1;
+    ctx->cold = plan.cold;
     kb_warm_every_set(cfg, PyTuple_GET_SIZE(arg_sets));
     if (ctx->cold == KB_COLD_ROTATE && PyTuple_GET_SIZE(arg_sets) < 2) {
         PyErr_SetString(PyExc_ValueError,
@@ -304,7 +308,7 @@ static PyObject *measure_host(PyObject *self, PyObject *args, PyObject *kw)
     ctx.arg_sets = arg_sets;
     ctx.kwargs = kwargs == Py_None ? NULL : kwargs;
     ctx.n_sets = PyTuple_GET_SIZE(arg_sets);
-    int ok = host_parse(opts, arg_sets, &ctx, &cfg, &flush_bytes, &evict) == 0 &&
+    int ok = host_parse(self, opts, arg_sets, &ctx, &cfg, &flush_bytes, &evict) == 0 &&
              host_flush_setup(self, &ctx, flush_bytes, evict, &evicts, &setup_ns) == 0;
     Py_XDECREF(evict);      /* the evictor holds the buffers it needs */
     if (ok && host_run(self, &ctx, &cfg, &res) == 0)
@@ -321,9 +325,11 @@ static PyObject *measure_host(PyObject *self, PyObject *args, PyObject *kw)
 
 static PyMethodDef host_methods[] = {
     {"measure_host", (PyCFunction)(void (*)(void))measure_host, METH_VARARGS | METH_KEYWORDS,
-     "measure_host(fn, arg_sets, kwargs=None, *, cold=None|'flush'|'rotate', flush_bytes=..., "
-     "evict=None, pre_sample=None, ranks=None, <loop options>) -> dict\n\n"
-     "Time calls fn(*arg_sets[i % len(arg_sets)], **kwargs) with the host clock. The defaults "
+     "measure_host(fn, arg_sets, kwargs=None, *, plan=None, cold=None|'flush'|'rotate', "
+     "flush_bytes=..., evict=None, pre_sample=None, ranks=None, <loop options>) -> dict\n\n"
+     "Time calls fn(*arg_sets[i % len(arg_sets)], **kwargs) with the host clock. plan: "
+     "kbench.bench's (_core.plan), which sets the cold cache; cold= is its low-level spelling, "
+     "for a call without one. The defaults "
      "and ranges of flush_bytes and the loop options (warmup_s, max_time_s, target, ...) are "
      "_core.OPTION_SCHEMA's (csrc/core/kb_schema.h). evict: one tuple of contiguous buffers "
      "per argument set, every array fn reads (kbench.measure.coldcache.visible_operands): a flush "

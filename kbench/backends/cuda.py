@@ -155,14 +155,14 @@ def _loop_for_probe(seconds: float) -> Dict[str, Any]:
                 target=0.01, ci_level=0.95, criterion="ci")
 
 
-def mode_floor(mode: str, ordinal: int, stream: int, gate: bool,
-               cupti_ok: bool) -> Dict[str, Any]:
-    """What a mode reads for kbench's empty kernel: the smallest time it can resolve. Probed
-    once per (mode, device, gate); a probe that failed is kept too, and raises again: it would
-    fail (and cost its time and memory) again on every later bench."""
+def mode_floor(mode: str, inner: str, ordinal: int, stream: int,
+               gate: bool) -> Dict[str, Any]:
+    """What a measurement (a plan's: 'events', 'cupti', 'graph') read by its timer (`inner`,
+    the plan's) reads for kbench's empty kernel: the smallest time it can resolve. Probed once
+    per (mode, device, gate); a probe that failed is kept too, and raises again: it would fail
+    (and cost its time and memory) again on every later bench."""
     key = (mode, ordinal, gate)
     if key not in _floor_cache:
-        inner = "cupti" if (mode == "cupti" or (mode == "graph" and cupti_ok)) else "events"
         try:
             raw = _probe_floor(mode, inner, ordinal, stream, gate)
         except _core.KbenchError as e:
@@ -237,34 +237,23 @@ def _cupti_status() -> Dict[str, Any]:
     return _core.gpu_library_status().get("cupti", {})
 
 
-def _resolve_mode(mode: Optional[str], warn: List[str]) -> Tuple[str, bool]:
-    """(mode, cupti_usable): None becomes 'cupti' when CUPTI is usable, else 'events'. The
-    value was checked by _core.check_choices (kbench.measure.local) before anything ran."""
-    profiler = torch_profiler_active()
-    cupti_ok, why = True, ""
+def cupti_facts() -> Tuple[bool, bool, str]:
+    """(usable, busy, why): whether kbench can take CUPTI in this process, for _core.plan, which
+    asks only when a CUDA plan needs to know (mode None, 'cupti' or 'graph', not profiling).
+    busy: another tool owns it (torch.profiler, a second libcupti copy)."""
+    if torch_profiler_active():
+        return False, True, "torch.profiler is running and owns CUPTI"
     copies = cupti_copies_mapped()
-    if profiler:
-        cupti_ok, why = False, "torch.profiler is running and owns CUPTI"
-    elif len(copies) > 1:
-        cupti_ok, why = False, (f"{len(copies)} different libcupti copies are loaded "
-                                f"({', '.join(copies)}); they corrupt each other's timestamps")
-    else:
-        try:
-            st = _cupti_status()
-            if not st.get("loaded"):
-                cupti_ok, why = False, st.get("error") or "libcupti not found"
-        except Exception as e:           # status must not stop a measurement
-            cupti_ok, why = False, str(e)
-    if mode == "cupti" and not cupti_ok:
-        if profiler or len(copies) > 1:
-            raise _core.CuptiBusy(f"mode='cupti' is not usable: {why}")
-        raise _core.LibraryNotFound(f"mode='cupti' is not usable: {why}")
-    if mode is None:
-        if cupti_ok:
-            return "cupti", True
-        warn.append(f"CUPTI unavailable ({why}); timed with CUDA events instead")
-        return "events", False
-    return mode, cupti_ok
+    if len(copies) > 1:
+        return False, True, (f"{len(copies)} different libcupti copies are loaded "
+                             f"({', '.join(copies)}); they corrupt each other's timestamps")
+    try:
+        st = _cupti_status()
+        if not st.get("loaded"):
+            return False, False, st.get("error") or "libcupti not found"
+    except Exception as e:           # status must not stop a measurement
+        return False, False, str(e)
+    return True, False, ""
 
 
 def current_stream_as(stream: Any, handle: int, ordinal: int,
@@ -346,9 +335,8 @@ def on_stream(stream: Any, ordinal: int, sets: List[Tuple[Any, ...]],
 
 
 def _run(fn: Callable[..., Any], sets: List[Tuple[Any, ...]], kwargs: Dict[str, Any], *,
-        cold_cache: Optional[str], flush_bytes: Optional[int], mode: Optional[str],
-        device: str, loop: Dict[str, Any], check: Any = None, rtol=None, atol=None,
-        stream: Any = None, unroll: Optional[int] = None,
+        plan: Any, flush_bytes: Optional[int], device: str, loop: Dict[str, Any],
+        check: Any = None, rtol=None, atol=None, stream: Any = None, unroll: Optional[int] = None,
         expected_launches: Optional[int] = None, floor: bool = True,
         rotate_margin: Optional[float] = None, compute_peak: Optional[str] = None,
         output: Any = None,
@@ -356,16 +344,16 @@ def _run(fn: Callable[..., Any], sets: List[Tuple[Any, ...]], kwargs: Dict[str, 
         gate_batch: Optional[int] = None, gate_timeout_s: Optional[float] = None,
         sample_clocks: Optional[bool] = None, settle_max_s: Optional[float] = None,
         regime: Optional[str] = None, pre_sample: Optional[Callable[[], Any]] = None):
-    """Time fn on a CUDA device. The timer's options (gate .. pre_sample) cross to C only when
-    the caller gave them: their defaults are _core.CUDA_DEFAULTS and C validates them."""
+    """Time fn on a CUDA device as plan (kbench.bench's, _core.plan) says. The timer's options
+    (gate .. pre_sample) cross to C only when the caller gave them: their defaults are
+    _core.CUDA_DEFAULTS and C validates them."""
     require_backend()
     # before the measurement, not after its seconds: a bad name, and the dtypes read before fn
     # runs (kbench.roofline.ceilings: compute_peak=None follows them)
     ceiling = choose_compute_peak(compute_peak, fn, sets[0], kwargs, output)
-    warn: List[str] = []
+    warn: List[str] = [plan.note] if plan.note else []
     ordinal = device_ordinal(device)
     info = device_info(ordinal)
-    mode, cupti_ok = _resolve_mode(mode, warn)
     torch_path = _uses_torch(sets, kwargs, stream)
     s = stream_handle(stream, ordinal, torch_path)
     l2 = int(info.get("l2_bytes") or 0)
@@ -377,15 +365,14 @@ def _run(fn: Callable[..., Any], sets: List[Tuple[Any, ...]], kwargs: Dict[str, 
                     f"({others.get('other_memory_bytes', 0) / 1e9:.1f} GB): timings may be "
                     f"disturbed")
 
-    cold = {"mode": cold_cache or "none", "cache": "GPU L2", "cache_bytes": l2}
-    if cold_cache == "rotate" and len(sets) == 1:
+    cold = {"mode": plan.cold or "none", "cache": "GPU L2", "cache_bytes": l2}
+    if plan.rotate and len(sets) == 1:
         margin = {} if rotate_margin is None else {"margin": rotate_margin}   # its default there
         sets = make_rotation_sets(sets[0], l2, **margin,
                                   max_bytes=int(info.get("free_memory_bytes", 0) * 0.5) or 0)
-    if cold_cache == "rotate":
+    if plan.rotate:
         flag_rotation_sets(cold, sets, l2, warn, kwargs)
 
-    timer = mode if mode != "graph" else ("cupti" if cupti_ok else "events")
     given = dict(gate=gate, keep_busy=keep_busy, gate_batch=gate_batch,
                  gate_timeout_s=gate_timeout_s, sample_clocks=sample_clocks,
                  settle_max_s=settle_max_s, regime=regime, pre_sample=pre_sample)
@@ -393,24 +380,21 @@ def _run(fn: Callable[..., Any], sets: List[Tuple[Any, ...]], kwargs: Dict[str, 
         given["flush_bytes"] = int(flush_bytes)
     common = dict({k: v for k, v in given.items() if v is not None}, stream=s, device=ordinal,
                   cupti_allow_foreign=True)
-    cold_arg = cold_cache if cold_cache in ("flush", "rotate") else None
 
     # the output to poison and re-check: named by bench's out_arg, else an out= keyword. Only
     # with a check: unchecked, poison would only overwrite the caller's data (an in-place
     # kernel's input too, kbench.measure.local passes no check for those)
     out_kw = (output if output is not None else kwargs.get("out")) if check is not None else None
-    extra: Dict[str, Any] = {"mode": mode, "timer": timer, "stream": s}
-    if mode == "graph":
-        raw, graph_extra = _run_graph(fn, sets, kwargs, s, ordinal, timer, cold_arg, unroll,
-                                      loop, common, torch_path, warn, cupti_ok, out_kw,
-                                      poison=check is not None)
+    extra: Dict[str, Any] = {"mode": plan.measurement, "timer": plan.timer, "stream": s}
+    if plan.graph:
+        raw, graph_extra = _run_graph(fn, sets, kwargs, s, ordinal, plan, unroll, loop, common,
+                                      torch_path, warn, out_kw, poison=check is not None)
         extra.update(graph_extra)
     else:
         if out_kw is not None:
             poison_gpu(out_kw)
-        raw = _core.measure_cuda(fn, tuple(sets), kwargs or None, mode=timer, cold=cold_arg,
-                                 **common, **loop)
-    read_cold(cold, raw["cuda"], cold_arg, l2, warn)
+        raw = _core.measure_cuda(fn, tuple(sets), kwargs or None, plan=plan, **common, **loop)
+    read_cold(cold, raw["cuda"], plan.flush, l2, warn)
 
     # Re-check outputs after the timed run: a skipped kernel or stale output cannot pass.
     post = extra.pop("_static_out", None)
@@ -428,8 +412,8 @@ def _run(fn: Callable[..., Any], sets: List[Tuple[Any, ...]], kwargs: Dict[str, 
                                                                 else 0],
                          check, rtol, atol, ordinal, extra)
 
-    read_record(raw, extra, warn, timer=timer, expected_launches=expected_launches)
-    if floor and mode == "cupti":
+    read_record(raw, extra, warn, timer=plan.timer, expected_launches=expected_launches)
+    if floor and plan.measurement == "cupti":
         # CUPTI times the kernel itself: an empty kernel's duration is no blind spot of the
         # timer (a kernel near it is simply that short, measured exactly), so no share of the
         # figure to warn about, and its probe, a sub-2 us figure then sampled for a stepped
@@ -439,8 +423,9 @@ def _run(fn: Callable[..., Any], sets: List[Tuple[Any, ...]], kwargs: Dict[str, 
     elif floor:
         try:
             gated = bool(raw["cuda"]["gate"]["enabled"])
-            extra["floor"] = dict(mode_floor(mode, ordinal, s if s else 0, gated, cupti_ok))
-            floor_share(extra, mode, raw, warn)
+            extra["floor"] = dict(mode_floor(plan.measurement, plan.timer, ordinal,
+                                             s if s else 0, gated))
+            floor_share(extra, plan.measurement, raw, warn)
         except _core.KbenchError as e:
             extra["floor"] = {"error": str(e)}
     extra["device"] = dict(info)
@@ -456,7 +441,7 @@ def _run(fn: Callable[..., Any], sets: List[Tuple[Any, ...]], kwargs: Dict[str, 
 # those kbench.measure.local fills in itself. kbench.measure.local checks a call's options against
 # it before
 # anything calls fn.
-_FROM_BENCH = ("cold_cache", "flush_bytes", "mode", "device", "loop", "check", "rtol", "atol",
+_FROM_BENCH = ("plan", "flush_bytes", "device", "loop", "check", "rtol", "atol",
                "output")
 OPTIONS = tuple(name for name, p in inspect.signature(_run).parameters.items()
                 if p.kind is p.KEYWORD_ONLY and name not in _FROM_BENCH)
@@ -501,9 +486,10 @@ def _estimate_eager(fn, sets, kwargs, s, ordinal, timer, pre_sample=None,
     return _core.quantile(np.asarray(raw["samples"], dtype=np.float64), 0.5), raw
 
 
-def _run_graph(fn, sets, kwargs, s, ordinal, timer, cold_arg, unroll, loop, common,
-               torch_path, warn, cupti_ok, out_kw=None, poison=True):
+def _run_graph(fn, sets, kwargs, s, ordinal, plan, unroll, loop, common, torch_path, warn,
+               out_kw=None, poison=True):
     extra: Dict[str, Any] = {}
+    timer = plan.timer
     if s == 0 and not torch_path:
         raise ValueError("mode='graph' needs a non-default stream for capture: pass stream= "
                          "(a torch/CuPy stream or handle)")
@@ -511,7 +497,7 @@ def _run_graph(fn, sets, kwargs, s, ordinal, timer, cold_arg, unroll, loop, comm
     # under kbench.distributed the probe's calls are agreed across ranks like the measurement's
     eager_t, eager_raw = _estimate_eager(fn, sets, kwargs, s, ordinal, timer, pre_sample,
                                          loop.get("ranks"))
-    if cold_arg == "flush":
+    if plan.flush:
         # The flush runs between replays: every call after the first inside an unrolled
         # replay would find the previous call's data in L2 and read warm.
         if unroll not in (None, 1):
@@ -568,8 +554,7 @@ def _run_graph(fn, sets, kwargs, s, ordinal, timer, cold_arg, unroll, loop, comm
         common = dict(common, stream=s)
         for o in static_outs if poison else ():
             poison_gpu(o if o is not None else out_kw)
-        raw = _core.measure_cuda(_replay, tuple((g,) for g in graphs), None, mode=timer,
-                                 cold=None if cold_arg == "rotate" else cold_arg,
+        raw = _core.measure_cuda(_replay, tuple((g,) for g in graphs), None, plan=plan,
                                  unroll=unroll, **common, **loop)
         last = static_outs[-1]
         extra["_static_out"] = last if last is not None else out_kw
@@ -585,13 +570,11 @@ def _run_graph(fn, sets, kwargs, s, ordinal, timer, cold_arg, unroll, loop, comm
         if out_kw is not None:
             poison_gpu(out_kw)
         if n_graphs == 1:
-            raw = _core.measure_cuda(graphs[0], ((),), None, mode=timer, cold=cold_arg
-                                     if cold_arg != "rotate" else None, unroll=unroll,
+            raw = _core.measure_cuda(graphs[0], ((),), None, plan=plan, unroll=unroll,
                                      **common, **loop)
         else:
             raw = _core.measure_cuda(_launch_graph, tuple((g, s) for g in graphs), None,
-                                     mode=timer, cold=cold_arg if cold_arg != "rotate" else None,
-                                     unroll=unroll, **common, **loop)
+                                     plan=plan, unroll=unroll, **common, **loop)
         g0 = graphs[0]
         extra["graph"] = {"captured_with": "kbench (cuStreamBeginCapture)", "graphs": n_graphs,
                           "kernel_nodes": g0.kernel_nodes, "memcpy_nodes": g0.memcpy_nodes,

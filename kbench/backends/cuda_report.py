@@ -35,11 +35,12 @@ def kinds(names: Dict[str, Any], n: int, unroll: int) -> Dict[str, float]:
     return {name: round(d["count"] / n, 2) for name, d in sorted(names.items())}
 
 
-def read_cold(cold: Dict[str, Any], cuda: Dict[str, Any], cold_arg: Optional[str], l2: int,
+def read_cold(cold: Dict[str, Any], cuda: Dict[str, Any], flushed: bool, l2: int,
               warn: List[str]) -> None:
-    """The cold-cache fields C settled: the flush buffer it used, the persisting-L2 limit."""
+    """The cold-cache fields C settled: the flush buffer it used (flushed: the plan's flush),
+    the persisting-L2 limit."""
     cold["flush_bytes"] = cuda["flush_bytes"]
-    if cold_arg == "flush" and l2 and cuda["flush_bytes"] < l2:
+    if flushed and l2 and cuda["flush_bytes"] < l2:
         # kept (it still evicts part of L2), but not called cold
         cold["evicts"] = False
         warn.append(f"flush_bytes={cuda['flush_bytes']} is smaller than the {l2}-byte L2: the "

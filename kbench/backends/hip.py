@@ -307,12 +307,12 @@ def _options(backend_options: Dict[str, Any], warn: List[str]) -> Dict[str, Any]
 
 
 def run(fn: Callable[..., Any], sets: List[Tuple[Any, ...]], kwargs: Dict[str, Any], *,
-        cold_cache: Optional[str], flush_bytes: Optional[int], mode: Optional[str],
-        device: str, loop: Dict[str, Any], check: Any = None, rtol=None, atol=None,
+        plan: Any, flush_bytes: Optional[int], device: str, loop: Dict[str, Any],
+        check: Any = None, rtol=None, atol=None,
         output: Any = None, **backend_options: Any):
-    """kbench.bench's GPU case on HIP: (raw, cold, extra, device name, peaks)."""
-    # mode is None or 'graph', checked by _core.check_choices (kbench.measure.local): there is no
-    # CUPTI, and eager event timing would time launch gaps, so HIP times graph replays
+    """kbench.bench's GPU case on HIP, as plan (kbench.bench's, _core.plan) says: graph
+    replays read by HIP events, whatever mode was given. (raw, cold, extra, device name,
+    peaks)"""
     warn: List[str] = [f"note: {NO_ATTRIBUTION}"]     # said in the result, as the issue asks
     opts = _options(backend_options, warn)
     ordinal = device_ordinal(device)    # a ROCm torch answers through torch.cuda too
@@ -340,24 +340,24 @@ def run(fn: Callable[..., Any], sets: List[Tuple[Any, ...]], kwargs: Dict[str, A
 
     # with the cache size unknown, kbench cannot size a flush or a rotation itself; the caller's
     # flush_bytes= or arg_sets= are used as given (and not judged against the cache)
-    sized = flush_bytes if cold_cache == "flush" else len(sets) > 1
-    if cold_cache in ("rotate", "flush") and llc <= 0 and not sized:
-        raise ValueError(f"cold_cache={cold_cache!r} needs the last-level cache size, and it is "
+    sized = flush_bytes if plan.flush else len(sets) > 1
+    if plan.cold is not None and llc <= 0 and not sized:
+        raise ValueError(f"cold_cache={plan.cold!r} needs the last-level cache size, and it is "
                          f"unknown for {info.get('name')!r} (no L2 attribute, not in "
                          f"kbench.backends.hip.LLC_TABLE): pass flush_bytes= with "
                          f"cold_cache='flush', or arg_sets= with cold_cache='rotate'")
-    cold = {"mode": cold_cache or "none", "cache": llc_what, "cache_bytes": llc}
-    if cold_cache == "rotate" and len(sets) == 1:
+    cold = {"mode": plan.cold or "none", "cache": llc_what, "cache_bytes": llc}
+    if plan.rotate and len(sets) == 1:
         sets = make_rotation_sets(sets[0], llc, **_given(opts, margin="rotate_margin"),
                                   max_bytes=int(info.get("free_memory_bytes", 0) * 0.5) or 0)
-    if cold_cache == "rotate":
+    if plan.rotate:
         flag_rotation_sets(cold, sets, llc, warn, kwargs)
-    if cold_cache in ("rotate", "flush") and llc <= 0:
+    if plan.cold is not None and llc <= 0:
         cold["evicts"] = None
-        given = f"flush_bytes={flush_bytes}" if cold_cache == "flush" else \
+        given = f"flush_bytes={flush_bytes}" if plan.flush else \
             f"the {len(sets)} arg_sets"
         warn.append(f"the last-level cache size is unknown: {given} used as given, not "
-                    f"checked against it (cold_cache={cold_cache!r} may not be cold)")
+                    f"checked against it (cold_cache={plan.cold!r} may not be cold)")
 
     # the capture stream must see what the caller's stream queued (the rotation's clones)
     if torch is not None and side is not None:
@@ -365,7 +365,7 @@ def run(fn: Callable[..., Any], sets: List[Tuple[Any, ...]], kwargs: Dict[str, A
     # warm-up on the capture stream, so the allocator holds the blocks the capture will use
     eager_t = _eager_estimate(fn, sets, kwargs, torch, side, loop) if side is not None else 0.0
     unroll = opts.get("unroll")
-    if cold_cache == "flush":
+    if plan.flush:
         if unroll not in (None, 1):
             raise ValueError(f"cold_cache='flush' times one call per replay (the flush runs "
                              f"between replays); got unroll={unroll}")
@@ -390,16 +390,16 @@ def run(fn: Callable[..., Any], sets: List[Tuple[Any, ...]], kwargs: Dict[str, A
     elif poisoned is not None:
         poison_gpu(poisoned)
 
-    fbytes = int(flush_bytes or 2 * llc) if cold_cache == "flush" else 0
+    fbytes = int(flush_bytes or 2 * llc) if plan.flush else 0
     smi = smi_device(info, ordinal)
     clocks_before = _clocks(smi["index"])
-    raw = _core.measure_hip(tuple(graphs), stream=stream, device=ordinal,
-                            cold="flush" if cold_cache == "flush" else None, flush_bytes=fbytes,
+    raw = _core.measure_hip(tuple(graphs), stream=stream, device=ordinal, plan=plan,
+                            flush_bytes=fbytes,
                             unroll=float(unroll), **loop,
                             **_given(opts, gate="gate", gate_batch="gate_batch",
                                      gate_timeout_s="gate_timeout_s"))
     hip = raw["hip"]
-    if cold_cache == "flush":
+    if plan.flush:
         cold["flush_bytes"] = hip["flush_bytes"]
     if not hip["gate"]["gated"]:
         warn.append(f"ungated: {hip['gate']['why_not']}")
@@ -407,7 +407,8 @@ def run(fn: Callable[..., Any], sets: List[Tuple[Any, ...]], kwargs: Dict[str, A
         warn.append(f"the gate's watchdog fired {hip['gate']['watchdog_fired']} time(s): "
                     f"batches shrank to {hip['gate']['batch_final']}")
 
-    extra: Dict[str, Any] = {"mode": "graph", "timer": "hip-events", "stream": stream,
+    extra: Dict[str, Any] = {"mode": plan.measurement, "timer": f"hip-{plan.timer}",
+                             "stream": stream,
                              "unroll": unroll, "eager_estimate_s": eager_t or None,
                              "attribution": NO_ATTRIBUTION, "hip": hip,
                              "graph": {"captured_with": "kbench (hipStreamBeginCapture)",

@@ -72,10 +72,10 @@ def bench_local(fn: Callable[..., Any], *args: Any,
                    flush_bytes=flush_bytes, arg_sets=arg_sets, rotate_sets=rotate_sets,
                    out_arg=out_arg, device=device, cold_cache=cold_cache, mode=mode,
                    memory=memory, backend_options=backend_options, check=check, rtol=rtol,
-                   atol=atol)
+                   atol=atol, profile=profile)
     flops, bytes, kwargs, sets, name = c.flops, c.bytes, c.kwargs, c.sets, c.name
-    dev, carried, kind, gpu, cold_cache, mode = (c.device, c.carried, c.kind, c.gpu,
-                                                 c.cold_cache, c.mode)
+    dev, carried, gpu, plan = c.device, c.carried, c.gpu, c.plan
+    kind = plan.backend
     # Only what the caller gave crosses to C: the loop's defaults live in the C core alone
     # (_core.LOOP_DEFAULTS), which also validates every value.
     loop = {k: v for k, v in dict(warmup_s=warmup_s, min_samples=min_samples,
@@ -93,11 +93,10 @@ def bench_local(fn: Callable[..., Any], *args: Any,
         with _callers_stream(kind, backend_options, dev, sets, kwargs):
             correctness = check_before_timing(fn, sets[0], kwargs, check, rtol, atol, name,
                                               out_arg)
-    from . import profile as _profile
-    why = _profile.wanted(profile, dev)
-    if why:
-        return _profile.run_once(fn, sets, kwargs, name=name, device=dev, why=why,
-                                 cold_cache=cold_cache, flush_bytes=flush_bytes,
+    if plan.measurement == "profile":
+        from . import profile as _profile
+        return _profile.run_once(fn, sets, kwargs, name=name, device=dev, plan=plan,
+                                 flush_bytes=flush_bytes,
                                  warmup_s=loop.get("warmup_s",
                                                    _core.LOOP_DEFAULTS["warmup_s"]),
                                  correctness=correctness,
@@ -118,7 +117,7 @@ def bench_local(fn: Callable[..., Any], *args: Any,
                          "pass device='cuda' (or GPU tensors as arguments) to time it there")
         else:
             host_note = None
-        raw, cold, extra = _run_host_fitted(fn, sets, kwargs, cold_cache, flush_bytes, loop,
+        raw, cold, extra = _run_host_fitted(fn, sets, kwargs, plan, flush_bytes, loop,
                                             ladder=bool(_pool_ladder))
         device_name, backend = "cpu", "host"
         peaks = cpu_ceilings(fn, sets[0], kwargs, named_output(sets[0], kwargs, out_arg),
@@ -130,8 +129,8 @@ def bench_local(fn: Callable[..., Any], *args: Any,
         # re-checked after it (the timed calls applied it again and again)
         in_place = bool(correctness and correctness.get("in_place"))
         raw, cold, extra, device_name, peaks = gpu.run(
-            fn, sets, kwargs, cold_cache=cold_cache, flush_bytes=flush_bytes, mode=mode,
-            device=dev, loop=loop, check=None if in_place else check, rtol=rtol, atol=atol,
+            fn, sets, kwargs, plan=plan, flush_bytes=flush_bytes, device=dev, loop=loop,
+            check=None if in_place else check, rtol=rtol, atol=atol,
             output=named_output(sets[0], kwargs, out_arg), **backend_options)
         if in_place:
             extra["post_check"] = {"skipped": "in place: the timed calls re-applied fn to its "
@@ -158,6 +157,7 @@ def bench_local(fn: Callable[..., Any], *args: Any,
     add_datasheet(result.throughput, peaks)
     result.warnings.extend(_warnings(result))
     result.warnings.extend(extra.pop("warnings", []))
+    extra["plan"] = plan.as_dict()      # how it was measured, decided once (_core.plan)
     result.metadata = _metadata(device_name, result, extra)
     from ..provenance.harness import collect
     result.metadata["harness"] = collect(fn, sets[0], kwargs)
@@ -180,21 +180,19 @@ class CheckedCall(NamedTuple):
     name: str
     device: str                 # 'cpu' or 'cuda:N'
     carried: Any                # what fn carries that chose the GPU (None: its arguments)
-    kind: str                   # 'host', 'cuda' or 'hip'
     gpu: Any                    # the GPU backend module, None on the CPU
-    cold_cache: Optional[str]
-    mode: Optional[str]
+    plan: Any                   # _core.Plan: backend, measurement, timer, cold (decided once)
 
 
 def check_call(fn: Callable[..., Any], args: Tuple[Any, ...], *, flops: Any, bytes: Any,
                name: Any, kwargs: Any, flush_bytes: Any, arg_sets: Any, rotate_sets: Any,
                out_arg: Any, device: str, cold_cache: Any, mode: Any, memory: Any,
                backend_options: Dict[str, Any], check: Any = None, rtol: Any = None,
-               atol: Any = None) -> CheckedCall:
-    """Everything kbench.bench refuses before it calls fn, in one place: bench_local runs it
-    first, and the pytest plugin's --kbench-disable runs it instead of timing, so a benchmark
-    that would fail when timed fails on CPU-only CI too. The loop's own values (max_time_s,
-    ...) are checked by the C loop."""
+               atol: Any = None, profile: Any = None, timed: bool = True) -> CheckedCall:
+    """Everything kbench.bench refuses before it calls fn, in one place, and the plan it is
+    measured by: bench_local runs it first, and the pytest plugin's --kbench-disable runs it
+    (timed=False) instead of timing, so a benchmark that would fail when timed fails on
+    CPU-only CI too. The loop's own values (max_time_s, ...) are checked by the C loop."""
     if not callable(fn):
         raise TypeError(f"kbench.bench: fn must be callable, got {type(fn).__name__} "
                         f"({fn!r:.60})")
@@ -226,12 +224,21 @@ def check_call(fn: Callable[..., Any], args: Tuple[Any, ...], *, flops: Any, byt
     dev, carried = choose_device(device, sets[0], kwargs, fn)
     kind, gpu = _gpu_backend(backend_options) if dev != "cpu" else ("host", None)
     _check_backend_options(kind, () if gpu is None else gpu.OPTIONS, backend_options)
-    # cold_cache and mode are checked in C, once, before anything calls fn: Python branches on
-    # them first (rotation sets, graph capture, profile mode's flush)
-    cold_cache, mode = _core.check_choices(kind, cold_cache, mode)
-    _check_cold_options(cold_cache, flush_bytes, arg_sets, rotate_sets)
-    return CheckedCall(flops, bytes, kwargs, sets, name or name_of(fn), dev, carried, kind, gpu,
-                       cold_cache, mode)
+    # How the call is measured is decided once, in C, before anything calls fn: cold_cache and
+    # mode checked, the timer chosen (CUPTI asked about only when a CUDA plan needs it, and
+    # not in profile mode, where a profiler owns it). Python reads the plan from here on.
+    from .profile import wanted
+    why = wanted(profile, dev)
+    # Not timed (--kbench-disable): CUPTI is not asked about, and a mode='cupti' bench is not
+    # refused on a CI host that has no libcupti; that plan is never measured with.
+    facts = getattr(gpu, "cupti_facts", None) if timed else _CUPTI_NOT_ASKED
+    plan = _core.plan(kind, cold_cache, mode, profile=why or None, cupti=facts)
+    _check_cold_options(plan, flush_bytes, arg_sets, rotate_sets)
+    return CheckedCall(flops, bytes, kwargs, sets, name or name_of(fn), dev, carried, gpu, plan)
+
+
+def _CUPTI_NOT_ASKED() -> Tuple[bool, bool, str]:
+    return True, False, "not asked: checked without timing"
 
 
 def _check_tolerances(check: Any, rtol: Any, atol: Any) -> None:
@@ -245,13 +252,12 @@ def _check_tolerances(check: Any, rtol: Any, atol: Any) -> None:
                          f"them")
 
 
-def _check_cold_options(cold_cache: Optional[str], flush_bytes: Any, arg_sets: Any,
-                        rotate_sets: Any) -> None:
+def _check_cold_options(plan: Any, flush_bytes: Any, arg_sets: Any, rotate_sets: Any) -> None:
     """Options that would be silently ignored: a flush size without a flush, a set count for
     sets already given as a list."""
-    if flush_bytes is not None and cold_cache != "flush":
+    if flush_bytes is not None and not plan.flush:
         raise ValueError(f"kbench.bench: flush_bytes applies to cold_cache='flush', not "
-                         f"cold_cache={cold_cache!r}")
+                         f"cold_cache={plan.cold!r}")
     if flush_bytes is not None and (flush_bytes <= 0 or flush_bytes > _MAX_FLUSH_BYTES):
         raise ValueError(f"kbench.bench: flush_bytes must be 1 .. {_MAX_FLUSH_BYTES} bytes "
                          f"(1 TiB), got {flush_bytes}; leave it out for 2x the cache")
@@ -376,20 +382,19 @@ def _callers_stream(kind: str, backend_options: Dict[str, Any], dev: str,
     return cuda.on_stream(stream, device_ordinal(dev), sets, kwargs)
 
 
-def _run_host(fn, sets, kwargs, cold_cache, flush_bytes, loop):
+def _run_host(fn, sets, kwargs, plan, flush_bytes, loop):
     caches = _core.cpu_cache_info()
     llc = int(caches["llc_bytes"])
     warn: List[str] = []
-    if cold_cache == "rotate" and len(sets) == 1:
+    if plan.rotate and len(sets) == 1:
         if llc <= 0:
             raise ValueError("kbench.bench: cold_cache='rotate' cannot size its argument sets: "
                              "the last-level cache size is unknown (set KBENCH_LLC_BYTES, or "
                              "pass arg_sets=)")
         # the copies may not take more than half the memory free now
         sets = make_rotation_sets(sets[0], llc, margin=2.0, max_bytes=_available_bytes() // 2)
-    evict, hidden = (visible_operands(fn, sets, kwargs) if cold_cache == "flush"
-                     else (None, ""))
-    raw = _core.measure_host(fn, tuple(sets), kwargs or None, cold=cold_cache,
+    evict, hidden = visible_operands(fn, sets, kwargs) if plan.flush else (None, "")
+    raw = _core.measure_host(fn, tuple(sets), kwargs or None, plan=plan,
                              flush_bytes=int(flush_bytes or 0), evict=evict, **loop)
     cold = dict(raw["cold"])
     if cold.get("method") == "write" and hidden and \
@@ -397,14 +402,14 @@ def _run_host(fn, sets, kwargs, cold_cache, flush_bytes, loop):
         # a flush this large costs tens of ms a sample: say why it was not an eviction
         cold["evict_refused"] = hidden
     cold.update(cache_bytes=llc, cache="CPU last-level cache", cache_source=caches["source"])
-    if cold_cache in ("flush", "rotate") and caches["source"] == "sysconf":
+    if plan.cold is not None and caches["source"] == "sysconf":
         warn.append(f"the last-level cache size ({llc} bytes) came from glibc's sysconf, not "
                     f"sysfs, and can be far off (320 MiB for a 32 MiB L3 on one VM): set "
                     f"KBENCH_LLC_BYTES if the flush or rotation is mis-sized")
-    if cold_cache == "flush" and cold.get("evicts") is False:
+    if plan.flush and cold.get("evicts") is False:
         warn.append(f"flush_bytes={cold.get('flush_bytes')} is smaller than the {llc}-byte "
                     f"last-level cache: the flush cannot evict it, so the figure is not cold")
-    if cold_cache == "rotate":
+    if plan.rotate:
         if llc <= 0:
             cold["evicts"] = False
             warn.append("the last-level cache size is unknown: whether the argument sets "
@@ -414,28 +419,28 @@ def _run_host(fn, sets, kwargs, cold_cache, flush_bytes, loop):
     return raw, cold, {"warnings": warn} if warn else {}
 
 
-def _run_host_read(fn, sets, kwargs, cold_cache, flush_bytes, loop):
+def _run_host_read(fn, sets, kwargs, plan, flush_bytes, loop):
     """_run_host with the host's load read around it (extra["host_load"]: hostload)."""
     from . import hostload
     before = hostload.start()
-    raw, cold, extra = _run_host(fn, sets, kwargs, cold_cache, flush_bytes, loop)
+    raw, cold, extra = _run_host(fn, sets, kwargs, plan, flush_bytes, loop)
     extra["host_load"] = hostload.finish(before)
     return raw, cold, extra
 
 
-def _run_host_fitted(fn, sets, kwargs, cold_cache, flush_bytes, loop, ladder=False):
+def _run_host_fitted(fn, sets, kwargs, plan, flush_bytes, loop, ladder=False):
     """_run_host_read; a run whose thread pools did not fit the cores the other processes left
     (a busy host) is run again with its pools sized to those cores, rounded down to the
     ladder's sizes 1, 2, 4, ... (kbench.measure.threadpools), and the result says so. With
     ladder, a threaded run on a quiet host is also timed at each of the ladder's sizes below
     its pools' (extra["pool_ladder"])."""
     from . import hostload, threadpools
-    raw, cold, extra = _run_host_read(fn, sets, kwargs, cold_cache, flush_bytes, loop)
+    raw, cold, extra = _run_host_read(fn, sets, kwargs, plan, flush_bytes, loop)
     load = extra["host_load"]
     if not (load and load["busy"]):
         # a call that ran one thread does not move with the pool's size: no ladder to time
         if ladder and load and load["own_cpus"] > hostload.THREADED_CPUS:
-            _time_pool_ladder(fn, sets, kwargs, cold_cache, flush_bytes, loop, extra)
+            _time_pool_ladder(fn, sets, kwargs, plan, flush_bytes, loop, extra)
         return raw, cold, extra
     # Sized whether or not the run read oversubscribed: a pool whose threads wait on preempted
     # ones uses little CPU (2-thread matmuls beside a spinning process went unsized and read
@@ -450,13 +455,13 @@ def _run_host_fitted(fn, sets, kwargs, cold_cache, flush_bytes, loop, ladder=Fal
     first = {"median_s": _core.quantile(np.asarray(raw["samples"], dtype=np.float64), 0.5),
              "own_cpus": load["own_cpus"], "others_cpus": load["others_cpus"]}
     with threadpools.sized(free, found):
-        raw, cold, extra = _run_host_read(fn, sets, kwargs, cold_cache, flush_bytes, loop)
+        raw, cold, extra = _run_host_read(fn, sets, kwargs, plan, flush_bytes, loop)
     extra["host_load"] = extra["host_load"] or {}
     extra["host_load"]["pools_sized"] = {"threads": free, "pools": pools, "first_run": first}
     return raw, cold, extra
 
 
-def _time_pool_ladder(fn, sets, kwargs, cold_cache, flush_bytes, loop, extra) -> None:
+def _time_pool_ladder(fn, sets, kwargs, plan, flush_bytes, loop, extra) -> None:
     """extra["pool_ladder"]: the call's figure (median, own CI) with its thread pools at each
     of the ladder's sizes below theirs, each taken on a host that stayed quiet. A baseline
     keeps them; a busy session whose pools were sized is then judged against the same size."""
@@ -466,7 +471,7 @@ def _time_pool_ladder(fn, sets, kwargs, cold_cache, flush_bytes, loop, extra) ->
     figures = {}
     for k in threadpools.ladder(top):
         with threadpools.sized(k, found):
-            raw, _, ran = _run_host_read(fn, sets, kwargs, cold_cache, flush_bytes, loop)
+            raw, _, ran = _run_host_read(fn, sets, kwargs, plan, flush_bytes, loop)
         if (ran["host_load"] or {}).get("busy"):
             continue                    # a busy figure would stretch what is judged against
         st = _core.summarize(np.asarray(raw["samples"], dtype=np.float64),

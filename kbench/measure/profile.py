@@ -234,13 +234,13 @@ class _Cpu:
 
 
 def run_once(fn: Callable[..., Any], sets: List[Tuple[Any, ...]], kwargs: Dict[str, Any], *,
-             name: str, device: str, why: str, cold_cache: Optional[str],
-             flush_bytes: Optional[int], warmup_s: float,
+             name: str, device: str, plan: Any, flush_bytes: Optional[int], warmup_s: float,
              correctness: Optional[Dict[str, Any]], stream: Any = None,
              backend: Any = None, warmup_calls: Optional[int] = None) -> ProfileRun:
-    """Warm up, flush (cold_cache="flush" or "rotate": the first argument set after a flush),
+    """Warm up, flush (plan.cold "flush" or "rotate": the first argument set after a flush),
     then one call of fn(*sets[0], **kwargs) inside the profiler range and an NVTX range named
-    `name`. backend: the device steps (tests pass a fake)."""
+    `name`. plan: kbench.bench's (_core.plan), measurement 'profile'; its profile says why.
+    backend: the device steps (tests pass a fake)."""
     args = sets[0]
     # the callable launches on its framework's current stream: make the stream kbench flushes
     # on that one, as a timed run does, or the profiled call runs on another stream than the
@@ -252,14 +252,13 @@ def run_once(fn: Callable[..., Any], sets: List[Tuple[Any, ...]], kwargs: Dict[s
     with current:
         if backend is None:      # inside: its flush goes to the stream made current
             backend = _Cpu() if device == "cpu" else _Gpu(device, stream)
-        return _run_once(fn, args, kwargs, name=name, device=device, why=why,
-                         cold_cache=cold_cache, flush_bytes=flush_bytes, warmup_s=warmup_s,
+        return _run_once(fn, args, kwargs, name=name, device=device, plan=plan,
+                         flush_bytes=flush_bytes, warmup_s=warmup_s,
                          correctness=correctness, backend=backend, warmup_calls=warmup_calls)
 
 
 def _run_once(fn: Callable[..., Any], args: Tuple[Any, ...], kwargs: Dict[str, Any], *,
-              name: str, device: str, why: str, cold_cache: Optional[str],
-              flush_bytes: Optional[int], warmup_s: float,
+              name: str, device: str, plan: Any, flush_bytes: Optional[int], warmup_s: float,
               correctness: Optional[Dict[str, Any]], backend: Any,
               warmup_calls: Optional[int]) -> ProfileRun:
 
@@ -267,7 +266,7 @@ def _run_once(fn: Callable[..., Any], args: Tuple[Any, ...], kwargs: Dict[str, A
         return fn(*args, **kwargs)
 
     warm = _warm_up(call, backend.sync, warmup_s, warmup_calls)
-    flushed = backend.flush(int(flush_bytes or 0)) if cold_cache in ("flush", "rotate") else 0
+    flushed = backend.flush(int(flush_bytes or 0)) if plan.cold is not None else 0
     nvtx = _Nvtx() if device != "cpu" else None
     rng: Dict[str, Any] = {"profiler": None if device == "cpu" else "cuProfilerStart/Stop",
                            "nvtx_name": name, "nvtx": None}
@@ -294,11 +293,11 @@ def _run_once(fn: Callable[..., Any], args: Tuple[Any, ...], kwargs: Dict[str, A
     del out
     if nvtx is not None and not rng["nvtx"]:
         rng["nvtx_why"] = nvtx.why
-    cold = {"mode": cold_cache or "none", "flush_bytes": flushed,
+    cold = {"mode": plan.cold or "none", "flush_bytes": flushed,
             "cache": "CPU last-level cache" if device == "cpu" else "GPU L2"}
-    if cold_cache == "rotate":
+    if plan.rotate:
         cold["note"] = "profile mode flushes before the one call instead of rotating"
-    info = {"why": why, "warmup_calls": warm, "calls_in_range": 1, "range": rng,
+    info = {"why": plan.profile, "warmup_calls": warm, "calls_in_range": 1, "range": rng,
             "commands": {"ncu": NCU_COMMAND, "nsys": NSYS_COMMAND},
             "injection": os.environ.get(INJECTION_ENV)}
     run = ProfileRun(name=name, device=device, backend="profile",

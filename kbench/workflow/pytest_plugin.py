@@ -409,7 +409,7 @@ def _check_bench_options(fn, args, flops, bytes, check, options) -> Tuple[Any, .
                       out_arg=opt["out_arg"], device=opt["device"],
                       cold_cache=opt["cold_cache"], mode=opt["mode"], memory=opt["memory"],
                       backend_options=opt["backend_options"], check=check, rtol=opt["rtol"],
-                      atol=opt["atol"]).sets[0]
+                      atol=opt["atol"], profile=opt["profile"], timed=False).sets[0]
 
 
 @pytest.fixture
