@@ -90,14 +90,13 @@ def test_loop_times_the_maxima_of_every_sample(ranks_of):
 
 
 def test_time_decisions_are_the_slowest_ranks():
-    """Another rank reports a huge elapsed time: this rank's warm-up and sampling stop on it,
-    though its own clock says almost no time has passed."""
+    """Another rank reports huge elapsed times: this rank's warm-up and sampling stop on them,
+    though its own clock says almost no time has passed. The rank wrapper agrees every step's
+    (elapsed, timer step, sampling floor), and the loop reads its clock."""
     class SlowPeer:
         def reduce(self, stage, index, samples, values):
-            if stage == "warmup batch":
-                values[1] = 1e4           # (batch time, elapsed)
-            elif stage == "sample batch":
-                values[0] = 1e4           # (elapsed, timer step)
+            if values.size == 3:
+                values[0] = 1e4 * (index + 1)    # its elapsed time, 1e4 s a step
             return samples, values
     t0 = time.monotonic()
     raw = _core.measure_host(spin, ((5e-6,),), None, ranks=SlowPeer(), warmup_s=5.0,
@@ -105,6 +104,29 @@ def test_time_decisions_are_the_slowest_ranks():
     assert time.monotonic() - t0 < 2.0
     assert raw["stop"] == "time_cap" and len(raw["samples"]) == 10
     assert raw["warmup_iters"] == 1       # warmup_min: the peer's 1e4 s is past warmup_s
+
+
+def test_a_peers_timer_step_and_sampling_floor_hold_this_rank_too():
+    """The wrapper agrees the backend's timer step and sampling floor after every step: a peer
+    whose timer is coarser and whose floor is longer sets both here. The reducer sees the
+    warm-up, its end once, then the sampling."""
+    class CoarsePeer:
+        def __init__(self):
+            self.stages = []
+
+        def reduce(self, stage, index, samples, values):
+            self.stages.append(stage)
+            if values.size == 3:
+                values[1], values[2] = max(values[1], 1e-3), max(values[2], 0.2)
+            return samples, values
+    peer = CoarsePeer()
+    raw = _core.measure_host(spin, ((5e-6,),), None, ranks=peer, warmup_s=0.01,
+                             max_time_s=0.05, min_samples=10)
+    assert raw["resolution_s"] == 1e-3
+    assert raw["stop"] in ("budget", "precision") and raw["sampling_s"] >= 0.2
+    end = peer.stages.index("warmup end")
+    assert set(peer.stages[:end]) == {"warmup batch"} and peer.stages.count("warmup end") == 1
+    assert set(peer.stages[end + 1:]) == {"sample batch"}
 
 
 def test_pre_sample_runs_before_every_call_untimed(ranks_of):

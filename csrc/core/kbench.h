@@ -9,7 +9,7 @@
  *   regime.c        what a CUDA record's clocks say: clock summary, duty cycle, power cap,
  *                   whether the regime held (kb_regime.h)
  *   measure.c       the backend-independent timing loop (warm-up, batches, stop)
- *   ranks.c         the loop's multi-rank agreement: per-sample MAX and agreed decisions
+ *   ranks.c         a backend behind the rank reducer: per-sample MAX, agreed clock and values
  *   measure_host.c  the host backend: calls a Python callable, host clock
  *   coldcache.c     CPU cache sizes and the CPU flush buffer
  *   compare.c       correctness comparison of outputs against references
@@ -309,6 +309,9 @@ struct kb_backend {
      * load (keep_warming, in batches of the sampling's size, so the load keeps the duty cycle
      * that left the state) and samples anew, from a first batch. Once a measurement. */
     int (*resettle)(kb_backend *b);
+    /* Optional: the clock every decision of the loop reads (NULL: kb_now_s). A rank wrapper's
+     * is the agreed one (ranks.c). */
+    double (*now)(kb_backend *b);
 };
 enum { KB_BATCH_SAMPLE = 0, KB_BATCH_WARMUP = 1, KB_BATCH_TENTATIVE = 2 };
 
@@ -357,14 +360,21 @@ int kb_schema_module_init(PyObject *m);     /* schema.c: OPTION_SCHEMA */
 int kb_loop_run(kb_backend *b, const kb_loop_config *cfg, kb_loop_result *res);
 void kb_loop_result_free(kb_loop_result *res);
 
-/* ranks.c: the loop's side of a rank reducer (cfg->ranks). kb_ranks_agree hands one batch to
- * ranks.reduce(stage, samples, values) -> (maxima, values_max): samples[0..n) (n may be 0) are
- * replaced by their per-sample MAX across ranks, vals[0..nv) by their MAX (an OR of 0/1 flags;
- * wall-clock elapsed times agree on the slowest rank's). `stage` ("warmup batch", "sample
- * batch", ...) and `index` name the step in the reducer's stage markers and errors. A no-op
- * returning 0 when cfg->ranks is NULL. */
-int kb_ranks_agree(const kb_loop_config *cfg, const char *stage, Py_ssize_t index,
-                   double *samples, Py_ssize_t n, double *vals, int nv);
+/* ranks.c: a backend behind the rank reducer cfg->ranks (kbench.distributed): its batches'
+ * samples become per-sample maxima across ranks, and keep_warming's answer, the timer step,
+ * the sampling floor and the clock (now) are agreed, so every rank's loop decides on the same
+ * numbers. kb_ranks_wrap returns `inner` itself without a reducer, else w's backend (w must
+ * outlive the loop). */
+typedef struct {
+    kb_backend backend;         /* what the loop runs */
+    kb_backend *inner;
+    PyObject *ranks;            /* borrowed: cfg->ranks */
+    double origin;              /* kb_now_s() when wrapped */
+    double agreed_now;          /* the slowest rank's time since its origin, at the last step */
+    Py_ssize_t steps;           /* the reducer's step index */
+    int sampling;               /* the first sampling batch has begun */
+} kb_rank_wrapper;
+kb_backend *kb_ranks_wrap(const kb_loop_config *cfg, kb_backend *inner, kb_rank_wrapper *w);
 /* Pop "ranks" from kw into cfg->ranks (borrowed): None or absent leaves NULL. */
 int kb_ranks_parse(PyObject *kw, kb_loop_config *cfg);
 /* {"samples": float64 ndarray (copied), "stop": str, "warmup_iters", "warmup_s", "warmup_stable",

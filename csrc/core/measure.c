@@ -314,6 +314,13 @@ static int reserve(kb_loop_result *res, Py_ssize_t need)
     return 0;
 }
 
+/* The clock every decision reads: the backend's own where it has one (a rank wrapper's agreed
+ * clock, ranks.c), else the host's. */
+static double loop_now(const kb_backend *b)
+{
+    return b->now != NULL ? b->now((kb_backend *)b) : kb_now_s();
+}
+
 /* The timed warm-up's windows: after the first call, batches of at least this many calls and
  * this long, each compared with the one before. */
 #define KB_WARM_WINDOW_MIN 5
@@ -379,22 +386,20 @@ static int warm_up(kb_backend *b, const kb_loop_config *cfg, kb_loop_result *res
     int again = resettle_batch > 0;
     int judge = b->warmup_timed && cfg->warmup_tol > 0 && cfg->warmup_s > 0 && !again;
     /* Settling batches timed as samples, kept once the backend has shown them settled. */
-    int tentative = b->settled_keep != NULL && cfg->ranks == NULL;
-    Py_ssize_t batch = again ? resettle_batch : 1, scratch_cap = 0, batches = 0, tentative_n = 0;
+    int tentative = b->settled_keep != NULL;
+    Py_ssize_t batch = again ? resettle_batch : 1, scratch_cap = 0, tentative_n = 0;
     double *scratch = NULL;
-    double t_start = kb_now_s();
+    double t_start = loop_now(b);
     int settling = 0;   /* past the loop's own rule, warming on until the backend settles */
     double per_call = again ? resettle_pace_s : 0.0, last_min = -1.0;
-    double agreed_s = 0.0;  /* with ranks: the slowest rank's warm-up time at the last batch */
     for (;;) {
-        /* With ranks, every decision reads agreed values only (see ranks.c). */
-        double elapsed = cfg->ranks ? agreed_s : kb_now_s() - t_start;
+        double elapsed = loop_now(b) - t_start;
         if (again || (res->warmup_iters >= cfg->warmup_min &&
                       (res->warmup_stable || elapsed >= cfg->warmup_s))) {
             if (b->keep_warming == NULL)
                 break;
-            double more = b->keep_warming(b, elapsed);
-            if (more < 0 || kb_ranks_agree(cfg, "keep_warming", batches, NULL, 0, &more, 1) < 0)
+            int more = b->keep_warming(b, elapsed);
+            if (more < 0)
                 goto error;
             if (more == KB_WARM_DONE)
                 break;
@@ -421,8 +426,6 @@ static int warm_up(kb_backend *b, const kb_loop_config *cfg, kb_loop_result *res
             scratch = p;
             scratch_cap = batch;
         }
-        if (cfg->ranks)     /* an untimed backend leaves them unwritten; the reducer reads them */
-            memset(scratch, 0, (size_t)batch * sizeof(double));
         double *dst = scratch;
         int kind = KB_BATCH_WARMUP;
         if (settling && tentative) {
@@ -431,19 +434,15 @@ static int warm_up(kb_backend *b, const kb_loop_config *cfg, kb_loop_result *res
             dst = res->samples + tentative_n;
             kind = KB_BATCH_TENTATIVE;
         }
-        double tb = kb_now_s();
+        double tb = loop_now(b);
         if (b->run_batch(b, batch, dst, kind) < 0 || PyErr_CheckSignals() < 0)
             goto error;
-        double t_end = kb_now_s();
-        double times[2] = {t_end - tb, t_end - t_start};
-        if (kb_ranks_agree(cfg, "warmup batch", batches++, scratch, batch, times, 2) < 0)
-            goto error;
+        double t_end = loop_now(b);
         if (kind == KB_BATCH_TENTATIVE &&
             (tentative_n += batch) > 2 * cfg->max_samples &&
             keep_tentative(b, cfg->max_samples, res, 0, &tentative_n, NULL) < 0)
             goto error;
-        agreed_s = times[1];
-        per_call = times[0] / (double)batch;
+        per_call = (t_end - tb) / (double)batch;
         res->warmup_iters += batch;
         if (again)
             continue;
@@ -466,20 +465,13 @@ static int warm_up(kb_backend *b, const kb_loop_config *cfg, kb_loop_result *res
         if (batch > cfg->batch_max)
             batch = cfg->batch_max;
         /* Never plan past the warm-up budget: a slow callable would overrun it by a batch. */
-        double left = settling ? 0.02 : cfg->warmup_s - (cfg->ranks ? agreed_s
-                                                                     : kb_now_s() - t_start);
+        double left = settling ? 0.02 : cfg->warmup_s - (loop_now(b) - t_start);
         if (per_call > 0 && left > 0 && (double)batch * per_call > left) {
             Py_ssize_t fit = (Py_ssize_t)(left / per_call) + 1;
             batch = fit < batch ? fit : batch;
         }
     }
-    /* The sampling's floor is set by each rank's backend while warming: agree on the longest,
-     * so the stop rule reads the same number everywhere (the timer step is agreed per batch). */
-    double floor_s = b->min_sampling_s;
-    if (kb_ranks_agree(cfg, "warmup end", batches, NULL, 0, &floor_s, 1) < 0)
-        goto error;
-    b->min_sampling_s = floor_s;
-    res->warmup_s += kb_now_s() - t_start;
+    res->warmup_s += loop_now(b) - t_start;
     *per_call_out = per_call;
     *kept_from_s = NAN;
     if (tentative_n > 0 &&
@@ -522,7 +514,7 @@ static int begin_sampling(const kb_backend *b, const kb_loop_config *cfg, kb_cri
                           kb_loop_result *res, double kept_from_s, double *t0,
                           Py_ssize_t *next_check)
 {
-    *t0 = kb_now_s();
+    *t0 = loop_now(b);
     *next_check = cfg->min_samples;
     res->stop = KB_STOP_RUNNING;
     res->overlap_s = 0.0;
@@ -532,7 +524,7 @@ static int begin_sampling(const kb_backend *b, const kb_loop_config *cfg, kb_cri
     res->overlap_s = *t0 - kept_from_s > 0 ? *t0 - kept_from_s : 0.0;
     *t0 = kept_from_s < *t0 ? kept_from_s : *t0;
     crit->resolution = res->resolution_s = b->resolution_s;
-    if (res->n >= cfg->min_samples && kb_now_s() - *t0 >= b->min_sampling_s) {
+    if (res->n >= cfg->min_samples && loop_now(b) - *t0 >= b->min_sampling_s) {
         int fin = crit->is_finished(crit, res->samples, res->n);
         if (fin < 0) {
             PyErr_NoMemory();
@@ -557,7 +549,7 @@ static int settle_again(kb_backend *b, const kb_loop_config *cfg, kb_criterion *
                         kb_loop_result *res, Py_ssize_t k, double batch_s, double *t0,
                         Py_ssize_t *next_check, double *per_call)
 {
-    if (b->resettle == NULL || cfg->ranks != NULL || res->resettled)
+    if (b->resettle == NULL || res->resettled)
         return 0;
     int left = b->resettle(b);
     if (left <= 0)
@@ -565,7 +557,7 @@ static int settle_again(kb_backend *b, const kb_loop_config *cfg, kb_criterion *
     double kept_from_s = NAN;
     res->resettled = 1;
     res->resettle_dropped = res->n;
-    res->resettle_sampled_s = kb_now_s() - *t0;
+    res->resettle_sampled_s = loop_now(b) - *t0;
     /* what warm_up already counted (the kept samples' overlap) is not counted twice */
     res->warmup_s += res->resettle_sampled_s - res->overlap_s;
     res->n = 0;
@@ -579,8 +571,12 @@ static int settle_again(kb_backend *b, const kb_loop_config *cfg, kb_criterion *
  * KeyboardInterrupt ends it between batches; a backend whose batches run long checks inside them
  * too (measure_host.c). Either way the loop returns -1 with the exception set, and the backend's
  * caller releases what it holds as on any other error. */
-int kb_loop_run(kb_backend *b, const kb_loop_config *cfg, kb_loop_result *res)
+int kb_loop_run(kb_backend *backend, const kb_loop_config *cfg, kb_loop_result *res)
 {
+    /* With a rank reducer, the loop runs the backend behind it, and every decision below reads
+     * agreed numbers (ranks.c). */
+    kb_rank_wrapper ranked;
+    kb_backend *b = kb_ranks_wrap(cfg, backend, &ranked);
     kb_criterion crit;
     memset(res, 0, sizeof *res);
     if (kb_criterion_init(&crit, cfg->criterion, cfg->target, cfg->ci_level) < 0)
@@ -592,9 +588,9 @@ int kb_loop_run(kb_backend *b, const kb_loop_config *cfg, kb_loop_result *res)
     /* Sampling. The rule is checked when the count has grown by ~1/16 since the last check,
      * so its O(n log n) cost stays a small fraction of the loop. */
     /* Batches grow while they take under 1% of the time budget, or the backend's own minimum.
-     * With one, the first batch is that long at the warm-up's last pace (agreed with ranks),
+     * With one, the first batch is that long at the warm-up's last pace,
      * not 1, 2, 4, ... calls, each a collection. */
-    Py_ssize_t batch = first_batch(b, cfg, warm_per_call), batches = 0, next_check;
+    Py_ssize_t batch = first_batch(b, cfg, warm_per_call), next_check;
     double grow_below_s = cfg->max_time_s * 0.01;
     if (b->min_batch_s > grow_below_s)
         grow_below_s = b->min_batch_s;
@@ -613,32 +609,22 @@ int kb_loop_run(kb_backend *b, const kb_loop_config *cfg, kb_loop_result *res)
         /* Under a sampling floor the rule is first asked at the floor: a batch planned at the
          * doubled size would run far past it (stepped CUPTI figures sampled 0.32-0.37 s
          * against a 0.2 s floor), so it ends near the floor at the pace so far. */
-        if (cfg->ranks == NULL) {   /* with ranks every batch size must be agreed */
-            double so_far = kb_now_s() - t0;
-            k = floor_fit(b, res->n, so_far, k);
-            /* Batches past 1% of the budget: the last one ends about at the time cap. */
-            if (b->min_batch_s > 0 && res->n >= cfg->min_samples && so_far > 0) {
-                double end = cfg->budget && b->min_sampling_s > cfg->max_time_s
-                                 ? b->min_sampling_s : cfg->max_time_s;
-                double fit = ceil((end - so_far) / (so_far / (double)res->n));
-                k = fit < 1 ? 1 : fit < (double)k ? (Py_ssize_t)fit : k;
-            }
+        double so_far = loop_now(b) - t0;
+        k = floor_fit(b, res->n, so_far, k);
+        /* Batches past 1% of the budget: the last one ends about at the time cap. */
+        if (b->min_batch_s > 0 && res->n >= cfg->min_samples && so_far > 0) {
+            double end = cfg->budget && b->min_sampling_s > cfg->max_time_s
+                             ? b->min_sampling_s : cfg->max_time_s;
+            double fit = ceil((end - so_far) / (so_far / (double)res->n));
+            k = fit < 1 ? 1 : fit < (double)k ? (Py_ssize_t)fit : k;
         }
         if (reserve(res, res->n + k) < 0)
             goto error;
-        double batch_start = kb_now_s();
-        if (b->run_batch(b, k, res->samples + res->n, 0) < 0 || PyErr_CheckSignals() < 0)
+        double batch_start = loop_now(b);
+        if (b->run_batch(b, k, res->samples + res->n, KB_BATCH_SAMPLE) < 0 ||
+            PyErr_CheckSignals() < 0)
             goto error;
-        double batch_s = kb_now_s() - batch_start;
-        /* With ranks: the batch's per-sample maxima, the slowest rank's elapsed time, the
-         * coarsest timer step and the longest sampling floor (a backend may raise its own
-         * while sampling: the stepped floor of a rank whose figure is under 2 us), so every
-         * rank decides on the same numbers and none runs a batch the others do not. */
-        double agreed[3] = {kb_now_s() - t0, b->resolution_s, b->min_sampling_s};
-        if (kb_ranks_agree(cfg, "sample batch", batches++, res->samples + res->n, k, agreed,
-                           3) < 0)
-            goto error;
-        b->min_sampling_s = agreed[2];
+        double batch_s = loop_now(b) - batch_start;
         res->n += k;
         int again = settle_again(b, cfg, &crit, res, k, batch_s, &t0, &next_check,
                                  &warm_per_call);
@@ -651,10 +637,10 @@ int kb_loop_run(kb_backend *b, const kb_loop_config *cfg, kb_loop_result *res)
             batch = first_batch(b, cfg, warm_per_call);
             continue;
         }
-        double elapsed = agreed[0];
-
-        crit.resolution = agreed[1];
-        res->resolution_s = agreed[1];
+        /* the backend may raise its step and floor while sampling (the stepped floor of a
+         * figure under 2 us) */
+        double elapsed = loop_now(b) - t0;
+        crit.resolution = res->resolution_s = b->resolution_s;
         if (res->n >= cfg->min_samples && res->n >= next_check &&
             elapsed >= b->min_sampling_s) {
             int fin = crit.is_finished(&crit, res->samples, res->n);
@@ -687,7 +673,7 @@ int kb_loop_run(kb_backend *b, const kb_loop_config *cfg, kb_loop_result *res)
         if (crit.is_finished(&crit, res->samples, res->n) >= 0)
             res->achieved = crit.achieved;
     }
-    res->sampling_s = kb_now_s() - t0;
+    res->sampling_s = loop_now(b) - t0;
     res->at_resolution = res->stop == KB_STOP_PRECISION && res->resolution_s > 0 &&
                          strcmp(cfg->criterion, "ci") == 0 && res->achieved > cfg->target;
     kb_criterion_fini(&crit);

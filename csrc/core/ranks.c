@@ -1,12 +1,19 @@
-/* ranks.c -- the timing loop's multi-rank agreement.
+/* ranks.c -- the multi-rank agreement, a wrapper around a backend.
  *
  * A benchmark that spans ranks (processes of a torchrun or mpirun job) is timed on every rank;
  * the figure of a sample is the slowest rank's (the collective is done when the last rank is).
- * The loop (measure.c) hands each batch to the rank reducer, a Python object that
- * kbench.distributed builds over an existing engine (torch.distributed, mpi4py): its
- * reduce(stage, samples, values) gathers the batch from every rank, keeps the per-rank samples
- * and returns the per-sample maxima and the maxima of the loop's decision values. All ranks then
- * decide on the same numbers, so they take the same decisions and call fn equally often.
+ * The rank reducer is a Python object that kbench.distributed builds over an existing engine
+ * (torch.distributed, mpi4py): its reduce(stage, index, samples, values) gathers one step
+ * from every rank, keeps the per-rank samples and returns the per-sample maxima and the
+ * maxima of the values.
+ *
+ * kb_ranks_wrap puts a backend behind a rank wrapper (a kb_backend too): each batch's samples
+ * become their per-sample maxima, keep_warming's answer is agreed, the backend's timer step and
+ * sampling floor are agreed after every batch, and the wrapper's clock (now) is the agreed
+ * one: the slowest rank's elapsed time at the last agreed step. Every decision the loop
+ * (measure.c) takes reads the wrapper's numbers, so all ranks take the same decisions and
+ * call fn equally often, and the loop knows nothing of ranks. Settling on kept samples and
+ * settling again (settled_keep, resettle) are per-rank decisions: the wrapper offers neither.
  */
 #include "kbench.h"
 #include "kb_numpy.h"
@@ -59,16 +66,18 @@ static int read_back(PyObject *obj, double *out, Py_ssize_t n, const char *what)
     return 0;
 }
 
-int kb_ranks_agree(const kb_loop_config *cfg, const char *stage, Py_ssize_t index,
-                   double *samples, Py_ssize_t n, double *vals, int nv)
+/* Hand one step to ranks.reduce(stage, index, samples, values): samples[0..n) (n may be 0)
+ * become their per-sample MAX across ranks, vals[0..nv) their MAX (an OR of 0/1 flags;
+ * elapsed times agree on the slowest rank's). `stage` ("warmup batch", "sample batch", ...)
+ * and `index` name the step in the reducer's stage markers and errors. */
+static int agree(PyObject *ranks, const char *stage, Py_ssize_t index, double *samples,
+                 Py_ssize_t n, double *vals, int nv)
 {
-    if (cfg->ranks == NULL)
-        return 0;
     PyObject *s = kb_array_copy(samples, n, NPY_FLOAT64, sizeof(double));
     PyObject *v = kb_array_copy(vals, nv, NPY_FLOAT64, sizeof(double));
     PyObject *r = NULL;
     if (s != NULL && v != NULL)
-        r = PyObject_CallMethod(cfg->ranks, "reduce", "(s#nOO)", stage, (Py_ssize_t)strlen(stage),
+        r = PyObject_CallMethod(ranks, "reduce", "(s#nOO)", stage, (Py_ssize_t)strlen(stage),
                                 index, s, v);
     Py_XDECREF(s);
     Py_XDECREF(v);
@@ -83,4 +92,74 @@ int kb_ranks_agree(const kb_loop_config *cfg, const char *stage, Py_ssize_t inde
         rc = 0;
     Py_DECREF(r);
     return rc;
+}
+
+/* ------------------------------------------------------------------ the wrapper */
+
+#define WRAPPER(b) ((kb_rank_wrapper *)(b)->ctx)
+
+/* After a step: the inner backend's timer step and floor, agreed (vals[1], vals[2]), and the
+ * agreed clock (vals[0]). */
+static void take_agreed(kb_backend *b, const double vals[3])
+{
+    kb_rank_wrapper *w = WRAPPER(b);
+    if (vals[0] > w->agreed_now)    /* a clock: never back (each rank's own runs forward) */
+        w->agreed_now = vals[0];
+    b->resolution_s = vals[1];
+    b->min_sampling_s = vals[2];
+}
+
+static void local_values(const kb_rank_wrapper *w, double vals[3])
+{
+    vals[0] = kb_now_s() - w->origin;
+    vals[1] = w->inner->resolution_s;
+    vals[2] = w->inner->min_sampling_s;
+}
+
+static int rank_run_batch(kb_backend *b, Py_ssize_t n, double *out, int kind)
+{
+    kb_rank_wrapper *w = WRAPPER(b);
+    double vals[3];
+    if (kind == KB_BATCH_SAMPLE && !w->sampling) {
+        /* the warm-up is over on every rank (the reducer names the barriers by phase) */
+        w->sampling = 1;
+        local_values(w, vals);
+        if (agree(w->ranks, "warmup end", w->steps++, NULL, 0, vals, 3) < 0)
+            return -1;
+        take_agreed(b, vals);
+    }
+    memset(out, 0, (size_t)n * sizeof(double));   /* an untimed batch leaves them unwritten */
+    if (w->inner->run_batch(w->inner, n, out, kind) < 0)
+        return -1;
+    local_values(w, vals);
+    if (agree(w->ranks, kind == KB_BATCH_SAMPLE ? "sample batch" : "warmup batch", w->steps++,
+              out, n, vals, 3) < 0)
+        return -1;
+    take_agreed(b, vals);
+    return 0;
+}
+
+static int rank_keep_warming(kb_backend *b, double elapsed_s)
+{
+    kb_rank_wrapper *w = WRAPPER(b);
+    double more = w->inner->keep_warming(w->inner, elapsed_s);
+    if (more < 0 || agree(w->ranks, "keep_warming", w->steps++, NULL, 0, &more, 1) < 0)
+        return -1;
+    return (int)more;
+}
+
+static double rank_now(kb_backend *b) { return WRAPPER(b)->agreed_now; }
+
+kb_backend *kb_ranks_wrap(const kb_loop_config *cfg, kb_backend *inner, kb_rank_wrapper *w)
+{
+    if (cfg->ranks == NULL)
+        return inner;
+    *w = (kb_rank_wrapper){.inner = inner, .ranks = cfg->ranks, .origin = kb_now_s()};
+    w->backend = (kb_backend){
+        .name = inner->name, .ctx = w, .run_batch = rank_run_batch,
+        .keep_warming = inner->keep_warming ? rank_keep_warming : NULL, .now = rank_now,
+        .min_sampling_s = inner->min_sampling_s, .resolution_s = inner->resolution_s,
+        .warmup_timed = inner->warmup_timed, .prompt_stop = inner->prompt_stop,
+        .min_batch_s = inner->min_batch_s};
+    return &w->backend;
 }
