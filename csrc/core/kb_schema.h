@@ -75,7 +75,7 @@
     X(device, KB_T_COUNT, 0, NULL, NULL, 0.0, KB_MAX_DEVICE, 0u, NAN, KB_ON_GPU,               \
       "the device ordinal")                                                                    \
     X(mode, KB_T_CHOICE, 0, "events", "events|cupti", 0.0, 0.0, 0u, NAN, KB_ON_CUDA,           \
-      "measure_cuda's timer; kbench.bench passes the one its mode= resolved to")              \
+      "measure_cuda's timer without plan=; kbench.bench passes its plan (_core.plan) instead")   \
     X(flush_bytes, KB_T_COUNT, 0, NULL, NULL, 0.0, INFINITY, 0u, NAN, KB_ON_ALL,               \
       "bytes a cold flush writes (0: twice the last-level cache, or L2)")                      \
     X(unroll, KB_T_FLOAT, 1.0, NULL, NULL, 1.0, INFINITY, 0u, NAN, KB_ON_GPU,                  \
