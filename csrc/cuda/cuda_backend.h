@@ -175,28 +175,28 @@ typedef enum { KB_GPU_EVENTS = 0, KB_GPU_CUPTI = 1 } kb_gpu_mode;
 /* The clock/power state a figure is taken in (steady.c). */
 typedef enum { KB_REGIME_SUSTAINED = 0, KB_REGIME_BURST = 1 } kb_regime;
 
-/* measure_cuda's options, parsed once; the defaults are written in cuda_options.c only
- * (_core.CUDA_DEFAULTS). */
+/* measure_cuda's options, parsed once (cuda_options.c); every default and range is the
+ * schema's row (kb_schema.h, _core.CUDA_DEFAULTS), not restated here. */
 typedef struct {
     CUstream stream;            /* required: the stream the callable launches on (0: legacy) */
-    int device;                 /* ordinal (0) */
-    kb_gpu_mode mode;           /* 'events' */
-    kb_cold_mode cold;          /* None */
+    int device;                 /* the ordinal */
+    kb_gpu_mode mode;           /* the timer: the plan's, or mode= without one */
+    kb_cold_mode cold;          /* the plan's cold cache, or cold= without one */
     kb_plan plan;               /* plan= (kbench.bench's), else made from mode= and cold= */
     Py_ssize_t flush_bytes;     /* the L2 flush buffer, 0: 2x the device's L2 */
-    double unroll;              /* calls per launch (1): samples are divided by it */
-    int gate;                   /* queue each batch behind a device gate (1) */
-    int keep_busy;              /* keep-busy bridges between batches (1; 0 in burst or with
+    double unroll;              /* calls per launch: samples are divided by it */
+    int gate;                   /* queue each batch behind a device gate */
+    int keep_busy;              /* keep-busy bridges between batches (0 in burst or with
                                  * pre_sample: a bridge is extra calls of fn) */
-    Py_ssize_t gate_batch;      /* samples per gated batch at most (32; KB_GATE_BATCH_MAX) */
-    double gate_timeout_s;      /* the gate's watchdog (1.0) */
+    Py_ssize_t gate_batch;      /* samples per gated batch at most (KB_GATE_BATCH_MAX) */
+    double gate_timeout_s;      /* the gate's watchdog */
     double busy_warmup_s;       /* clock ramp-up before the callable's warm-up; < 0 (None): the
                                  * loop's warmup_s; at most KB_BUSY_WARMUP_MAX_S */
-    int cupti_allow_foreign;    /* take CUPTI beside another subscriber (0) */
-    int sample_clocks;          /* NVML clock sampling (1) */
-    double clock_period_s;      /* its period (0.005) */
-    double settle_max_s;        /* the warm-up waits at most this long for the clock (4.0) */
-    kb_regime regime;           /* 'sustained' */
+    int cupti_allow_foreign;    /* take CUPTI beside another subscriber */
+    int sample_clocks;          /* NVML clock sampling */
+    double clock_period_s;      /* its period */
+    double settle_max_s;        /* the warm-up waits at most this long for the clock */
+    kb_regime regime;           /* burst or sustained */
     PyObject *pre_sample;       /* called before every call of fn, outside the timed part;
                                  * None (NULL); a strong reference */
 } kb_cuda_options;
