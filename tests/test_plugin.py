@@ -764,16 +764,20 @@ def test_kernel(kbench):
 
 def test_a_benchmark_found_slower_is_timed_again_and_the_faster_run_is_judged(pytester, run):
     """A slowdown gone by the second run passes the gate, and says it was timed twice; a
-    planted 2x is slow both times and fails."""
+    planted 2x is slow both times and fails. The gate is 30% here, not 8%: the first run is
+    made slow on purpose, so the unchanged figure is the second run alone, with no retime
+    behind it, and on the 2-core CI host a lone 0.15 s run of a 400 us spin read +8.8% once
+    (the session's baseline 411.8 us, the second run 448.1 us). The retime is what is under
+    test; the 8% gate on unchanged code is test_compare_fails_on_planted_regression_...'s."""
     pytester.makepyfile(kbp_bench_test=BENCH_TESTS)
     assert run("--kbench-save=base.json").ret == 0
     pytester.makepyfile(kbp_bench_test=PASSING_SLOWDOWN_TESTS)
-    res = run("--kbench-compare=base.json", "--kbench-fail=8%", "--kbench-save=now.json")
+    res = run("--kbench-compare=base.json", "--kbench-fail=30%", "--kbench-save=now.json")
     assert res.ret == 0, res.stdout.str()
     res.stdout.fnmatch_lines(["*timed twice, the first run having read slower*"])
     kept = json.loads((pytester.path / "now.json").read_text())["results"][
         "kbp_bench_test.py::test_kernel"]["extra"]["gate_retimed"]
     assert kept["kept"] == "second" and kept["first_median_s"] > 1.5 * kept["second_median_s"]
-    res = run("--kbench-compare=base.json", "--kbench-fail=8%", slow=True)
+    res = run("--kbench-compare=base.json", "--kbench-fail=30%", slow=True)
     assert res.ret == 1
     res.stdout.fnmatch_lines(["*timed twice*", "*1 kbench gate failed*"])
