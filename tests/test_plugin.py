@@ -649,6 +649,12 @@ def test_append_adds_quiet_sessions_restarts_on_a_new_harness_and_skips_a_busy_o
     out, why = append_session(old, busy, [])
     assert why == "host busy: this session not added"
     assert [s["median"] for s in out["sessions"]] == [1e-3, 1.1e-3]
+    # a quiet session the gate timed at 1 thread is another configuration than the sessions'
+    sized = dict(new, extra={"host_load": {"busy": False, "pools_sized": {
+        "threads": 1, "reason": "unresolved"}}})
+    out, why = append_session(old, sized, [])
+    assert why == "timed with its thread pools sized to 1: this session not added"
+    assert [s["median"] for s in out["sessions"]] == [1e-3, 1.1e-3]
     for _ in range(2 * SESSIONS_KEPT):
         old, _ = append_session(old, new, [])
     assert len(old["sessions"]) == SESSIONS_KEPT
@@ -733,7 +739,7 @@ def test_a_baseline_keeps_each_benchmark_at_the_pool_sizes_a_busy_session_may_us
 PASSING_SLOWDOWN_TESTS = """
 import os, time
 import pytest
-import kbench.workflow.pytest_plugin as plugin
+import kbench.workflow.retime as retime
 
 state = {"slow": True}
 
@@ -746,7 +752,7 @@ class _Clock:
 
 @pytest.fixture(autouse=True)
 def _clock(monkeypatch):
-    monkeypatch.setattr(plugin, "time", _Clock())      # restored after the test
+    monkeypatch.setattr(retime, "time", _Clock())      # restored after the test
 
 def spin(seconds):
     end = time.perf_counter() + seconds

@@ -607,6 +607,18 @@ def _like_sized(od: Optional[Dict[str, Any]], nd: Dict[str, Any]):
     return None if got is None else (*got, threads)
 
 
+def _retimed_note(label: str, retimed: Dict[str, Any]) -> str:
+    """The note of a benchmark the gate timed again (kbench.workflow.retime)."""
+    from ..report._format import fmt_time
+    medians = retimed.get("medians_s")
+    if not isinstance(medians, list) or len(medians) < 2:      # older files: two runs
+        medians = [retimed.get("first_median_s"), retimed.get("second_median_s")]
+    times = {2: "twice", 3: "three times"}.get(len(medians), f"{len(medians)} times")
+    return (f"{label} timed {times}, the first run having read slower: "
+            f"{' then '.join(fmt_time(m) for m in medians)}, the "
+            f"{'faster' if len(medians) == 2 else 'fastest'} judged")
+
+
 def _host_busy(d: Optional[Dict[str, Any]]) -> bool:
     """Busy, or oversubscribed by the call's own thread pool: either moves a CPU figure by
     tens of % between sessions (a 2-thread matmul on 2 cores: -30..+36% quiet)."""
@@ -719,7 +731,10 @@ def compare_sets(old: ResultSet, new: ResultSet, threshold: float = 0.0,
         delta = new_med / old_med - 1.0
         overlap = (old_ci is None or new_ci is None
                    or (new_ci[0] <= old_ci[1] and old_ci[0] <= new_ci[1]))
-        busy = [lab for lab, d in ((old_label, od), (new_label, nd)) if _host_busy(d)]
+        # against the baseline's figure at as many threads (taken on a quiet host, its pools
+        # below the cores), the baseline's own load is not the figure's
+        busy = [lab for lab, d in ((old_label, od), (new_label, nd))
+                if _host_busy(d) and not (like is not None and d is od)]
         if overlap:
             verdict = "within noise"
         elif delta > threshold and busy and delta <= BUSY_HOST_THRESHOLD:
@@ -767,12 +782,12 @@ def compare_sets(old: ResultSet, new: ResultSet, threshold: float = 0.0,
                  if _host_load(d).get("pools_sized")]
         retimed = (nd.get("extra") or {}).get("gate_retimed")
         if isinstance(retimed, dict):
-            from ..report._format import fmt_time
-            notes.append(f"{new_label} timed twice, the first run having read slower: "
-                         f"{fmt_time(retimed.get('first_median_s'))} then "
-                         f"{fmt_time(retimed.get('second_median_s'))}, the faster judged")
+            notes.append(_retimed_note(new_label, retimed))
         if like is not None:
-            notes.append(f"{new_label}'s thread pools were sized to {like[3]} on a busy host: "
+            why = ("its figure at the full pool, which filled the cores, read slower but did "
+                   "not resolve" if _host_load(nd)["pools_sized"].get("reason") == "unresolved"
+                   else "on a busy host")
+            notes.append(f"{new_label}'s thread pools were sized to {like[3]} ({why}): "
                          f"compared with {old_label}'s figure at {like[3]} "
                          f"thread{'s' if like[3] != 1 else ''} "
                          f"({like[2]} session{'s' if like[2] != 1 else ''})")

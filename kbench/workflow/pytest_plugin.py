@@ -71,7 +71,6 @@ import os
 import platform
 import sys
 import tempfile
-import time
 from dataclasses import dataclass, field
 from typing import Any, Dict, List, Optional, Tuple
 
@@ -79,6 +78,7 @@ import numpy as np
 import pytest
 
 from ..report.result import Result, untimed_stats
+from . import retime
 
 SESSION_SCHEMA = "kbench.session/1"
 
@@ -316,26 +316,6 @@ class KbenchFixture:
                              f"each benchmark in a test a distinct name=")
         return key
 
-    def _retimed_if_slower(self, key: str, first: Result, again: Any) -> Result:
-        """A benchmark the gate would fail is timed once more, RETIME_PAUSE_S later, and the
-        faster run is kept: a regression is slow both times, while a host's passing slowdown
-        (a 1-thread 384^3 matmul read +47% and +78% in 2 of 10 sessions on a 2-core VM that
-        read quiet) is not. The kept result says so (extra["gate_retimed"])."""
-        from .cli_compare import compare_sets
-        old = (self._state.baseline or {}).get(key)
-        if old is None:
-            return first
-        judged = compare_sets({key: old}, {key: first.to_dict()}, self._state.threshold)
-        if not any(d.verdict == "slower" for d in judged.deltas):
-            return first
-        time.sleep(RETIME_PAUSE_S)
-        second = again()
-        kept = second if second.median < first.median else first
-        kept.extra["gate_retimed"] = {"first_median_s": first.median,
-                                      "second_median_s": second.median,
-                                      "kept": "second" if kept is second else "first"}
-        return kept
-
     def __call__(self, fn, *args: Any, flops: Optional[float] = None,
                  bytes: Optional[float] = None, check: Any = None, **options: Any):
         from ..bench import bench
@@ -354,9 +334,12 @@ class KbenchFixture:
         result = bench(fn, *args, flops=flops, bytes=bytes, check=check, **options)
         if self._state.compare and self._state.threshold is not None and \
                 getattr(result, "profile", False) is not True:      # a profiler's one call
-            result = self._retimed_if_slower(key, result,
-                                             lambda: bench(fn, *args, flops=flops, bytes=bytes,
-                                                           check=check, **options))
+            result = retime.judged((self._state.baseline or {}).get(key), result,
+                                   self._state.threshold,
+                                   lambda: bench(fn, *args, flops=flops, bytes=bytes,
+                                                 check=check, **options),
+                                   lambda threads: _bench_sized(threads, fn, args, flops,
+                                                                bytes, check, options))
         self.results.append(result)
         self._state.keys.add(key)
         if getattr(result, "profile", False) is True:
@@ -389,6 +372,14 @@ class KbenchFixture:
             run = DisabledRun.of_call(name, fn(*args, **kwargs), None)
         self.results.append(run)
         return run
+
+
+def _bench_sized(threads: int, fn, args, flops, bytes, check, options) -> Any:
+    """kbench.bench with the thread pools loaded now limited to `threads`, restored after."""
+    from ..bench import bench
+    from ..measure import threadpools
+    with threadpools.sized(threads):
+        return bench(fn, *args, flops=flops, bytes=bytes, check=check, **options)
 
 
 def _check_bench_options(fn, args, flops, bytes, check, options) -> Tuple[Any, ...]:
@@ -470,10 +461,6 @@ def _write_session(path: str, config: pytest.Config, results: Dict[str, Any],
     # a baseline, and two sessions saving to one path never write into one temporary file
     write_atomic(path, json.dumps(doc, indent=1, allow_nan=True))
 
-
-#: the pause before a benchmark the gate would fail is timed again (_retimed_if_slower): the
-#: slowdowns a quiet host showed lasted under a second (the next benchmark read normal)
-RETIME_PAUSE_S = 1.0
 
 #: the key of pytest's closing line that counts the benchmarks the gate failed
 GATE_FAILED_STAT = "kbench gate failed"
