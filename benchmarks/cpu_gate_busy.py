@@ -66,6 +66,13 @@ POOLS = {"default": {}, "1 thread": {"OPENBLAS_NUM_THREADS": "1", "OMP_NUM_THREA
 HISTORY_DIR = tempfile.mkdtemp(prefix="kbench-gate-history-")
 
 
+def _commit() -> Any:
+    """The checkout's short commit (None outside git)."""
+    p = subprocess.run(["git", "rev-parse", "--short", "HEAD"], capture_output=True, text=True,
+                       cwd=os.path.dirname(os.path.abspath(__file__)))
+    return p.stdout.strip() or None if p.returncode == 0 else None
+
+
 def session(where: str, *args: str, plant: bool = False, pool: str = "default") -> Dict[str, Any]:
     # the sessions of a pool share one run history (kbench.measure.runhistory), as a user's machine
     # would, apart from this machine's own
@@ -126,7 +133,7 @@ def main() -> int:
     args = ap.parse_args()
     import platform
     res: Dict[str, Any] = {"machine": f"{platform.processor() or 'CPU'}, {os.cpu_count()} CPUs",
-                           "commit": os.environ.get("KBENCH_GIT_COMMIT"),
+                           "commit": os.environ.get("KBENCH_GIT_COMMIT") or _commit(),
                            "sessions": args.sessions, "baseline_sessions": args.baseline_sessions,
                            "rows": [], "baselines": {}}
     for pool in args.pools.split(","):

@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Device runs, batched: bash scripts/gpu_check.sh budget|tests|bench|all|regime|final|ttf|check|soak|last|leak|gpusoak|breadth|hostcpu|ci|nearlimit|docs
+# Device runs, batched: bash scripts/gpu_check.sh budget|tests|bench|all|regime|final|gate|ttf|check|soak|last|leak|gpusoak|breadth|hostcpu|ci|nearlimit|docs
 #   budget: time to a figure with the default budget (first bench, 9 bf16 shapes, the GEMM A/B),
 #           the budget CI calibration, the GPU tests, the ceilings per precision, the drop-in
 #   check: the GPU tests (pytest -m gpu), then time to a figure (as ttf)
@@ -26,6 +26,8 @@
 #   tests: build, kbench info, kbench peaks, the whole pytest suite (GPU tests included)
 #   bench: build, benchmarks/gpu_agreement.py, the vLLM-style drop-in script twice, the GPU notebook,
 #          the docs' GPU blocks (as docs)
+#   gate: the GPU tests, the regression gate (unchanged three times, a planted 2x once), the
+#         docs' GPU blocks
 #   docs: the code blocks of docs/*.md marked <!-- gpu --> (tests/test_docs_blocks.py runs the
 #         others on the CPU and writes these out), each run with $PY
 #   regime: build, kbench peaks, the GPU tests, benchmarks/gpu_regime.py (figures against the
@@ -92,6 +94,18 @@ docs_gpu_blocks() {
     rc=$?; echo "$(basename "$f") rc=$rc"; [ $rc = 0 ] || tail -8 "$f.log"
   done < "$LOGS/docs_gpu.list"
 }
+# a user's regression gate (benchmarks/regime_gate): saved, compared unchanged three times at 8%
+# (each must pass: rc 0), then once with a planted 2x (each GEMM twice: it must fail, rc 1)
+regression_gate() {
+  echo "== regression gate: save, compare unchanged three times and a planted 2x once (8%)"
+  rm -f "$LOGS/gate_base.json"
+  { timeout 90 $PY -m pytest -q -p no:cacheprovider benchmarks/regime_gate --kbench-save="$LOGS/gate_base.json" 2>&1 | tail -1
+    for i in 1 2 3 planted; do
+      KBENCH_GATE_PLANT=$([ $i = planted ] && echo 1 || echo 0) timeout 90 $PY -m pytest -q -p no:cacheprovider \
+        benchmarks/regime_gate --kbench-compare="$LOGS/gate_base.json" --kbench-fail=8% 2>&1 \
+        | grep -E "test_gemm|passed|failed" | tail -5; echo "gate run $i rc=${PIPESTATUS[0]}"
+    done; } 2>&1 | tee "$OUT/gate.txt"
+}
 # TTF=1 adds time to a figure to a mode
 time_to_figure_if_asked() {
   if [ "${TTF:-0}" = 1 ]; then
@@ -124,13 +138,7 @@ if [ "$mode" = regime ]; then
   timeout 300 $PY -m pytest -q -rfEs --tb=short --timeout=120 tests/test_gpu_regime.py \
     tests/test_gpu_bench.py tests/test_workflow_gpu.py 2>&1 | tee "$OUT/pytest_gpu.log" \
     | grep -E "^(FAILED|ERROR)|^E |passed|failed" | head -30
-  echo "== regression gate: save, then compare three times (8%)"
-  rm -f "$LOGS/gate_base.json"
-  timeout 60 $PY -m pytest -q -p no:cacheprovider benchmarks/regime_gate --kbench-save="$LOGS/gate_base.json" 2>&1 | tail -2
-  for i in 1 2 3; do
-    timeout 60 $PY -m pytest -q -p no:cacheprovider benchmarks/regime_gate --kbench-compare="$LOGS/gate_base.json" \
-      --kbench-fail=8% 2>&1 | grep -E "test_gemm|passed|failed" | tail -4; echo "gate run $i rc=${PIPESTATUS[0]}"
-  done 2>&1 | tee "$OUT/gate.txt"
+  regression_gate
   echo "== soak: device memory and RSS over rounds of short benches"
   timeout 200 $PY benchmarks/gpu_soak.py --benches "${SOAK_BENCHES:-100}" --rounds "${SOAK_ROUNDS:-3}" \
     --out "$OUT/h200_soak.json" 2>&1 | grep -E "growth|round|released" | tail -12
@@ -142,16 +150,15 @@ if [ "$mode" = final ]; then
   echo "== GPU tests (pytest -m gpu)"
   timeout 260 $PY -m pytest -q -rfEs --tb=short --timeout=120 -m gpu tests/ 2>&1 \
     | tee "$OUT/pytest_gpu.log" | grep -E "^(FAILED|ERROR)|^E |passed|failed" | head -30
-  echo "== regression gate: save, then compare three times (8%)"
-  rm -f "$LOGS/gate_base.json"
-  { timeout 90 $PY -m pytest -q -p no:cacheprovider benchmarks/regime_gate --kbench-save="$LOGS/gate_base.json" 2>&1 | tail -1
-    for i in 1 2 3; do
-      timeout 90 $PY -m pytest -q -p no:cacheprovider benchmarks/regime_gate --kbench-compare="$LOGS/gate_base.json" \
-        --kbench-fail=8% 2>&1 | grep -E "test_gemm|passed|failed" | tail -4; echo "gate run $i rc=${PIPESTATUS[0]}"
-    done; } 2>&1 | tee "$OUT/gate.txt"
+  regression_gate
   echo "== regime benchmark"
   (cd benchmarks && timeout 240 $PY gpu_regime.py --out "$OUT/h200_regime.json" --md "$OUT/h200_regime.md" 2>&1 | tail -34)
   time_to_figure_if_asked
+fi
+if [ "$mode" = gate ]; then
+  gpu_tests
+  regression_gate
+  docs_gpu_blocks
 fi
 if [ "$mode" = hostcpu ]; then
   echo "== host CPU"; { nproc; lscpu | grep -E "Model name|^CPU\(s\)|L3|Thread|Hypervisor"; uptime; } 2>&1 | tee "$OUT/host.txt"

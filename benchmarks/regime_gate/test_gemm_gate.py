@@ -4,7 +4,10 @@
     pytest benchmarks/regime_gate --kbench-compare=base.json --kbench-fail=8%   # three times
 
 The code does not change between runs, so the gate must pass every time: a figure may not
-depend on what the GPU ran before (the fidelity regime). The GEMMs are power-capped on an H200."""
+depend on what the GPU ran before (the fidelity regime). The GEMMs are power-capped on an H200.
+KBENCH_GATE_PLANT=1 plants a 2x (each GEMM runs twice): the gate must fail it."""
+import os
+
 import pytest
 
 torch = pytest.importorskip("torch")
@@ -21,6 +24,9 @@ def test_gemm(kbench, m, n, k, dtype):
     g = torch.Generator(device="cuda").manual_seed(0)
     a = torch.randn(m, k, device="cuda", dtype=dtype, generator=g)
     b = torch.randn(k, n, device="cuda", dtype=dtype, generator=g)
-    r = kbench(lambda: a @ b, device="cuda", flops=2 * m * n * k,
+    once = lambda: a @ b     # noqa: E731
+    twice = lambda: (a @ b, a @ b)[1]    # noqa: E731
+    fn = twice if os.environ.get("KBENCH_GATE_PLANT") == "1" else once
+    r = kbench(fn, device="cuda", flops=2 * m * n * k,
                compute_peak="bf16" if dtype == torch.bfloat16 else "fp32")
     assert r.median > 0

@@ -31,8 +31,10 @@ fixture; both plugins load side by side):
     delta, verdict) in the terminal summary. The session fails (exit status 1) when any
     benchmark is *slower*: its median grew by more than the threshold and the two medians'
     confidence intervals do not overlap (see :mod:`kbench.workflow.cli_compare` for the
-    verdicts). A benchmark found slower is timed once more, a second later, and the faster run
-    is judged: a regression is slow both times, a host's passing slowdown is not.
+    verdicts). A benchmark found slower is timed again before it fails, and a CPU benchmark
+    slower but unresolved whose thread pool filled the cores is timed at fewer threads
+    (:mod:`kbench.workflow.retime`): a regression is slow every time, a host's passing
+    slowdown is not.
     New benchmarks are listed as "no baseline". ``--kbench-fail=off`` only reports. PATH is
     read before the tests run, so it may also be the ``--kbench-save`` path (compare with the
     last baseline, then replace it). A session where no benchmark ran (all deselected or
