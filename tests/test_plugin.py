@@ -734,6 +734,29 @@ def test_a_baseline_keeps_each_benchmark_at_the_pool_sizes_a_busy_session_may_us
     assert sets == [1, 2, 1, 2]
 
 
+def test_a_figure_the_gate_judged_at_fewer_threads_is_not_what_the_baseline_saves(
+        pytester, run, monkeypatch):
+    """Where the gate judges a figure with the pools sized (kbench.workflow.retime), the table
+    shows that figure, but --kbench-save writes the call as configured: a sized baseline would
+    meet the next session's full pool and read a regression as faster."""
+    from kbench.workflow import retime
+    pytester.makepyfile(kbp_bench_test=BENCH_TESTS)
+    assert run("--kbench-save=base.json").ret == 0
+
+    def sized_look(old, first, threshold, again, sized_again):
+        sized = sized_again(1)
+        sized.extra["host_load"] = dict(sized.extra.get("host_load") or {}, pools_sized={
+            "threads": 1, "reason": "unresolved", "pools": [],
+            "first_run": {"median_s": first.median}})
+        return retime.Judged(sized, first)
+    monkeypatch.setattr(retime, "judged", sized_look)
+    res = run("--kbench-compare=base.json", "--kbench-save=now.json")
+    assert res.ret == 0, res.stdout.str()
+    saved = json.loads((pytester.path / "now.json").read_text())["results"][
+        "kbp_bench_test.py::test_kernel"]
+    assert "pools_sized" not in (saved["extra"].get("host_load") or {})
+
+
 # A kernel slow (2x) until the plugin pauses to time a slower benchmark again: a host's passing
 # slowdown, gone by the second run. KB_SLOW keeps it slow throughout: a regression.
 PASSING_SLOWDOWN_TESTS = """

@@ -105,7 +105,9 @@ def test_an_unresolved_slowdown_of_a_pool_filling_the_cores_is_judged_at_fewer_t
     first = Run(1.45e-3, 0.05, oversubscribed=True, own_cpus=1.9)
     assert _verdict(old, first).verdict == "within noise"          # what the gate saw before
     calls = Calls(again=[], sized={1: [at_one_thread, at_one_thread]})
-    kept = retime.judged(old, first, 0.08, calls.again, calls.sized_again)
+    got = retime.judged(old, first, 0.08, calls.again, calls.sized_again)
+    kept = got.result
+    assert got.configured is first        # what a baseline saves: the full pool's figure
     sized = kept.extra["host_load"]["pools_sized"]
     assert sized["threads"] == 1 and sized["reason"] == "unresolved"
     assert sized["first_run"]["median_s"] == pytest.approx(1.45e-3)
@@ -127,13 +129,13 @@ def test_a_pool_that_fits_or_a_baseline_without_fewer_threads_is_not_sized(pause
     old = _baseline(OVERSUBSCRIBED_BASELINE)
     calls = Calls(again=[], sized={1: [1.7e-3]})
     fits = Run(1.45e-3, 0.05)
-    assert retime.judged(old, fits, 0.08, calls.again, calls.sized_again) is fits
+    assert retime.judged(old, fits, 0.08, calls.again, calls.sized_again) == (fits, fits)
     no_ladder = _baseline([(m, r, None) for m, r, _ in OVERSUBSCRIBED_BASELINE])
     over = Run(1.45e-3, 0.05, oversubscribed=True, own_cpus=1.9)
-    assert retime.judged(no_ladder, over, 0.08, calls.again, calls.sized_again) is over
+    assert retime.judged(no_ladder, over, 0.08, calls.again, calls.sized_again) == (over, over)
     within = Run(0.93e-3, 0.05, oversubscribed=True, own_cpus=1.9)    # not slower: no look
-    assert retime.judged(old, within, 0.08, calls.again, calls.sized_again) is within
-    assert retime.judged(None, over, 0.08, calls.again, calls.sized_again) is over
+    assert retime.judged(old, within, 0.08, calls.again, calls.sized_again) == (within, within)
+    assert retime.judged(None, over, 0.08, calls.again, calls.sized_again) == (over, over)
     assert calls.log == [] and pauses == []
 
 
@@ -148,7 +150,7 @@ def test_a_slow_phase_that_outlasts_the_first_pause_is_timed_a_third_time(pauses
     normal and is judged; a +17% regression reads slower all three times and fails."""
     old = _quiet_baseline(2.3e-3)
     calls = Calls(again=[2.69e-3, 2.31e-3], sized={})
-    kept = retime.judged(old, Run(2.7e-3), 0.08, calls.again, calls.sized_again)
+    kept = retime.judged(old, Run(2.7e-3), 0.08, calls.again, calls.sized_again).result
     assert kept.median == pytest.approx(2.31e-3) and pauses == [1.0, 4.0]
     info = kept.extra["gate_retimed"]
     assert info["kept"] == "third" and len(info["medians_s"]) == 3
@@ -157,7 +159,7 @@ def test_a_slow_phase_that_outlasts_the_first_pause_is_timed_a_third_time(pauses
     assert "current timed three times, the first run having read slower: 2.7000 ms then " \
            "2.6900 ms then 2.3100 ms, the fastest judged" in d.note
     calls = Calls(again=[2.68e-3, 2.71e-3], sized={})
-    kept = retime.judged(old, Run(2.7e-3), 0.08, calls.again, calls.sized_again)
+    kept = retime.judged(old, Run(2.7e-3), 0.08, calls.again, calls.sized_again).result
     assert _verdict(old, kept).verdict == "slower" and len(calls.log) == 2
 
 
@@ -165,7 +167,7 @@ def test_a_regression_beyond_what_a_host_moves_is_not_waited_on(pauses):
     """A 2x reads slower beyond +50% on the second run too: no third run, no 4 s pause."""
     old = _quiet_baseline(2.3e-3)
     calls = Calls(again=[4.5e-3], sized={})
-    kept = retime.judged(old, Run(4.6e-3), 0.08, calls.again, calls.sized_again)
+    kept = retime.judged(old, Run(4.6e-3), 0.08, calls.again, calls.sized_again).result
     assert pauses == [1.0] and calls.log == [("again", None)]
     d = _verdict(old, kept)
     assert d.verdict == "slower" and "timed twice" in d.note and "the faster judged" in d.note
@@ -190,6 +192,6 @@ def test_a_run_without_a_host_load_reading_gets_one_to_record_the_sizing(pauses,
         r = Run(1.7e-3)
         r.extra["host_load"] = None
         return r
-    kept = retime.judged(old, first, 0.08, lambda: None, sized_again)
+    kept = retime.judged(old, first, 0.08, lambda: None, sized_again).result
     assert kept.extra["host_load"]["pools_sized"]["threads"] == 1
     assert not _verdict(old, kept).failure

@@ -130,6 +130,9 @@ class _State:
     save_note: Optional[str] = None     # why --kbench-save wrote nothing
     gpu_status: Optional[Tuple[bool, str]] = None
     profiled: List[str] = field(default_factory=list)       # keys run in profile mode
+    # key -> the result as configured, where the gate judged one with its pools sized instead
+    # (kbench.workflow.retime): what --kbench-save writes
+    configured: Dict[str, Any] = field(default_factory=dict)
 
 
 _STATE_KEY = pytest.StashKey[_State]()
@@ -336,12 +339,15 @@ class KbenchFixture:
         result = bench(fn, *args, flops=flops, bytes=bytes, check=check, **options)
         if self._state.compare and self._state.threshold is not None and \
                 getattr(result, "profile", False) is not True:      # a profiler's one call
-            result = retime.judged((self._state.baseline or {}).get(key), result,
+            judged = retime.judged((self._state.baseline or {}).get(key), result,
                                    self._state.threshold,
                                    lambda: bench(fn, *args, flops=flops, bytes=bytes,
                                                  check=check, **options),
                                    lambda threads: _bench_sized(threads, fn, args, flops,
                                                                 bytes, check, options))
+            result = judged.result
+            if judged.configured is not result:
+                self._state.configured[key] = judged.configured
         self.results.append(result)
         self._state.keys.add(key)
         if getattr(result, "profile", False) is True:
@@ -496,7 +502,9 @@ def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
                            f"{state.save} left as it was (--kbench-save-partial saves them)")
     elif state.save:
         try:
-            _write_session(state.save, session.config, state.results, state)
+            _write_session(state.save, session.config,
+                           {k: state.configured.get(k, r) for k, r in state.results.items()},
+                           state)
             state.saved = state.save
         except OSError as e:        # e.g. the disk filled or the directory went away
             state.save_error = f"--kbench-save: cannot write {state.save}: {e.strerror or e}"

@@ -24,7 +24,7 @@ reads faster: a regression reads slower every time. The kept result says what wa
 from __future__ import annotations
 
 import time
-from typing import Any, Callable, Dict, List, Optional
+from typing import Any, Callable, Dict, List, NamedTuple, Optional
 
 #: the pause before a benchmark the gate would fail is timed again: the slowdowns a quiet host
 #: showed mostly lasted under a second (the next benchmark read normal)
@@ -87,20 +87,27 @@ def sized_size(old: Dict[str, Any], result: Any) -> Optional[int]:
     return fits[0] if fits else None
 
 
+class Judged(NamedTuple):
+    """What the gate judges for one benchmark, and the figure of the call as the user
+    configured it (the same result unless the gate sized its pools), which is what a baseline
+    saves: a baseline of a sized figure would meet the next session's full pool."""
+    result: Any
+    configured: Any
+
+
 def judged(old: Optional[Dict[str, Any]], first: Any, threshold: float,
-           again: Callable[[], Any], sized_again: Callable[[int], Any]) -> Any:
-    """The result the gate judges for one benchmark: `first`, timed again where it read slower
-    (timed_again_if_slower), and, where it then read slower but unresolved with its thread
-    pool filling the cores, timed with its pools sized to the baseline's figure below
-    (sized_again(threads)), which is then judged in its place."""
+           again: Callable[[], Any], sized_again: Callable[[int], Any]) -> Judged:
+    """`first`, timed again where it read slower (timed_again_if_slower), and, where it then
+    read slower but unresolved with its thread pool filling the cores, timed with its pools
+    sized to the baseline's figure below (sized_again(threads)), judged in its place."""
     if old is None:
-        return first
+        return Judged(first, first)
     kept = timed_again_if_slower(old, first, threshold, again)
     if not _slower_unresolved(_delta(old, kept, threshold), threshold):
-        return kept
+        return Judged(kept, kept)
     threads = sized_size(old, kept)
     if threads is None:
-        return kept
+        return Judged(kept, kept)
     from ..measure import threadpools
     pools = threadpools.describe(threadpools.pools())
     first_load = (kept.extra or {}).get("host_load") or {}
@@ -117,4 +124,4 @@ def judged(old: Optional[Dict[str, Any]], first: Any, threshold: float,
                                    "first_run": first_run}
         return sized
 
-    return timed_again_if_slower(old, run_sized(), threshold, run_sized)
+    return Judged(timed_again_if_slower(old, run_sized(), threshold, run_sized), kept)
