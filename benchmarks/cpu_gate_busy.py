@@ -70,7 +70,7 @@ def _commit() -> Any:
     """The checkout's short commit (None outside git)."""
     p = subprocess.run(["git", "rev-parse", "--short", "HEAD"], capture_output=True, text=True,
                        cwd=os.path.dirname(os.path.abspath(__file__)))
-    return p.stdout.strip() or None if p.returncode == 0 else None
+    return (p.stdout.strip() or None) if p.returncode == 0 else None
 
 
 def session(where: str, *args: str, plant: bool = False, pool: str = "default") -> Dict[str, Any]:

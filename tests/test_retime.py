@@ -184,7 +184,8 @@ def test_an_older_files_two_run_record_still_reads():
 
 def test_a_run_without_a_host_load_reading_gets_one_to_record_the_sizing(pauses,
                                                                            two_thread_pool):
-    """Off Linux host_load is None: the sized run still records how it was taken."""
+    """A sized run under 0.1 s reads no host load (None): it still records how it was taken,
+    and its Host load row says both."""
     old = _baseline(OVERSUBSCRIBED_BASELINE)
     first = Run(1.45e-3, 0.05, oversubscribed=True, own_cpus=1.9)
 
@@ -195,3 +196,5 @@ def test_a_run_without_a_host_load_reading_gets_one_to_record_the_sizing(pauses,
     kept = retime.judged(old, first, 0.08, lambda: None, sized_again).result
     assert kept.extra["host_load"]["pools_sized"]["threads"] == 1
     assert not _verdict(old, kept).failure
+    row = hostload.text(kept.extra["host_load"])      # the printed block's row
+    assert row.startswith("not read (a run under 0.1 s); POOLS SIZED by the gate")

@@ -86,30 +86,33 @@ def text(load: Optional[Dict[str, Any]]) -> str:
     """The printed block's Host load row ('' when unknown)."""
     if not load:
         return ""
-    said = (f"other processes used {load['others_cpus']:.2f} of {load['cpus']} CPUs while it "
-            f"ran, steal {100 * load['steal_share']:.1f}%")
-    if not load["busy"]:
-        text = f"quiet: {said}"
+    if "others_cpus" not in load:
+        # only the gate's sizing recorded (kbench.workflow.retime): that run was too short for
+        # /proc/stat's ticks
+        text = f"not read (a run under {MIN_READ_S:g} s)"
     else:
-        text = (f"BUSY: {said}; the CI is this run's, and on a busy host the next run can read "
-                f"elsewhere (compare versions with kbench.ab, whose paired trials cancel it)")
+        said = (f"other processes used {load['others_cpus']:.2f} of {load['cpus']} CPUs while "
+                f"it ran, steal {100 * load['steal_share']:.1f}%")
+        text = f"quiet: {said}" if not load["busy"] else (
+            f"BUSY: {said}; the CI is this run's, and on a busy host the next run can read "
+            f"elsewhere (compare versions with kbench.ab, whose paired trials cancel it)")
     sized = load.get("pools_sized")
-    if sized and sized.get("reason") == "unresolved":
-        # the pytest gate's look at an oversubscribed figure (kbench.workflow.retime)
-        pools = ", ".join(f"{p['kind']} {p['threads']}" for p in sized["pools"])
-        text += (f"; POOLS SIZED by the gate: with its thread pools filling the cores the call "
-                 f"read {sized['first_run']['median_s'] * 1e3:.4g} ms, slower than the "
-                 f"baseline but not resolved; this figure is a run with its pools ({pools}) "
-                 f"sized to {sized['threads']} thread{'s' if sized['threads'] != 1 else ''}, "
-                 f"judged against the baseline's at as many")
-    elif sized:
+    if sized:
         first = sized["first_run"]
         pools = ", ".join(f"{p['kind']} {p['threads']}" for p in sized["pools"])
-        text += (f"; POOLS SIZED: the first run's threads ({first['own_cpus']:.2f} CPUs) did not "
-                 f"fit the cores the others left ({first['others_cpus']:.2f} of {load['cpus']} "
-                 f"busy) and read {first['median_s'] * 1e3:.4g} ms, timing the scheduler; this "
-                 f"figure is a second run with its thread pools ({pools}) sized to "
-                 f"{sized['threads']} thread{'s' if sized['threads'] != 1 else ''}")
+        to = (f"its thread pools ({pools}) sized to {sized['threads']} "
+              f"thread{'s' if sized['threads'] != 1 else ''}")
+        if sized.get("reason") == "unresolved":
+            # the pytest gate's look at an oversubscribed figure (kbench.workflow.retime)
+            text += (f"; POOLS SIZED by the gate: with its thread pools filling the cores the "
+                     f"call read {first['median_s'] * 1e3:.4g} ms, slower than the baseline but "
+                     f"not resolved; this figure is a run with {to}, judged against the "
+                     f"baseline's at as many")
+        else:
+            text += (f"; POOLS SIZED: the first run's threads ({first['own_cpus']:.2f} CPUs) did "
+                     f"not fit the cores the others left ({first['others_cpus']:.2f} of "
+                     f"{load['cpus']} busy) and read {first['median_s'] * 1e3:.4g} ms, timing the "
+                     f"scheduler; this figure is a second run with {to}")
     elif load.get("oversubscribed"):
         # busy: no pool kbench could size (the callable's own threads, a library it does not
         # know); quiet: a pool on every core, which the next busy neighbour preempts

@@ -143,13 +143,5 @@ def append_session(old: Optional[Dict[str, Any]], new: Dict[str, Any],
         keep = dict(old)
         keep["sessions"] = before[-SESSIONS_KEPT:]
         return keep, "host busy: this session not added"
-    sized = (((new.get("extra") or {}).get("host_load") or {}).get("pools_sized") or {})
-    if sized.get("threads"):
-        # a figure at fewer threads than the pools' own (the gate's look at an oversubscribed
-        # call, kbench.workflow.retime) is another configuration than the sessions'
-        keep = dict(old)
-        keep["sessions"] = before[-SESSIONS_KEPT:]
-        return keep, (f"timed with its thread pools sized to {sized['threads']}: this session "
-                      f"not added")
     out["sessions"] = (before + [mine])[-SESSIONS_KEPT:]
     return out, None

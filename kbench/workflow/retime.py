@@ -73,16 +73,16 @@ def timed_again_if_slower(old: Dict[str, Any], first: Any, threshold: float,
     return kept
 
 
-def sized_size(old: Dict[str, Any], result: Any) -> Optional[int]:
+def sized_size(old: Dict[str, Any], result: Any, found: List[Any]) -> Optional[int]:
     """The thread count to time `result`'s call again at, for an oversubscribed figure: the
-    largest of the baseline's pool-ladder sizes below the pools' own (None: not
-    oversubscribed, already sized, or no such baseline figure)."""
+    largest of the baseline's pool-ladder sizes below the pools' own (`found`, the thread
+    pools loaded now; None: not oversubscribed, already sized, or no such baseline figure)."""
     from .baseline import sized_figure
+    from ..measure import threadpools
     load = (result.extra or {}).get("host_load") or {}
     if not load.get("oversubscribed") or load.get("pools_sized"):
         return None
-    from ..measure import threadpools
-    top = max((p.threads() for p in threadpools.pools()), default=1)
+    top = max((p.threads() for p in found), default=1)
     fits = [k for k in reversed(threadpools.ladder(top)) if sized_figure(old, k) is not None]
     return fits[0] if fits else None
 
@@ -105,11 +105,12 @@ def judged(old: Optional[Dict[str, Any]], first: Any, threshold: float,
     kept = timed_again_if_slower(old, first, threshold, again)
     if not _slower_unresolved(_delta(old, kept, threshold), threshold):
         return Judged(kept, kept)
-    threads = sized_size(old, kept)
+    from ..measure import threadpools
+    found = threadpools.pools()
+    threads = sized_size(old, kept, found)
     if threads is None:
         return Judged(kept, kept)
-    from ..measure import threadpools
-    pools = threadpools.describe(threadpools.pools())
+    pools = threadpools.describe(found)
     first_load = (kept.extra or {}).get("host_load") or {}
     first_run = {"median_s": kept.median, "own_cpus": first_load.get("own_cpus"),
                  "others_cpus": first_load.get("others_cpus")}
